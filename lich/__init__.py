@@ -1,0 +1,89 @@
+"""lich: a plugin-first AI agent harness.
+
+The plugin author's surface::
+
+    from lich import hookimpl, tool, Tool, Block, Rewrite, ToolResult
+
+Names are imported lazily, so ``import lich`` (and ``lich --version``) stays
+cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from lich.agent import Agent, RunResult
+    from lich.cancel import CancelToken
+    from lich.config import ConfigError, LichConfig, ProviderConfig, load_config
+    from lich.guards import ToolError
+    from lich.hooks import Block, Rewrite, RunInfo, RunOutcome, hookimpl
+    from lich.plugins import LoadReport, PluginHost, PluginLoadError
+    from lich.tools import Tool, ToolContext, ToolRegistry, tool
+    from lich.types import (
+        AssistantMessage,
+        ChatOptions,
+        ChatResult,
+        Message,
+        ProviderError,
+        SystemMessage,
+        ToolCall,
+        ToolDefinition,
+        ToolMessage,
+        ToolResult,
+        Usage,
+        UserMessage,
+    )
+
+_EXPORTS = {
+    "Agent": "lich.agent",
+    "AssistantMessage": "lich.types",
+    "Block": "lich.hooks",
+    "CancelToken": "lich.cancel",
+    "ChatOptions": "lich.types",
+    "ChatResult": "lich.types",
+    "ConfigError": "lich.config",
+    "LichConfig": "lich.config",
+    "LoadReport": "lich.plugins",
+    "Message": "lich.types",
+    "PluginHost": "lich.plugins",
+    "PluginLoadError": "lich.plugins",
+    "ProviderConfig": "lich.config",
+    "ProviderError": "lich.types",
+    "Rewrite": "lich.hooks",
+    "RunInfo": "lich.hooks",
+    "RunOutcome": "lich.hooks",
+    "RunResult": "lich.agent",
+    "SystemMessage": "lich.types",
+    "Tool": "lich.tools",
+    "ToolCall": "lich.types",
+    "ToolContext": "lich.tools",
+    "ToolDefinition": "lich.types",
+    "ToolError": "lich.guards",
+    "ToolMessage": "lich.types",
+    "ToolRegistry": "lich.tools",
+    "ToolResult": "lich.types",
+    "Usage": "lich.types",
+    "UserMessage": "lich.types",
+    "hookimpl": "lich.hooks",
+    "load_config": "lich.config",
+    "tool": "lich.tools",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lich' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,5 @@
+"""``python -m lich``."""
+
+from lich.cli import main
+
+main()

@@ -1,0 +1,389 @@
+"""The composition root: an :class:`Agent` asks the plugin host for tools,
+providers and the router, then runs conversations and records them.
+
+>>> agent = Agent(load_config().config)          # plugins from the config
+>>> result = agent.run_sync("what is in this directory?")
+>>> print(result.text)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attrs import frozen
+
+from lich import serialization
+from lich.cancel import CancelToken
+from lich.config import LichConfig
+from lich.events import (
+    CompressEnd,
+    Envelope,
+    ErrorEvent,
+    Event,
+    EventHandler,
+    Failover,
+    LlmEnd,
+    Retry,
+    RunEmitter,
+    RunEnd,
+    RunStart,
+    StoppedReason,
+    ToolCallEnd,
+)
+from lich.hooks import RunInfo, RunOutcome
+from lich.loop import (
+    LoopDeps,
+    LoopOutcome,
+    LoopParams,
+    ToolOutcome,
+    run_conversation,
+    seed_system_prompt,
+)
+from lich.plugins import PluginHost
+from lich.providers import ProviderRegistry, build_chat, build_providers
+from lich.sessions import SessionStore, SessionWriter
+from lich.tools import ToolExecutor, ToolRegistry
+from lich.types import (
+    AssistantMessage,
+    ChatFn,
+    Message,
+    Provider,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "Agent",
+    "HookedToolRunner",
+    "RunResult",
+    "build_tool_registry",
+    "load_plugins",
+]
+
+log = logging.getLogger("lich.agent")
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are lich, a capable and concise assistant. Use the available tools when they help "
+    "with the user's task, and report results plainly."
+)
+
+# Events that go into the transcript besides the messages themselves.
+_RECORDED_EVENTS = (ToolCallEnd, CompressEnd, Retry, Failover, ErrorEvent)
+
+
+@frozen
+class RunResult:
+    """What :meth:`Agent.run` returns."""
+
+    run_id: str
+    session_id: str
+    session_path: str | None
+    outcome: LoopOutcome
+    usage: Usage
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The whole conversation after the run, each message once."""
+        return self.outcome.messages
+
+    @property
+    def stopped_reason(self) -> StoppedReason:
+        """``final``, ``budget`` or ``aborted``."""
+        return self.outcome.stopped_reason
+
+    @property
+    def text(self) -> str:
+        """The final answer's text ('' when there is none)."""
+        return self.outcome.final.content if self.outcome.final else ""
+
+
+def load_plugins(config: LichConfig, extra: Sequence[tuple[str, object]] = ()) -> PluginHost:
+    """A fresh :class:`PluginHost` with the config's plugins (and ``extra`` objects) loaded.
+
+    Strict mode raises :class:`lich.plugins.PluginLoadError`; otherwise failures
+    stay in ``host.reports``.
+    """
+    host = PluginHost(work_dir=config.work_dir, hook_timeout_s=config.hook_timeout_s)
+    host.load(config.plugins)
+    for name, plugin in extra:
+        host.register_object(plugin, name)
+    return host
+
+
+def build_tool_registry(host: PluginHost, config: LichConfig) -> ToolRegistry:
+    """Every plugin's tools, with ``tools_enabled`` / ``tools_disabled`` applied."""
+    registry = ToolRegistry()
+    host.register_tools(registry, config)
+    registry.filter(config.tools_enabled, config.tools_disabled)
+    return registry
+
+
+class HookedToolRunner:
+    """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, the executor, after-hooks."""
+
+    def __init__(self, executor: ToolExecutor, host: PluginHost, run: RunInfo) -> None:
+        self.executor = executor
+        self.host = host
+        self.run = run
+        self._before = host.has_impls("lich_before_tool_call")
+        self._after = host.has_impls("lich_after_tool_call")
+
+    async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
+        rewritten_by: tuple[str, ...] = ()
+        if self._before and call.args_error is None:
+            decision = await self.host.before_tool_call(call, self.run)
+            call, rewritten_by = decision.call, decision.rewritten_by
+            if decision.blocked_by is not None:
+                blocked = ToolResult.failure(f"blocked_by_plugin: {decision.reason}")
+                return ToolOutcome(call, blocked, rewritten_by, blocked_by=decision.blocked_by)
+        result = await self.executor.execute(call, run=self.run, cancel=cancel)
+        replaced_by = None
+        if self._after:
+            result, replaced_by = await self.host.after_tool_call(call, result, self.run)
+        return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)
+
+
+class Agent:
+    """An agent: tools and a chat function assembled from plugins, plus a session store.
+
+    :param config: the effective configuration.
+    :param host: a plugin host with plugins already loaded; by default one is
+        made and the config's ``plugins`` are loaded into it.
+    :param plugins: extra in-process plugin objects as ``(name, object)`` pairs.
+    :param chat: use this chat function instead of building providers (tests,
+        embedding); the router and provider plugins are then not consulted.
+    :param env: extra environment handed to tools.
+
+    Strict mode (``config.strict_plugins``) raises
+    :class:`lich.plugins.PluginLoadError` when any plugin failed.
+    """
+
+    def __init__(
+        self,
+        config: LichConfig,
+        *,
+        host: PluginHost | None = None,
+        plugins: Sequence[tuple[str, object]] = (),
+        chat: ChatFn | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        if host is None:
+            host = load_plugins(config, plugins)
+        else:
+            for name, plugin in plugins:
+                host.register_object(plugin, name)
+        self.host = host
+        self.tools = build_tool_registry(host, config)
+        self.providers: list[Provider] = []
+        if chat is None:
+            registry = ProviderRegistry()
+            host.register_providers(registry)
+            self.providers = build_providers(config, registry)
+            chat = build_chat(config, host, self.providers)
+        if config.strict_plugins:
+            host.raise_if_failed()
+        self.chat: ChatFn = chat
+        self.executor = ToolExecutor(
+            self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools
+        )
+        self.sessions = SessionStore(config.session_dir)
+
+    @property
+    def model(self) -> str:
+        """The first provider's model ('' when a chat function was injected)."""
+        return self.providers[0].model if self.providers else ""
+
+    async def aclose(self) -> None:
+        """Close the providers' HTTP clients."""
+        for provider in self.providers:
+            try:
+                await provider.aclose()
+            except Exception:
+                log.debug("closing provider %s failed", provider.name, exc_info=True)
+
+    async def run(
+        self,
+        input: str,
+        history: Sequence[Message] | None = None,
+        session_id: str | None = None,
+        cancel: CancelToken | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunResult:
+        """Run one conversation turn from ``input`` to a final answer, the budget or a cancel.
+
+        :param history: earlier messages; when ``None`` and ``session_id``
+            names an existing session, its history is resumed from the file.
+        :param session_id: continue (or start) this session; a new one by default.
+        :param cancel: cancel the run from anywhere; the run then ends
+            ``aborted`` with a valid transcript.
+        :param on_event: called with every event envelope of this run.
+
+        A model failure re-raises its :class:`~lich.types.ProviderError` after
+        ``lich_run_end`` has been called with ``stopped_reason="error"``.
+        """
+        config = self.config
+        run_id = uuid.uuid4().hex[:12]
+        resumed = False
+        if session_id is not None and history is None and self.sessions.exists(session_id):
+            history = self.sessions.history(session_id)
+            resumed = True
+        elif session_id is not None and self.sessions.exists(session_id):
+            resumed = True
+        session_id = session_id or self.sessions.new_id()
+        writer = self.sessions.open(session_id) if config.persist_sessions else None
+        emitter = RunEmitter(run_id, session_id)
+        spent = _UsageMeter()
+        emitter.subscribe(spent)
+        if on_event is not None:
+            emitter.subscribe(on_event)
+        if self.host.has_impls("lich_event"):
+            emitter.subscribe(self.host.event)
+        if writer is not None:
+            emitter.subscribe(_event_recorder(writer))
+        run = RunInfo(run_id, session_id, input, config.work_dir, config)
+        system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
+        prior = list(history or ())
+        seeded = seed_system_prompt([*prior, UserMessage(input)], system_prompt)
+        transcript: list[Message] = list(seeded)
+
+        if writer is not None:
+            writer.append("meta", event="run_start", run_id=run_id, input=input,
+                          model=self.model, work_dir=config.work_dir)
+            # A new session records everything; a resumed one only what is new.
+            new = seeded if not resumed else _new_tail(prior, seeded)
+            for message in new:
+                writer.message(message)
+        emitter.emit(RunStart(input, config.work_dir, self.model))
+        await self.host.run_start(run)
+
+        def on_message(message: Message) -> None:
+            transcript.append(message)
+            if writer is not None:
+                writer.message(message)
+
+        def on_compact(messages: Sequence[Message]) -> None:
+            transcript[:] = messages
+            if writer is not None:
+                writer.compact(messages)
+
+        def emit(event: Event) -> None:
+            emitter.emit(event)
+
+        deps = LoopDeps(
+            chat=self.chat,
+            tools=HookedToolRunner(self.executor, self.host, run),
+            definitions=self.tools.definitions,
+            emit=emit,
+            on_message=on_message,
+            on_compact=on_compact,
+        )
+        params = LoopParams(
+            max_turns=config.max_turns,
+            system_prompt=system_prompt,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            context_budget_tokens=config.context_budget_tokens,
+            compress_threshold=config.compress_threshold,
+            stream=config.stream,
+            cancel=cancel,
+        )
+        outcome: LoopOutcome | None = None
+        try:
+            outcome = await run_conversation(deps, seeded, params)
+        except asyncio.CancelledError:
+            # The task itself was cancelled (e.g. Ctrl-C): record an aborted run, then let the
+            # cancellation continue.
+            await self._finish(run, emitter, writer, "aborted", transcript, spent.usage, None)
+            raise
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            await self._finish(run, emitter, writer, "error", transcript, spent.usage, error)
+            raise
+        await self._finish(run, emitter, writer, outcome.stopped_reason, transcript,
+                           outcome.usage, None, outcome)
+        return RunResult(
+            run_id=run_id,
+            session_id=session_id,
+            session_path=str(writer.path) if writer is not None else None,
+            outcome=outcome,
+            usage=outcome.usage,
+        )
+
+    async def _finish(
+        self,
+        run: RunInfo,
+        emitter: RunEmitter,
+        writer: SessionWriter | None,
+        reason: StoppedReason,
+        transcript: Sequence[Message],
+        usage: Usage,
+        error: str | None,
+        outcome: LoopOutcome | None = None,
+    ) -> None:
+        turns = outcome.turns_used if outcome else 0
+        final = outcome.final if outcome else _last_assistant(transcript)
+        emitter.emit(RunEnd(reason, turns, usage, error))
+        if writer is not None:
+            try:
+                writer.append(
+                    "meta",
+                    event="run_end",
+                    run_id=run.run_id,
+                    stopped_reason=reason,
+                    turns_used=turns,
+                    usage=serialization.unstructure(usage),
+                    error=error,
+                )
+            finally:
+                writer.close()
+        await self.host.run_end(run, RunOutcome(reason, turns, usage, final, error))
+        await self.host.drain_events()
+
+    def run_sync(self, input: str, **kwargs: Any) -> RunResult:
+        """:meth:`run` for scripts: runs its own event loop."""
+        return asyncio.run(self.run(input, **kwargs))
+
+
+class _UsageMeter:
+    """Adds up the usage of one run's model calls (for runs that end in an exception)."""
+
+    __slots__ = ("usage",)
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+
+    def __call__(self, envelope: Envelope) -> None:
+        if isinstance(envelope.event, LlmEnd):
+            self.usage = self.usage + envelope.event.result.usage
+
+
+def _new_tail(prior: Sequence[Message], seeded: Sequence[Message]) -> list[Message]:
+    """The messages of ``seeded`` that the resumed session file does not have yet."""
+    if len(seeded) == len(prior) + 1:
+        return [seeded[-1]]
+    # The system prompt was prepended or replaced: record it along with the input.
+    return [seeded[0], seeded[-1]] if seeded and seeded[0] not in prior else [seeded[-1]]
+
+
+def _last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:
+    for m in reversed(messages):
+        if isinstance(m, AssistantMessage):
+            return m
+    return None
+
+
+def _event_recorder(writer: SessionWriter) -> Callable[[Envelope], None]:
+    def record(envelope: Envelope) -> None:
+        if isinstance(envelope.event, _RECORDED_EVENTS):
+            writer.append("event", seq=envelope.seq, event=serialization.event_to_dict(envelope.event))
+
+    return record
+

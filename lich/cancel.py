@@ -1,0 +1,106 @@
+"""Cancellation that any thread (or a signal handler) can trigger and asyncio can await.
+
+A :class:`CancelToken` is handed to :meth:`lich.Agent.run`; the loop checks it
+between steps and races every model call and tool against it, so a cancel
+lands wherever the run is. Tools running in a worker thread can poll
+:attr:`CancelToken.cancelled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable
+from typing import TypeVar
+
+__all__ = ["CancelToken", "Cancelled", "race"]
+
+T = TypeVar("T")
+
+
+class Cancelled(Exception):
+    """Raised by :func:`race` when the token fired before the awaitable finished."""
+
+
+class CancelToken:
+    """A one-way switch: once :meth:`cancel` is called it stays cancelled."""
+
+    __slots__ = ("_flag", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._lock = threading.Lock()
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._flag.is_set()
+
+    def cancel(self) -> None:
+        """Cancel; safe from any thread and from signal handlers, idempotent."""
+        with self._lock:
+            if self._flag.is_set():
+                return
+            self._flag.set()
+            waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            loop = fut.get_loop()
+            if loop.is_closed():
+                continue
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:
+                pass  # the loop closed meanwhile; nobody is waiting any more
+
+    async def wait(self) -> None:
+        """Return once the token is cancelled."""
+        if self._flag.is_set():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._flag.is_set():
+                return
+            self._waiters.add(fut)
+        try:
+            await fut
+        finally:
+            with self._lock:
+                self._waiters.discard(fut)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def race(awaitable: Awaitable[T], token: CancelToken | None) -> T:
+    """Await ``awaitable`` unless ``token`` fires first.
+
+    When the token fires, the awaitable's task is cancelled and awaited (so a
+    tool can clean up, e.g. kill its process group) and :class:`Cancelled` is
+    raised. Without a token this is a plain ``await``.
+    """
+    if token is None:
+        return await awaitable
+    if token.cancelled:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()
+        raise Cancelled
+    task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
+    waiter = asyncio.ensure_future(token.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # Our own task is being cancelled (e.g. Ctrl-C through asyncio.run):
+        # take the inner work down with us.
+        task.cancel()
+        waiter.cancel()
+        await asyncio.gather(task, waiter, return_exceptions=True)
+        raise
+    if task.done():
+        waiter.cancel()
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise Cancelled

@@ -1,0 +1,428 @@
+"""Configuration: the :class:`LichConfig` type, where it is found, and how it is overridden.
+
+Order of precedence, lowest first: defaults, the config file, environment
+variables (``LICH_*``), command-line flags. The file is, in order: the one
+given with ``--config`` (TOML or JSON), ``<work_dir>/.lich/config.toml``, or
+``config.toml`` in the user config dir. Unknown keys and bad values are
+:class:`ConfigError` naming the file and the ``$.path``.
+
+Secrets never live here: a provider names the environment variable that holds
+its key (``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+import attrs
+from attrs import field, frozen
+from cattrs.gen import make_dict_structure_fn, override
+
+from lich import serialization
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "DEFAULT_BASE_URLS",
+    "DEFAULT_KEY_ENVS",
+    "PROVIDER_KINDS",
+    "ConfigError",
+    "LichConfig",
+    "LoadedConfig",
+    "ProviderConfig",
+    "Source",
+    "find_config_file",
+    "load_config",
+    "user_config_path",
+]
+
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "builtin_tools",
+    "openai_compat",
+    "anthropic",
+    "ollama",
+    "failover",
+)
+PROVIDER_KINDS = ("openai_compat", "anthropic", "ollama")
+DEFAULT_BASE_URLS = {
+    "openai_compat": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "ollama": "http://localhost:11434",
+}
+DEFAULT_KEY_ENVS: dict[str, str | None] = {
+    "openai_compat": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "ollama": None,
+}
+LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
+Source: TypeAlias = Literal["default", "file", "env", "flag"]
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable. ``problems`` are ``"$.path: message"`` lines."""
+
+    def __init__(self, problems: Sequence[str], file: str | None = None) -> None:
+        self.problems = list(problems)
+        self.file = file
+        where = f"{file}: " if file else ""
+        if len(self.problems) == 1:
+            text = f"{where}{self.problems[0]}"
+        else:
+            text = f"{where}invalid configuration:\n" + "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(text)
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name}: must be greater than 0, got {value}")
+
+
+def _in_range(lo: float, hi: float) -> Any:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+        if value is not None and not lo <= value <= hi:
+            raise ValueError(f"{attribute.name}: must be between {lo} and {hi}, got {value}")
+
+    return check
+
+
+def _nonempty(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value.strip():
+        raise ValueError(f"{attribute.name}: must not be empty")
+
+
+@frozen
+class ProviderConfig:
+    """One ``[[providers]]`` entry.
+
+    ``kind`` names a provider kind some loaded plugin registered
+    (``openai_compat``, ``anthropic``, ``ollama`` ship with lich).
+    ``api_key_env`` is the *name* of the environment variable that holds the
+    key. ``options`` carries provider-specific extras.
+    """
+
+    kind: str = field(validator=_nonempty)
+    name: str = field(validator=_nonempty)
+    model: str = field(validator=_nonempty)
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float | None = field(default=None, validator=_positive)
+    think: bool | None = None
+    keep_alive: str | None = None
+    max_tokens: int | None = field(default=None, validator=_positive)
+    headers: Mapping[str, str] = field(factory=dict)
+    options: Mapping[str, Any] = field(factory=dict)
+
+    def resolved_base_url(self) -> str:
+        """``base_url``, or the kind's well-known default."""
+        return (self.base_url or DEFAULT_BASE_URLS.get(self.kind, "")).rstrip("/")
+
+
+def _tools_enabled(value: Any) -> tuple[str, ...] | None:
+    if value is None or value == "all":
+        return None
+    return tuple(value)
+
+
+@frozen
+class LichConfig:
+    """The effective configuration of an agent. Build one with :func:`load_config`
+    or directly (tests, scripts); everything has a default but ``providers``,
+    which an agent needs before it can call a model.
+    """
+
+    providers: tuple[ProviderConfig, ...] = field(default=(), converter=tuple)
+    system_prompt: str | None = None
+    max_turns: int = field(default=25, validator=_in_range(1, 10_000))
+    work_dir: str = field(factory=os.getcwd)
+    tools_enabled: tuple[str, ...] | None = field(default=None, converter=_tools_enabled)
+    tools_disabled: tuple[str, ...] = field(default=(), converter=tuple)
+    temperature: float | None = field(default=None, validator=_in_range(0, 2))
+    max_tokens: int | None = field(default=None, validator=_positive)
+    context_budget_tokens: int = field(default=100_000, validator=_positive)
+    compress_threshold: float = field(default=0.8, validator=_in_range(0.1, 0.95))
+    session_dir: str = ""
+    persist_sessions: bool = True
+    plugins: tuple[str, ...] = field(default=BUILTIN_PLUGINS, converter=tuple)
+    log_level: LogLevel = "info"
+    tools: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    plugin_settings: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    stream: bool = True
+    hook_timeout_s: float = field(default=10.0, validator=_positive)
+    strict_plugins: bool = False
+    gateway: Mapping[str, Any] = field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        # session_dir follows work_dir unless it was given.
+        if not self.session_dir:
+            object.__setattr__(
+                self, "session_dir", str(Path(self.work_dir) / ".lich" / "sessions")
+            )
+        names = [p.name for p in self.providers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"providers: duplicate provider name(s): {', '.join(dupes)}")
+
+    def tool_settings(self, name: str) -> Mapping[str, Any]:
+        """The ``[tools.<name>]`` table, or an empty mapping."""
+        return self.tools.get(name, {})
+
+
+def _structure_tools_enabled(value: Any, _: Any) -> tuple[str, ...] | None:
+    if value is None or value == "all":
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError('expected "all" or a list of tool names')
+    return tuple(value)
+
+
+def _structure_name_list(value: Any, _: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError("expected a list of strings")
+    return tuple(value)
+
+
+def _structure_tables(value: Any, _: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise TypeError("expected a table")
+    for key, table in value.items():
+        if not isinstance(table, Mapping):
+            raise TypeError(f"{key}: expected a table, got {type(table).__name__}")
+    return {str(k): dict(v) for k, v in value.items()}
+
+
+serialization.converter.register_structure_hook(
+    LichConfig,
+    make_dict_structure_fn(
+        LichConfig,
+        serialization.converter,
+        tools_enabled=override(struct_hook=_structure_tools_enabled),
+        tools_disabled=override(struct_hook=_structure_name_list),
+        plugins=override(struct_hook=_structure_name_list),
+        tools=override(struct_hook=_structure_tables),
+        plugin_settings=override(struct_hook=_structure_tables),
+    ),
+)
+
+
+@frozen
+class LoadedConfig:
+    """A loaded configuration and where each top-level value came from."""
+
+    config: LichConfig
+    file: str | None
+    sources: Mapping[str, Source]
+
+
+def user_config_path() -> Path:
+    """``config.toml`` in the user config dir (platformdirs)."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("lich")) / "config.toml"
+
+
+def find_config_file(work_dir: str | os.PathLike[str], explicit: str | None = None) -> Path | None:
+    """The config file to use: ``explicit``, else the work dir's, else the user's."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError([f"config not found: {path}"])
+        return path
+    for candidate in (Path(work_dir) / ".lich" / "config.toml", user_config_path()):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"cannot read config: {exc}"], str(path)) from exc
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        fmt = "JSON" if path.suffix.lower() == ".json" else "TOML"
+        raise ConfigError([f"not valid {fmt}: {exc}"], str(path)) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(["$: the top level must be a table/object"], str(path))
+    return data
+
+
+_ENV_BOOL_TRUE = {"1", "true", "yes", "on"}
+
+
+def load_config(
+    *,
+    work_dir: str | os.PathLike[str] | None = None,
+    config_path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """Build the effective configuration.
+
+    :param work_dir: the ``--work-dir`` flag (also where ``.lich/config.toml`` is looked for).
+    :param config_path: the ``--config`` flag.
+    :param env: the environment (``os.environ`` by default).
+    :param flags: command-line overrides by config key, plus the provider flags
+        ``model``, ``provider_kind``, ``base_url``, ``api_key_env``; ``None``
+        values are ignored.
+    :param data: use this mapping instead of reading a file (``file`` is then ``None``).
+    :raises ConfigError: naming the file and every bad ``$.path``.
+    """
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    base_dir = Path(work_dir or flags.get("work_dir") or os.getcwd()).resolve()
+    file: Path | None = None
+    if data is None:
+        file = find_config_file(base_dir, config_path)
+        raw: dict[str, Any] = _read_file(file) if file else {}
+    else:
+        raw = dict(data)
+    sources: dict[str, Source] = {k: "file" for k in raw}
+    file_name = str(file) if file else None
+
+    if "work_dir" in raw and isinstance(raw["work_dir"], str) and file is not None:
+        raw["work_dir"] = str((file.parent.parent if file.parent.name == ".lich" else file.parent)
+                              .joinpath(raw["work_dir"]).resolve())
+    raw.setdefault("work_dir", str(base_dir))
+    if "work_dir" in flags:
+        raw["work_dir"] = str(Path(flags["work_dir"]).resolve())
+        sources["work_dir"] = "flag"
+
+    # Environment, then flags, for plain keys.
+    if env.get("LICH_STRICT_PLUGINS", "").strip().lower() in _ENV_BOOL_TRUE:
+        raw["strict_plugins"] = True
+        sources["strict_plugins"] = "env"
+    if env.get("LICH_LOG_LEVEL"):
+        raw["log_level"] = env["LICH_LOG_LEVEL"]
+        sources["log_level"] = "env"
+    for key in (
+        "system_prompt",
+        "session_dir",
+        "log_level",
+        "max_turns",
+        "strict_plugins",
+        "stream",
+    ):
+        if key in flags:
+            raw[key] = flags[key]
+            sources[key] = "flag"
+    if "plugins" in flags:  # --plugin adds to the configured list
+        raw["plugins"] = [*raw.get("plugins", BUILTIN_PLUGINS), *flags["plugins"]]
+        sources["plugins"] = "flag"
+
+    provider_source = _apply_provider_overrides(raw, env, flags)
+    if provider_source:
+        sources["providers"] = provider_source
+
+    problems: list[str] = []
+    if "api_key" in raw:
+        problems.append("$.api_key: secrets never live in the config; name the env var in api_key_env")
+    for i, p in enumerate(raw.get("providers") or []):
+        if isinstance(p, Mapping) and "api_key" in p:
+            problems.append(
+                f"$.providers[{i}].api_key: secrets never live in the config; "
+                "set api_key_env to the name of the environment variable holding the key"
+            )
+    if problems:
+        raise ConfigError(problems, file_name)
+    try:
+        config = serialization.converter.structure(raw, LichConfig)
+    except Exception as exc:
+        raise ConfigError(_problems(exc), file_name) from exc
+    return LoadedConfig(config=config, file=file_name, sources=sources)
+
+
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
+
+
+def _problems(exc: BaseException) -> list[str]:
+    out = []
+    for line in serialization.describe_errors(exc):
+        message, _, path = line.rpartition(" @ ")
+        if message.startswith("unknown key(s): "):
+            keys = message.removeprefix("unknown key(s): ").split(", ")
+            out.extend(f"{path}.{k}: unknown key" for k in keys)
+        else:
+            # Validators prefix their message with the field name: make it part of the path.
+            m = _FIELD_PREFIX.match(message)
+            if m:
+                path, message = f"{path}.{m.group(1)}", m.group(2)
+            out.append(f"{path}: {message}")
+    return out
+
+
+def _apply_provider_overrides(
+    raw: dict[str, Any], env: Mapping[str, str], flags: Mapping[str, Any]
+) -> Source | None:
+    """LICH_MODEL & co. and their flags: make or adjust the first provider."""
+    values: dict[str, Any] = {}
+    source: Source | None = None
+    for key, var in (
+        ("kind", "LICH_PROVIDER_KIND"),
+        ("model", "LICH_MODEL"),
+        ("base_url", "LICH_BASE_URL"),
+        ("api_key_env", "LICH_API_KEY_ENV"),
+    ):
+        flag_key = "provider_kind" if key == "kind" else key
+        if flags.get(flag_key):
+            values[key] = flags[flag_key]
+            source = "flag"
+        elif env.get(var):
+            values[key] = env[var]
+            source = source or "env"
+    if not values:
+        return None
+    providers = raw.get("providers")
+    if not providers:
+        if "model" not in values:
+            # A kind or URL alone does not make a provider; the "no model" error says what to set.
+            return None
+        kind = values.get("kind", "openai_compat")
+        raw["providers"] = [
+            {
+                "kind": kind,
+                "name": "default",
+                "model": values["model"],
+                "base_url": values.get("base_url"),
+                "api_key_env": values.get("api_key_env", DEFAULT_KEY_ENVS.get(kind)),
+            }
+        ]
+        return source
+    if not isinstance(providers, list) or not isinstance(providers[0], Mapping):
+        return None  # structure() reports the bad shape with its path
+    first = dict(providers[0])
+    if "kind" in values and values["kind"] != first.get("kind"):
+        # A new kind keeps nothing endpoint-specific from the old one.
+        first.pop("base_url", None)
+        first["api_key_env"] = DEFAULT_KEY_ENVS.get(values["kind"])
+    first.update(values)
+    raw["providers"] = [first, *providers[1:]]
+    return source
+
+
+def no_model_message() -> str:
+    """What to tell a user whose configuration names no model."""
+    return (
+        "no model configured: set LICH_MODEL (and LICH_PROVIDER_KIND / LICH_BASE_URL), "
+        "pass --model, or add a [[providers]] table to .lich/config.toml "
+        "(`lich config init` writes a template)"
+    )
+
+
+def config_with(config: LichConfig, **changes: Any) -> LichConfig:
+    """A copy of ``config`` with ``changes``; ``session_dir`` follows a new ``work_dir``."""
+    if "work_dir" in changes and "session_dir" not in changes:
+        default_dir = str(Path(config.work_dir) / ".lich" / "sessions")
+        if config.session_dir == default_dir:
+            changes["session_dir"] = ""
+    return attrs.evolve(config, **changes)

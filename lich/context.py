@@ -1,0 +1,169 @@
+"""Keeping the conversation inside the context budget.
+
+Token counts are estimates (characters / 4), the same rule the reference
+harness used; they only need to be good enough to decide *when* to compress.
+Compression summarises the older part of the conversation with the model
+itself and keeps the rest verbatim, never splitting an assistant's tool calls
+from their results and always keeping the latest user message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+
+from attrs import frozen
+
+from lich.types import (
+    AssistantMessage,
+    ChatFn,
+    ChatOptions,
+    Message,
+    ProviderError,
+    SystemMessage,
+    ToolDefinition,
+    ToolMessage,
+    Usage,
+    UserMessage,
+)
+
+__all__ = [
+    "COMPRESSION_SYSTEM_PROMPT",
+    "KEEP_RECENT",
+    "SUMMARY_CLOSE",
+    "SUMMARY_OPEN",
+    "CompressResult",
+    "compress_messages",
+    "estimate_text_tokens",
+    "message_tokens",
+    "schema_tokens",
+    "split_for_compression",
+]
+
+log = logging.getLogger("lich.context")
+
+KEEP_RECENT = 8
+TRANSCRIPT_MAX_CHARS = 24_000
+SUMMARY_OPEN = "[context summary of earlier turns]"
+SUMMARY_CLOSE = "[end summary]"
+COMPRESSION_SYSTEM_PROMPT = (
+    "You compress conversations between a user and an AI agent. Write a terse, factual "
+    "summary that keeps the user's goals, decisions made, file paths, commands run and "
+    "their results, errors met, and open questions. Plain text only, no preamble."
+)
+_INSTRUCTION = (
+    "Summarize the earlier conversation below so that the agent can continue the task "
+    "from the summary alone."
+)
+
+
+def estimate_text_tokens(text: str) -> int:
+    """``ceil(len(text) / 4)``."""
+    return math.ceil(len(text) / 4)
+
+
+def message_tokens(message: Message) -> int:
+    """Estimated tokens of one message: its text, its tool calls, and 8 per tool result."""
+    tokens = estimate_text_tokens(message.content)
+    if isinstance(message, AssistantMessage) and message.tool_calls:
+        calls = [{"id": c.id, "name": c.name, "args": c.args} for c in message.tool_calls]
+        tokens += estimate_text_tokens(json.dumps(calls, ensure_ascii=False))
+    elif isinstance(message, ToolMessage):
+        tokens += 8
+    return tokens
+
+
+def schema_tokens(definitions: Sequence[ToolDefinition]) -> int:
+    """Estimated tokens the tool schemas add to every request."""
+    if not definitions:
+        return 0
+    payload = [
+        {"name": d.name, "description": d.description, "parameters": d.parameters}
+        for d in definitions
+    ]
+    return estimate_text_tokens(json.dumps(payload, ensure_ascii=False))
+
+
+@frozen
+class CompressResult:
+    """The outcome of one compression attempt.
+
+    ``ok`` is ``False`` when the summarizer failed; ``messages`` is then the
+    input unchanged. ``summary_chars`` is 0 when nothing was summarised.
+    """
+
+    messages: tuple[Message, ...]
+    summary_chars: int
+    ok: bool
+    usage: Usage = Usage()
+
+
+def split_for_compression(
+    messages: Sequence[Message], keep_recent: int = KEEP_RECENT
+) -> tuple[list[Message], list[Message], list[Message]]:
+    """Split into ``(system, older, recent)``.
+
+    ``recent`` holds at least the last ``keep_recent`` non-system messages,
+    widened so that it does not start with a tool result (its assistant
+    message comes along) and so that it contains the latest user message.
+    """
+    system = [m for m in messages if isinstance(m, SystemMessage)]
+    rest = [m for m in messages if not isinstance(m, SystemMessage)]
+    start = max(0, len(rest) - keep_recent)
+    last_user = max((i for i, m in enumerate(rest) if isinstance(m, UserMessage)), default=None)
+    if last_user is not None:
+        start = min(start, last_user)
+    # Never begin the kept window with orphaned tool results.
+    while start > 0 and isinstance(rest[start], ToolMessage):
+        start -= 1
+    return system, rest[:start], rest[start:]
+
+
+def _transcript(messages: Sequence[Message]) -> str:
+    lines = []
+    for m in messages:
+        line = f"[{m.role}] {m.content}"
+        if isinstance(m, AssistantMessage) and m.tool_calls:
+            calls = [{"name": c.name, "args": c.args} for c in m.tool_calls]
+            line += f" tool_calls={json.dumps(calls, ensure_ascii=False)}"
+        lines.append(line)
+    text = "\n".join(lines)
+    if len(text) > TRANSCRIPT_MAX_CHARS:
+        omitted = len(text) - TRANSCRIPT_MAX_CHARS
+        text = f"{text[:TRANSCRIPT_MAX_CHARS]}\n[... truncated, {omitted} chars omitted ...]"
+    return text
+
+
+async def compress_messages(
+    chat: ChatFn, messages: Sequence[Message], *, keep_recent: int = KEEP_RECENT
+) -> CompressResult:
+    """Summarise the older part of ``messages`` with ``chat``.
+
+    Returns ``[*system, summary (as a user message), *recent]``. A summarizer
+    failure (a :class:`ProviderError` or an empty summary) leaves the messages
+    unchanged with ``ok=False``. Cancellation propagates to the caller.
+    """
+    system, older, recent = split_for_compression(messages, keep_recent)
+    if not older:
+        return CompressResult(tuple(messages), 0, True)
+    request: list[Message] = [
+        SystemMessage(COMPRESSION_SYSTEM_PROMPT),
+        UserMessage(f"{_INSTRUCTION}\n\n{_transcript(older)}"),
+    ]
+    try:
+        result = await chat(request, [], ChatOptions())
+    except ProviderError as exc:
+        log.warning("context compression failed (%s, %s): %s", exc.kind, exc.provider_name,
+                    exc.message)
+        return CompressResult(tuple(messages), 0, False)
+    except Exception as exc:  # a broken chat function must not take the run down with it
+        log.warning("context compression failed: %s: %s", type(exc).__name__, exc)
+        return CompressResult(tuple(messages), 0, False)
+    summary = result.message.content.strip()
+    if not summary:
+        log.warning("context compression failed: the summarizer returned no text")
+        return CompressResult(tuple(messages), 0, False, result.usage)
+    summary_message = UserMessage(f"{SUMMARY_OPEN}\n{summary}\n{SUMMARY_CLOSE}")
+    return CompressResult((*system, summary_message, *recent), len(summary), True, result.usage)

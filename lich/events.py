@@ -1,0 +1,301 @@
+"""Agent events: what happens during a run, as data.
+
+Each event is a frozen attrs class whose ``type`` names it. During a run the
+:class:`RunEmitter` wraps every event in an :class:`Envelope`
+``{run_id, session_id, seq, ts}`` and hands it to the run's subscribers and to
+the ``lich_event`` hook. :func:`lich.serialization.envelope_to_json` gives the
+JSON form documented in ``docs/events.md`` (schema version
+:data:`EVENT_SCHEMA_VERSION`).
+
+Providers and routers emit the events that only they can see (``text_delta``,
+``retry``, ``failover``, ``stream_reset``) through
+:meth:`lich.types.ChatOptions.emit`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Literal, TypeAlias
+
+from attrs import frozen
+
+from lich.types import AssistantMessage, ChatResult, ToolCall, ToolResult, Usage
+
+__all__ = [
+    "EVENT_SCHEMA_VERSION",
+    "BudgetExhausted",
+    "CompressEnd",
+    "CompressStart",
+    "Envelope",
+    "ErrorEvent",
+    "Event",
+    "EventHandler",
+    "Failover",
+    "Final",
+    "LlmEnd",
+    "LlmStart",
+    "Retry",
+    "RunEmitter",
+    "RunEnd",
+    "RunStart",
+    "StoppedReason",
+    "StreamReset",
+    "TextDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "TurnEnd",
+    "TurnStart",
+]
+
+log = logging.getLogger("lich.events")
+
+EVENT_SCHEMA_VERSION = 1
+StoppedReason: TypeAlias = Literal["final", "budget", "aborted", "error"]
+
+
+@frozen
+class RunStart:
+    """A run begins."""
+
+    input: str
+    work_dir: str
+    model: str = ""
+    type: Literal["run_start"] = "run_start"
+
+
+@frozen
+class TurnStart:
+    """A turn (one model call and the tools it asks for) begins."""
+
+    turn: int
+    type: Literal["turn_start"] = "turn_start"
+
+
+@frozen
+class CompressStart:
+    """Context compression begins; ``estimated_tokens`` is the estimate that triggered it."""
+
+    estimated_tokens: int
+    type: Literal["compress_start"] = "compress_start"
+
+
+@frozen
+class CompressEnd:
+    """Compression ended. ``summary_chars`` is 0 when it failed or had nothing to do."""
+
+    summary_chars: int
+    estimated_tokens: int = 0
+    ok: bool = True
+    type: Literal["compress_end"] = "compress_end"
+
+
+@frozen
+class LlmStart:
+    """A model call is about to be made."""
+
+    turn: int
+    type: Literal["llm_start"] = "llm_start"
+
+
+@frozen
+class TextDelta:
+    """A piece of streamed answer text."""
+
+    text: str
+    provider: str = ""
+    type: Literal["text_delta"] = "text_delta"
+
+
+@frozen
+class StreamReset:
+    """Text streamed so far for this model call is void (the router failed over mid-stream)."""
+
+    provider: str
+    reason: str
+    type: Literal["stream_reset"] = "stream_reset"
+
+
+@frozen
+class Retry:
+    """The router retries a provider in place after ``delay_s``."""
+
+    provider: str
+    attempt: int
+    kind: str
+    delay_s: float
+    message: str = ""
+    type: Literal["retry"] = "retry"
+
+
+@frozen
+class Failover:
+    """The router gives up on one provider and moves to the next."""
+
+    from_provider: str
+    to_provider: str
+    kind: str
+    message: str = ""
+    type: Literal["failover"] = "failover"
+
+
+@frozen
+class LlmEnd:
+    """A model call returned."""
+
+    turn: int
+    result: ChatResult
+    type: Literal["llm_end"] = "llm_end"
+
+
+@frozen
+class ToolCallStart:
+    """A tool call is about to go through the hooks and the executor."""
+
+    turn: int
+    call: ToolCall
+    type: Literal["tool_call_start"] = "tool_call_start"
+
+
+@frozen
+class ToolCallEnd:
+    """A tool call finished.
+
+    ``call`` carries the arguments the tool actually received (after every
+    rewrite). ``rewritten_by`` names, in order, the plugins whose
+    ``lich_before_tool_call`` rewrote the arguments; ``blocked_by`` the plugin
+    that blocked the call; ``replaced_by`` the plugin whose
+    ``lich_after_tool_call`` replaced the result.
+    """
+
+    turn: int
+    call: ToolCall
+    result: ToolResult
+    duration_ms: float = 0.0
+    rewritten_by: tuple[str, ...] = ()
+    blocked_by: str | None = None
+    replaced_by: str | None = None
+    type: Literal["tool_call_end"] = "tool_call_end"
+
+
+@frozen
+class Final:
+    """The model answered without asking for tools."""
+
+    message: AssistantMessage
+    result: ChatResult
+    type: Literal["final"] = "final"
+
+
+@frozen
+class BudgetExhausted:
+    """The run used all its turns."""
+
+    turns_used: int
+    type: Literal["budget_exhausted"] = "budget_exhausted"
+
+
+@frozen
+class TurnEnd:
+    """Emitted after ``final`` and after ``budget_exhausted``."""
+
+    turn: int
+    type: Literal["turn_end"] = "turn_end"
+
+
+@frozen
+class ErrorEvent:
+    """A model call failed for good; the run ends with ``stopped_reason="error"``."""
+
+    kind: str
+    message: str
+    type: Literal["error"] = "error"
+
+
+@frozen
+class RunEnd:
+    """A run ended, whatever the reason."""
+
+    stopped_reason: StoppedReason
+    turns_used: int
+    usage: Usage
+    error: str | None = None
+    type: Literal["run_end"] = "run_end"
+
+
+Event: TypeAlias = (
+    RunStart
+    | TurnStart
+    | CompressStart
+    | CompressEnd
+    | LlmStart
+    | TextDelta
+    | StreamReset
+    | Retry
+    | Failover
+    | LlmEnd
+    | ToolCallStart
+    | ToolCallEnd
+    | Final
+    | BudgetExhausted
+    | TurnEnd
+    | ErrorEvent
+    | RunEnd
+)
+
+
+@frozen
+class Envelope:
+    """An event as delivered: which run, which session, its order and time."""
+
+    run_id: str
+    session_id: str
+    seq: int
+    ts: float
+    event: Event
+
+    @property
+    def type(self) -> str:
+        """The wrapped event's type."""
+        return self.event.type
+
+
+EventHandler: TypeAlias = Callable[[Envelope], None]
+
+
+class RunEmitter:
+    """Numbers and stamps the events of one run and hands them to subscribers.
+
+    Handlers are called synchronously in subscription order. A handler that
+    raises is logged and skipped: an observer never breaks a run.
+    """
+
+    __slots__ = ("_handlers", "_seq", "run_id", "session_id")
+
+    def __init__(self, run_id: str, session_id: str) -> None:
+        self.run_id = run_id
+        self.session_id = session_id
+        self._seq = itertools.count(1)
+        self._handlers: list[EventHandler] = []
+
+    def subscribe(self, handler: EventHandler) -> Callable[[], None]:
+        """Add ``handler``; returns a function that removes it."""
+        self._handlers.append(handler)
+
+        def unsubscribe() -> None:
+            if handler in self._handlers:
+                self._handlers.remove(handler)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> Envelope:
+        """Wrap ``event`` and deliver it to every handler."""
+        envelope = Envelope(self.run_id, self.session_id, next(self._seq), time.time(), event)
+        for handler in tuple(self._handlers):
+            try:
+                handler(envelope)
+            except Exception:
+                log.exception("event handler %r raised on %s; skipped", handler, event.type)
+        return envelope

@@ -1,0 +1,185 @@
+"""The ``lich_*`` hook specifications. Their docstrings are the plugin reference.
+
+Rules that hold for every hook:
+
+* Arguments are passed by keyword. An implementation may accept *fewer*
+  arguments than the spec names (it opts in to what it needs); it may not ask
+  for one the spec lacks — that plugin then fails to load (phase ``validate``).
+  Specs grow only by adding arguments.
+* An implementation may be ``def`` or ``async def``; lich awaits what needs
+  awaiting.
+* Implementations run in pluggy order: the most recently registered plugin
+  first, ``tryfirst``/``trylast`` respected. Builtins are registered before
+  third-party plugins, so a third-party implementation runs before a builtin.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lich.hooks import hookspec
+
+if TYPE_CHECKING:
+    import click
+
+    from lich.config import LichConfig
+    from lich.events import Envelope
+    from lich.hooks import Block, Rewrite, RunInfo, RunOutcome
+    from lich.providers import ProviderRegistry
+    from lich.tools import ToolRegistry
+    from lich.types import ChatFn, Provider, ToolCall, ToolResult
+
+
+# --------------------------------------------------------------------------
+# Registration: called while an Agent (or the CLI, or the gateway) is assembled
+# --------------------------------------------------------------------------
+
+
+@hookspec
+def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
+    """Add tools to the agent.
+
+    Fires once per agent assembly, after every plugin of the config is loaded.
+
+    :param registry: call ``registry.register(tool)`` for each :class:`lich.Tool`.
+        A tool whose name is taken is reported (``duplicate_tool: <name>``) and
+        skipped; the first registration wins.
+    :param config: the effective configuration (``config.tools`` holds the
+        ``[tools.<name>]`` tables, ``config.plugin_settings`` the plugins' own).
+    :return: nothing. ``tools_enabled`` / ``tools_disabled`` are applied to
+        every registered tool afterwards, plugin tools included.
+
+    If this hook raises, the plugin is unloaded whole: the tools it registered
+    before raising are removed too.
+    """
+
+
+@hookspec
+def lich_register_providers(registry: ProviderRegistry) -> None:
+    """Add provider kinds.
+
+    :param registry: call ``registry.register(kind, factory)``; ``factory``
+        takes a :class:`lich.config.ProviderConfig` and returns a
+        :class:`lich.types.Provider`. A kind registered twice is reported and
+        the later one skipped.
+    :return: nothing.
+
+    A ``providers`` entry whose ``kind`` no loaded plugin registered is a
+    configuration error naming the plugin to enable.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_make_router(providers: list[Provider], config: LichConfig) -> ChatFn | None:
+    """Return the :data:`lich.types.ChatFn` the loop calls, walking ``providers``.
+
+    :param providers: the configured providers, built, in config order.
+    :param config: the effective configuration.
+    :return: a ``ChatFn``, or ``None`` to let the next implementation decide.
+
+    ``firstresult``: the first non-``None`` answer wins. The ``failover``
+    plugin implements it (``trylast``), so a third-party router takes over by
+    implementing it too. With no implementation and a single provider, that
+    provider is called directly; with several it is a configuration error.
+    """
+
+
+@hookspec
+def lich_register_commands(cli: click.Group) -> None:
+    """Add click commands to the ``lich`` command line.
+
+    :param cli: the root ``click.Group``; call ``cli.add_command(...)``.
+
+    Fires when the CLI is built. A plugin whose hook raises is reported in
+    ``lich plugins`` and its commands are left out; ``lich`` stays usable.
+    """
+
+
+@hookspec
+def lich_register_gateway_adapters(registry: Any) -> None:
+    """Add gateway platforms.
+
+    :param registry: a :class:`lich.gateway.AdapterRegistry`; call
+        ``registry.register(name, factory)``.
+
+    Fires when ``lich gateway`` starts. The builtin ``gateway`` plugin
+    registers ``webhook``, ``telegram``, ``discord`` and ``twitch`` this way.
+    """
+
+
+# --------------------------------------------------------------------------
+# Run time
+# --------------------------------------------------------------------------
+
+
+@hookspec
+def lich_run_start(run: RunInfo) -> None:
+    """A run begins: before the first model call.
+
+    :param run: run id, session id, the input, the work dir and the config.
+
+    Observers: every implementation is called; one that raises or exceeds
+    ``hook_timeout_s`` is logged and skipped.
+    """
+
+
+@hookspec
+def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Rewrite | None:
+    """A tool call is about to run. Allow it, rewrite its arguments, or block it.
+
+    :param call: the call, with the arguments as rewritten by earlier hooks.
+    :param run: the run it belongs to.
+    :return: ``None`` to allow, :class:`lich.Rewrite` ``(args)`` to replace the
+        arguments, or :class:`lich.Block` ``(reason)`` to refuse.
+
+    Composition: implementations run one at a time in pluggy order; each sees
+    the arguments as rewritten so far. The first ``Block`` stops the chain:
+    the tool does not run, the after-hooks do not run, and the model receives
+    ``blocked_by_plugin: <reason>``. An implementation that raises, exceeds
+    ``hook_timeout_s`` or returns anything else blocks the call (fail closed)
+    with ``blocked_by_plugin: hook_error (<plugin>): <message>``. The plugins
+    that rewrote or blocked are recorded on the ``tool_call_end`` event and in
+    the transcript.
+    """
+
+
+@hookspec
+def lich_after_tool_call(call: ToolCall, result: ToolResult, run: RunInfo) -> ToolResult | None:
+    """A tool call finished (also a failed or timed-out one; not a blocked one).
+
+    :param call: the call with the arguments the tool actually received.
+    :param result: the result so far (possibly replaced by an earlier hook).
+    :param run: the run it belongs to.
+    :return: ``None`` to keep the result, or a :class:`lich.ToolResult` to
+        replace it for the model and for later hooks.
+
+    Composition: one at a time in pluggy order. An implementation that raises
+    or times out is logged and skipped (fail open).
+    """
+
+
+@hookspec
+def lich_run_end(run: RunInfo, outcome: RunOutcome) -> None:
+    """A run ended. Always called: after a final answer, a budget stop, a
+    cancellation (``stopped_reason="aborted"``) and a failure
+    (``stopped_reason="error"``, the exception is re-raised afterwards).
+
+    :param run: the run that ended.
+    :param outcome: stopped reason, turns used, usage, the final message.
+
+    Observers: one that raises is logged and skipped.
+    """
+
+
+@hookspec
+def lich_event(event: Envelope) -> None:
+    """Every agent event, for audit and telemetry plugins.
+
+    :param event: an :class:`lich.events.Envelope` (``run_id``, ``session_id``,
+        ``seq``, ``ts`` and the ``event`` itself; ``lich.serialization.
+        envelope_to_dict`` gives its JSON form).
+
+    Called synchronously as the event happens; keep it fast. An ``async def``
+    implementation is scheduled and awaited before the run returns. One that
+    raises is logged and skipped.
+    """

@@ -1,0 +1,309 @@
+"""The think–act–observe loop. It knows a :data:`~lich.types.ChatFn` and a
+:class:`ToolRunner`, nothing else: no plugins, no providers, no files.
+
+Each turn: check for cancellation, compress if the estimate crosses the
+threshold, call the model, append its reply, run the tools it asked for (one
+at a time, in the order given) and append one tool message per call. A reply
+without tool calls ends the run (``final``); running out of turns ends it
+(``budget``); a cancel ends it (``aborted``) wherever it lands. Tool failures
+are data for the model. The caller's message list is never mutated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from attrs import field, frozen
+
+from lich import context
+from lich.cancel import CancelToken, Cancelled, race
+from lich.events import (
+    BudgetExhausted,
+    CompressEnd,
+    CompressStart,
+    ErrorEvent,
+    Event,
+    Final,
+    LlmEnd,
+    LlmStart,
+    StoppedReason,
+    ToolCallEnd,
+    ToolCallStart,
+    TurnEnd,
+    TurnStart,
+)
+from lich.types import (
+    AssistantMessage,
+    ChatFn,
+    ChatOptions,
+    ChatResult,
+    Message,
+    ProviderError,
+    SystemMessage,
+    ToolCall,
+    ToolDefinition,
+    ToolMessage,
+    ToolResult,
+    Usage,
+)
+
+__all__ = [
+    "COMPRESS_BACKOFF_TURNS",
+    "LoopDeps",
+    "LoopOutcome",
+    "LoopParams",
+    "ToolOutcome",
+    "ToolRunner",
+    "run_conversation",
+    "seed_system_prompt",
+]
+
+COMPRESS_BACKOFF_TURNS = 3
+BUDGET_EXHAUSTED_ERROR = "turn_budget_exhausted"
+
+
+@frozen
+class ToolOutcome:
+    """What a :class:`ToolRunner` reports for one call.
+
+    ``call`` carries the arguments the tool actually received; the plugin
+    names record who rewrote, blocked or replaced.
+    """
+
+    call: ToolCall
+    result: ToolResult
+    rewritten_by: tuple[str, ...] = ()
+    blocked_by: str | None = None
+    replaced_by: str | None = None
+
+
+class ToolRunner(Protocol):
+    """Runs one tool call to completion; never raises (failures are results)."""
+
+    async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome: ...
+
+
+@frozen
+class LoopDeps:
+    """What the loop calls out to.
+
+    ``definitions`` is asked again before every model call. ``emit`` receives
+    every event; ``on_message`` every message the loop appends (for the
+    transcript); ``on_compact`` the whole history after a compression.
+    """
+
+    chat: ChatFn
+    tools: ToolRunner
+    definitions: Callable[[], Sequence[ToolDefinition]]
+    emit: Callable[[Event], None] = lambda _event: None
+    on_message: Callable[[Message], None] = lambda _message: None
+    on_compact: Callable[[Sequence[Message]], None] = lambda _messages: None
+
+
+@frozen
+class LoopParams:
+    """How the loop runs. ``context_budget_tokens=None`` disables compression."""
+
+    max_turns: int
+    system_prompt: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    context_budget_tokens: int | None = None
+    compress_threshold: float = 0.8
+    keep_recent: int = context.KEEP_RECENT
+    stream: bool = False
+    cancel: CancelToken | None = field(default=None, eq=False)
+
+
+@frozen
+class LoopOutcome:
+    """How the loop ended.
+
+    ``messages`` is the working transcript (each message once); ``final`` the
+    last assistant message; ``result`` the last model answer when the run
+    ended on ``final``; ``usage`` the run's own token usage.
+    """
+
+    messages: tuple[Message, ...]
+    final: AssistantMessage | None
+    result: ChatResult | None
+    turns_used: int
+    stopped_reason: StoppedReason
+    usage: Usage = Usage()
+
+
+def seed_system_prompt(messages: Sequence[Message], system_prompt: str | None) -> list[Message]:
+    """A copy of ``messages`` whose first system message is ``system_prompt``.
+
+    Prepended when there is none, replaced when it differs, left alone when equal.
+    """
+    out = list(messages)
+    if system_prompt is None:
+        return out
+    for i, m in enumerate(out):
+        if isinstance(m, SystemMessage):
+            if m.content != system_prompt:
+                out[i] = SystemMessage(system_prompt)
+            return out
+    return [SystemMessage(system_prompt), *out]
+
+
+def _last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:
+    for m in reversed(messages):
+        if isinstance(m, AssistantMessage):
+            return m
+    return None
+
+
+class _History:
+    """The working transcript with a running token estimate (no re-counting per turn)."""
+
+    __slots__ = ("messages", "tokens")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.tokens = sum(context.message_tokens(m) for m in messages)
+
+    def append(self, message: Message) -> None:
+        self.messages.append(message)
+        self.tokens += context.message_tokens(message)
+
+    def replace(self, messages: Sequence[Message]) -> None:
+        self.messages = list(messages)
+        self.tokens = sum(context.message_tokens(m) for m in self.messages)
+
+    def non_system(self) -> int:
+        return sum(1 for m in self.messages if not isinstance(m, SystemMessage))
+
+
+async def run_conversation(
+    deps: LoopDeps, messages: Sequence[Message], params: LoopParams
+) -> LoopOutcome:
+    """Run the loop over a copy of ``messages``; see the module docstring.
+
+    A model call that fails for good emits ``error`` and re-raises the
+    :class:`~lich.types.ProviderError`; everything else ends in a
+    :class:`LoopOutcome`.
+    """
+    history = _History(seed_system_prompt(messages, params.system_prompt))
+    cancel = params.cancel
+    emit = deps.emit
+    usage = Usage()
+    options = ChatOptions(
+        temperature=params.temperature,
+        max_tokens=params.max_tokens,
+        stream=params.stream,
+        on_event=emit,
+    )
+    schema_cache: tuple[int, int] = (0, 0)  # (id of definitions, tokens)
+    next_compress_turn = 1
+    turn = 0
+
+    def outcome(reason: StoppedReason, turns: int, result: ChatResult | None = None) -> LoopOutcome:
+        return LoopOutcome(
+            tuple(history.messages), _last_assistant(history.messages), result, turns, reason, usage
+        )
+
+    def append(message: Message) -> None:
+        history.append(message)
+        deps.on_message(message)
+
+    for turn in range(1, max(0, params.max_turns) + 1):
+        if cancel is not None and cancel.cancelled:
+            return outcome("aborted", turn - 1)
+        emit(TurnStart(turn))
+        definitions = deps.definitions()
+        if id(definitions) != schema_cache[0]:
+            schema_cache = (id(definitions), context.schema_tokens(definitions))
+
+        budget = params.context_budget_tokens
+        if budget is not None and turn >= next_compress_turn:
+            estimate = history.tokens + schema_cache[1]
+            if (
+                estimate >= budget * params.compress_threshold
+                and history.non_system() > params.keep_recent
+            ):
+                emit(CompressStart(estimate))
+                try:
+                    compressed = await race(
+                        context.compress_messages(
+                            deps.chat, history.messages, keep_recent=params.keep_recent
+                        ),
+                        cancel,
+                    )
+                except Cancelled:
+                    emit(CompressEnd(0, estimate, ok=False))
+                    return outcome("aborted", turn - 1)
+                usage = usage + compressed.usage
+                if compressed.ok and compressed.summary_chars:
+                    history.replace(compressed.messages)
+                    deps.on_compact(history.messages)
+                after = history.tokens + schema_cache[1]
+                emit(CompressEnd(compressed.summary_chars, after, ok=compressed.ok))
+                if after >= budget * params.compress_threshold:
+                    # It did not help (or failed): do not pay for a summary every turn.
+                    next_compress_turn = turn + COMPRESS_BACKOFF_TURNS + 1
+
+        emit(LlmStart(turn))
+        try:
+            result = await race(deps.chat(list(history.messages), definitions, options), cancel)
+        except Cancelled:
+            return outcome("aborted", turn - 1)
+        except ProviderError as exc:
+            emit(ErrorEvent(exc.kind, str(exc)))
+            raise
+        except Exception as exc:
+            emit(ErrorEvent("unknown", f"{type(exc).__name__}: {exc}"))
+            raise
+        usage = usage + result.usage
+        emit(LlmEnd(turn, result))
+        message = result.message
+        append(message)
+
+        if not message.tool_calls:
+            emit(Final(message, result))
+            emit(TurnEnd(turn))
+            return outcome("final", turn, result)
+
+        last_turn = turn >= params.max_turns
+        for index, call in enumerate(message.tool_calls):
+            emit(ToolCallStart(turn, call))
+            started = time.perf_counter()
+            if last_turn:
+                ran = ToolOutcome(call, ToolResult.failure(BUDGET_EXHAUSTED_ERROR))
+            elif cancel is not None and cancel.cancelled:
+                ran = ToolOutcome(call, ToolResult.failure("cancelled"))
+            else:
+                ran = await deps.tools(call, cancel)
+            result_msg = ToolMessage(
+                tool_call_id=call.id,
+                name=call.name,
+                content=ran.result.to_content(),
+                is_error=not ran.result.ok,
+            )
+            append(result_msg)
+            emit(
+                ToolCallEnd(
+                    turn,
+                    ran.call,
+                    ran.result,
+                    duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                    rewritten_by=ran.rewritten_by,
+                    blocked_by=ran.blocked_by,
+                    replaced_by=ran.replaced_by,
+                )
+            )
+            if cancel is not None and cancel.cancelled:
+                # Close the remaining calls so the transcript stays valid, then stop.
+                for rest in message.tool_calls[index + 1 :]:
+                    emit(ToolCallStart(turn, rest))
+                    cancelled = ToolResult.failure("cancelled")
+                    append(ToolMessage(rest.id, rest.name, cancelled.to_content(), True))
+                    emit(ToolCallEnd(turn, rest, cancelled))
+                return outcome("aborted", turn)
+
+    emit(BudgetExhausted(params.max_turns))
+    emit(TurnEnd(params.max_turns))
+    return outcome("budget", params.max_turns)

@@ -1,0 +1,221 @@
+"""The one cattrs converter: every JSON form of lich's data goes through here.
+
+Messages are a tagged union on ``role``, events on ``type`` (each class carries
+its tag as a ``Literal`` field with a default, so the tag is written out and
+read back like any other field). Sessions, ``--json`` output, the gateway's
+server-sent events and the scripted test server all use these functions, so
+there is one JSON shape per type.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar, cast
+
+import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
+
+from lich import events as ev
+from lich.types import (
+    AssistantMessage,
+    ChatResult,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+
+__all__ = [
+    "SerializationError",
+    "converter",
+    "describe_errors",
+    "envelope_to_dict",
+    "event_from_dict",
+    "event_to_dict",
+    "message_from_dict",
+    "message_to_dict",
+    "messages_from_dicts",
+    "structure",
+    "unstructure",
+]
+
+T = TypeVar("T")
+
+
+class SerializationError(ValueError):
+    """A JSON object is not a valid lich record; the message says why."""
+
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+# Strict scalars: JSON and TOML already carry types, so a string where a number
+# belongs (or 1.5 where an int belongs) is an error to report, not to coerce.
+def _strict(kind: type[Any], accept: tuple[type[Any], ...]) -> None:
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {_NAMES[kind]}, got boolean")
+        if not isinstance(value, accept):
+            raise TypeError(f"expected {_NAMES[kind]}, got {_json_type(value)}")
+        if kind is float:
+            return float(value)
+        return value
+
+    converter.register_structure_hook(kind, hook)
+
+
+_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return _NAMES.get(type(value), type(value).__name__)
+
+
+_strict(str, (str,))
+_strict(int, (int,))
+_strict(float, (int, float))
+_strict(bool, (bool,))
+
+# Small outputs: the empty defaults of the common types are left out.
+converter.register_unstructure_hook(
+    ToolCall,
+    make_dict_unstructure_fn(
+        ToolCall, converter, args_error=override(omit_if_default=True)
+    ),
+)
+converter.register_unstructure_hook(
+    AssistantMessage,
+    make_dict_unstructure_fn(
+        AssistantMessage, converter, tool_calls=override(omit_if_default=True)
+    ),
+)
+converter.register_unstructure_hook(
+    ToolMessage,
+    make_dict_unstructure_fn(ToolMessage, converter, is_error=override(omit_if_default=True)),
+)
+converter.register_unstructure_hook(
+    ToolResult,
+    make_dict_unstructure_fn(ToolResult, converter, error=override(omit_if_default=True)),
+)
+
+# Tool arguments are arbitrary JSON: pass them through untouched.
+converter.register_structure_hook_func(
+    lambda t: t == dict[str, Any], lambda value, _: _json_object(value)
+)
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    return dict(value)
+
+
+_MESSAGE_BY_ROLE: dict[str, type[Any]] = {
+    "system": SystemMessage,
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "tool": ToolMessage,
+}
+
+_EVENT_TYPES: tuple[type[Any], ...] = typing.get_args(ev.Event)
+_EVENT_BY_TYPE: dict[str, type[Any]] = {
+    cls.__attrs_attrs__.type.default: cls for cls in _EVENT_TYPES
+}
+
+def unstructure(obj: Any) -> Any:
+    """Turn any lich attrs object into plain JSON-able Python data."""
+    return converter.unstructure(obj)
+
+
+def structure(data: Any, cls: type[T]) -> T:
+    """Build ``cls`` from plain data; raises :class:`SerializationError` naming the problem."""
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:  # cattrs raises ExceptionGroups and plain errors alike
+        raise SerializationError(_describe(exc, cls)) from exc
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    """The JSON object of one message (``role`` included)."""
+    return cast(dict[str, Any], converter.unstructure(message))
+
+
+def message_from_dict(data: Any) -> Message:
+    """Read one message back; raises :class:`SerializationError` for anything else."""
+    if not isinstance(data, Mapping):
+        raise SerializationError(f"a message must be a JSON object, got {type(data).__name__}")
+    role = data.get("role")
+    cls = _MESSAGE_BY_ROLE.get(role) if isinstance(role, str) else None
+    if cls is None:
+        raise SerializationError(f"unknown message role: {role!r}")
+    return cast(Message, structure(data, cls))
+
+
+def messages_from_dicts(items: Any) -> list[Message]:
+    """Read a list of messages."""
+    if not isinstance(items, list):
+        raise SerializationError("messages must be a JSON array")
+    return [message_from_dict(item) for item in items]
+
+
+def event_to_dict(event: ev.Event) -> dict[str, Any]:
+    """The JSON object of one event (``type`` included)."""
+    return cast(dict[str, Any], converter.unstructure(event))
+
+
+def event_from_dict(data: Any) -> ev.Event:
+    """Read one event back (the envelope keys, if present, are ignored)."""
+    if not isinstance(data, Mapping):
+        raise SerializationError("an event must be a JSON object")
+    cls = _EVENT_BY_TYPE.get(data.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        raise SerializationError(f"unknown event type: {data.get('type')!r}")
+    body = {k: v for k, v in data.items() if k not in _ENVELOPE_KEYS}
+    return cast(ev.Event, structure(body, cls))
+
+
+_ENVELOPE_KEYS = frozenset({"v", "run_id", "session_id", "seq", "ts"})
+
+
+def envelope_to_dict(envelope: ev.Envelope) -> dict[str, Any]:
+    """The documented ``--json`` line: schema version, envelope fields, then the event's fields."""
+    out: dict[str, Any] = {
+        "v": ev.EVENT_SCHEMA_VERSION,
+        "run_id": envelope.run_id,
+        "session_id": envelope.session_id,
+        "seq": envelope.seq,
+        "ts": envelope.ts,
+    }
+    out.update(converter.unstructure(envelope.event))
+    return out
+
+
+def describe_errors(exc: BaseException) -> list[str]:
+    """Flatten a cattrs validation error into ``"<message> @ $.path"`` lines."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return cattrs.transform_error(exc, path="$", format_exception=_format_exception)
+    return [f"{exc} @ $"]
+
+
+def _format_exception(exc: BaseException, type_: type[Any] | None) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return "unknown key(s): " + ", ".join(sorted(exc.extra_fields))
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    if isinstance(exc, TypeError | ValueError) and str(exc):
+        return str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _describe(exc: BaseException, cls: type[Any]) -> str:
+    return f"invalid {cls.__name__}: " + "; ".join(describe_errors(exc))

@@ -1,0 +1,322 @@
+"""Append-only JSONL transcripts: one file per conversation under ``session_dir``.
+
+Every line is one record ``{"v": 1, "ts": …, "kind": …}``:
+
+* ``message`` — ``{"message": {...}}``, one per message as it is produced;
+* ``compact`` — ``{"messages": [...]}``, the history as compression left it;
+* ``event`` — ``{"event": {...}}``, events worth keeping (tool call provenance,
+  retries and failovers, compression, errors);
+* ``meta`` — ``{"event": "run_start" | "run_end", ...}`` with the input,
+  usage and stopped reason.
+
+Each record is written and flushed on its own, so a killed process leaves
+every finished record readable. The reader tolerates a torn last line and
+reports — without hiding or stopping at — a corrupt line in the middle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from attrs import field, frozen
+
+from lich import serialization
+from lich.types import AssistantMessage, Message, ToolMessage
+
+__all__ = [
+    "RECORD_VERSION",
+    "SessionContents",
+    "SessionInfo",
+    "SessionNotFound",
+    "SessionStore",
+    "SessionWriter",
+    "repair_dangling_tool_calls",
+    "sanitize",
+]
+
+RECORD_VERSION = 1
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class SessionNotFound(LookupError):
+    """No session with that id (or no sessions at all, for ``latest``)."""
+
+
+def sanitize(value: Any) -> Any:
+    """Replace NUL characters and lone surrogates in every string of ``value``."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {sanitize(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitize(v) for v in value]
+    return value
+
+
+def _encode(record: Mapping[str, Any]) -> bytes:
+    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    try:
+        data = line.encode("utf-8")
+    except UnicodeEncodeError:
+        return _encode(sanitize(record))
+    if "\\u0000" in line:
+        return _encode_clean(record)
+    return data + b"\n"
+
+
+def _encode_clean(record: Mapping[str, Any]) -> bytes:
+    line = json.dumps(sanitize(record), ensure_ascii=False, separators=(",", ":"))
+    return line.encode("utf-8") + b"\n"
+
+
+class SessionWriter:
+    """Appends records to one session file; each record is flushed as it is written."""
+
+    def __init__(self, session_id: str, path: Path) -> None:
+        self.session_id = session_id
+        self.path = path
+        self._file: IO[bytes] | None = None
+
+    def _open(self) -> IO[bytes]:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
+            self._heal_torn_tail()
+        return self._file
+
+    def _heal_torn_tail(self) -> None:
+        # A previous crash may have left a line without its newline; start ours on a fresh line
+        # so that the torn record stays the only casualty.
+        assert self._file is not None
+        if self._file.tell() == 0:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                self._file.write(b"\n")
+
+    def append(self, kind: str, **fields: Any) -> None:
+        """Write one record of ``kind`` with ``fields``."""
+        record = {"v": RECORD_VERSION, "ts": time.time(), "kind": kind, **fields}
+        f = self._open()
+        f.write(_encode(record))
+        f.flush()
+
+    def message(self, message: Message) -> None:
+        """Record one message."""
+        self.append("message", message=serialization.message_to_dict(message))
+
+    def compact(self, messages: Iterable[Message]) -> None:
+        """Record the history as compression left it."""
+        self.append("compact", messages=[serialization.message_to_dict(m) for m in messages])
+
+    def close(self) -> None:
+        """Close the file (a later append reopens it)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@frozen
+class SessionContents:
+    """A session file read back.
+
+    ``messages`` is the history (``compact`` records applied); ``problems``
+    lists corrupt lines by number; ``torn_tail`` says the last line was cut
+    off (a crash mid-write) and skipped.
+    """
+
+    session_id: str
+    path: Path
+    records: tuple[dict[str, Any], ...]
+    messages: tuple[Message, ...]
+    problems: tuple[str, ...] = field(factory=tuple)
+    torn_tail: bool = False
+
+
+@frozen
+class SessionInfo:
+    """One entry of :meth:`SessionStore.list`."""
+
+    session_id: str
+    path: Path
+    title: str
+    modified: float
+    size: int
+
+
+class SessionStore:
+    """The session files under one directory."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    @staticmethod
+    def new_id() -> str:
+        """A new, time-sortable, unguessable session id."""
+        return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+    def path_for(self, session_id: str) -> Path:
+        """The file of ``session_id``; refuses ids that are not plain names."""
+        if not _ID_PATTERN.match(session_id):
+            raise ValueError(f"invalid session id: {session_id!r}")
+        return self.directory / f"{session_id}.jsonl"
+
+    def open(self, session_id: str | None = None) -> SessionWriter:
+        """A writer appending to ``session_id`` (a new session when ``None``)."""
+        sid = session_id or self.new_id()
+        return SessionWriter(sid, self.path_for(sid))
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the session has a file."""
+        try:
+            return self.path_for(session_id).is_file()
+        except ValueError:
+            return False
+
+    def list(self) -> list[SessionInfo]:
+        """Every session, newest first, titled by its first user message."""
+        if not self.directory.is_dir():
+            return []
+        entries = []
+        for path in self.directory.glob("*.jsonl"):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            entries.append((stat.st_mtime, path, stat.st_size))
+        entries.sort(key=lambda e: (e[0], e[1].name), reverse=True)
+        return [
+            SessionInfo(path.stem, path, _title(path), mtime, size)
+            for mtime, path, size in entries
+        ]
+
+    def resolve(self, ref: str) -> str:
+        """A session id from ``ref``: an id, a path, or ``latest``."""
+        if ref == "latest":
+            sessions = self.list()
+            if not sessions:
+                raise SessionNotFound(f"no sessions in {self.directory}")
+            return sessions[0].session_id
+        if ref.endswith(".jsonl"):
+            ref = Path(ref).stem
+        if not self.exists(ref):
+            raise SessionNotFound(f"no session {ref!r} in {self.directory}")
+        return ref
+
+    def read(self, ref: str) -> SessionContents:
+        """Read a session back (see :class:`SessionContents`)."""
+        sid = self.resolve(ref)
+        return read_session_file(self.path_for(sid), sid)
+
+    def history(self, ref: str) -> list[Message]:
+        """The conversation to resume: messages, with dangling tool calls closed."""
+        return repair_dangling_tool_calls(self.read(ref).messages)
+
+
+def read_session_file(path: Path, session_id: str | None = None) -> SessionContents:
+    """Parse one JSONL session file leniently (see :class:`SessionContents`)."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    ends_clean = data.endswith(b"\n") or not data
+    if ends_clean:
+        lines = lines[:-1]
+    records: list[dict[str, Any]] = []
+    messages: list[Message] = []
+    problems: list[str] = []
+    torn = False
+    last = len(lines) - 1
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+            version = record.get("v")
+            if version != RECORD_VERSION:
+                raise ValueError(f"unsupported record version {version!r}")
+            kind = record.get("kind")
+            if kind == "message":
+                messages.append(serialization.message_from_dict(record.get("message")))
+            elif kind == "compact":
+                messages = serialization.messages_from_dicts(record.get("messages"))
+        except (ValueError, serialization.SerializationError, UnicodeDecodeError) as exc:
+            if number - 1 == last and not ends_clean:
+                torn = True  # the process died mid-write; everything before is intact
+                continue
+            problems.append(f"line {number}: corrupt record skipped: {exc}")
+            continue
+        records.append(record)
+    return SessionContents(
+        session_id=session_id or path.stem,
+        path=path,
+        records=tuple(records),
+        messages=tuple(messages),
+        problems=tuple(problems),
+        torn_tail=torn,
+    )
+
+
+def repair_dangling_tool_calls(messages: Iterable[Message]) -> list[Message]:
+    """Give every tool call without a result a ``cancelled`` result, right after its turn.
+
+    Providers reject a history in which a tool call has no answer; a run
+    killed mid-tool leaves exactly that.
+    """
+    out: list[Message] = []
+    pending: list[tuple[str, str]] = []
+
+    def close_pending() -> None:
+        for call_id, name in pending:
+            out.append(
+                ToolMessage(call_id, name, '{"ok":false,"output":"","error":"cancelled"}', True)
+            )
+        pending.clear()
+
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            pending[:] = [p for p in pending if p[0] != message.tool_call_id]
+            out.append(message)
+            continue
+        close_pending()
+        out.append(message)
+        if isinstance(message, AssistantMessage):
+            pending.extend((c.id, c.name) for c in message.tool_calls)
+    close_pending()
+    return out
+
+
+def _title(path: Path, limit: int = 80) -> str:
+    try:
+        with open(path, "rb") as f:
+            for _ in range(64):  # the first user message is near the top
+                raw = f.readline()
+                if not raw:
+                    break
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                message = record.get("message") if isinstance(record, dict) else None
+                if isinstance(message, dict) and message.get("role") == "user":
+                    text = str(message.get("content", "")).strip().splitlines()
+                    first = text[0] if text else ""
+                    return first[:limit]
+    except OSError:
+        pass
+    return ""
+

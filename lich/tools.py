@@ -1,0 +1,354 @@
+"""Tools: what they are, where they are registered, and how they are run.
+
+* :class:`Tool` — a name, a description, a JSON Schema and an ``execute``
+  function (sync or async) with its own timeout and output cap.
+* :func:`tool` — the decorator that makes a :class:`Tool` from a typed function.
+* :class:`ToolRegistry` — what ``lich_register_tools`` fills.
+* :class:`ToolExecutor` — runs one call and never raises: unknown tools,
+  bad arguments, exceptions, timeouts and cancellation all come back as a
+  failed :class:`~lich.types.ToolResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeAlias, overload
+
+import attrs
+from attrs import field, frozen
+
+from lich import _schema
+from lich.cancel import CancelToken, Cancelled, race
+from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError, truncate_text
+from lich.hooks import RunInfo
+from lich.types import ToolCall, ToolDefinition, ToolResult
+
+__all__ = [
+    "DuplicateToolError",
+    "Tool",
+    "ToolContext",
+    "ToolExecutor",
+    "ToolRegistry",
+    "tool",
+]
+
+log = logging.getLogger("lich.tools")
+
+ToolFn: TypeAlias = Callable[
+    [dict[str, Any], "ToolContext"], "Awaitable[ToolResult] | ToolResult"
+]
+
+
+@frozen
+class ToolContext:
+    """What a running tool may know about its surroundings.
+
+    ``settings`` is the tool's ``[tools.<name>]`` config table; ``env`` the
+    extra environment lich passes to tools; ``cancel`` fires when the run is
+    cancelled (async tools are also cancelled as tasks; tools in a worker
+    thread should poll ``cancel.cancelled``).
+    """
+
+    work_dir: Path
+    env: Mapping[str, str] = field(factory=dict)
+    cancel: CancelToken = field(factory=CancelToken, eq=False)
+    settings: Mapping[str, Any] = field(factory=dict)
+    run: RunInfo | None = None
+    call_id: str = ""
+
+
+@frozen
+class Tool:
+    """A tool the model can call.
+
+    ``execute(args, ctx)`` may be a plain function (run in a worker thread so
+    it cannot block the event loop) or a coroutine function. It returns a
+    :class:`ToolResult`, or raises :class:`lich.guards.ToolError` for a coded
+    failure. ``timeout_s`` and ``max_output_chars`` are the tool's own limits;
+    ``[tools.<name>]`` in the config may override them.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    execute: ToolFn = field(eq=False, repr=False)
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    plugin: str | None = None
+    is_async: bool = field(init=False, eq=False, repr=False)
+
+    @is_async.default
+    def _is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.execute) or inspect.iscoroutinefunction(
+            getattr(self.execute, "__call__", None)
+        )
+
+    def definition(self) -> ToolDefinition:
+        """What the model is told about this tool."""
+        return ToolDefinition(self.name, self.description, self.parameters)
+
+
+def _is_context_param(name: str, hint: Any) -> bool:
+    return hint is ToolContext or name in ("ctx", "context")
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a :class:`Tool` from a typed function.
+
+    The function's name is the tool name, the first paragraph of its docstring
+    the description (``:param x:`` lines or an ``Args:`` block describe the
+    parameters), and its annotated parameters the JSON Schema. A parameter
+    annotated :class:`ToolContext` (or named ``ctx``) receives the context.
+    Arguments are checked against the schema before the call
+    (``missing_arg: x``, ``invalid_arg: x: expected integer, got string``).
+    Return a ``str`` (the output), a :class:`ToolResult`, or anything JSON-able.
+
+    Usable bare (``@tool``) or with options (``@tool(timeout_s=5)``)."""
+
+    def build(func: Callable[..., Any]) -> Tool:
+        schema = _schema.schema_for_signature(func, _is_context_param)
+        hints = inspect.signature(func).parameters
+        ctx_name = next(
+            (n for n, p in hints.items() if _is_context_param(n, p.annotation)
+             or p.annotation == "ToolContext"),
+            None,
+        )
+        is_coro = inspect.iscoroutinefunction(func)
+
+        def call_kwargs(args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+            problem = _schema.validate_args(args, schema)
+            if problem:
+                raise ToolError(problem)
+            kwargs = dict(args)
+            if ctx_name:
+                kwargs[ctx_name] = ctx
+            return kwargs
+
+        execute: ToolFn
+        if is_coro:
+
+            async def execute_async(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+                return _as_result(await func(**call_kwargs(args, ctx)))
+
+            execute = execute_async
+        else:
+
+            def execute_sync(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+                return _as_result(func(**call_kwargs(args, ctx)))
+
+            execute = execute_sync
+
+        return Tool(
+            name=name or func.__name__,
+            description=description or _schema.doc_summary(func.__doc__) or (name or func.__name__),
+            parameters=schema,
+            execute=execute,
+            timeout_s=timeout_s,
+            max_output_chars=max_output_chars,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def _as_result(value: Any) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(ok=True, output=value)
+    if value is None:
+        return ToolResult(ok=True, output="")
+    return ToolResult(ok=True, output=json.dumps(value, ensure_ascii=False, default=str))
+
+
+class DuplicateToolError(ValueError):
+    """``duplicate_tool: <name>`` — a tool of that name is registered already."""
+
+
+class ToolRegistry:
+    """The tools an agent offers, in registration order.
+
+    While a plugin's ``lich_register_tools`` runs, the host sets
+    :attr:`current_plugin` so every tool is attributed to its plugin.
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.current_plugin: str | None = None
+        # Set by the plugin host: a duplicate is then reported and skipped, not raised.
+        self.on_duplicate: Callable[[str, str], None] | None = None
+        self._definitions: tuple[ToolDefinition, ...] | None = None
+
+    def register(self, item: Tool) -> None:
+        """Add ``item``; raises :class:`DuplicateToolError` if its name is taken."""
+        if not isinstance(item, Tool):
+            raise TypeError(f"registry.register() takes a lich.Tool, got {type(item).__name__}")
+        if item.name in self._tools:
+            message = f"duplicate_tool: {item.name}"
+            if self.on_duplicate is not None and self.current_plugin is not None:
+                self.on_duplicate(self.current_plugin, f"{message} (skipped)")
+                return
+            raise DuplicateToolError(message)
+        if item.plugin is None and self.current_plugin is not None:
+            item = attrs.evolve(item, plugin=self.current_plugin)
+        self._tools[item.name] = item
+        self._definitions = None
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if any."""
+        return self._tools.get(name)
+
+    def has(self, name: str) -> bool:
+        """Whether a tool called ``name`` is registered."""
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def list(self) -> list[Tool]:
+        """All tools in registration order."""
+        return list(self._tools.values())
+
+    def names(self) -> list[str]:
+        """All tool names in registration order."""
+        return list(self._tools)
+
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        """What the model is told; cached until the registry changes."""
+        if self._definitions is None:
+            self._definitions = tuple(t.definition() for t in self._tools.values())
+        return self._definitions
+
+    def remove_plugin(self, plugin: str) -> list[str]:
+        """Remove every tool ``plugin`` registered; returns their names."""
+        gone = [n for n, t in self._tools.items() if t.plugin == plugin]
+        for n in gone:
+            del self._tools[n]
+        if gone:
+            self._definitions = None
+        return gone
+
+    def filter(self, enabled: Iterable[str] | None, disabled: Iterable[str] = ()) -> None:
+        """Keep only ``enabled`` (all when ``None``) minus ``disabled``."""
+        keep = set(self._tools) if enabled is None else set(enabled)
+        keep -= set(disabled)
+        self._tools = {n: t for n, t in self._tools.items() if n in keep}
+        self._definitions = None
+
+
+class ToolExecutor:
+    """Runs tool calls. :meth:`execute` never raises.
+
+    :param registry: where tools are looked up.
+    :param work_dir: the directory tools work in (and are confined to).
+    :param env: extra environment handed to tools in their context.
+    :param tool_settings: the ``[tools.<name>]`` tables; ``timeout_s`` and
+        ``max_output_chars`` there override the tool's own limits.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        work_dir: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.work_dir = Path(work_dir)
+        self.env = dict(env or {})
+        self.tool_settings = tool_settings or {}
+
+    def limits(self, item: Tool) -> tuple[float, int]:
+        """The effective ``(timeout_s, max_output_chars)`` of ``item``."""
+        settings = self.tool_settings.get(item.name, {})
+        timeout = settings.get("timeout_s", item.timeout_s)
+        cap = settings.get("max_output_chars", item.max_output_chars)
+        return float(timeout), int(cap)
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        run: RunInfo | None = None,
+        cancel: CancelToken | None = None,
+    ) -> ToolResult:
+        """Run ``call`` and return its result; failures are results too."""
+        if call.args_error is not None:
+            return ToolResult.failure(f"invalid_tool_arguments: {call.args_error}")
+        item = self.registry.get(call.name)
+        if item is None:
+            return ToolResult.failure(f"unknown_tool: {call.name}")
+        token = cancel or CancelToken()
+        if token.cancelled:
+            return ToolResult.failure("cancelled")
+        timeout_s, max_chars = self.limits(item)
+        ctx = ToolContext(
+            work_dir=self.work_dir,
+            env=self.env,
+            cancel=token,
+            settings=self.tool_settings.get(item.name, {}),
+            run=run,
+            call_id=call.id,
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await race(self._invoke(item, dict(call.args), ctx), token)
+        except Cancelled:
+            return ToolResult.failure("cancelled")
+        except TimeoutError:
+            token_note = "cancelled" if token.cancelled else None
+            return ToolResult.failure(
+                token_note or f"timeout: tool:{item.name} exceeded {timeout_s:g}s"
+            )
+        except ToolError as exc:
+            return ToolResult.failure(str(exc))
+        except Exception as exc:
+            log.debug("tool %s raised", item.name, exc_info=True)
+            return ToolResult.failure(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        if not isinstance(result, ToolResult):
+            return ToolResult.failure(
+                f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"
+            )
+        if len(result.output) > max_chars:
+            result = attrs.evolve(result, output=truncate_text(result.output, max_chars))
+        return result
+
+    async def _invoke(self, item: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if item.is_async:
+            return await item.execute(args, ctx)  # type: ignore[misc]
+        # A plain function may block (file system, subprocess): keep it off the loop.
+        result = await asyncio.to_thread(item.execute, args, ctx)
+        if inspect.isawaitable(result):  # a callable object returning an awaitable
+            return await result
+        return result

@@ -1,0 +1,12 @@
+"""The ``openai_compat``provider plugin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lich.hooks import hookimpl
+
+
+@hookimpl
+def lich_register_providers(registry: Any) -> None:
+    """Register the ``openai_compat`` provider kind."""
