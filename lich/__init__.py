@@ -73,7 +73,42 @@ _EXPORTS = {
     "tool": "lich.tools",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+# A literal list, so linters and type checkers see what the lazy imports provide.
+__all__ = [
+    "Agent",
+    "AssistantMessage",
+    "Block",
+    "CancelToken",
+    "ChatOptions",
+    "ChatResult",
+    "ConfigError",
+    "LichConfig",
+    "LoadReport",
+    "Message",
+    "PluginHost",
+    "PluginLoadError",
+    "ProviderConfig",
+    "ProviderError",
+    "Rewrite",
+    "RunInfo",
+    "RunOutcome",
+    "RunResult",
+    "SystemMessage",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolError",
+    "ToolMessage",
+    "ToolRegistry",
+    "ToolResult",
+    "Usage",
+    "UserMessage",
+    "__version__",
+    "hookimpl",
+    "load_config",
+    "tool",
+]
 
 
 def __getattr__(name: str) -> Any:

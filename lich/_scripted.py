@@ -36,6 +36,7 @@ from lich.types import (
     ToolMessage,
     Usage,
     UserMessage,
+    _tool_calls,
 )
 
 __all__ = [
@@ -62,7 +63,7 @@ class Reply:
     """
 
     text: str = ""
-    tool_calls: tuple[ToolCall, ...] = field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = field(default=(), converter=_tool_calls)
     usage: Usage | None = None
     finish_reason: str | None = None
     delay_s: float = 0.0
@@ -266,7 +267,7 @@ class OpenAIDialect:
     """OpenAI chat completions: ``POST /v1/chat/completions`` (and ``/chat/completions``)."""
 
     name = "openai"
-    paths = ("/v1/chat/completions", "/chat/completions")
+    paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     content_type = "text/event-stream"
 
     def parse(self, body: Any) -> ScriptRequest:
@@ -300,7 +301,9 @@ class OpenAIDialect:
             else:
                 raise ValueError(f"unknown role {role!r}")
         tools = tuple(
-            t.get("function", {}).get("name", "") for t in body.get("tools") or [] if isinstance(t, dict)
+            t.get("function", {}).get("name", "")
+            for t in body.get("tools") or []
+            if isinstance(t, dict)
         )
         return ScriptRequest(
             tuple(messages), tools, str(body.get("model", "")), bool(body.get("stream")),

@@ -383,7 +383,8 @@ def _last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:
 def _event_recorder(writer: SessionWriter) -> Callable[[Envelope], None]:
     def record(envelope: Envelope) -> None:
         if isinstance(envelope.event, _RECORDED_EVENTS):
-            writer.append("event", seq=envelope.seq, event=serialization.event_to_dict(envelope.event))
+            event = serialization.event_to_dict(envelope.event)
+            writer.append("event", seq=envelope.seq, event=event)
 
     return record
 

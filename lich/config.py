@@ -244,10 +244,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"cannot read config: {exc}"], str(path)) from exc
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         fmt = "JSON" if path.suffix.lower() == ".json" else "TOML"
         raise ConfigError([f"not valid {fmt}: {exc}"], str(path)) from exc
@@ -326,7 +323,9 @@ def load_config(
 
     problems: list[str] = []
     if "api_key" in raw:
-        problems.append("$.api_key: secrets never live in the config; name the env var in api_key_env")
+        problems.append(
+            "$.api_key: secrets never live in the config; name the env var in api_key_env"
+        )
     for i, p in enumerate(raw.get("providers") or []):
         if isinstance(p, Mapping) and "api_key" in p:
             problems.append(
@@ -346,7 +345,7 @@ _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 
 def _problems(exc: BaseException) -> list[str]:
-    out = []
+    out: list[str] = []
     for line in serialization.describe_errors(exc):
         message, _, path = line.rpartition(" @ ")
         if message.startswith("unknown key(s): "):

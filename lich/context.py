@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Sequence
 
-from attrs import frozen
+from attrs import field, frozen
 
 from lich.types import (
     AssistantMessage,
@@ -97,7 +97,7 @@ class CompressResult:
     messages: tuple[Message, ...]
     summary_chars: int
     ok: bool
-    usage: Usage = Usage()
+    usage: Usage = field(factory=Usage)
 
 
 def split_for_compression(
@@ -109,8 +109,8 @@ def split_for_compression(
     widened so that it does not start with a tool result (its assistant
     message comes along) and so that it contains the latest user message.
     """
-    system = [m for m in messages if isinstance(m, SystemMessage)]
-    rest = [m for m in messages if not isinstance(m, SystemMessage)]
+    system: list[Message] = [m for m in messages if isinstance(m, SystemMessage)]
+    rest: list[Message] = [m for m in messages if not isinstance(m, SystemMessage)]
     start = max(0, len(rest) - keep_recent)
     last_user = max((i for i, m in enumerate(rest) if isinstance(m, UserMessage)), default=None)
     if last_user is not None:

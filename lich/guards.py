@@ -75,7 +75,12 @@ def optional_number_arg(args: Mapping[str, Any], key: str, fallback: float) -> f
 
 
 def optional_int_arg(
-    args: Mapping[str, Any], key: str, fallback: int, *, lo: int | None = None, hi: int | None = None
+    args: Mapping[str, Any],
+    key: str,
+    fallback: int,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
 ) -> int:
     """A number floored to an int and clamped to ``[lo, hi]``, else ``fallback``."""
     value = optional_number_arg(args, key, float("nan"))

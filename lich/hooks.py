@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import StoppedReason
 
-__all__ = ["PROJECT", "Block", "RunInfo", "RunOutcome", "Rewrite", "hookimpl", "hookspec"]
+__all__ = ["PROJECT", "Block", "Rewrite", "RunInfo", "RunOutcome", "hookimpl", "hookspec"]
 
 PROJECT = "lich"
 
@@ -81,6 +81,6 @@ class RunOutcome:
 
     stopped_reason: StoppedReason
     turns_used: int
-    usage: Usage = Usage()
+    usage: Usage = field(factory=Usage)
     final: AssistantMessage | None = None
     error: str | None = None

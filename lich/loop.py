@@ -18,7 +18,7 @@ from typing import Protocol
 from attrs import field, frozen
 
 from lich import context
-from lich.cancel import CancelToken, Cancelled, race
+from lich.cancel import Cancelled, CancelToken, race
 from lich.events import (
     BudgetExhausted,
     CompressEnd,
@@ -131,7 +131,7 @@ class LoopOutcome:
     result: ChatResult | None
     turns_used: int
     stopped_reason: StoppedReason
-    usage: Usage = Usage()
+    usage: Usage = field(factory=Usage)
 
 
 def seed_system_prompt(messages: Sequence[Message], system_prompt: str | None) -> list[Message]:

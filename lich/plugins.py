@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -64,6 +64,10 @@ Phase: TypeAlias = Literal["resolve", "import", "register", "validate"]
 SourceKind: TypeAlias = Literal["entry_point", "module", "file", "object"]
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @frozen
 class LoadReport:
     """What happened to one plugin entry. ``phase`` is where it failed (``None`` if it loaded)."""
@@ -80,7 +84,7 @@ class LoadReport:
     error_type: str | None = None
     error_message: str | None = None
     load_ms: float = 0.0
-    warnings: tuple[str, ...] = field(default=(), converter=tuple)
+    warnings: tuple[str, ...] = field(default=(), converter=_str_tuple)
 
     @property
     def ok(self) -> bool:
@@ -198,7 +202,9 @@ class PluginHost:
     # ------------------------------------------------------------------ loading
 
     def load(self, entries: Sequence[str]) -> list[LoadReport]:
-        """Load ``entries`` one by one, in order; returns their reports (also kept in :attr:`reports`)."""
+        """Load ``entries`` one by one, in order; returns their reports.
+
+        The reports are also kept in :attr:`reports`."""
         return [self.load_entry(entry) for entry in entries]
 
     def load_entry(self, entry: str) -> LoadReport:
@@ -341,7 +347,9 @@ class PluginHost:
             raise LookupError(
                 f"no entry point (group {ENTRY_POINT_GROUP!r}), module or .py file named {entry!r}"
             )
-        return _Resolved("module", entry, spec.origin or entry, lambda: importlib.import_module(entry))
+        return _Resolved(
+            "module", entry, spec.origin or entry, lambda: importlib.import_module(entry)
+        )
 
     # -------------------------------------------------------------- reporting
 
@@ -370,7 +378,8 @@ class PluginHost:
                 log.warning("plugin %s failed: %s", plugin_name, self.reports[i].describe_error())
                 return
         # An implementation registered outside load()/register_object(): report it anyway.
-        self.reports.append(_failed(LoadReport(plugin_name, "failed", plugin=plugin_name), phase, exc))
+        orphan = LoadReport(plugin_name, "failed", plugin=plugin_name)
+        self.reports.append(_failed(orphan, phase, exc))
 
     def _warn(self, plugin_name: str, message: str) -> None:
         for i, report in enumerate(self.reports):
@@ -477,7 +486,7 @@ class PluginHost:
             asyncio.to_thread(impl.function, **args), self.hook_timeout_s
         )
         if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, self.hook_timeout_s)  # type: ignore[arg-type]
+            result = await asyncio.wait_for(result, self.hook_timeout_s)
         return result
 
     async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:

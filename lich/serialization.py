@@ -19,13 +19,11 @@ from cattrs.gen import make_dict_unstructure_fn, override
 from lich import events as ev
 from lich.types import (
     AssistantMessage,
-    ChatResult,
     Message,
     SystemMessage,
     ToolCall,
     ToolMessage,
     ToolResult,
-    Usage,
     UserMessage,
 )
 

@@ -16,6 +16,7 @@ reports — without hiding or stopping at — a corrupt line in the middle.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -222,7 +223,7 @@ class SessionStore:
         sid = self.resolve(ref)
         return read_session_file(self.path_for(sid), sid)
 
-    def history(self, ref: str) -> list[Message]:
+    def history(self, ref: str) -> builtins.list[Message]:
         """The conversation to resume: messages, with dangling tool calls closed."""
         return repair_dangling_tool_calls(self.read(ref).messages)
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import json
 import logging
@@ -24,7 +25,7 @@ import attrs
 from attrs import field, frozen
 
 from lich import _schema
-from lich.cancel import CancelToken, Cancelled, race
+from lich.cancel import Cancelled, CancelToken, race
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError, truncate_text
 from lich.hooks import RunInfo
 from lich.types import ToolCall, ToolDefinition, ToolResult
@@ -85,8 +86,10 @@ class Tool:
 
     @is_async.default
     def _is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.execute) or inspect.iscoroutinefunction(
-            getattr(self.execute, "__call__", None)
+        # A callable object counts as async when its ``__call__`` is a coroutine function.
+        fn = self.execute
+        return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            type(fn).__call__
         )
 
     def definition(self) -> ToolDefinition:
@@ -239,7 +242,7 @@ class ToolRegistry:
         """All tools in registration order."""
         return list(self._tools.values())
 
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:
         """All tool names in registration order."""
         return list(self._tools)
 
@@ -249,7 +252,7 @@ class ToolRegistry:
             self._definitions = tuple(t.definition() for t in self._tools.values())
         return self._definitions
 
-    def remove_plugin(self, plugin: str) -> list[str]:
+    def remove_plugin(self, plugin: str) -> builtins.list[str]:
         """Remove every tool ``plugin`` registered; returns their names."""
         gone = [n for n, t in self._tools.items() if t.plugin == plugin]
         for n in gone:
@@ -335,7 +338,8 @@ class ToolExecutor:
             return ToolResult.failure(str(exc))
         except Exception as exc:
             log.debug("tool %s raised", item.name, exc_info=True)
-            return ToolResult.failure(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            name = type(exc).__name__
+            return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
         if not isinstance(result, ToolResult):
             return ToolResult.failure(
                 f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"
@@ -346,7 +350,7 @@ class ToolExecutor:
 
     async def _invoke(self, item: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if item.is_async:
-            return await item.execute(args, ctx)  # type: ignore[misc]
+            return await item.execute(args, ctx)  # type: ignore[misc,no-any-return]
         # A plain function may block (file system, subprocess): keep it off the loop.
         result = await asyncio.to_thread(item.execute, args, ctx)
         if inspect.isawaitable(result):  # a callable object returning an awaitable

@@ -11,7 +11,7 @@ these types onto its own JSON and back.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
@@ -45,6 +45,11 @@ FinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "error", "unkn
 ProviderErrorKind: TypeAlias = Literal[
     "auth", "rate_limit", "overflow", "bad_request", "network", "unknown"
 ]
+
+
+def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    # A typed converter (not bare ``tuple``) so type checkers know what __init__ takes.
+    return tuple(value)
 
 
 def _freeze_args(value: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -89,7 +94,7 @@ class AssistantMessage:
     """A model reply: text, and possibly requests to run tools."""
 
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = field(default=(), converter=_tool_calls)
     role: Literal["assistant"] = "assistant"
 
 
