@@ -17,7 +17,7 @@ from typing import Any
 from attrs import frozen
 
 from lich import serialization
-from lich.cancel import CancelToken
+from lich.cancel import Cancelled, CancelToken, race
 from lich.config import LichConfig
 from lich.events import (
     CompressEnd,
@@ -33,6 +33,7 @@ from lich.events import (
     RunStart,
     StoppedReason,
     ToolCallEnd,
+    TurnStart,
 )
 from lich.hooks import RunInfo, RunOutcome
 from lich.loop import (
@@ -138,7 +139,12 @@ class HookedToolRunner:
     async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
         rewritten_by: tuple[str, ...] = ()
         if self._before and call.args_error is None:
-            decision = await self.host.before_tool_call(call, self.run)
+            # Raced against the cancel token: a slow before-hook must not delay an abort
+            # by up to hook_timeout_s. A cancelled call does not run.
+            try:
+                decision = await race(self.host.before_tool_call(call, self.run), cancel)
+            except Cancelled:
+                return ToolOutcome(call, ToolResult.failure("cancelled"))
             call, rewritten_by = decision.call, decision.rewritten_by
             if decision.blocked_by is not None:
                 blocked = ToolResult.failure(f"blocked_by_plugin: {decision.reason}")
@@ -146,7 +152,12 @@ class HookedToolRunner:
         result = await self.executor.execute(call, run=self.run, cancel=cancel)
         replaced_by = None
         if self._after:
-            result, replaced_by = await self.host.after_tool_call(call, result, self.run)
+            try:
+                result, replaced_by = await race(
+                    self.host.after_tool_call(call, result, self.run), cancel
+                )
+            except Cancelled:
+                pass  # keep the tool's own result; the run is ending
         return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)
 
 
@@ -186,6 +197,10 @@ class Agent:
         if chat is None:
             registry = ProviderRegistry()
             host.register_providers(registry)
+            # Strict mode first: a provider kind missing because its plugin failed is
+            # reported as that plugin failure, not as a config error.
+            if config.strict_plugins:
+                host.raise_if_failed()
             self.providers = build_providers(config, registry)
             chat = build_chat(config, host, self.providers)
         if config.strict_plugins:
@@ -262,7 +277,6 @@ class Agent:
             for message in new:
                 writer.message(message)
         emitter.emit(RunStart(input, config.work_dir, self.model))
-        await self.host.run_start(run)
 
         def on_message(message: Message) -> None:
             transcript.append(message)
@@ -297,15 +311,19 @@ class Agent:
         )
         outcome: LoopOutcome | None = None
         try:
+            # Inside the try: lich_run_end must follow even if the task is cancelled here.
+            await self.host.run_start(run)
             outcome = await run_conversation(deps, seeded, params)
         except asyncio.CancelledError:
             # The task itself was cancelled (e.g. Ctrl-C): record an aborted run, then let the
             # cancellation continue.
-            await self._finish(run, emitter, writer, "aborted", transcript, spent.usage, None)
+            await self._finish(run, emitter, writer, "aborted", transcript, spent.usage, None,
+                               turns=spent.turns)
             raise
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
-            await self._finish(run, emitter, writer, "error", transcript, spent.usage, error)
+            await self._finish(run, emitter, writer, "error", transcript, spent.usage, error,
+                               turns=spent.turns)
             raise
         await self._finish(run, emitter, writer, outcome.stopped_reason, transcript,
                            outcome.usage, None, outcome)
@@ -327,8 +345,10 @@ class Agent:
         usage: Usage,
         error: str | None,
         outcome: LoopOutcome | None = None,
+        *,
+        turns: int = 0,
     ) -> None:
-        turns = outcome.turns_used if outcome else 0
+        turns = outcome.turns_used if outcome else turns
         final = outcome.final if outcome else _last_assistant(transcript)
         emitter.emit(RunEnd(reason, turns, usage, error))
         if writer is not None:
@@ -353,16 +373,19 @@ class Agent:
 
 
 class _UsageMeter:
-    """Adds up the usage of one run's model calls (for runs that end in an exception)."""
+    """Adds up the usage and counts the turns of one run (for runs that end in an exception)."""
 
-    __slots__ = ("usage",)
+    __slots__ = ("turns", "usage")
 
     def __init__(self) -> None:
         self.usage = Usage()
+        self.turns = 0
 
     def __call__(self, envelope: Envelope) -> None:
         if isinstance(envelope.event, LlmEnd):
             self.usage = self.usage + envelope.event.result.usage
+        elif isinstance(envelope.event, TurnStart):
+            self.turns = envelope.event.turn
 
 
 def _new_tail(prior: Sequence[Message], seeded: Sequence[Message]) -> list[Message]:

@@ -186,6 +186,25 @@ def _structure_name_list(value: Any, _: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _structure_providers(value: Any, _: Any) -> tuple[ProviderConfig, ...]:
+    # Without this a table (or a string) would be iterated as if it were the array.
+    if not isinstance(value, list | tuple):
+        raise TypeError("expected an array of [[providers]] tables")
+    return serialization.converter.structure(value, tuple[ProviderConfig, ...])
+
+
+_structure_provider_fields = make_dict_structure_fn(ProviderConfig, serialization.converter)
+
+
+def _structure_provider(value: Any, cls: Any) -> ProviderConfig:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a provider table, got {type(value).__name__}")
+    return _structure_provider_fields(value, cls)
+
+
+serialization.converter.register_structure_hook(ProviderConfig, _structure_provider)
+
+
 def _structure_tables(value: Any, _: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(value, Mapping):
         raise TypeError("expected a table")
@@ -200,6 +219,7 @@ serialization.converter.register_structure_hook(
     make_dict_structure_fn(
         LichConfig,
         serialization.converter,
+        providers=override(struct_hook=_structure_providers),
         tools_enabled=override(struct_hook=_structure_tools_enabled),
         tools_disabled=override(struct_hook=_structure_name_list),
         plugins=override(struct_hook=_structure_name_list),

@@ -235,7 +235,7 @@ async def run_conversation(
                     )
                 except Cancelled:
                     emit(CompressEnd(0, estimate, ok=False))
-                    return outcome("aborted", turn - 1)
+                    return outcome("aborted", turn)
                 usage = usage + compressed.usage
                 if compressed.ok and compressed.summary_chars:
                     history.replace(compressed.messages)
@@ -250,7 +250,9 @@ async def run_conversation(
         try:
             result = await race(deps.chat(list(history.messages), definitions, options), cancel)
         except Cancelled:
-            return outcome("aborted", turn - 1)
+            # The turn began (turn_start was emitted): it counts, as it does for a
+            # cancel during a tool. Only a cancel seen before a turn starts does not.
+            return outcome("aborted", turn)
         except ProviderError as exc:
             emit(ErrorEvent(exc.kind, str(exc)))
             raise

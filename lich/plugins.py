@@ -290,10 +290,15 @@ class PluginHost:
             )
         try:
             self.pm.register(plugin, name=name)
-        except pluggy.PluginValidationError as exc:
-            return _failed(base, "validate", exc)
         except Exception as exc:
-            return _failed(base, "register", exc)
+            # pluggy keeps the implementations it added before the failing one (and the
+            # plugin's name): take them all out so nothing of a failed plugin stays.
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            phase: Phase = "validate" if isinstance(exc, pluggy.PluginValidationError) else (
+                "register"
+            )
+            return _failed(base, phase, exc)
         unknown = [
             caller.name
             for caller in self.pm.get_hookcallers(plugin) or ()

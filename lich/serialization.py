@@ -210,6 +210,8 @@ def _format_exception(exc: BaseException, type_: type[Any] | None) -> str:
         return "unknown key(s): " + ", ".join(sorted(exc.extra_fields))
     if isinstance(exc, KeyError):
         return "required key missing"
+    if typing.get_origin(type_) is typing.Literal:
+        return "must be one of " + ", ".join(repr(v) for v in typing.get_args(type_))
     if isinstance(exc, TypeError | ValueError) and str(exc):
         return str(exc)
     return cattrs.v.format_exception(exc, type_)

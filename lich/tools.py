@@ -17,6 +17,7 @@ import inspect
 import json
 import logging
 import os
+import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias, overload
@@ -52,8 +53,8 @@ class ToolContext:
 
     ``settings`` is the tool's ``[tools.<name>]`` config table; ``env`` the
     extra environment lich passes to tools; ``cancel`` fires when the run is
-    cancelled (async tools are also cancelled as tasks; tools in a worker
-    thread should poll ``cancel.cancelled``).
+    cancelled or the call exceeds its timeout (async tools are also cancelled
+    as tasks; tools in a worker thread should poll ``cancel.cancelled``).
     """
 
     work_dir: Path
@@ -138,10 +139,15 @@ def tool(
 
     def build(func: Callable[..., Any]) -> Tool:
         schema = _schema.schema_for_signature(func, _is_context_param)
-        hints = inspect.signature(func).parameters
+        # The same resolved hints the schema used, so a string annotation
+        # ("ToolContext", "lich.ToolContext") is recognised either way.
+        hints = typing.get_type_hints(func)
         ctx_name = next(
-            (n for n, p in hints.items() if _is_context_param(n, p.annotation)
-             or p.annotation == "ToolContext"),
+            (
+                n
+                for n in inspect.signature(func).parameters
+                if _is_context_param(n, hints.get(n))
+            ),
             None,
         )
         is_coro = inspect.iscoroutinefunction(func)
@@ -189,6 +195,22 @@ def _as_result(value: Any) -> ToolResult:
     if value is None:
         return ToolResult(ok=True, output="")
     return ToolResult(ok=True, output=json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _positive_setting(settings: Mapping[str, Any], key: str, tool: str, default: float) -> float:
+    # [tools.<name>] tables are free-form: a bad value falls back to the tool's own limit
+    # (with a warning) instead of making execute() raise.
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        log.warning("[tools.%s] %s = %r is not a positive number; using %s", tool, key, value,
+                    default)
+        return default
+    return value
+
+
+async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
+    await source.wait()
+    target.cancel()
 
 
 class DuplicateToolError(ValueError):
@@ -295,8 +317,8 @@ class ToolExecutor:
     def limits(self, item: Tool) -> tuple[float, int]:
         """The effective ``(timeout_s, max_output_chars)`` of ``item``."""
         settings = self.tool_settings.get(item.name, {})
-        timeout = settings.get("timeout_s", item.timeout_s)
-        cap = settings.get("max_output_chars", item.max_output_chars)
+        timeout = _positive_setting(settings, "timeout_s", item.name, item.timeout_s)
+        cap = _positive_setting(settings, "max_output_chars", item.name, item.max_output_chars)
         return float(timeout), int(cap)
 
     async def execute(
@@ -316,30 +338,40 @@ class ToolExecutor:
         if token.cancelled:
             return ToolResult.failure("cancelled")
         timeout_s, max_chars = self.limits(item)
+        # The call's own token, fired by the run's cancel *and* by the deadline: an async
+        # tool is cancelled as a task, but a tool in a worker thread only learns that it
+        # should stop by polling ctx.cancel.
+        call_token = CancelToken()
+        forward = asyncio.ensure_future(_forward_cancel(token, call_token))
         ctx = ToolContext(
             work_dir=self.work_dir,
             env=self.env,
-            cancel=token,
+            cancel=call_token,
             settings=self.tool_settings.get(item.name, {}),
             run=run,
             call_id=call.id,
         )
+        deadline = asyncio.timeout(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with deadline:
                 result = await race(self._invoke(item, dict(call.args), ctx), token)
         except Cancelled:
             return ToolResult.failure("cancelled")
-        except TimeoutError:
-            token_note = "cancelled" if token.cancelled else None
-            return ToolResult.failure(
-                token_note or f"timeout: tool:{item.name} exceeded {timeout_s:g}s"
-            )
+        except TimeoutError as exc:
+            if not deadline.expired():  # the tool's own TimeoutError, not our deadline
+                return ToolResult.failure(f"TimeoutError: {exc}" if str(exc) else "TimeoutError")
+            call_token.cancel()
+            if token.cancelled:
+                return ToolResult.failure("cancelled")
+            return ToolResult.failure(f"timeout: tool:{item.name} exceeded {timeout_s:g}s")
         except ToolError as exc:
             return ToolResult.failure(str(exc))
         except Exception as exc:
             log.debug("tool %s raised", item.name, exc_info=True)
             name = type(exc).__name__
             return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
+        finally:
+            forward.cancel()
         if not isinstance(result, ToolResult):
             return ToolResult.failure(
                 f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"
