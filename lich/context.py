@@ -116,7 +116,7 @@ def split_for_compression(
     if last_user is not None:
         start = min(start, last_user)
     # Never begin the kept window with orphaned tool results.
-    while start > 0 and isinstance(rest[start], ToolMessage):
+    while 0 < start < len(rest) and isinstance(rest[start], ToolMessage):
         start -= 1
     return system, rest[:start], rest[start:]
 

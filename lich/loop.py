@@ -239,7 +239,8 @@ async def run_conversation(
                 usage = usage + compressed.usage
                 if compressed.ok and compressed.summary_chars:
                     history.replace(compressed.messages)
-                    deps.on_compact(history.messages)
+                    # A snapshot: the working list keeps growing after this call.
+                    deps.on_compact(tuple(history.messages))
                 after = history.tokens + schema_cache[1]
                 emit(CompressEnd(compressed.summary_chars, after, ok=compressed.ok))
                 if after >= budget * params.compress_threshold:
