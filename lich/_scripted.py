@@ -580,3 +580,15 @@ def demo_responder(file_name: str = "hello.txt") -> Responder:
         )
 
     return respond
+
+
+def _register_extra_dialects() -> None:
+    # The Anthropic and Ollama dialects live in their own module, which imports
+    # this one; importing it here (at the end, once every name exists) makes
+    # ScriptedServer(..., dialects=("anthropic",)) work without further setup.
+    from lich._scripted_dialects import AnthropicDialect, OllamaDialect
+
+    DIALECTS.update({"anthropic": AnthropicDialect(), "ollama": OllamaDialect()})
+
+
+_register_extra_dialects()

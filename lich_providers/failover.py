@@ -1,13 +1,245 @@
-"""The ``failover`` router plugin."""
+"""The ``failover`` router plugin: walk the providers in config order.
+
+Per provider, ``rate_limit`` and ``network`` failures are retried in place (at
+most ``max_attempts`` attempts) after a deterministic backoff; a server's
+``Retry-After`` is a floor for that delay, capped at ``retry_after_cap_s``.
+``auth``, ``overflow``, ``bad_request`` and ``unknown`` move on to the next
+provider at once. When every provider failed, one :class:`ProviderError`
+lists every attempt.
+
+Events go through ``options.emit``: ``retry`` before each in-place retry,
+``failover`` when moving to the next provider, and ``stream_reset`` when an
+attempt that already streamed text failed (the UI drops the partial text).
+
+Cancellation is asyncio task cancellation and is never caught here: it ends
+the call at once, wherever it lands (a provider call, a backoff sleep), with
+no retry and no failover.
+
+Settings (``[plugin_settings.failover]``): ``max_attempts`` (3),
+``base_delay_s`` (0.5), ``max_delay_s`` (8), ``retry_after_cap_s`` (30).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from lich.events import Event, Failover, Retry, StreamReset, TextDelta
 from lich.hooks import hookimpl
+from lich.types import (
+    ChatOptions,
+    ChatResult,
+    Message,
+    Provider,
+    ProviderError,
+    ProviderErrorKind,
+    ToolDefinition,
+)
+
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+
+__all__ = [
+    "DEFAULT_BASE_DELAY_S",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_DELAY_S",
+    "DEFAULT_RETRY_AFTER_CAP_S",
+    "RETRYABLE_KINDS",
+    "FailoverRouter",
+    "classify_error",
+    "compute_backoff",
+    "lich_make_router",
+]
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_BASE_DELAY_S = 0.5
+DEFAULT_MAX_DELAY_S = 8.0
+DEFAULT_RETRY_AFTER_CAP_S = 30.0
+RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limit", "network"})
+
+# Exception class names (anywhere in the MRO) that mean "the network failed",
+# for providers that let a transport error escape; httpx is not imported here.
+_NETWORK_CLASS_NAMES = frozenset({"TransportError", "TimeoutException", "StreamError"})
+
+
+def compute_backoff(
+    attempt: int,
+    base_s: float = DEFAULT_BASE_DELAY_S,
+    max_s: float = DEFAULT_MAX_DELAY_S,
+) -> float:
+    """The delay in seconds after failed attempt number ``attempt`` (1-based).
+
+    ``min(floor(base·2^attempt) + floor(base·attempt/2), max)`` computed in
+    milliseconds: deterministic on purpose (no jitter), so it can be asserted
+    exactly. Defaults give 1.25 s after attempt 1 and 2.5 s after attempt 2.
+    """
+    base_ms = base_s * 1000
+    exponential = math.floor(base_ms * float(2**attempt))
+    jitter = math.floor(base_ms * attempt / 2)
+    return float(min(exponential + jitter, max_s * 1000)) / 1000
+
+
+def classify_error(exc: BaseException, provider: str) -> ProviderError:
+    """``exc`` as a :class:`ProviderError`: kinds are kept, transport errors are
+    ``network``, anything else ``unknown``."""
+    if isinstance(exc, ProviderError):
+        return exc
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    kind: ProviderErrorKind
+    if isinstance(exc, OSError | TimeoutError) or names & _NETWORK_CLASS_NAMES:
+        kind = "network"
+    else:
+        kind = "unknown"
+    return ProviderError(kind, provider, f"{type(exc).__name__}: {exc}")
+
+
+class _StreamWatch:
+    """Forwards a call's events and remembers whether any answer text went out."""
+
+    __slots__ = ("forward", "streamed")
+
+    def __init__(self, forward: Callable[[Event], None] | None) -> None:
+        self.forward = forward
+        self.streamed = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta) and event.text:
+            self.streamed = True
+        if self.forward is not None:
+            self.forward(event)
+
+
+class FailoverRouter:
+    """A :data:`lich.types.ChatFn` over several providers; see the module docstring.
+
+    :param providers: in the order they are tried.
+    :param sleep: the backoff sleep (``asyncio.sleep``); tests pass a recorder.
+    """
+
+    def __init__(
+        self,
+        providers: Sequence[Provider],
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        base_delay_s: float = DEFAULT_BASE_DELAY_S,
+        max_delay_s: float = DEFAULT_MAX_DELAY_S,
+        retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+    ) -> None:
+        if not providers:
+            raise ValueError("at least one provider is required")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.providers = list(providers)
+        self.max_attempts = max_attempts
+        self.base_delay_s = base_delay_s
+        self.max_delay_s = max_delay_s
+        self.retry_after_cap_s = retry_after_cap_s
+        self.sleep = sleep or asyncio.sleep
+
+    def delay_for(self, error: ProviderError, attempt: int) -> float:
+        """The wait after failed attempt ``attempt``: the backoff, or the server's
+        ``Retry-After`` when it is longer (but never more than the cap)."""
+        delay = compute_backoff(attempt, self.base_delay_s, self.max_delay_s)
+        if error.retry_after is not None:
+            delay = max(delay, min(error.retry_after, self.retry_after_cap_s))
+        return delay
+
+    async def __call__(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ChatOptions,
+    ) -> ChatResult:
+        """Answer from the first provider that succeeds; see the module docstring."""
+        failures: list[tuple[str, int, ProviderError]] = []
+        for index, provider in enumerate(self.providers):
+            attempt = 0
+            while True:
+                attempt += 1
+                watch = _StreamWatch(options.on_event)
+                try:
+                    return await provider.chat(
+                        messages, tools, attrs.evolve(options, on_event=watch)
+                    )
+                except Exception as exc:  # CancelledError is a BaseException: never caught
+                    error = classify_error(exc, provider.name)
+                failures.append((provider.name, attempt, error))
+                if watch.streamed:
+                    options.emit(StreamReset(provider.name, f"{error.kind}: {error.message}"))
+                if error.kind not in RETRYABLE_KINDS or attempt >= self.max_attempts:
+                    break
+                delay = self.delay_for(error, attempt)
+                options.emit(Retry(provider.name, attempt + 1, error.kind, delay, error.message))
+                await self.sleep(delay)
+            if index + 1 < len(self.providers):
+                options.emit(
+                    Failover(provider.name, self.providers[index + 1].name, error.kind,
+                             error.message)
+                )
+        raise self._all_failed(failures)
+
+    def _all_failed(self, failures: Sequence[tuple[str, int, ProviderError]]) -> ProviderError:
+        last = failures[-1][2]
+        attempts = tuple((name, n, e.kind, e.message) for name, n, e in failures)
+        listing = "; ".join(f"{name} attempt {n}: {e.kind}: {_short(e.message)}"
+                            for name, n, e in failures)
+        count = len(self.providers)
+        return ProviderError(
+            last.kind,
+            "failover",
+            f"all {count} provider{'s' if count != 1 else ''} failed "
+            f"({len(failures)} attempt{'s' if len(failures) != 1 else ''}): {listing}",
+            status=last.status,
+            retry_after=last.retry_after,
+            attempts=attempts,
+        )
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+_SETTINGS: dict[str, tuple[type, float]] = {
+    "max_attempts": (int, 1),
+    "base_delay_s": (float, 0),
+    "max_delay_s": (float, 0),
+    "retry_after_cap_s": (float, 0),
+}
+
+
+def router_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``[plugin_settings.failover]`` checked; :class:`lich.config.ConfigError` when wrong."""
+    from lich.config import ConfigError
+
+    problems: list[str] = []
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        where = f"$.plugin_settings.failover.{key}"
+        if key not in _SETTINGS:
+            problems.append(f"{where}: unknown key (known: {', '.join(_SETTINGS)})")
+            continue
+        typ, lowest = _SETTINGS[key]
+        ok_type = isinstance(value, int) if typ is int else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok_type:
+            problems.append(f"{where}: expected a{'n integer' if typ is int else ' number'}, "
+                            f"got {value!r}")
+        elif value < lowest or value != value:
+            problems.append(f"{where}: must be at least {lowest:g}, got {value!r}")
+        else:
+            out[key] = typ(value)
+    if problems:
+        raise ConfigError(problems)
+    return out
 
 
 @hookimpl(trylast=True)
-def lich_make_router(providers: list[Any], config: Any) -> Any:
-    """Return the failover router over ``providers``."""
-    return None
+def lich_make_router(providers: list[Provider], config: LichConfig) -> FailoverRouter | None:
+    """Return the failover router over ``providers`` (config order)."""
+    if not providers:
+        return None
+    return FailoverRouter(providers, **router_settings(config.plugin_settings.get("failover", {})))

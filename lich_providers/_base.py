@@ -1,0 +1,255 @@
+"""What the three HTTP providers share: the call skeleton, keys, tool arguments.
+
+A provider subclass says how to build its request body, how to read a complete
+answer, and how to assemble a streamed answer into that same complete shape.
+The last point is what makes a streamed :class:`~lich.types.ChatResult` equal
+the non-streamed one: both go through the same ``parse_response``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from lich.events import TextDelta
+from lich.types import ChatOptions, ChatResult, Message, ProviderError, ToolDefinition
+from lich_providers._http import HttpClient, cut
+
+if TYPE_CHECKING:
+    import httpx
+
+    from lich.config import ProviderConfig
+
+__all__ = [
+    "HttpProvider",
+    "StreamAssembler",
+    "json_type",
+    "loads_event",
+    "merge_fields",
+    "parse_tool_args",
+    "read_key",
+]
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type (for error messages the model reads)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def parse_tool_args(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """Tool-call arguments as sent by a model: ``(args, None)`` or ``({}, reason)``.
+
+    Accepts a JSON object or a string holding one; an empty string or ``null``
+    means no arguments. Anything else is an error the model is told about
+    (the call is never run with made-up arguments).
+    """
+    if isinstance(raw, dict):
+        return raw, None
+    if raw is None:
+        return {}, None
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not text:
+            return {}, None
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON ({exc}): {cut(text, 200)}"
+        if isinstance(value, dict):
+            return value, None
+        return {}, f"arguments must be a JSON object, got {json_type(value)}: {cut(text, 200)}"
+    return {}, f"arguments must be a JSON object, got {json_type(raw)}"
+
+
+def merge_fields(extra: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` with the config's extra request fields added, one level deep.
+
+    What lich sets itself wins; a table in both (Ollama's ``options``) is
+    merged key by key, so ``num_ctx`` from the config sits beside the
+    ``num_predict`` lich computed.
+    """
+    out = dict(extra)
+    for key, value in body.items():
+        mine = out.get(key)
+        if isinstance(value, Mapping) and isinstance(mine, Mapping):
+            out[key] = {**mine, **value}
+        else:
+            out[key] = value
+    return out
+
+
+def read_key(env: Mapping[str, str], var: str | None) -> str | None:
+    """The value of the environment variable ``var``; blank counts as unset."""
+    if not var:
+        return None
+    value = env.get(var)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+class StreamAssembler:
+    """Turns one streamed answer into the shape of the complete (non-streamed) answer.
+
+    Subclasses implement :meth:`consume` (read the lines, emit text deltas,
+    raise on an in-stream error) and :meth:`response` (the assembled body).
+    """
+
+    def __init__(self, provider: HttpProvider, options: ChatOptions) -> None:
+        self.provider = provider
+        self.options = options
+
+    def text(self, piece: str) -> None:
+        """Report a piece of answer text as a ``text_delta`` event."""
+        if piece:
+            self.options.emit(TextDelta(piece, self.provider.name))
+
+    async def consume(self, lines: AsyncIterator[str]) -> None:
+        """Read the whole stream."""
+        raise NotImplementedError
+
+    def response(self) -> Any:
+        """The answer in the provider's non-streaming shape."""
+        raise NotImplementedError
+
+
+class HttpProvider:
+    """Base of the HTTP providers: one :class:`HttpClient`, keys from the environment.
+
+    :param config: the ``[[providers]]`` entry.
+    :param transport: an ``httpx.AsyncBaseTransport`` to use instead of the network.
+    :param env: where ``api_key_env`` is looked up (``os.environ`` by default,
+        read at call time so a key set later is seen).
+    """
+
+    kind: ClassVar[str]
+    path: ClassVar[str]
+    overflow: ClassVar[re.Pattern[str]]
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.http = HttpClient(
+            provider=config.name,
+            base_url=config.resolved_base_url(),
+            overflow=self.overflow,
+            timeout_s=config.timeout_s,
+            transport=transport,
+            headers=config.headers,
+        )
+
+    @property
+    def name(self) -> str:
+        """The configured provider name."""
+        return self.config.name
+
+    @property
+    def model(self) -> str:
+        """The model id sent to the endpoint."""
+        return self.config.model
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"
+
+    # -- what subclasses provide ------------------------------------------------
+
+    def auth_headers(self) -> dict[str, str]:
+        """Headers carrying the key; raise ``auth`` when a required key is missing."""
+        raise NotImplementedError
+
+    def build_body(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ChatOptions,
+    ) -> dict[str, Any]:
+        """The JSON request body."""
+        raise NotImplementedError
+
+    def parse_response(self, data: Any) -> ChatResult:
+        """A complete answer as a :class:`ChatResult`."""
+        raise NotImplementedError
+
+    def assembler(self, options: ChatOptions) -> StreamAssembler:
+        """A fresh assembler for one streamed answer."""
+        raise NotImplementedError
+
+    # -- the call ------------------------------------------------------------------
+
+    def missing_key(self, var: str, why: str = "") -> ProviderError:
+        """The ``auth`` error for a required key that is not set."""
+        return ProviderError(
+            "auth",
+            self.name,
+            f"missing API key: set the environment variable {var}{why} "
+            "(or name another variable in this provider's api_key_env)",
+        )
+
+    def _body(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
+    ) -> dict[str, Any]:
+        return merge_fields(self.config.options, self.build_body(messages, tools, options))
+
+    def _parse(self, data: Any) -> ChatResult:
+        try:
+            return self.parse_response(data)
+        except ProviderError:
+            raise
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ProviderError(
+                "bad_request",
+                self.name,
+                f"unexpected response shape ({type(exc).__name__}: {exc}): "
+                f"{cut(json.dumps(data, default=str))}",
+                status=200,
+            ) from exc
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        options: ChatOptions,
+    ) -> ChatResult:
+        """Call the model; raises only :class:`ProviderError` (and task cancellation)."""
+        headers = self.auth_headers()  # before any request: a missing key costs no round trip
+        body = self._body(messages, tools, options)
+        if not options.stream:
+            return self._parse(await self.http.post_json(self.path, body, headers))
+        assembler = self.assembler(options)
+        async with aclosing(self.http.stream_lines(self.path, body, headers)) as lines:
+            await assembler.consume(lines)
+        return self._parse(assembler.response())
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.http.aclose()
+
+
+def loads_event(provider: HttpProvider, data: str) -> Any:
+    """One streamed JSON payload; garbage is ``bad_request``."""
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise provider.http.bad_stream("unparseable stream data", data) from exc

@@ -1,0 +1,304 @@
+"""HTTP for the provider plugins: the one place that knows httpx and HTTP statuses.
+
+Every provider owns one :class:`HttpClient` (one ``httpx.AsyncClient``, whose
+transport is injectable so tests use ``httpx.MockTransport``). The client
+speaks JSON in, JSON (or a stream of lines) out, and turns every failure into a
+:class:`lich.types.ProviderError` with a kind from the fixed taxonomy:
+
+========== =============================================================
+auth       401, 403 (and a missing required key, raised by the provider)
+rate_limit 429, 529 and every 5xx
+overflow   400 whose body matches the provider's overflow pattern
+bad_request every other non-2xx status; a 2xx body that does not parse
+network    connection errors, timeouts, a stream that breaks mid-way
+========== =============================================================
+
+``Retry-After`` (seconds or an HTTP-date) becomes ``retry_after`` in seconds.
+Error bodies are cut to :data:`MAX_ERROR_BODY` characters in the message.
+
+Cancellation is asyncio task cancellation: ``CancelledError`` is never caught
+here, so it reaches the caller unchanged (and httpx closes the connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+from lich.types import ProviderError, ProviderErrorKind
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "MAX_ERROR_BODY",
+    "HttpClient",
+    "SseEvent",
+    "cut",
+    "error_for_status",
+    "iter_sse",
+    "kind_for_status",
+    "parse_retry_after",
+]
+
+MAX_ERROR_BODY = 500
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def cut(text: str, limit: int = MAX_ERROR_BODY) -> str:
+    """``text`` cut to ``limit`` characters, marked when something was dropped."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} chars omitted]"
+
+
+def kind_for_status(status: int, body: str, overflow: re.Pattern[str]) -> ProviderErrorKind:
+    """The error kind for a non-2xx ``status`` whose body is ``body``."""
+    if status in (401, 403):
+        return "auth"
+    if status in (429, 529) or status >= 500:
+        return "rate_limit"
+    if status == 400 and overflow.search(body):
+        return "overflow"
+    return "bad_request"
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP-date), floored at 0.
+
+    ``None`` when the header is absent or unreadable.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # an HTTP-date is GMT by definition
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN, inf
+        return None
+    return max(0.0, seconds)
+
+
+def _retry_after_from(headers: Mapping[str, str]) -> float | None:
+    # OpenAI also sends ``retry-after-ms``; it is the more precise of the two.
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    return parse_retry_after(headers.get("retry-after"))
+
+
+def error_for_status(
+    provider: str,
+    status: int,
+    headers: Mapping[str, str],
+    body: str,
+    overflow: re.Pattern[str],
+) -> ProviderError:
+    """The :class:`ProviderError` for a non-2xx answer."""
+    kind = kind_for_status(status, body, overflow)
+    text = cut(body.strip()) or "(empty body)"
+    return ProviderError(
+        kind, provider, f"HTTP {status}: {text}", status=status,
+        retry_after=_retry_after_from(headers),
+    )
+
+
+@frozen
+class SseEvent:
+    """One server-sent event: its ``event`` name ('' when unnamed) and ``data``."""
+
+    event: str
+    data: str
+
+
+async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """Server-sent events from a stream of lines (the ``text/event-stream`` format).
+
+    Multi-line ``data`` is joined with ``\\n``; comments (``:``) and unknown
+    fields are ignored; an event still open when the stream ends is delivered.
+    """
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield SseEvent(event, "\n".join(data))
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data:
+        yield SseEvent(event, "\n".join(data))
+
+
+def _network(provider: str, exc: BaseException, what: str) -> ProviderError:
+    detail = str(exc) or type(exc).__name__
+    return ProviderError("network", provider, f"{what}: {type(exc).__name__}: {cut(detail, 200)}")
+
+
+class HttpClient:
+    """One provider's HTTP client: JSON requests, typed failures.
+
+    :param provider: the provider name put on every error.
+    :param base_url: the API root; request paths are appended to it.
+    :param overflow: the provider's pattern for "context window exceeded" 400s.
+    :param timeout_s: bounds a whole non-streaming call; for a streamed call,
+        the wait for the response and every gap between two pieces of it.
+    :param transport: an ``httpx.AsyncBaseTransport`` (tests pass ``httpx.MockTransport``).
+    :param headers: sent with every request.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        overflow: re.Pattern[str],
+        timeout_s: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url.rstrip("/")
+        self.overflow = overflow
+        self.timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+        self.headers = dict(headers or {})
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _get_client(self) -> httpx.AsyncClient:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._loop is not loop:
+            # Pooled connections belong to the loop that opened them; a client
+            # carried over from an earlier asyncio.run (Agent.run_sync twice)
+            # would fail on them, so start afresh.
+            self._client = None
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                transport=self._transport,
+                timeout=httpx.Timeout(self.timeout_s),
+                headers=self.headers,
+            )
+            self._loop = loop
+        return self._client
+
+    def url(self, path: str) -> str:
+        """The absolute URL of ``path``."""
+        return f"{self.base_url}{path}"
+
+    def _error(self, response: httpx.Response, body: str) -> ProviderError:
+        return error_for_status(
+            self.provider, response.status_code, response.headers, body, self.overflow
+        )
+
+    def _bad_body(self, body: str, why: str) -> ProviderError:
+        return ProviderError(
+            "bad_request", self.provider, f"{why}: {cut(body.strip()) or '(empty body)'}",
+            status=200,
+        )
+
+    async def post_json(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> Any:
+        """POST ``body`` as JSON and return the parsed 2xx answer."""
+        import httpx
+
+        client = self._get_client()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await client.post(self.url(path), json=body, headers=headers)
+                text = response.text
+        except TimeoutError as exc:
+            raise ProviderError(
+                "network", self.provider, f"request timed out after {self.timeout_s:g}s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise _network(self.provider, exc, "request failed") from exc
+        if not response.is_success:
+            raise self._error(response, text)
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise self._bad_body(text, "unparseable response body") from exc
+
+    async def stream_lines(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> AsyncGenerator[str, None]:
+        """POST ``body`` and yield the 2xx answer line by line as it arrives.
+
+        A failure status raises its :class:`ProviderError` before any line;
+        a connection that breaks or stalls mid-way raises ``network``. Use it
+        under :func:`contextlib.aclosing` so a cancelled consumer closes the
+        connection at once.
+        """
+        import httpx
+
+        client = self._get_client()
+        started = False
+        try:
+            async with client.stream(
+                "POST", self.url(path), json=body, headers=headers
+            ) as response:
+                if not response.is_success:
+                    raw = await response.aread()
+                    raise self._error(response, raw.decode("utf-8", "replace"))
+                started = True
+                async for line in response.aiter_lines():
+                    yield line
+        except httpx.TimeoutException as exc:
+            what = "stream stalled" if started else "request timed out"
+            raise ProviderError(
+                "network", self.provider, f"{what} (no data for {self.timeout_s:g}s)"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise _network(
+                self.provider, exc, "stream broken" if started else "request failed"
+            ) from exc
+
+    def bad_stream(self, why: str, data: str = "") -> ProviderError:
+        """The error for a stream whose content makes no sense (``bad_request``)."""
+        suffix = f": {cut(data.strip())}" if data.strip() else ""
+        return ProviderError("bad_request", self.provider, f"{why}{suffix}", status=200)
+
+    def broken_stream(self, why: str) -> ProviderError:
+        """The error for a stream that ended before its answer was complete (``network``)."""
+        return ProviderError("network", self.provider, f"stream broken: {why}")
+
+    async def aclose(self) -> None:
+        """Close the underlying client (it is recreated on the next request)."""
+        client, self._client = self._client, None
+        loop, self._loop = self._loop, None
+        if client is not None and loop is asyncio.get_running_loop():
+            # A client from an earlier (now closed) loop cannot be closed from
+            # this one; its sockets died with that loop.
+            await client.aclose()
