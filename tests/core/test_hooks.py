@@ -1,0 +1,441 @@
+"""Hook specifications and the composition rules around tool calls and runs."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich import Block, Rewrite, ToolResult, hookimpl, hookspecs, tool
+from lich.agent import Agent, RunResult
+from lich.events import Envelope, ToolCallEnd
+from lich.hooks import RunInfo, RunOutcome
+from lich.plugins import PluginHost
+from lich.testing import HookRecorder, Reply, ScriptedChat, make_test_config
+from lich.tools import ToolRegistry
+from lich.types import ToolCall, ToolMessage
+
+
+@tool
+def record(trail: list[str] | None = None, note: str = "") -> str:
+    """Report the arguments it received."""
+    return json.dumps({"trail": trail, "note": note})
+
+
+@tool
+def danger() -> str:
+    """Must never run while blocked."""
+    RAN.append("danger")
+    return "boom"
+
+
+RAN: list[str] = []
+
+
+class Tools:
+    """Registers the test tools."""
+
+    @hookimpl
+    def lich_register_tools(self, registry: ToolRegistry) -> None:
+        registry.register(record)
+        registry.register(danger)
+
+
+def agent_with(tmp_path: Path, *plugins: tuple[str, object], calls: list[ToolCall],
+               **config: Any) -> Agent:
+    chat = ScriptedChat([Reply(tool_calls=calls), Reply("done")])
+    cfg = make_test_config(tmp_path, **config)
+    return Agent(cfg, plugins=[("tools", Tools()), *plugins], chat=chat)
+
+
+async def run_collecting(agent: Agent) -> tuple[RunResult, list[Envelope]]:
+    seen: list[Envelope] = []
+    result = await agent.run("go", on_event=seen.append)
+    return result, seen
+
+
+def tool_ends(events: list[Envelope]) -> list[ToolCallEnd]:
+    return [e.event for e in events if isinstance(e.event, ToolCallEnd)]
+
+
+def tool_messages(result: RunResult) -> list[ToolMessage]:
+    return [m for m in result.messages if isinstance(m, ToolMessage)]
+
+
+def session_records(result: RunResult) -> list[dict[str, Any]]:
+    assert result.session_path is not None
+    lines = Path(result.session_path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(autouse=True)
+def _reset_ran() -> None:
+    RAN.clear()
+
+
+# ------------------------------------------------------------------ specs
+
+
+def test_hook_specs_are_exactly_the_designed_ones() -> None:
+    expected = {
+        "lich_register_tools": ["registry", "config"],
+        "lich_register_providers": ["registry"],
+        "lich_make_router": ["providers", "config"],
+        "lich_register_commands": ["cli"],
+        "lich_register_gateway_adapters": ["registry"],
+        "lich_run_start": ["run"],
+        "lich_before_tool_call": ["call", "run"],
+        "lich_after_tool_call": ["call", "result", "run"],
+        "lich_run_end": ["run", "outcome"],
+        "lich_event": ["event"],
+    }
+    specs = {
+        name: fn for name, fn in vars(hookspecs).items()
+        if name.startswith("lich_") and callable(fn)
+    }
+    assert set(specs) == set(expected)
+    host = PluginHost()
+    for name, args in expected.items():
+        assert list(inspect.signature(specs[name]).parameters) == args, name
+        doc = inspect.getdoc(specs[name]) or ""
+        assert ":param" in doc or not args, f"{name} documents its arguments"
+        caller = getattr(host.pm.hook, name)
+        assert caller.spec is not None
+        assert bool(caller.spec.opts.get("firstresult")) == (name == "lich_make_router")
+
+
+def test_plugin_author_surface_is_importable_from_lich() -> None:
+    import lich
+
+    for name in ("hookimpl", "tool", "Tool", "Block", "Rewrite", "ToolResult"):
+        assert hasattr(lich, name), name
+    assert Block().reason == "blocked"
+    assert Rewrite({"a": 1}).args == {"a": 1}
+
+
+def test_run_info_hands_a_plugin_its_settings(tmp_path: Path) -> None:
+    cfg = make_test_config(tmp_path, plugin_settings={"audit": {"level": "loud"}})
+    info = RunInfo("r", "s", "in", str(tmp_path), cfg)
+    assert info.settings_for("audit") == {"level": "loud"}
+    assert info.settings_for("other") == {}
+    assert RunInfo("r", "s", "in", str(tmp_path)).settings_for("audit") == {}
+
+
+# ------------------------------------------------------------------ before-hooks
+
+
+class Rewriter:
+    """Appends its tag to ``trail``: each rewriter sees the arguments as rewritten so far."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.seen: list[dict[str, Any]] = []
+
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> Rewrite | None:
+        self.seen.append(dict(call.args))
+        if call.name != "record":
+            return None
+        return Rewrite({**call.args, "trail": [*(call.args.get("trail") or []), self.tag]})
+
+
+async def test_rewrites_chain_in_pluggy_order_with_provenance(tmp_path: Path) -> None:
+    first, second = Rewriter("first"), Rewriter("second")
+    agent = agent_with(
+        tmp_path, ("first", first), ("second", second),
+        calls=[ToolCall("c1", "record", {"note": "n"})],
+    )
+    result, events = await run_collecting(agent)
+
+    # pluggy calls the plugin registered last first; each sees the previous rewrite.
+    assert second.seen == [{"note": "n"}]
+    assert first.seen == [{"note": "n", "trail": ["second"]}]
+    final_args = {"note": "n", "trail": ["second", "first"]}
+    assert json.loads(tool_messages(result)[0].content) == {"trail": ["second", "first"],
+                                                           "note": "n"}
+    (end,) = tool_ends(events)
+    assert end.call.args == final_args  # the arguments the tool actually received
+    assert end.rewritten_by == ("second", "first")
+    assert end.blocked_by is None
+    # The transcript on disk records the same provenance.
+    recorded = [
+        r["event"] for r in session_records(result)
+        if r["kind"] == "event" and r["event"]["type"] == "tool_call_end"
+    ]
+    assert recorded[0]["rewritten_by"] == ["second", "first"]
+    assert recorded[0]["call"]["args"] == final_args
+    # The assistant message in the transcript keeps what the model asked for.
+    assert result.messages[2].tool_calls[0].args == {"note": "n"}  # type: ignore[union-attr]
+
+
+class Blocker:
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> Block | None:
+        return Block("nope") if call.name == "danger" else None
+
+
+async def test_first_block_stops_the_chain_and_the_tool(tmp_path: Path) -> None:
+    later = HookRecorder()  # registered before the blocker, so it would run after it
+    rewriter = Rewriter("rw")  # registered after the blocker, so it runs first
+    agent = agent_with(
+        tmp_path, ("later", later), ("blocker", Blocker()), ("rw", rewriter),
+        calls=[ToolCall("c1", "danger", {}), ToolCall("c2", "record", {})],
+    )
+    result, events = await run_collecting(agent)
+
+    assert RAN == []
+    blocked, allowed = tool_messages(result)
+    assert blocked.is_error
+    assert json.loads(blocked.content) == {
+        "ok": False, "output": "", "error": "blocked_by_plugin: nope",
+    }
+    assert not allowed.is_error
+    before_calls = [kw["call"].name for n, kw in later.calls if n == "lich_before_tool_call"]
+    after_calls = [kw["call"].name for n, kw in later.calls if n == "lich_after_tool_call"]
+    assert before_calls == ["record"]  # the chain stopped at the blocker for "danger"
+    assert after_calls == ["record"]  # a blocked call has no after-hooks
+    end_blocked, end_allowed = tool_ends(events)
+    assert end_blocked.blocked_by == "blocker"
+    assert end_blocked.result.error == "blocked_by_plugin: nope"
+    assert end_allowed.blocked_by is None
+    assert end_allowed.rewritten_by == ("rw",)
+    recorded = [
+        r["event"] for r in session_records(result)
+        if r["kind"] == "event" and r["event"]["type"] == "tool_call_end"
+    ]
+    assert recorded[0]["blocked_by"] == "blocker"
+
+
+class Raiser:
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> None:
+        raise RuntimeError("boom")
+
+
+async def test_a_raising_before_hook_blocks_fail_closed(tmp_path: Path) -> None:
+    agent = agent_with(tmp_path, ("raiser", Raiser()), calls=[ToolCall("c1", "danger", {})])
+    result, events = await run_collecting(agent)
+    assert RAN == []
+    (message,) = tool_messages(result)
+    assert json.loads(message.content)["error"] == (
+        "blocked_by_plugin: hook_error (raiser): RuntimeError: boom"
+    )
+    assert tool_ends(events)[0].blocked_by == "raiser"
+    assert result.stopped_reason == "final"
+
+
+class AsyncHanger:
+    @hookimpl
+    async def lich_before_tool_call(self, call: ToolCall) -> None:
+        await asyncio.sleep(60)
+
+
+async def test_a_hanging_async_before_hook_blocks_after_hook_timeout(tmp_path: Path) -> None:
+    agent = agent_with(
+        tmp_path, ("hanger", AsyncHanger()), calls=[ToolCall("c1", "danger", {})],
+        hook_timeout_s=0.2,
+    )
+    result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    assert RAN == []
+    (message,) = tool_messages(result)
+    assert json.loads(message.content)["error"] == (
+        "blocked_by_plugin: hook_error (hanger): timed out after 0.2s"
+    )
+
+
+async def test_a_hanging_sync_before_hook_blocks_and_leaves_the_loop_free(
+    tmp_path: Path,
+) -> None:
+    release = threading.Event()
+
+    class SyncHanger:
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall) -> None:
+            release.wait(30)
+
+    agent = agent_with(
+        tmp_path, ("sync_hanger", SyncHanger()), calls=[ToolCall("c1", "danger", {})],
+        hook_timeout_s=0.2,
+    )
+    try:
+        result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    finally:
+        release.set()  # let the worker thread finish
+    assert RAN == []
+    (message,) = tool_messages(result)
+    assert json.loads(message.content)["error"] == (
+        "blocked_by_plugin: hook_error (sync_hanger): timed out after 0.2s"
+    )
+
+
+async def test_a_before_hook_returning_something_else_blocks(tmp_path: Path) -> None:
+    class Confused:
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall) -> Any:
+            return {"block": True}
+
+    agent = agent_with(tmp_path, ("confused", Confused()), calls=[ToolCall("c1", "danger", {})])
+    result, _ = await run_collecting(agent)
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error.startswith("blocked_by_plugin: hook_error (confused): lich_before_tool_call "
+                            "returned dict")
+    assert RAN == []
+
+
+async def test_async_before_hook_can_block(tmp_path: Path) -> None:
+    class AsyncBlocker:
+        @hookimpl
+        async def lich_before_tool_call(self, call: ToolCall, run: RunInfo) -> Block:
+            await asyncio.sleep(0)
+            return Block(f"not in run {run.run_id}")
+
+    agent = agent_with(tmp_path, ("ab", AsyncBlocker()), calls=[ToolCall("c1", "danger", {})])
+    result, _ = await run_collecting(agent)
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error == f"blocked_by_plugin: not in run {result.run_id}"
+
+
+async def test_unparseable_arguments_skip_the_hooks_and_the_tool(tmp_path: Path) -> None:
+    recorder = HookRecorder()
+    bad = ToolCall("c1", "danger", {}, args_error="Unterminated string")
+    agent = agent_with(tmp_path, ("rec", recorder), calls=[bad])
+    result, _ = await run_collecting(agent)
+    assert RAN == []
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        "invalid_tool_arguments: Unterminated string"
+    )
+    assert "lich_before_tool_call" not in recorder.names()
+
+
+# ------------------------------------------------------------------ after-hooks
+
+
+class Watcher:
+    def __init__(self) -> None:
+        self.results: list[ToolResult] = []
+
+    @hookimpl
+    def lich_after_tool_call(self, result: ToolResult) -> None:
+        self.results.append(result)
+
+
+async def test_a_raising_after_hook_is_skipped(tmp_path: Path) -> None:
+    class RaisingAfter:
+        @hookimpl
+        def lich_after_tool_call(self, call: ToolCall, result: ToolResult) -> None:
+            raise ValueError("observer bug")
+
+    watcher = Watcher()
+    agent = agent_with(
+        tmp_path, ("watcher", watcher), ("raising_after", RaisingAfter()),
+        calls=[ToolCall("c1", "record", {"note": "x"})],
+    )
+    result, events = await run_collecting(agent)
+    assert result.stopped_reason == "final"
+    (message,) = tool_messages(result)
+    assert json.loads(message.content)["note"] == "x"
+    assert not message.is_error
+    # The next after-hook in line still ran, with the tool's own result.
+    assert [r.output for r in watcher.results] == [message.content]
+    assert tool_ends(events)[0].replaced_by is None
+
+
+async def test_an_after_hook_may_replace_the_result(tmp_path: Path) -> None:
+    class Replacer:
+        @hookimpl
+        def lich_after_tool_call(self, result: ToolResult) -> ToolResult:
+            return ToolResult.success(f"redacted ({len(result.output)} chars)")
+
+    watcher = Watcher()
+    agent = agent_with(
+        tmp_path, ("watcher", watcher), ("replacer", Replacer()),
+        calls=[ToolCall("c1", "record", {})],
+    )
+    result, events = await run_collecting(agent)
+    (message,) = tool_messages(result)
+    assert message.content.startswith("redacted (")
+    assert [r.output for r in watcher.results] == [message.content]  # later hooks see it
+    (end,) = tool_ends(events)
+    assert end.replaced_by == "replacer"
+    assert end.result.output == message.content
+    recorded = [
+        r["event"] for r in session_records(result)
+        if r["kind"] == "event" and r["event"]["type"] == "tool_call_end"
+    ]
+    assert recorded[0]["replaced_by"] == "replacer"
+
+
+async def test_after_hooks_see_failed_and_unknown_tools(tmp_path: Path) -> None:
+    watcher = Watcher()
+    agent = agent_with(tmp_path, ("watcher", watcher), calls=[ToolCall("c1", "nope", {})])
+    await run_collecting(agent)
+    assert [r.error for r in watcher.results] == ["unknown_tool: nope"]
+
+
+# ------------------------------------------------------------------ run hooks and observers
+
+
+async def test_run_hooks_see_the_run_and_its_outcome(tmp_path: Path) -> None:
+    recorder = HookRecorder()
+    agent = agent_with(tmp_path, ("rec", recorder), calls=[ToolCall("c1", "record", {})])
+    result, events = await run_collecting(agent)
+
+    names = [n for n in recorder.names() if n != "lich_event"]
+    assert names == [
+        "lich_run_start", "lich_before_tool_call", "lich_after_tool_call", "lich_run_end",
+    ]  # fmt: skip
+    run = next(kw["run"] for n, kw in recorder.calls if n == "lich_run_start")
+    assert isinstance(run, RunInfo)
+    assert (run.run_id, run.session_id, run.input) == (result.run_id, result.session_id, "go")
+    assert run.work_dir == str(tmp_path)
+    assert run.config is agent.config
+    outcome = next(kw["outcome"] for n, kw in recorder.calls if n == "lich_run_end")
+    assert isinstance(outcome, RunOutcome)
+    assert outcome.stopped_reason == "final"
+    assert outcome.turns_used == 2
+    assert outcome.usage == result.usage
+    assert outcome.final is not None
+    assert outcome.final.content == "done"
+    # lich_event saw every event of the run, in order.
+    assert recorder.events() == [e.type for e in events]
+    assert [kw["event"] for n, kw in recorder.calls if n == "lich_event"] == events
+
+
+async def test_failing_observers_never_break_a_run(tmp_path: Path) -> None:
+    class Broken:
+        @hookimpl
+        def lich_run_start(self) -> None:
+            raise RuntimeError("start")
+
+        @hookimpl
+        def lich_event(self, event: Envelope) -> None:
+            raise RuntimeError("event")
+
+        @hookimpl
+        def lich_run_end(self) -> None:
+            raise RuntimeError("end")
+
+    agent = agent_with(tmp_path, ("broken", Broken()), calls=[ToolCall("c1", "record", {})])
+    result, events = await run_collecting(agent)
+    assert result.stopped_reason == "final"
+    assert events[-1].event.type == "run_end"
+
+
+async def test_async_event_observers_are_awaited_before_the_run_returns(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class AsyncAudit:
+        @hookimpl
+        async def lich_event(self, event: Envelope) -> None:
+            await asyncio.sleep(0.01)
+            seen.append(event.type)
+
+    agent = agent_with(tmp_path, ("audit", AsyncAudit()), calls=[ToolCall("c1", "record", {})])
+    result, events = await run_collecting(agent)
+    assert sorted(seen) == sorted(e.type for e in events)
+    assert result.stopped_reason == "final"

@@ -1,0 +1,379 @@
+"""The plugin host: loading entries, load reports, failures as data, strict mode."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lich
+from lich import Block, ToolResult, hookimpl, tool
+from lich.agent import Agent, build_tool_registry
+from lich.hooks import RunInfo
+from lich.plugins import PluginHost, PluginLoadError, available_plugins
+from lich.providers import ProviderRegistry
+from lich.testing import ScriptedChat, make_test_config
+from lich.tools import ToolRegistry
+from lich.types import ToolCall
+
+from .conftest import FIXTURES
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A work dir holding copies of the fixture plugins (entries are relative to it)."""
+    plugins = tmp_path / "plugins"
+    shutil.copytree(FIXTURES, plugins)
+    return tmp_path
+
+
+def host_in(work: Path, **kw: Any) -> PluginHost:
+    return PluginHost(work_dir=work, **kw)
+
+
+def run_info(work: Path) -> RunInfo:
+    return RunInfo("run1", "sess1", "input", str(work))
+
+
+def tools_of(host: PluginHost, work: Path) -> ToolRegistry:
+    return build_tool_registry(host, make_test_config(work))
+
+
+# ------------------------------------------------------------------ sources
+
+
+def test_entry_point_plugin_reports_its_distribution() -> None:
+    host = PluginHost()
+    (report,) = host.load(["builtin_tools"])
+    assert report.status == "loaded"
+    assert report.ok
+    assert report.source == "entry_point"
+    assert report.plugin == "builtin_tools"
+    assert report.distribution == "lich"
+    assert report.version == lich.__version__
+    assert "lich_register_tools" in report.hooks
+    assert report.phase is None
+    assert report.error_message is None
+
+
+def test_file_plugin_relative_to_the_work_dir(work: Path) -> None:
+    host = host_in(work)
+    (report,) = host.load(["plugins/good_plugin.py"])
+    assert report.status == "loaded", report.describe_error()
+    assert report.source == "file"
+    assert report.plugin == "good_plugin"
+    assert report.resolved == str((work / "plugins" / "good_plugin.py").resolve())
+    assert report.hooks == ("lich_before_tool_call", "lich_register_tools")
+    assert report.load_ms >= 0
+    assert tools_of(host, work).names() == ["fixture_echo"]
+    assert host.plugin_names() == ["good_plugin"]
+
+
+def test_file_plugin_by_absolute_path(work: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (report,) = host_in(elsewhere).load([str(work / "plugins" / "good_plugin.py")])
+    assert report.status == "loaded"
+
+
+def test_module_plugin_by_dotted_name(fixtures_on_path: Path) -> None:
+    host = PluginHost()
+    (report,) = host.load(["lich_fixture_mod"])
+    assert report.status == "loaded", report.describe_error()
+    assert report.source == "module"
+    assert report.plugin == "lich_fixture_mod"
+    assert report.hooks == ("lich_run_start",)  # an unmarked lich_* function counts
+
+
+async def test_module_plugin_hook_is_called(fixtures_on_path: Path, tmp_path: Path) -> None:
+    host = PluginHost()
+    host.load(["lich_fixture_mod"])
+    module = sys.modules["lich_fixture_mod"]
+    await host.run_start(run_info(tmp_path))
+    assert module.STARTED == ["run1"]
+
+
+def test_in_process_objects_are_plugins_too(tmp_path: Path) -> None:
+    class Namespace:
+        @hookimpl
+        def lich_run_start(self, run: RunInfo) -> None:
+            pass
+
+    host = PluginHost()
+    report = host.register_object(Namespace(), "ns")
+    assert report.status == "loaded"
+    assert report.source == "object"
+    again = host.register_object(Namespace(), "ns")
+    assert again.status == "skipped"
+    assert again.error_message == "duplicate_plugin_name: ns"
+
+
+# ------------------------------------------------------------------ failures are data
+
+
+def test_unknown_entry_fails_at_resolve(work: Path) -> None:
+    (report,) = host_in(work).load(["no_such_plugin_anywhere"])
+    assert report.status == "failed"
+    assert report.phase == "resolve"
+    assert report.error_type == "LookupError"
+    assert "no_such_plugin_anywhere" in (report.error_message or "")
+
+
+def test_missing_file_fails_at_resolve(work: Path) -> None:
+    (report,) = host_in(work).load(["plugins/absent.py"])
+    assert report.status == "failed"
+    assert report.phase == "resolve"
+    assert report.error_type == "FileNotFoundError"
+    assert "absent.py" in (report.error_message or "")
+
+
+def test_empty_entry_fails_at_resolve(work: Path) -> None:
+    (report,) = host_in(work).load(["  "])
+    assert report.phase == "resolve"
+    assert report.error_message == "empty plugin entry"
+
+
+def test_import_error_fails_at_import(work: Path) -> None:
+    (report,) = host_in(work).load(["plugins/import_error_plugin.py"])
+    assert report.status == "failed"
+    assert report.phase == "import"
+    assert report.error_type == "ModuleNotFoundError"
+    assert "lich_no_such_dependency" in (report.error_message or "")
+    assert report.describe_error().startswith("import: ModuleNotFoundError: ")
+
+
+def test_syntax_error_fails_at_import_naming_the_line(work: Path) -> None:
+    (work / "broken.py").write_text("from lich import hookimpl\n\ndef lich_run_start(:\n    pass\n")
+    (report,) = host_in(work).load(["broken.py"])
+    assert report.status == "failed"
+    assert report.phase == "import"
+    assert report.error_type == "SyntaxError"
+    assert "broken.py:3" in (report.error_message or "")
+
+
+def test_a_plugin_raising_at_import_time_fails_cleanly(work: Path) -> None:
+    (work / "raises.py").write_text("raise RuntimeError('no config for me')\n")
+    (report,) = host_in(work).load(["raises.py"])
+    assert (report.phase, report.error_type) == ("import", "RuntimeError")
+    assert report.error_message == "no config for me"
+    # A failed file import leaves no half-initialised module behind.
+    assert not [m for m in sys.modules if m.startswith("_lich_plugin_raises_")]
+
+
+def test_unknown_hook_name_fails_validation_and_registers_nothing(work: Path) -> None:
+    host = host_in(work)
+    (report,) = host.load(["plugins/unknown_hook_plugin.py"])
+    assert report.status == "failed"
+    assert report.phase == "validate"
+    assert report.error_type == "UnknownHook"
+    assert "lich_before_tool" in (report.error_message or "")
+    assert host.pm.get_plugin("unknown_hook_plugin") is None
+
+
+async def test_hookimpl_asking_for_an_unknown_argument_fails_validation_whole(work: Path) -> None:
+    # bad_args_plugin also has a *valid* before-hook that blocks everything: after the
+    # failed load it must be gone, or it would still block every tool call.
+    host = host_in(work)
+    (report,) = host.load(["plugins/bad_args_plugin.py"])
+    assert report.status == "failed"
+    assert report.phase == "validate"
+    assert report.error_type == "PluginValidationError"
+    assert "budget" in (report.error_message or "")
+    assert host.pm.get_plugin("bad_args_plugin") is None
+    assert not host.has_impls("lich_before_tool_call")
+    decision = await host.before_tool_call(ToolCall("1", "anything", {}), run_info(work))
+    assert decision.blocked_by is None
+    # The name is free again: a fixed version of the plugin could load under it.
+    (work / "fixed").mkdir()
+    (work / "fixed" / "bad_args_plugin.py").write_text("def lich_run_start(run):\n    pass\n")
+    (again,) = host.load(["fixed/bad_args_plugin.py"])
+    assert again.status == "loaded", again.describe_error()
+
+
+def test_duplicate_plugin_is_skipped(work: Path) -> None:
+    host = host_in(work)
+    first, second = host.load(["plugins/good_plugin.py", "plugins/good_plugin.py"])
+    assert first.status == "loaded"
+    assert second.status == "skipped"
+    assert second.phase == "register"
+    assert second.error_message == "duplicate_plugin_name: good_plugin"
+    assert tools_of(host, work).names() == ["fixture_echo"]
+
+
+def test_duplicate_tool_is_reported_and_skipped_first_registration_wins(work: Path) -> None:
+    # Registration hooks run in pluggy order (the plugin loaded last first), so a later
+    # plugin's tool takes the name and the earlier plugin's duplicate is reported and skipped.
+    host = host_in(work)
+    host.load(["plugins/good_plugin.py", "plugins/dup_tool_plugin.py"])
+    registry = tools_of(host, work)
+    assert sorted(registry.names()) == ["dup_own", "fixture_echo"]
+    assert registry.get("fixture_echo").plugin == "dup_tool_plugin"  # type: ignore[union-attr]
+    good = next(r for r in host.reports if r.plugin == "good_plugin")
+    assert good.status == "loaded"  # the rest of the plugin is fine
+    assert good.warnings == ("duplicate_tool: fixture_echo (skipped)",)
+    dup = next(r for r in host.reports if r.plugin == "dup_tool_plugin")
+    assert dup.warnings == ()
+
+
+async def test_registration_hook_raising_leaves_nothing_behind(work: Path) -> None:
+    host = host_in(work)
+    host.load(["plugins/good_plugin.py", "plugins/raising_register_plugin.py"])
+    providers = ProviderRegistry()
+    host.register_providers(providers)
+    assert "half_kind" in providers.kinds()  # registered before the failure below
+
+    registry = tools_of(host, work)
+
+    assert registry.names() == ["fixture_echo"]  # half_tool is gone
+    assert "half_kind" not in providers.kinds()  # and so is its provider kind
+    report = next(r for r in host.reports if r.plugin == "raising_register_plugin")
+    assert report.status == "failed"
+    assert report.phase == "register"
+    assert report.error_type == "RuntimeError"
+    assert report.error_message == "registration exploded"
+    assert host.pm.get_plugin("raising_register_plugin") is None
+    # Its before-hook went with it: nothing blocks an ordinary call.
+    decision = await host.before_tool_call(ToolCall("1", "fixture_echo", {}), run_info(work))
+    assert decision.blocked_by is None
+    assert host.plugin_names() == ["good_plugin"]
+
+
+def test_loading_never_raises_and_good_plugins_still_load(work: Path) -> None:
+    (work / "broken.py").write_text("def (")
+    entries = [
+        "plugins/import_error_plugin.py",
+        "broken.py",
+        "plugins/good_plugin.py",
+        "nowhere_to_be_found",
+        "plugins/unknown_hook_plugin.py",
+        "plugins/bad_args_plugin.py",
+        "plugins/good_plugin.py",
+    ]
+    host = host_in(work)
+    reports = host.load(entries)
+    assert [r.entry for r in reports] == entries
+    assert [r.status for r in reports] == [
+        "failed", "failed", "loaded", "failed", "failed", "failed", "skipped",
+    ]  # fmt: skip
+    assert [r.phase for r in reports] == [
+        "import", "import", None, "resolve", "validate", "validate", "register",
+    ]  # fmt: skip
+    assert host.plugin_names() == ["good_plugin"]
+    assert len(host.failures) == 6
+
+
+def test_strict_mode_lists_every_failure(work: Path) -> None:
+    host = host_in(work)
+    host.load(["plugins/good_plugin.py", "plugins/import_error_plugin.py", "ghost_plugin"])
+    with pytest.raises(PluginLoadError) as info:
+        host.raise_if_failed()
+    text = str(info.value)
+    assert "plugins/import_error_plugin.py: import: ModuleNotFoundError" in text
+    assert "ghost_plugin: resolve: LookupError" in text
+    assert "good_plugin.py:" not in text
+    failed = [r.entry for r in info.value.reports]
+    assert failed == ["plugins/import_error_plugin.py", "ghost_plugin"]
+
+
+def test_strict_mode_in_the_agent(work: Path) -> None:
+    config = make_test_config(
+        work, plugins=("plugins/good_plugin.py", "plugins/bad_args_plugin.py", "ghost_plugin"),
+        strict_plugins=True,
+    )
+    with pytest.raises(PluginLoadError) as info:
+        Agent(config, chat=ScriptedChat())
+    assert len(info.value.reports) == 2
+    assert "bad_args_plugin.py: validate:" in str(info.value)
+    # Not strict: the same config builds an agent, failures stay in the reports.
+    agent = Agent(make_test_config(work, plugins=config.plugins), chat=ScriptedChat())
+    assert [r.status for r in agent.host.reports] == ["loaded", "failed", "failed"]
+    assert agent.tools.names() == ["fixture_echo"]
+
+
+def test_strict_mode_reports_a_registration_failure_too(work: Path) -> None:
+    config = make_test_config(
+        work, plugins=("plugins/raising_register_plugin.py",), strict_plugins=True
+    )
+    with pytest.raises(PluginLoadError, match="registration exploded"):
+        Agent(config, chat=ScriptedChat())
+
+
+# ------------------------------------------------------------------ hooks, sync and async
+
+
+def test_async_registration_hooks_work_inside_and_outside_an_event_loop(tmp_path: Path) -> None:
+    @tool
+    def from_async() -> str:
+        """Registered by an async hook."""
+        return "ok"
+
+    class AsyncPlugin:
+        @hookimpl
+        async def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(from_async)
+
+    host = PluginHost()
+    host.register_object(AsyncPlugin(), "async_plugin")
+    assert tools_of(host, tmp_path).names() == ["from_async"]
+
+
+async def test_async_registration_hook_inside_a_running_loop(tmp_path: Path) -> None:
+    @tool
+    def from_async() -> str:
+        """Registered by an async hook."""
+        return "ok"
+
+    class AsyncPlugin:
+        @hookimpl
+        async def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(from_async)
+
+    host = PluginHost()
+    host.register_object(AsyncPlugin(), "async_plugin")
+    assert tools_of(host, tmp_path).names() == ["from_async"]
+
+
+async def test_hooks_may_take_fewer_arguments_than_the_spec(tmp_path: Path) -> None:
+    seen: list[Any] = []
+
+    class Minimal:
+        @hookimpl
+        def lich_after_tool_call(self, result: ToolResult) -> None:
+            seen.append(result)
+
+        @hookimpl
+        def lich_before_tool_call(self) -> Block:
+            return Block("no arguments needed")
+
+    host = PluginHost()
+    assert host.register_object(Minimal(), "minimal").status == "loaded"
+    decision = await host.before_tool_call(ToolCall("1", "t", {}), run_info(tmp_path))
+    assert decision.reason == "no arguments needed"
+    await host.after_tool_call(ToolCall("1", "t", {}), ToolResult.success("r"), run_info(tmp_path))
+    assert seen == [ToolResult.success("r")]
+
+
+def test_available_plugins_lists_the_builtins_from_metadata() -> None:
+    names = {p.name: p for p in available_plugins()}
+    for builtin in ("builtin_tools", "openai_compat", "anthropic", "ollama", "failover"):
+        assert builtin in names
+        assert names[builtin].distribution == "lich"
+
+
+def test_file_plugin_source_code_path_is_not_a_module_name(work: Path) -> None:
+    # "x/y.py" must be read as a path even though "x" might be an importable package.
+    (work / "json").mkdir()
+    (work / "json" / "plug.py").write_text(
+        textwrap.dedent(
+            """
+            def lich_run_end(run, outcome):
+                pass
+            """
+        )
+    )
+    (report,) = host_in(work).load(["json/plug.py"])
+    assert report.source == "file"
+    assert report.status == "loaded"
