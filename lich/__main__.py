@@ -1,5 +1,6 @@
-"""``python -m lich``."""
+"""``python -m lich``: the same as the ``lich`` command."""
 
 from lich.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

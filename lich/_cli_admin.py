@@ -1,0 +1,625 @@
+"""The inspection commands: ``config``, ``plugins``, ``tools`` and ``sessions``.
+
+None of them needs a model. They load the configuration (and, where it
+matters, the plugins) and report; a plugin that fails is a line in a table,
+never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lich._cli_app import (
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    echo_error,
+    echo_warning,
+    host_for,
+    load_settings_config,
+    quiet_plugin_log,
+)
+from lich._cli_options import Settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from lich.config import LichConfig, LoadedConfig, ProviderConfig
+    from lich.plugins import PluginHost
+
+__all__ = [
+    "config_init",
+    "config_path",
+    "config_show",
+    "config_template",
+    "config_validate",
+    "describe_config",
+    "plugins_available",
+    "plugins_list",
+    "sessions_list",
+    "sessions_path",
+    "sessions_show",
+    "tools_list",
+]
+
+
+def _out_console() -> Console:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        # Pipes and files get long lines instead of tables wrapped at 80 columns.
+        console = Console(highlight=False, width=max(console.width, 200))
+    return console
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def _load(settings: Settings) -> LoadedConfig | None:
+    from lich.config import ConfigError
+
+    try:
+        return load_settings_config(settings)
+    except ConfigError as exc:
+        echo_error(str(exc))
+        return None
+
+
+# ====================================================================== config
+
+_SECRET_KEY = re.compile(r"(key|token|secret|passw|auth|credential|cookie)", re.I)
+
+
+def mask_secrets(value: Any, key: str = "") -> Any:
+    """``value`` with anything stored under a secret-looking key replaced by ``***``.
+
+    Keys ending in ``_env`` name an environment variable and are shown.
+    """
+    if key and _SECRET_KEY.search(key) and not key.lower().endswith("_env"):
+        return "***" if value not in (None, "", {}, []) else value
+    if isinstance(value, Mapping):
+        return {str(k): mask_secrets(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_secrets(v) for v in value]
+    return value
+
+
+def _provider_view(p: ProviderConfig) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "name": p.name,
+        "kind": p.kind,
+        "model": p.model,
+        "base_url": p.resolved_base_url() or None,
+        "api_key_env": p.api_key_env,
+        # Whether the variable is set, never its value.
+        "api_key_set": bool(p.api_key_env and os.environ.get(p.api_key_env)),
+    }
+    for name in ("timeout_s", "think", "keep_alive", "max_tokens"):
+        if getattr(p, name) is not None:
+            view[name] = getattr(p, name)
+    if p.headers:
+        view["headers"] = {k: "***" for k in p.headers}  # headers usually carry credentials
+    if p.options:
+        view["options"] = mask_secrets(dict(p.options))
+    return view
+
+
+def describe_config(loaded: LoadedConfig) -> list[tuple[str, Any, str]]:
+    """Every setting as ``(key, JSON-able value, source)``; secrets masked."""
+    import attrs
+
+    from lich.config import LichConfig
+
+    config = loaded.config
+    rows: list[tuple[str, Any, str]] = []
+    for field in attrs.fields(LichConfig):
+        name = field.name
+        value = getattr(config, name)
+        source = loaded.sources.get(name, "default")
+        if name == "providers":
+            value = [_provider_view(p) for p in value]
+        elif name == "tools_enabled":
+            value = "all" if value is None else list(value)
+        elif isinstance(value, Mapping):
+            value = mask_secrets(dict(value))
+        elif isinstance(value, tuple):
+            value = list(value)
+        if name == "session_dir" and source == "default":
+            source = "default"  # follows work_dir
+        rows.append((name, value, source))
+    return rows
+
+
+def _show_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def config_show(settings: Settings, as_json: bool) -> int:
+    """``lich config show``: the effective configuration with where each value came from."""
+    loaded = _load(settings)
+    if loaded is None:
+        return EXIT_USAGE
+    rows = describe_config(loaded)
+    if as_json:
+        _print_json({"file": loaded.file,
+                     "values": {k: {"value": v, "source": s} for k, v, s in rows}})
+        return EXIT_OK
+    from rich.table import Table
+
+    console = _out_console()
+    console.print(f"config file: {loaded.file or 'none (defaults, environment and flags only)'}",
+                  markup=False)
+    table = Table("key", "value", "source", box=None, pad_edge=False)
+    for key, value, source in rows:
+        if key == "providers":
+            if not value:
+                table.add_row("providers", "none (no model configured)", source)
+            for i, p in enumerate(value):
+                key_state = "set" if p.pop("api_key_set") else "not set"
+                env = p.pop("api_key_env")
+                text = " ".join(f"{k}={_show_value(v)}" for k, v in p.items() if v is not None)
+                if env:
+                    text += f" api_key_env={env} ({key_state})"
+                table.add_row(f"providers[{i}]", text, source)
+            continue
+        table.add_row(key, _show_value(value), source)
+    console.print(table)
+    return EXIT_OK
+
+
+def config_path(settings: Settings) -> int:
+    """``lich config path``: the config file in use (exit 1 when there is none)."""
+    from lich.config import ConfigError, find_config_file, user_config_path
+
+    work_dir = Path(settings.work_dir or os.getcwd()).resolve()
+    try:
+        found = find_config_file(work_dir, settings.config_path)
+    except ConfigError as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    if found is None:
+        click.echo("no config file found; looked for:", err=True)
+        for candidate in (work_dir / ".lich" / "config.toml", user_config_path()):
+            click.echo(f"  {candidate}", err=True)
+        click.echo("`lich config init` writes one.", err=True)
+        return EXIT_STOPPED
+    click.echo(str(found.resolve()))
+    return EXIT_OK
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def config_template(settings: Settings | None = None) -> str:
+    """The commented ``config.toml`` that ``lich config init`` writes.
+
+    A provider is filled in from ``--model`` / ``LICH_MODEL`` (and the kind, base URL and
+    key variable flags or variables) when one is given; otherwise the example stays
+    commented out, so lich says "no model configured" instead of calling a made-up model.
+    """
+    from lich.config import BUILTIN_PLUGINS, DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS
+
+    env = os.environ
+    s = settings or Settings()
+    model = s.model or env.get("LICH_MODEL")
+    kind = s.provider_kind or env.get("LICH_PROVIDER_KIND") or "openai_compat"
+    base_url = s.base_url or env.get("LICH_BASE_URL") or DEFAULT_BASE_URLS.get(kind)
+    key_env = s.api_key_env or env.get("LICH_API_KEY_ENV") or DEFAULT_KEY_ENVS.get(kind)
+    plugins = ", ".join(_toml_str(p) for p in BUILTIN_PLUGINS)
+
+    lines = [
+        "# lich configuration (TOML).",
+        "#",
+        "# lich reads <work dir>/.lich/config.toml, else config.toml in your user config dir",
+        "# (`lich config path` says which). Environment variables (LICH_MODEL,",
+        "# LICH_PROVIDER_KIND, LICH_BASE_URL, LICH_API_KEY_ENV) and command-line flags",
+        "# override it; `lich config show` prints the effective values and their source.",
+        "# Secrets never go in this file: a provider names the environment variable",
+        "# that holds its key (api_key_env).",
+        "",
+        "# Most model calls per run.",
+        "# max_turns = 25",
+        "# A system prompt instead of the default one.",
+        '# system_prompt = "You are a careful assistant. Use the tools when they help."',
+        "# Sampling temperature (0 to 2) and answer length cap, when the provider takes them.",
+        "# temperature = 0.2",
+        "# max_tokens = 4096",
+        "# The context budget in tokens, and the fraction of it that triggers compression.",
+        "# context_budget_tokens = 100000",
+        "# compress_threshold = 0.8",
+        "# Stream answers as they are generated.",
+        "# stream = true",
+        "# Transcripts (JSONL, one file per conversation).",
+        '# session_dir = ".lich/sessions"',
+        "# persist_sessions = true",
+        "# Log level: debug, info, warn or error.",
+        '# log_level = "info"',
+        "# Plugins to load: entry-point names, module names or .py files (relative to the",
+        "# work dir). The default is the builtins; add yours to the list.",
+        f"# plugins = [{plugins}]",
+        "# Exit with an error when a plugin fails to load (instead of a warning).",
+        "# strict_plugins = false",
+        "# Seconds a run-time hook may take before it counts as failed.",
+        "# hook_timeout_s = 10.0",
+        '# Which tools the model may use: "all", or a list of names; and tools to hide.',
+        '# tools_enabled = "all"',
+        '# tools_disabled = ["terminal"]',
+        "",
+        "# The models, tried in this order by the failover router.",
+    ]
+    provider = [
+        "[[providers]]",
+        f"kind = {_toml_str(kind)}  # openai_compat, anthropic, ollama, or a plugin's kind",
+        'name = "main"',
+        f"model = {_toml_str(model or 'MODEL-NAME')}",
+    ]
+    provider.append(f"base_url = {_toml_str(base_url)}" if base_url else '# base_url = ""')
+    provider.append(
+        f"api_key_env = {_toml_str(key_env)}  # the NAME of the variable holding the key"
+        if key_env else '# api_key_env = "MY_API_KEY"  # the NAME of the variable'
+    )
+    provider += ["# timeout_s = 120", "# max_tokens = 4096"]
+    if model:
+        lines += provider
+    else:
+        lines += ["# Fill in a provider and uncomment it (or set LICH_MODEL instead)."]
+        lines += [line if line.startswith("#") else f"# {line}" for line in provider]
+    lines += [
+        "",
+        "# A fallback, used when the first provider keeps failing.",
+        "# [[providers]]",
+        '# kind = "ollama"',
+        '# name = "local"',
+        '# model = "llama3.1"',
+        '# base_url = "http://localhost:11434"',
+        "",
+        "# Per-tool limits: [tools.<name>] with timeout_s and max_output_chars.",
+        "# [tools.terminal]",
+        "# timeout_s = 300",
+        "# max_output_chars = 20000",
+        "",
+        "# Settings for a plugin, read by the plugin as config.plugin_settings[<name>].",
+        "# [plugin_settings.my_plugin]",
+        '# greeting = "hello"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def config_init(settings: Settings, *, user: bool, force: bool, to_stdout: bool) -> int:
+    """``lich config init``: write the commented template."""
+    from lich.config import user_config_path
+
+    text = config_template(settings)
+    if to_stdout:
+        click.echo(text, nl=False)
+        return EXIT_OK
+    if user:
+        path = user_config_path()
+    else:
+        path = Path(settings.work_dir or os.getcwd()).resolve() / ".lich" / "config.toml"
+    if path.exists() and not force:
+        echo_error(f"{path} exists already (--force overwrites it)")
+        return EXIT_USAGE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        echo_error(f"cannot write {path}: {exc}")
+        return EXIT_USAGE
+    click.echo(f"wrote {path}")
+    click.echo("next: fill in a provider (or set LICH_MODEL), then `lich config validate`.",
+               err=True)
+    return EXIT_OK
+
+
+def config_validate(settings: Settings) -> int:
+    """``lich config validate``: config errors (file and ``$.path``), plugin and provider checks."""
+    from lich.agent import build_tool_registry
+    from lich.config import no_model_message
+    from lich.providers import ProviderRegistry
+
+    loaded = _load(settings)
+    if loaded is None:
+        return EXIT_USAGE
+    config = loaded.config
+    host = host_for(settings, config)
+    errors: list[str] = []
+    warnings: list[str] = []
+    registry = ProviderRegistry()
+    with quiet_plugin_log():
+        host.register_providers(registry)
+        tools = build_tool_registry(host, config)
+    for report in host.failures:
+        text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"
+        (errors if config.strict_plugins else warnings).append(text)
+    kinds = registry.kinds()
+    for i, provider in enumerate(config.providers):
+        if provider.kind not in kinds:
+            errors.append(
+                f"$.providers[{i}].kind: provider kind {provider.kind!r} is not registered by "
+                f"any loaded plugin (registered kinds: {', '.join(kinds) or 'none'})"
+            )
+    if len(config.providers) > 1 and not host.has_impls("lich_make_router"):
+        errors.append("$.providers: several providers but no router plugin is loaded; "
+                      "enable the 'failover' plugin")
+    if not config.providers:
+        warnings.append(no_model_message())
+    if config.tools_enabled is not None:
+        missing = sorted(set(config.tools_enabled) - set(tools.names()))
+        if missing:
+            warnings.append(f"$.tools_enabled: no loaded plugin provides {', '.join(missing)}")
+    where = loaded.file or "no config file (defaults, environment and flags)"
+    for text in warnings:
+        echo_warning(text)
+    if errors:
+        prefix = f"{loaded.file}: " if loaded.file else ""
+        for text in errors:
+            echo_error(prefix + text)
+        return EXIT_USAGE
+    click.echo(f"ok: {where}")
+    return EXIT_OK
+
+
+# ===================================================================== plugins
+
+
+def _exercise(host: PluginHost, config: LichConfig) -> None:
+    """Run the registration hooks once, so failures in them show up in the reports."""
+    from lich.agent import build_tool_registry
+    from lich.providers import ProviderRegistry
+
+    with quiet_plugin_log():
+        host.register_providers(ProviderRegistry())
+        build_tool_registry(host, config)
+        host.register_commands(click.Group("scratch"))
+
+
+def plugins_list(settings: Settings, as_json: bool) -> int:
+    """``lich plugins``: one row per configured entry; exit 2 in strict mode on failure."""
+    from lich import serialization
+
+    loaded = _load(settings)
+    if loaded is None:
+        return EXIT_USAGE
+    config = loaded.config
+    host = host_for(settings, config)
+    _exercise(host, config)
+    reports = list(host.reports)
+    if as_json:
+        _print_json([{**serialization.unstructure(r), "ok": r.ok} for r in reports])
+    else:
+        from rich.table import Table
+
+        table = Table("entry", "plugin", "version", "status", "hooks", "error")
+        for r in reports:
+            style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
+            hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
+            table.add_row(r.entry, r.plugin or "", r.version or "", f"[{style}]{r.status}[/]",
+                          hooks, r.describe_error())
+        console = _out_console()
+        console.print(table)
+        failed = len(host.failures)
+        if failed:
+            console.print(f"{failed} of {len(reports)} plugin entries did not load.",
+                          markup=False)
+    if config.strict_plugins and host.failures:
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def plugins_available(settings: Settings, as_json: bool) -> int:
+    """``lich plugins available``: installed ``lich`` entry points, from metadata only."""
+    from lich.config import BUILTIN_PLUGINS, ConfigError
+    from lich.plugins import available_plugins
+
+    try:
+        enabled: Sequence[str] = load_settings_config(settings).config.plugins
+    except ConfigError as exc:
+        echo_warning(f"{exc} (showing the default plugin list as enabled)")
+        enabled = BUILTIN_PLUGINS
+    rows: list[dict[str, Any]] = [
+        {"name": p.name, "value": p.value, "distribution": p.distribution,
+         "version": p.version, "enabled": p.name in enabled}
+        for p in available_plugins()
+    ]
+    if as_json:
+        _print_json(rows)
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table("name", "distribution", "version", "module", "enabled")
+    for row in rows:
+        table.add_row(row["name"], row["distribution"] or "", row["version"] or "",
+                      row["value"], "yes" if row["enabled"] else "")
+    _out_console().print(table)
+    return EXIT_OK
+
+
+# ======================================================================= tools
+
+
+def tools_list(settings: Settings, as_json: bool) -> int:
+    """``lich tools``: the enabled tools with their plugin and description."""
+    from lich._cli_app import warn_plugin_failures
+    from lich.agent import build_tool_registry
+
+    loaded = _load(settings)
+    if loaded is None:
+        return EXIT_USAGE
+    config = loaded.config
+    host = host_for(settings, config)
+    with quiet_plugin_log():
+        registry = build_tool_registry(host, config)
+    warn_plugin_failures(host)
+    tools = registry.list()
+    if as_json:
+        _print_json([
+            {"name": t.name, "plugin": t.plugin, "description": t.description,
+             "parameters": t.parameters, "timeout_s": t.timeout_s,
+             "max_output_chars": t.max_output_chars}
+            for t in tools
+        ])
+        return EXIT_OK
+    if not tools:
+        click.echo("no tools enabled (see `lich plugins`)", err=True)
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table("tool", "plugin", "description", box=None, pad_edge=False)
+    for t in tools:
+        first = t.description.strip().splitlines()[0] if t.description.strip() else ""
+        table.add_row(t.name, t.plugin or "", first)
+    _out_console().print(table)
+    return EXIT_OK
+
+
+# ==================================================================== sessions
+
+
+def _store(settings: Settings) -> Any:
+    from lich.sessions import SessionStore
+
+    loaded = _load(settings)
+    return None if loaded is None else SessionStore(loaded.config.session_dir)
+
+
+def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
+    """``lich sessions list``: newest first."""
+    store = _store(settings)
+    if store is None:
+        return EXIT_USAGE
+    sessions = store.list()[: limit if limit > 0 else None]
+    if as_json:
+        _print_json([{"session_id": s.session_id, "path": str(s.path), "title": s.title,
+                      "modified": s.modified, "size": s.size} for s in sessions])
+        return EXIT_OK
+    if not sessions:
+        click.echo(f"no sessions in {store.directory}", err=True)
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table("session", "modified", "size", "first message", box=None, pad_edge=False)
+    for s in sessions:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))
+        table.add_row(s.session_id, when, f"{s.size:,}", s.title)
+    _out_console().print(table)
+    return EXIT_OK
+
+
+def sessions_path(settings: Settings, ref: str | None) -> int:
+    """``lich sessions path [ID]``: the session dir, or one session's file."""
+    from lich.sessions import SessionNotFound
+
+    store = _store(settings)
+    if store is None:
+        return EXIT_USAGE
+    if ref is None:
+        click.echo(str(store.directory))
+        return EXIT_OK
+    try:
+        click.echo(str(store.path_for(store.resolve(ref))))
+    except (SessionNotFound, ValueError) as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.rstrip()
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
+
+
+def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
+    """``lich sessions show ID``: the conversation, readable (or as JSON)."""
+    from lich import serialization
+    from lich.sessions import SessionNotFound
+
+    store = _store(settings)
+    if store is None:
+        return EXIT_USAGE
+    try:
+        contents = store.read(ref)
+    except (SessionNotFound, ValueError, OSError) as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    if as_json:
+        _print_json({
+            "session_id": contents.session_id,
+            "path": str(contents.path),
+            "messages": [serialization.message_to_dict(m) for m in contents.messages],
+            "problems": list(contents.problems),
+            "torn_tail": contents.torn_tail,
+        })
+        return EXIT_OK
+    from rich.text import Text
+
+    console = _out_console()
+
+    def line(text: str, style: str = "") -> None:
+        console.print(Text(text, style=style), soft_wrap=True)
+
+    line(f"session {contents.session_id}  ({contents.path})", "bold")
+    for record in contents.records:
+        kind = record.get("kind")
+        if kind == "message":
+            _show_message(line, record.get("message") or {})
+        elif kind == "meta":
+            _show_meta(line, record)
+        elif kind == "compact":
+            line(f"── context compressed ({len(record.get('messages') or [])} messages kept)",
+                 "dim")
+        elif kind == "event":
+            event = record.get("event") or {}
+            if event.get("type") == "tool_call_end" and event.get("blocked_by"):
+                line(f"   (blocked by plugin {event['blocked_by']})", "yellow")
+    for problem in contents.problems:
+        echo_warning(problem)
+    if contents.torn_tail:
+        echo_warning("the last line was cut off (the process died while writing it); skipped")
+    return EXIT_OK
+
+
+def _show_message(line: Any, message: Mapping[str, Any]) -> None:
+    role = message.get("role")
+    content = str(message.get("content") or "")
+    if role == "system":
+        line(f"system: {_clip(content, 200)}", "dim")
+    elif role == "user":
+        line(f"you: {content}", "bold cyan")
+    elif role == "assistant":
+        if content:
+            line(f"lich: {content}")
+        for call in message.get("tool_calls") or ():
+            from lich._cli_render import args_preview
+
+            line(f"  → {call.get('name')}({args_preview(call.get('args') or {})})", "magenta")
+    elif role == "tool":
+        mark, style = ("✗", "red") if message.get("is_error") else ("✓", "green")
+        line(f"  {mark} {message.get('name')}: {_clip(content, 600)}", style)
+
+
+def _show_meta(line: Any, record: Mapping[str, Any]) -> None:
+    event = record.get("event")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.get("ts") or 0)))
+    if event == "run_start":
+        model = record.get("model") or "?"
+        line(f"── run {record.get('run_id')} started {when} (model {model})", "dim")
+    elif event == "run_end":
+        usage = record.get("usage") or {}
+        error = f"; error: {record['error']}" if record.get("error") else ""
+        line(f"── run ended: {record.get('stopped_reason')} after {record.get('turns_used')} "
+             f"turns, {usage.get('total_tokens', 0)} tokens{error}", "dim")

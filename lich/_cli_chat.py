@@ -1,0 +1,341 @@
+"""``lich chat``: a conversation at the prompt, with memory, in one session.
+
+Each line is one run of the agent on the same session, with the history of
+the previous runs. Ctrl-C cancels the run in flight (the chat goes on); at
+the prompt it clears the line (terminal) or ends the chat (piped input).
+Slash commands manage the session; ``/help`` lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lich._cli_app import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    build_agent,
+    echo_error,
+    load_settings_config,
+    setup_logging,
+    warn_plugin_failures,
+)
+from lich._cli_options import Settings
+from lich._cli_render import HumanRenderer, make_err_console
+from lich._cli_run import describe_provider_error, run_agent
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from lich.agent import Agent
+    from lich.config import LichConfig
+    from lich.types import Message, Usage
+
+__all__ = ["COMMANDS", "ChatSession", "chat"]
+
+COMMANDS = {
+    "/help": "this list",
+    "/exit, /quit": "leave the chat (Ctrl-D does too)",
+    "/usage": "tokens used in this chat and by the last run",
+    "/model [NAME]": "show the model, or switch the first provider to NAME",
+    "/sessions": "recent sessions",
+    "/resume ID|latest": "continue a recorded session",
+    "/new": "start a new session (forget this conversation)",
+}
+
+
+class _LineReader:
+    """Plain line input: piped stdin, or a terminal whose output is redirected."""
+
+    def __init__(self, prompt: str | None) -> None:
+        self.prompt = prompt
+
+    async def read(self) -> str | None:
+        if self.prompt:
+            sys.stderr.write(self.prompt)
+            sys.stderr.flush()
+        # Blocking on purpose: between runs the loop has nothing else to do, and a Ctrl-C
+        # raised here (default SIGINT handler) ends the chat at once.
+        line = sys.stdin.readline()
+        return None if line == "" else line.rstrip("\n")
+
+
+class _PromptReader:
+    """Line editing and persistent history with prompt_toolkit (both ends are terminals)."""
+
+    def __init__(self) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+        history: Any
+        try:
+            import platformdirs
+
+            path = Path(platformdirs.user_state_dir("lich")) / "chat_history"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(path))
+        except OSError:
+            history = InMemoryHistory()
+        self.session: Any = PromptSession(history=history)
+
+    async def read(self) -> str | None:
+        while True:
+            try:
+                return str(await self.session.prompt_async("> "))
+            except KeyboardInterrupt:
+                continue  # Ctrl-C at the prompt clears the line, as in a shell
+            except EOFError:
+                return None
+
+
+class ChatSession:
+    """The state of one ``lich chat``: agent, session id, history, usage so far."""
+
+    def __init__(
+        self, settings: Settings, config: LichConfig, agent: Agent, err: Console
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self.agent = agent
+        self.err = err
+        self.session_id = agent.sessions.new_id()
+        self.history: list[Message] | None = None
+        from lich.types import Usage
+
+        self.total = Usage()
+        self.last: Usage | None = None
+        self.runs = 0
+
+    # ---------------------------------------------------------------- output
+
+    def say(self, text: str, style: str = "dim") -> None:
+        """A line for the user on stderr."""
+        from rich.text import Text
+
+        self.err.print(Text(text, style=style if self.err.is_terminal else ""), soft_wrap=True)
+
+    # -------------------------------------------------------------- sessions
+
+    def resume(self, ref: str) -> bool:
+        """Continue session ``ref``; False (after saying why) when there is none."""
+        from lich.sessions import SessionNotFound
+
+        try:
+            sid = self.agent.sessions.resolve(ref)
+            history = self.agent.sessions.history(sid)
+        except (SessionNotFound, ValueError, OSError) as exc:
+            echo_error(str(exc))
+            return False
+        self.session_id, self.history = sid, history
+        count = sum(1 for m in history if m.role in ("user", "assistant"))
+        self.say(f"resumed session {sid} ({count} messages)")
+        return True
+
+    # -------------------------------------------------------------- commands
+
+    async def command(self, line: str) -> bool:
+        """Handle a slash command; True when the chat should end."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        handlers: dict[str, Callable[[str], Awaitable[bool]]] = {
+            "/exit": self._exit, "/quit": self._exit, "/help": self._help,
+            "/usage": self._usage, "/model": self._model, "/sessions": self._sessions,
+            "/resume": self._resume, "/new": self._new,
+        }
+        handler = handlers.get(name)
+        if handler is None:
+            echo_error(f"unknown command {name}; /help lists the commands")
+            return False
+        return await handler(arg)
+
+    async def _exit(self, _arg: str) -> bool:
+        return True
+
+    async def _help(self, _arg: str) -> bool:
+        width = max(len(k) for k in COMMANDS)
+        for key, text in COMMANDS.items():
+            self.say(f"  {key.ljust(width)}  {text}", "")
+        self.say("  Ctrl-C cancels a running answer; Ctrl-D leaves.", "")
+        return False
+
+    async def _usage(self, _arg: str) -> bool:
+        t = self.total
+        self.say(f"this chat: {self.runs} runs, {t.prompt_tokens} prompt + "
+                 f"{t.completion_tokens} completion = {t.total_tokens} tokens", "")
+        if self.last is not None:
+            self.say(f"last run: {self.last.prompt_tokens} prompt + "
+                     f"{self.last.completion_tokens} completion = {self.last.total_tokens} tokens",
+                     "")
+        return False
+
+    async def _model(self, arg: str) -> bool:
+        providers = self.config.providers
+        if not arg:
+            for i, p in enumerate(providers):
+                lead = "model" if i == 0 else "fallback"
+                self.say(f"{lead}: {p.model} (provider {p.name}, kind {p.kind})", "")
+            return False
+        import attrs
+
+        from lich.config import ConfigError, config_with
+
+        first = attrs.evolve(providers[0], model=arg)
+        config = config_with(self.config, providers=(first, *providers[1:]))
+        try:
+            agent = build_agent(self.settings, config)
+        except ConfigError as exc:
+            echo_error(str(exc))
+            return False
+        await self.agent.aclose()
+        self.agent, self.config = agent, config
+        self.say(f"model: {arg} (provider {first.name})")
+        return False
+
+    async def _sessions(self, _arg: str) -> bool:
+        sessions = self.agent.sessions.list()[:15]
+        if not sessions:
+            self.say(f"no sessions in {self.agent.sessions.directory}", "")
+        for info in sessions:
+            mark = "*" if info.session_id == self.session_id else " "
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.modified))
+            self.say(f"{mark} {info.session_id}  {when}  {info.title}", "")
+        return False
+
+    async def _resume(self, arg: str) -> bool:
+        if not arg:
+            echo_error("/resume needs a session id or 'latest' (/sessions lists them)")
+            return False
+        self.resume(arg)
+        return False
+
+    async def _new(self, _arg: str) -> bool:
+        self.session_id = self.agent.sessions.new_id()
+        self.history = None
+        self.say(f"new session {self.session_id}")
+        return False
+
+    # ------------------------------------------------------------------ runs
+
+    async def ask(self, text: str) -> None:
+        """Run one line through the agent, keeping the conversation."""
+        from lich.types import ProviderError
+
+        human = HumanRenderer(self.err)
+
+        def on_signal(name: str, count: int) -> None:
+            human.close()
+            if count == 1:
+                human.note("cancelling… (Ctrl-C again to stop at once)", "yellow", always=True)
+
+        try:
+            outcome = await run_agent(self.agent, text, history=self.history,
+                                      session_id=self.session_id, on_event=human,
+                                      on_signal=on_signal)
+        except ProviderError as exc:
+            human.close()
+            echo_error(describe_provider_error(exc))
+            return
+        finally:
+            human.close()
+        result = outcome.result
+        if result is None:
+            self.say("cancelled", "yellow")
+            # The transcript on disk is the truth after a hard cancel.
+            self._reload()
+            return
+        self.history = list(result.messages)
+        self.runs += 1
+        self.last = result.usage
+        self.total = self.total + result.usage
+        turns = result.outcome.turns_used
+        state = "" if result.stopped_reason == "final" else f" · {result.stopped_reason}"
+        self.say(f"[{turns} turn{'s' if turns != 1 else ''} · "
+                 f"{result.usage.total_tokens} tokens{state}]")
+
+    def _reload(self) -> None:
+        if self.agent.sessions.exists(self.session_id):
+            self.history = self.agent.sessions.history(self.session_id)
+
+
+def _reader(interactive_in: bool, interactive_out: bool) -> Any:
+    if interactive_in and interactive_out:
+        try:
+            return _PromptReader()
+        except Exception:  # no usable terminal after all: fall back to plain lines
+            return _LineReader("> ")
+    return _LineReader("> " if interactive_in else None)
+
+
+def chat(settings: Settings) -> int:
+    """``lich chat``: returns the exit code."""
+    from lich.config import ConfigError
+    from lich.plugins import PluginLoadError
+
+    try:
+        config = load_settings_config(settings).config
+    except ConfigError as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    err = make_err_console()
+    setup_logging(config.log_level, err)
+    try:
+        agent = build_agent(settings, config)
+    except (ConfigError, PluginLoadError) as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    warn_plugin_failures(agent.host)
+    state = ChatSession(settings, config, agent, err)
+    if settings.resume and not state.resume(settings.resume):
+        return EXIT_USAGE
+    stdin_tty = bool(sys.stdin and sys.stdin.isatty())
+    stdout_tty = bool(sys.stdout and sys.stdout.isatty())
+    if stdin_tty:
+        state.say(f"lich chat · model {agent.model} · session {state.session_id}")
+        state.say("/help for commands · Ctrl-C cancels an answer · Ctrl-D leaves")
+
+    async def loop() -> None:
+        reader = _reader(stdin_tty, stdout_tty)
+        try:
+            while True:
+                line = await reader.read()
+                if line is None:
+                    break
+                line = line.strip()
+                if not line:
+                    continue  # an empty line is not a question (and does not end the chat)
+                if line.startswith("/"):
+                    if await state.command(line):
+                        break
+                    continue
+                await state.ask(line)
+        finally:
+            await state.agent.aclose()
+
+    # Ctrl-C at a plain prompt raises KeyboardInterrupt right away (asyncio's own handler
+    # would only cancel the task once the blocking read returns).
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread (embedding): keep what is there
+        previous = None
+    try:
+        asyncio.run(loop())
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return EXIT_OK
+
+
+def usage_line(usage: Usage) -> str:
+    """``P prompt + C completion = T tokens``."""
+    return (f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion = "
+            f"{usage.total_tokens} tokens")

@@ -1,0 +1,175 @@
+"""Command-line flags shared by the root group and its commands.
+
+Every flag may be given before or after the command name (``lich --model m
+chat`` and ``lich chat --model m`` are the same). Each option stores its value
+in one :class:`Settings` object on the click context (``ctx.obj``), which
+child contexts share; a later (command-level) value wins over an earlier
+(group-level) one, and ``--plugin`` accumulates.
+
+This module imports only click: it is loaded by ``lich --version``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+__all__ = [
+    "CONFIG_OPTIONS",
+    "JSON_OPTION",
+    "RESUME_OPTION",
+    "RUN_OPTIONS",
+    "Settings",
+    "config_options",
+    "get_settings",
+    "run_options",
+    "session_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
+
+
+class Settings:
+    """The flags of one invocation, gathered from every level of the command line."""
+
+    def __init__(self) -> None:
+        self.config_path: str | None = None
+        self.work_dir: str | None = None
+        self.plugins: list[str] = []
+        self.max_turns: int | None = None
+        self.model: str | None = None
+        self.provider_kind: str | None = None
+        self.base_url: str | None = None
+        self.api_key_env: str | None = None
+        self.system_prompt: str | None = None
+        self.session_dir: str | None = None
+        self.log_level: str | None = None
+        self.no_stream: bool = False
+        self.strict_plugins: bool = False
+        self.resume: str | None = None
+        self.json: bool = False
+        # Plugin hosts already loaded in this process, by (work_dir, plugins): the command
+        # lookup and the run share one, so plugins load (and warn) once.
+        self.hosts: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+    def flags(self, *, with_plugins: bool = True) -> dict[str, Any]:
+        """The ``flags`` mapping for :func:`lich.config.load_config`."""
+        flags: dict[str, Any] = {
+            "work_dir": self.work_dir,
+            "system_prompt": self.system_prompt,
+            "session_dir": self.session_dir,
+            "log_level": self.log_level,
+            "max_turns": self.max_turns,
+            "model": self.model,
+            "provider_kind": self.provider_kind,
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+        }
+        if self.strict_plugins:
+            flags["strict_plugins"] = True
+        if self.no_stream:
+            flags["stream"] = False
+        if with_plugins and self.plugins:
+            flags["plugins"] = list(self.plugins)
+        return {k: v for k, v in flags.items() if v is not None}
+
+
+def get_settings(ctx: click.Context) -> Settings:
+    """The :class:`Settings` of this invocation (created on first use)."""
+    return ctx.ensure_object(Settings)
+
+
+def _plugin_entry(entry: str) -> str:
+    # A path given on the command line means a path from where the user stands, not from
+    # the work dir (which is how the config file's relative entries are read).
+    looks_like_path = entry.endswith(".py") or "/" in entry or os.sep in entry
+    if looks_like_path and not os.path.isabs(entry):
+        candidate = Path(entry).expanduser()
+        if candidate.exists():
+            return str(candidate.resolve())
+    return entry
+
+
+def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value is False or value == ():
+            return  # not given at this level: keep what another level set
+        settings = get_settings(ctx)
+        if attr == "plugins":
+            settings.plugins.extend(_plugin_entry(v) for v in value)
+        else:
+            setattr(settings, attr, value)
+
+    return callback
+
+
+def _option(*decls: str, attr: str, **kwargs: Any) -> Callable[[F], F]:
+    return click.option(*decls, expose_value=False, callback=_store(attr), **kwargs)
+
+
+# The options that shape the configuration. --config, --work-dir and --plugin are eager so
+# that `lich --plugin x.py --help` already knows which plugin commands to list.
+CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
+    _option("--config", "config_path", attr="config_path", metavar="FILE", is_eager=True,
+            help="Config file (TOML or JSON) instead of .lich/config.toml / the user config."),
+    _option("--work-dir", attr="work_dir", metavar="DIR", is_eager=True,
+            help="Directory the agent works in (default: the current directory)."),
+    _option("--plugin", "plugins", attr="plugins", metavar="PATH|NAME", multiple=True,
+            is_eager=True,
+            help="Load this plugin too (entry point, module or .py file); repeatable."),
+    _option("--strict-plugins", attr="strict_plugins", is_flag=True, default=None,
+            help="Exit with an error when any plugin fails to load."),
+    _option("--model", attr="model", metavar="MODEL", help="Model of the first provider."),
+    _option("--provider-kind", attr="provider_kind", metavar="KIND",
+            help="Provider kind: openai_compat, anthropic, ollama, or a plugin's kind."),
+    _option("--base-url", attr="base_url", metavar="URL", help="Base URL of the first provider."),
+    _option("--api-key-env", attr="api_key_env", metavar="NAME",
+            help="Environment variable holding the first provider's API key."),
+    _option("--max-turns", attr="max_turns", type=click.IntRange(min=1), metavar="N",
+            help="Most model calls per run."),
+    _option("--system-prompt", attr="system_prompt", metavar="TEXT",
+            help="System prompt instead of the default."),
+    _option("--session-dir", attr="session_dir", metavar="DIR",
+            help="Where transcripts are written (default: <work-dir>/.lich/sessions)."),
+    _option("--log-level", attr="log_level", type=click.Choice(LOG_LEVELS), metavar="LEVEL",
+            help="debug, info, warn or error."),
+    _option("--no-stream", attr="no_stream", is_flag=True, default=None,
+            help="Ask providers for whole answers instead of streamed text."),
+)
+
+RESUME_OPTION: Callable[[F], F] = _option(
+    "--resume", attr="resume", metavar="ID|latest",
+    help="Continue a recorded session ('latest' for the newest).",
+)
+JSON_OPTION: Callable[[F], F] = _option(
+    "--json", "json", attr="json", is_flag=True, default=None,
+    help="Print every event as one JSON object per line (see docs/events.md).",
+)
+RUN_OPTIONS: tuple[Callable[[F], F], ...] = (RESUME_OPTION, JSON_OPTION)
+
+
+def _apply(options: tuple[Callable[[F], F], ...], f: F) -> F:
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def config_options(f: F) -> F:
+    """Decorate a command with the configuration flags."""
+    return _apply(CONFIG_OPTIONS, f)
+
+
+def session_options(f: F) -> F:
+    """Decorate a command with the configuration flags plus ``--resume``."""
+    return _apply((*CONFIG_OPTIONS, RESUME_OPTION), f)
+
+
+def run_options(f: F) -> F:
+    """Decorate a command with the configuration flags plus ``--resume`` and ``--json``."""
+    return _apply((*CONFIG_OPTIONS, *RUN_OPTIONS), f)

@@ -1,0 +1,270 @@
+"""Showing a run: the answer on stdout, progress on stderr, or JSON lines for scripts.
+
+:class:`HumanRenderer` writes the model's text to stdout as ``text_delta``
+events arrive (or whole replies when the provider does not stream) and
+progress to stderr: a spinner while waiting when stderr is a terminal, plain
+``[lich] …`` lines otherwise. :class:`JsonRenderer` writes every event
+envelope as one JSON object per line (``docs/events.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
+
+    from lich.events import Envelope
+    from lich.types import ToolCall, ToolResult
+
+__all__ = ["HumanRenderer", "JsonRenderer", "args_preview", "error_preview", "make_err_console"]
+
+
+def make_err_console() -> Console:
+    """The stderr console: colours and a spinner on a terminal, plain text otherwise."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _short(value: Any, limit: int) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)  # quotes strings, escapes newlines
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def args_preview(args: Mapping[str, Any], limit: int = 100, per_value: int = 40) -> str:
+    """``key="value", n=3`` with long values cut, one line, at most ``limit`` characters."""
+    parts = [f"{k}={_short(v, per_value)}" for k, v in args.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def error_preview(result: ToolResult, limit: int = 160) -> str:
+    """The first line of a failed result's error, cut to ``limit``."""
+    text = (result.error or result.output or "error").strip()
+    first = text.splitlines()[0] if text else "error"
+    if len(first) > limit or "\n" in text:
+        first = first[: limit - 1] + "…"
+    return first
+
+
+def call_preview(call: ToolCall) -> str:
+    """``name(args…)``."""
+    return f"{call.name}({args_preview(call.args)})"
+
+
+class JsonRenderer:
+    """Every event as one JSON line (schema ``lich/schemas/events.schema.json``)."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self._out = out
+
+    def __call__(self, envelope: Envelope) -> None:
+        from lich.serialization import envelope_to_dict
+
+        out = self._out or sys.stdout
+        # ASCII escapes keep every line writable whatever the terminal's encoding.
+        out.write(json.dumps(envelope_to_dict(envelope), separators=(",", ":")) + "\n")
+        out.flush()
+
+
+class HumanRenderer:
+    """Answer text to stdout, progress to stderr.
+
+    :param err: the stderr console (spinner and colours when it is a terminal).
+    :param out: where answer text goes (``sys.stdout`` at call time by default).
+    :param progress: show turn and tool lines (chat turns them off for plain stdin).
+    """
+
+    def __init__(self, err: Console, out: TextIO | None = None, *, progress: bool = True) -> None:
+        self.err = err
+        self._out = out
+        self.progress = progress
+        self.live = err.is_terminal
+        self._status: Status | None = None
+        self._current = ""  # text shown for the model call in progress
+        self._line_open = False  # stdout's last character is not a newline
+        self.wrote_text = False
+
+    # ------------------------------------------------------------ output
+
+    @property
+    def out(self) -> TextIO:
+        """Where answer text goes."""
+        return self._out or sys.stdout
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        self._stop_spinner()
+        self.out.write(text)
+        self.out.flush()
+        self._line_open = not text.endswith("\n")
+        self.wrote_text = True
+
+    def end_line(self) -> None:
+        """Finish the answer's current line, if one is open."""
+        if self._line_open:
+            self.out.write("\n")
+            self.out.flush()
+            self._line_open = False
+
+    def note(self, text: str, style: str = "dim", *, always: bool = False) -> None:
+        """One progress line on stderr (``[lich] text`` when stderr is not a terminal)."""
+        if not (self.progress or always):
+            return
+        from rich.text import Text
+
+        self.end_line()
+        if self.live:
+            self.err.print(Text(text, style=style), soft_wrap=True)
+        else:
+            self.err.print(Text(f"[lich] {text}"), soft_wrap=True)
+
+    def _spin(self, text: str) -> None:
+        if not (self.live and self.progress):
+            return
+        if self._line_open:
+            return  # the answer is being written on this terminal line; do not draw over it
+        if self._status is None:
+            self._status = self.err.status(text, spinner="dots")
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def _stop_spinner(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def close(self) -> None:
+        """Stop the spinner and end the answer's line."""
+        self._stop_spinner()
+        self.end_line()
+
+    def waiting(self, text: str) -> None:
+        """Show ``text`` with a spinner (terminal only) until output arrives."""
+        self._spin(text)
+
+    # ------------------------------------------------------------ events
+
+    def __call__(self, envelope: Envelope) -> None:
+        event = envelope.event
+        handler = getattr(self, f"_on_{event.type}", None)
+        if handler is not None:
+            handler(event)
+
+    def _on_turn_start(self, event: Any) -> None:
+        self.note(f"turn {event.turn}")
+
+    def _on_llm_start(self, event: Any) -> None:
+        self._current = ""
+        self._spin("thinking…")
+
+    def _on_text_delta(self, event: Any) -> None:
+        self._current += event.text
+        self._write(event.text)
+
+    def _on_stream_reset(self, event: Any) -> None:
+        partial, self._current = self._current, ""
+        erased = partial and self._erase(partial)
+        if partial and not erased:
+            self.end_line()
+        what = "the partial answer was discarded" if erased else "the answer restarts below"
+        self.note(f"stream from {event.provider} reset ({event.reason}); {what}", "yellow")
+        self._spin("thinking…")
+
+    def _erase(self, text: str) -> bool:
+        """Take back ``text`` just written to a terminal; False when that is not possible."""
+        out = self.out
+        try:
+            if not out.isatty():
+                return False
+        except (AttributeError, ValueError):
+            return False
+        from rich.cells import cell_len
+
+        size = shutil.get_terminal_size()
+        width = max(1, size.columns)
+        rows = sum(max(1, math.ceil(cell_len(line) / width)) for line in text.split("\n"))
+        if rows >= size.lines:
+            return False  # part of it scrolled away; it cannot be taken back
+        # Up to the first row of the partial text, column 0, then clear to the end of screen.
+        out.write((f"\x1b[{rows - 1}F" if rows > 1 else "\r") + "\x1b[J")
+        out.flush()
+        self._line_open = False
+        return True
+
+    def _on_llm_end(self, event: Any) -> None:
+        self._stop_spinner()
+        content = event.result.message.content
+        if not self._current and content:
+            self._write(content)  # not streamed: show the whole reply now
+        self.end_line()
+
+    def _on_tool_call_start(self, event: Any) -> None:
+        self._spin(f"running {call_preview(event.call)}")
+
+    def _on_tool_call_end(self, event: Any) -> None:
+        self._stop_spinner()
+        result = event.result
+        preview = call_preview(event.call)
+        took = f" ({event.duration_ms:.0f} ms)" if event.duration_ms else ""
+        if event.blocked_by:
+            status = f"blocked by {event.blocked_by}: {error_preview(result)}"
+        elif result.ok:
+            status = "ok"
+        else:
+            status = f"error: {error_preview(result)}"
+        if event.rewritten_by:
+            status += f" [args rewritten by {', '.join(event.rewritten_by)}]"
+        if self.live:
+            mark = "✓" if result.ok else "✗"
+            style = "green" if result.ok else "red"
+            self.note(f"  {mark} {preview} {status}{took}", style)
+        else:
+            self.note(f"tool {preview}: {status}{took}")
+
+    def _on_compress_start(self, event: Any) -> None:
+        self.note(f"compressing the context (~{event.estimated_tokens} tokens)…")
+        self._spin("compressing the context…")
+
+    def _on_compress_end(self, event: Any) -> None:
+        self._stop_spinner()
+        if event.ok and event.summary_chars:
+            self.note(f"context compressed: summary of {event.summary_chars} chars, "
+                      f"~{event.estimated_tokens} tokens now")
+        else:
+            self.note("context compression did not help; continuing with the full context",
+                      "yellow")
+
+    def _on_retry(self, event: Any) -> None:
+        detail = f": {event.message}" if event.message else ""
+        self.note(f"retrying {event.provider} in {event.delay_s:.1f}s "
+                  f"(attempt {event.attempt}, {event.kind}{detail})", "yellow")
+
+    def _on_failover(self, event: Any) -> None:
+        detail = f": {event.message}" if event.message else ""
+        self.note(f"failover {event.from_provider} → {event.to_provider} "
+                  f"({event.kind}{detail})", "yellow")
+
+    def _on_budget_exhausted(self, event: Any) -> None:
+        self.note(f"budget exhausted after {event.turns_used} turns", "yellow", always=True)
+
+    def _on_error(self, event: Any) -> None:
+        # The caller reports the failure itself (with every attempt); just clear the spinner.
+        self._stop_spinner()
+
+    def _on_run_end(self, event: Any) -> None:
+        self.close()
+        if event.stopped_reason == "aborted":
+            self.note("run aborted", "yellow", always=True)

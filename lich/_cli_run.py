@@ -1,0 +1,247 @@
+"""Running the agent from the command line: one-shot runs and Ctrl-C handling.
+
+Ctrl-C (SIGINT) fires the run's :class:`~lich.cancel.CancelToken`: the loop
+stops wherever it is, closes open tool calls, records ``run_end`` with
+``stopped_reason="aborted"`` and returns, so the transcript stays readable.
+A second Ctrl-C cancels the run's task outright (the agent still records the
+abort). SIGTERM is handled like the first Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+from lich._cli_app import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    build_agent,
+    echo_error,
+    load_settings_config,
+    setup_logging,
+    warn_plugin_failures,
+)
+from lich._cli_options import Settings
+
+if TYPE_CHECKING:
+    from lich.agent import Agent, RunResult
+    from lich.events import EventHandler
+    from lich.types import Message, ProviderError
+
+__all__ = ["Interruptible", "describe_provider_error", "exit_code_for", "one_shot", "run_agent"]
+
+
+@frozen
+class Interruptible:
+    """How an interruptible run ended.
+
+    ``result`` is ``None`` when the run's task was cancelled outright (second
+    Ctrl-C). ``signal_name`` names the signal that stopped it, if any.
+    """
+
+    result: RunResult | None
+    signal_name: str | None = None
+
+
+def _install(loop: asyncio.AbstractEventLoop, signum: int, handler: Callable[[], None]) -> Any:
+    try:
+        loop.add_signal_handler(signum, handler)
+        return "loop"
+    except (NotImplementedError, RuntimeError, ValueError):
+        # No loop signal support (Windows, or not the main thread): a plain handler that
+        # hands over to the loop.
+        try:
+            return signal.signal(signum, lambda *_: loop.call_soon_threadsafe(handler))
+        except (ValueError, OSError):
+            return None
+
+
+def _uninstall(loop: asyncio.AbstractEventLoop, signum: int, token: Any) -> None:
+    if token == "loop":
+        loop.remove_signal_handler(signum)
+    elif token is not None:
+        signal.signal(signum, token)
+
+
+async def run_agent(
+    agent: Agent,
+    text: str,
+    *,
+    history: list[Message] | None = None,
+    session_id: str | None = None,
+    on_event: EventHandler | None = None,
+    on_signal: Callable[[str, int], None] | None = None,
+) -> Interruptible:
+    """Run ``text`` on ``agent``; Ctrl-C and SIGTERM cancel the run, not the process.
+
+    ``on_signal(name, count)`` is told about each signal (to print a notice).
+    Provider failures propagate as :class:`~lich.types.ProviderError`.
+    """
+    from lich.cancel import CancelToken
+
+    loop = asyncio.get_running_loop()
+    cancel = CancelToken()
+    task = asyncio.ensure_future(
+        agent.run(text, history=history, session_id=session_id, cancel=cancel, on_event=on_event)
+    )
+    seen: list[str] = []
+
+    def handler(name: str) -> Callable[[], None]:
+        def fire() -> None:
+            seen.append(name)
+            if on_signal is not None:
+                on_signal(name, len(seen))
+            if len(seen) == 1:
+                cancel.cancel()
+            else:
+                task.cancel()
+
+        return fire
+
+    installed = [(signum, _install(loop, signum, handler(name)))
+                 for signum, name in ((signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"))]
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if seen and (current is None or not current.cancelling()):
+            return Interruptible(None, seen[0])
+        raise
+    finally:
+        for signum, token in installed:
+            _uninstall(loop, signum, token)
+    return Interruptible(result, seen[0] if seen else None)
+
+
+def exit_code_for(outcome: Interruptible) -> int:
+    """0 final; 1 budget or aborted; 130 / 143 when a signal stopped the run."""
+    result = outcome.result
+    if outcome.signal_name and (result is None or result.stopped_reason == "aborted"):
+        return EXIT_TERMINATED if outcome.signal_name == "SIGTERM" else EXIT_INTERRUPTED
+    if result is not None and result.stopped_reason == "final":
+        return EXIT_OK
+    return EXIT_STOPPED
+
+
+def describe_provider_error(exc: ProviderError) -> str:
+    """The error and, for a router, every attempt it made."""
+    lines = [f"model call failed: {exc}"]
+    for provider, attempt, kind, message in exc.attempts:
+        lines.append(f"  {provider} attempt {attempt}: {kind}: {message}")
+    return "\n".join(lines)
+
+
+def read_task(words: tuple[str, ...]) -> str | None:
+    """The task: the words, or stdin when there are none and stdin is not a terminal."""
+    text = " ".join(words).strip()
+    if text:
+        return text
+    stdin = sys.stdin
+    if stdin is None or stdin.isatty():
+        return None
+    return stdin.read().strip() or None
+
+
+def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
+    """``lich TASK…``: run the task once; returns the exit code."""
+    from lich.config import ConfigError
+    from lich.plugins import PluginLoadError
+    from lich.sessions import SessionNotFound, SessionStore
+
+    task = read_task(words)
+    if task is None:
+        echo_error("no task: give it as words (lich \"do this\") or on stdin "
+                   "(echo \"do this\" | lich); `lich --help` lists the commands")
+        return EXIT_USAGE
+    try:
+        config = load_settings_config(settings).config
+    except ConfigError as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    from lich._cli_render import HumanRenderer, JsonRenderer, make_err_console
+
+    err = make_err_console()
+    setup_logging(config.log_level, err)
+    session_id = None
+    if settings.resume:
+        try:
+            session_id = SessionStore(config.session_dir).resolve(settings.resume)
+        except (SessionNotFound, ValueError) as exc:
+            echo_error(f"--resume: {exc}")
+            return EXIT_USAGE
+    try:
+        agent = build_agent(settings, config)
+    except (ConfigError, PluginLoadError) as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
+    warn_plugin_failures(agent.host)
+    human = None if settings.json else HumanRenderer(err)
+    renderer: EventHandler = JsonRenderer() if human is None else human
+    return execute(agent, task, renderer, human, session_id=session_id)
+
+
+def execute(
+    agent: Agent,
+    task: str,
+    renderer: EventHandler,
+    human: Any,
+    *,
+    session_id: str | None = None,
+    summary: Callable[[RunResult], None] | None = None,
+) -> int:
+    """Run ``task`` to its end on a fresh event loop and report it; returns the exit code."""
+    from lich.types import ProviderError
+
+    def on_signal(name: str, count: int) -> None:
+        if human is None:
+            return
+        human.close()
+        if count == 1:
+            human.note(f"{name}: cancelling the run (press Ctrl-C again to stop at once)",
+                       "yellow", always=True)
+
+    async def go() -> Interruptible:
+        try:
+            return await run_agent(agent, task, session_id=session_id, on_event=renderer,
+                                   on_signal=on_signal)
+        finally:
+            await agent.aclose()
+
+    try:
+        outcome = asyncio.run(go())
+    except ProviderError as exc:
+        if human is not None:
+            human.close()
+        echo_error(describe_provider_error(exc))
+        return EXIT_STOPPED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        if human is not None:
+            human.close()
+    result = outcome.result
+    if result is not None:
+        if summary is not None:
+            summary(result)
+        elif human is not None:
+            _summary(human, result)
+    return exit_code_for(outcome)
+
+
+def _summary(human: Any, result: RunResult) -> None:
+    usage = result.usage
+    where = f"; transcript {result.session_path}" if result.session_path else ""
+    turns = result.outcome.turns_used
+    human.note(
+        f"{result.stopped_reason} after {turns} turn{'s' if turns != 1 else ''}, "
+        f"{usage.total_tokens} tokens; session {result.session_id}{where}",
+        always=False,
+    )
