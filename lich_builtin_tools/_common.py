@@ -1,0 +1,193 @@
+"""Helpers shared by the builtin tools: schemas, settings, limits, secrets, paths.
+
+Nothing here imports anything heavier than the standard library and the lich
+core, so importing a tool module stays cheap.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lich.guards import ToolError, resolve_in_root
+from lich.tools import ToolContext
+
+T = TypeVar("T")
+
+# Directory names every walking tool skips (list_dir, grep_files), as the reference does.
+SKIP_NAMES = frozenset({"node_modules", ".git", "dist", ".lich", ".cursor"})
+
+# Browser-like user agent used by fetch_url and web_search (the reference's).
+USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36"
+
+_SECRET_PATTERNS = ("*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*")
+
+
+def schema(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
+    """A JSON Schema object with ``additionalProperties: false`` (as every builtin has)."""
+    out: dict[str, Any] = {
+        "type": "object",
+        "properties": dict(properties),
+        "additionalProperties": False,
+    }
+    req = list(required)
+    if req:
+        out["required"] = req
+    return out
+
+
+def setting(ctx: ToolContext, tool: str, key: str, kind: type[T], default: T) -> T:
+    """``[tools.<tool>] <key>`` from the context, type-checked.
+
+    A wrong type is a clear ``invalid_setting:`` error rather than a surprise
+    later (``allow_private = "no"`` must not read as true).
+    """
+    value: Any = ctx.settings.get(key, default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ToolError(
+            f"invalid_setting: [tools.{tool}] {key} must be {kind.__name__}, "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+def string_list_setting(ctx: ToolContext, tool: str, key: str) -> tuple[str, ...]:
+    """``[tools.<tool>] <key>`` as a list of strings (empty when unset)."""
+    value = ctx.settings.get(key, ())
+    if isinstance(value, str) or not isinstance(value, list | tuple) or not all(
+        isinstance(v, str) for v in value
+    ):
+        raise ToolError(f"invalid_setting: [tools.{tool}] {key} must be a list of strings")
+    return tuple(value)
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def time_cap_s(ctx: ToolContext, own_cap_s: float) -> float:
+    """How long the tool may run: its own cap, tightened by ``[tools.<name>] timeout_s``.
+
+    The executor enforces the same ``timeout_s``; a tool that stops itself a
+    little earlier can still report what it got (partial output, exit code).
+    Settings the executor ignores (not a positive number) are ignored here too.
+    """
+    configured = _positive(ctx.settings.get("timeout_s"))
+    if configured is None or configured >= own_cap_s:
+        return own_cap_s
+    # Leave a small margin so the tool's own deadline fires before the executor's.
+    return max(0.001, configured - min(0.5, configured * 0.1))
+
+
+def output_cap(ctx: ToolContext, own_cap: int) -> int:
+    """The output limit the executor will apply: ``[tools.<name>] max_output_chars`` or ours."""
+    configured = _positive(ctx.settings.get("max_output_chars"))
+    return own_cap if configured is None else int(configured)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable name looks like it holds a secret.
+
+    ``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*`` (any case).
+    """
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, p) for p in _SECRET_PATTERNS)
+
+
+def provider_key_envs(*configs: Any) -> set[str]:
+    """Every env var name a provider of these configs reads its key from.
+
+    A provider without ``api_key_env`` reads its kind's default variable
+    (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``), so that one counts too.
+    """
+    from lich.config import DEFAULT_KEY_ENVS
+
+    names: set[str] = set()
+    for config in configs:
+        for provider in getattr(config, "providers", None) or ():
+            env_name = getattr(provider, "api_key_env", None) or DEFAULT_KEY_ENVS.get(
+                getattr(provider, "kind", ""), None
+            )
+            if env_name:
+                names.add(env_name)
+    return names
+
+
+def scrub_env(
+    env: Mapping[str, str], provider_keys: Iterable[str], pass_env: Iterable[str]
+) -> dict[str, str]:
+    """``env`` without provider key variables and secret-looking names, except ``pass_env``."""
+    keep = set(pass_env)
+    drop = set(provider_keys)
+    return {
+        k: v for k, v in env.items() if k in keep or (k not in drop and not is_secret_name(k))
+    }
+
+
+def resolve_path(ctx: ToolContext, target: str) -> Path:
+    """``target`` resolved (realpath) inside the work dir.
+
+    :raises ToolError: ``path_escape:`` outside the work dir, ``invalid_path:`` for NUL or length.
+    """
+    return resolve_in_root(ctx.work_dir, target)
+
+
+def real_root(ctx: ToolContext) -> str:
+    """The work dir with symlinks resolved."""
+    return os.path.realpath(ctx.work_dir)
+
+
+def refuse_protected_write(ctx: ToolContext, resolved: Path, target: str) -> None:
+    """Refuse writes into ``.lich/`` (config, sessions) and to ``.env*`` files.
+
+    Checked on the resolved path, so a link named ``notes`` pointing at
+    ``.env`` is refused too.
+    """
+    rel = os.path.relpath(resolved, real_root(ctx))
+    parts = [] if rel == "." else rel.split(os.sep)
+    if ".lich" in parts or (parts and parts[-1].startswith(".env")):
+        raise ToolError(
+            f"forbidden_path: {target} (writes to .lich/ and .env files are refused)"
+        )
+
+
+def os_error(exc: OSError, target: str) -> ToolError:
+    """A coded error for a failed file operation on ``target``."""
+    import errno
+
+    code = exc.errno
+    if code == errno.ENOENT:
+        return ToolError(f"not_found: {target}")
+    if code == errno.EISDIR:
+        return ToolError(f"is_a_directory: {target}")
+    if code == errno.ENOTDIR:
+        return ToolError(f"not_a_directory: {target}")
+    if code in (errno.EACCES, errno.EPERM):
+        return ToolError(f"permission_denied: {target}")
+    if code == errno.ENAMETOOLONG:
+        return ToolError(f"invalid_path: name too long: {target[:200]}")
+    if code == errno.ELOOP:
+        return ToolError(f"invalid_path: too many levels of symbolic links: {target}")
+    return ToolError(f"io_error: {exc.strerror or exc}: {target}")
+
+
+def parse_charset(content_type: str) -> str:
+    """The ``charset=`` of a content type, if Python knows it; else ``utf-8``."""
+    import codecs
+
+    m = re.search(r"charset=[\"']?([\w.:-]+)", content_type, re.I)
+    if m:
+        try:
+            return codecs.lookup(m.group(1)).name
+        except LookupError:
+            pass
+    return "utf-8"

@@ -1,0 +1,150 @@
+"""The ``grep_files`` tool: regex search over the lines of the files under a path.
+
+Bound on pathological patterns: the pattern is capped at 1000 characters and
+the search runs in a worker process killed at a deadline (the time budget,
+``[tools.grep_files] time_budget_s``, default 10 s) — see :func:`_grep_files`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from lich.guards import ToolError, optional_int_arg, optional_string_arg, require_string_arg
+from lich.tools import Tool, ToolContext
+from lich.types import ToolResult
+from lich_builtin_tools._common import (
+    SKIP_NAMES,
+    real_root,
+    resolve_path,
+    schema,
+    setting,
+    time_cap_s,
+)
+
+__all__ = ["DEFAULT_TIME_BUDGET_S", "MAX_PATTERN_CHARS", "grep_files_tool"]
+
+MAX_PATTERN_CHARS = 1000
+DEFAULT_TIME_BUDGET_S = 10.0
+DEFAULT_MAX_RESULTS = 200
+MAX_RESULTS_CAP = 1000
+_WORKER = Path(__file__).with_name("_grep_worker.py")
+
+
+async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Search files for a regex.
+
+    **How the work is bounded.** Python's ``re`` backtracks, and a single
+    match of a pattern such as ``(a+)+$`` against a long line can run for
+    hours without ever returning to Python code, so a time check between lines
+    cannot stop it. Instead the search runs in a separate worker process
+    (``python -I -S _grep_worker.py``) that is killed at the deadline: the
+    time budget (``[tools.grep_files] time_budget_s``, default 10 s) bounds
+    every search, whatever the pattern. Patterns longer than
+    ``MAX_PATTERN_CHARS`` (1000) are refused up front. Matches the worker
+    found before the deadline are returned with a ``search_timeout:`` error.
+    """
+    pattern = require_string_arg(args, "pattern")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolError(f"pattern_too_long: {len(pattern)} chars (max {MAX_PATTERN_CHARS})")
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ToolError(f"invalid_regex: {pattern}") from exc
+    target = optional_string_arg(args, "path", ".")
+    glob = optional_string_arg(args, "glob", "")
+    max_results = optional_int_arg(
+        args, "max_results", DEFAULT_MAX_RESULTS, lo=1, hi=MAX_RESULTS_CAP
+    )
+    budget = setting(ctx, "grep_files", "time_budget_s", float, DEFAULT_TIME_BUDGET_S)
+    if budget <= 0:
+        raise ToolError("invalid_setting: [tools.grep_files] time_budget_s must be > 0")
+    budget = min(budget, time_cap_s(ctx, grep_files_tool.timeout_s))
+    path = resolve_path(ctx, target)
+    if not path.exists():
+        raise ToolError(f"not_found: {target}")
+    spec = {
+        "pattern": pattern,
+        "root": real_root(ctx),
+        "target": str(path),
+        "glob": glob,
+        "limit": max_results + 1,
+        "skip": sorted(SKIP_NAMES),
+    }
+    hits, finished = await _run_worker(spec, budget)
+    lines = hits[:max_results]
+    if len(hits) > max_results:
+        lines.append(f"(... {len(hits) - max_results} more matches suppressed)")
+    output = "\n".join(lines)
+    if not finished:
+        return ToolResult.failure(
+            f"search_timeout: grep_files stopped after its {budget:g}s time budget "
+            f"({len(hits)} matches found before that are in the output); "
+            "simplify the pattern or narrow the path",
+            output,
+        )
+    return ToolResult.success(output)
+
+
+async def _run_worker(spec: dict[str, Any], budget_s: float) -> tuple[list[str], bool]:
+    """Run the worker; returns the hits and whether it finished within ``budget_s``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", str(_WORKER),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        limit=1 << 20,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    hits: list[str] = []
+    finished = False
+    try:
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        async with asyncio.timeout(budget_s):
+            while line := await proc.stdout.readline():
+                hits.append(json.loads(line))
+            code = await proc.wait()
+            finished = True
+        if code != 0:
+            detail = (await proc.stderr.read(4000)).decode("utf-8", "replace").strip()
+            last = detail.splitlines()[-1] if detail else f"exit {code}"
+            raise ToolError(f"grep_failed: {last}")
+    except TimeoutError:
+        pass
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            # Reap it even when we are being cancelled, so no zombie or open transport stays.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 5)
+    return hits, finished
+
+
+grep_files_tool = Tool(
+    name="grep_files",
+    description=(
+        "Search file contents for a regular expression (Python syntax). Lines come back as "
+        "'<path>:<line>: <text>'. glob filters file names ('*.py', 'prefix*', exact name). "
+        "Skips node_modules, .git, dist, .lich, .cursor, binary files and files of 1 MB or more. "
+        "Each search has a time budget (10 s by default)."
+    ),
+    parameters=schema(
+        {
+            "pattern": {"type": "string", "description": "Regular expression to search for."},
+            "path": {"type": "string", "description": "File or directory (default '.')."},
+            "glob": {"type": "string", "description": "File name filter, e.g. '*.py'."},
+            "max_results": {"type": "number", "description": "Maximum matches (default 200)."},
+        },
+        ["pattern"],
+    ),
+    execute=_grep_files,
+    timeout_s=30.0,
+)

@@ -1,0 +1,231 @@
+"""System tools: ``process_list``, ``disk_usage``, ``env_get``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+from typing import Any
+
+from lich.guards import (
+    ToolError,
+    optional_bool_arg,
+    optional_int_arg,
+    optional_string_arg,
+    truncate_text,
+)
+from lich.tools import Tool, ToolContext
+from lich.types import ToolResult
+from lich_builtin_tools._common import (
+    output_cap,
+    provider_key_envs,
+    resolve_path,
+    schema,
+    time_cap_s,
+)
+
+__all__ = ["SECRET_NAME", "disk_usage_tool", "make_env_get_tool", "process_list_tool"]
+
+PROC = "/proc"
+CMDLINE_CAP = 200
+DU_TIMEOUT_S = 30.0
+ENV_VALUE_CAP = 2000
+ENV_MAX_KEYS = 50
+SECRET_NAME = re.compile(r"(secret|token|password|key|credential|auth)", re.I)
+
+
+# ---------------------------------------------------------------- process_list
+
+
+def _read_proc(pid: str) -> tuple[str, str] | None:
+    try:
+        with open(f"{PROC}/{pid}/comm", "rb") as fh:
+            comm = fh.read().decode("utf-8", "replace").strip()
+        with open(f"{PROC}/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(64 * 1024)
+    except OSError:
+        return None  # the process went away (or is not ours to read)
+    cmdline = raw.replace(b"\x00", b" ").decode("utf-8", "replace").strip()[:CMDLINE_CAP]
+    return comm, cmdline
+
+
+def _process_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    needle = optional_string_arg(args, "filter", "").lower()
+    max_results = optional_int_arg(args, "max_results", 50, lo=1, hi=500)
+    try:
+        pids = sorted((name for name in os.listdir(PROC) if name.isdigit()), key=int)
+    except OSError as exc:
+        raise ToolError("proc_unavailable") from exc
+    rows: list[str] = []
+    for pid in pids:
+        info = _read_proc(pid)
+        if info is None:
+            continue
+        comm, cmdline = info
+        if needle and needle not in (cmdline or comm).lower():
+            continue
+        rows.append(f"{pid}\t{comm}\t{cmdline}")
+    if not rows:
+        return ToolResult.success("no matching processes")
+    shown = rows[:max_results]
+    if len(rows) > max_results:
+        shown.append(f"(... {len(rows) - max_results} more processes suppressed)")
+    return ToolResult.success(truncate_text("\n".join(shown), output_cap(ctx, 20_000)))
+
+
+process_list_tool = Tool(
+    name="process_list",
+    description=(
+        "List running processes from /proc as '<pid>\\t<comm>\\t<cmdline>', optionally "
+        "filtered by a case-insensitive substring of the command line."
+    ),
+    parameters=schema(
+        {
+            "filter": {"type": "string", "description": "Case-insensitive substring to match."},
+            "max_results": {"type": "number", "description": "Rows to show (default 50, max 500)."},
+        }
+    ),
+    execute=_process_list,
+    timeout_s=30.0,
+)
+
+
+# ---------------------------------------------------------------- disk_usage
+
+
+async def _du(directory: str, names: list[str], seconds: float) -> dict[str, int]:
+    """Apparent sizes (``du -sbl``) of ``names`` inside ``directory``, in one ``du`` run.
+
+    ``-l`` counts hard links each time, as separate runs would; symlinks are
+    measured, not followed. NUL-separated output survives any file name.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        "du", "-sbl0", "--", *names,
+        cwd=directory, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with asyncio.timeout(seconds):
+            out, _ = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 5)
+    sizes: dict[str, int] = {}
+    for record in out.split(b"\x00"):
+        size, sep, name = record.partition(b"\t")
+        if sep and size.isdigit():
+            sizes[os.fsdecode(name)] = int(size)
+    return sizes
+
+
+async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    target = optional_string_arg(args, "path", ".")
+    max_entries = optional_int_arg(args, "max_entries", 25, lo=1, hi=200)
+    path = resolve_path(ctx, target)
+    try:
+        names = await asyncio.to_thread(os.listdir, path)
+    except FileNotFoundError:
+        raise ToolError(f"not_found: {target}") from None
+    except NotADirectoryError:
+        raise ToolError(f"not_a_directory: {target}") from None
+    except OSError as exc:
+        raise ToolError(f"du_unavailable: {exc.strerror or exc}") from exc
+    sizes: dict[str, int] = {}
+    if names:
+        try:
+            sizes = await _du(str(path), names, time_cap_s(ctx, DU_TIMEOUT_S))
+        except (OSError, TimeoutError) as exc:
+            raise ToolError("du_unavailable") from exc
+        # A child du could not size at all (it vanished, or is unreadable) fails the whole
+        # answer, as in the reference; du's partial sizes for unreadable subtrees are kept.
+        if set(names) - set(sizes):
+            raise ToolError("du_unavailable")
+    ranked = sorted(names, key=lambda n: (-sizes[n], n))
+    lines = [f"{sizes[n]}\t{n}" for n in ranked[:max_entries]]
+    if len(ranked) > max_entries:
+        lines.append(f"(... {len(ranked) - max_entries} more entries suppressed)")
+    lines.append(f"TOTAL\t{sum(sizes.values())}")
+    return ToolResult.success("\n".join(lines))
+
+
+disk_usage_tool = Tool(
+    name="disk_usage",
+    description=(
+        "Sizes in bytes of a directory's direct children (du -sb), largest first, then TOTAL."
+    ),
+    parameters=schema(
+        {
+            "path": {"type": "string", "description": "Directory (default '.')."},
+            "max_entries": {"type": "number", "description": "Rows to show (default 25, max 200)."},
+        }
+    ),
+    execute=_disk_usage,
+    timeout_s=DU_TIMEOUT_S + 10,
+)
+
+
+# ---------------------------------------------------------------- env_get
+
+
+def make_env_get_tool(config: Any = None) -> Tool:
+    """The ``env_get`` tool; the providers' key variables of ``config`` are always redacted."""
+    config_keys = provider_key_envs(config)
+
+    def env_get(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        env = {**os.environ, **ctx.env}
+        run_config = ctx.run.config if ctx.run is not None else None
+        secret_names = config_keys | provider_key_envs(run_config)
+        raw_keys = args.get("keys")
+        keys = (
+            [k for k in raw_keys if isinstance(k, str) and k][:ENV_MAX_KEYS]
+            if isinstance(raw_keys, list)
+            else []
+        )
+        prefix = optional_string_arg(args, "prefix", "")
+        reveal = optional_bool_arg(args, "reveal", False)
+        if not keys and not prefix:
+            names = sorted(env)
+            return ToolResult.success(f"{len(names)} variables: {', '.join(names)}")
+        if not keys:
+            keys = sorted(n for n in env if n.startswith(prefix))
+            if not keys:
+                return ToolResult.success(f"no variables start with {prefix}")
+        lines = []
+        for name in keys:
+            value = env.get(name)
+            if value is None:
+                lines.append(f"{name}=<unset>")
+            elif not reveal:
+                lines.append(f"{name}=set ({len(value)} chars)")
+            elif SECRET_NAME.search(name) or name in secret_names:
+                lines.append(f"{name}=<redacted: {len(value)} chars>")
+            else:
+                lines.append(f"{name}={value[:ENV_VALUE_CAP]}")
+        return ToolResult.success("\n".join(lines))
+
+    return Tool(
+        name="env_get",
+        description=(
+            "Inspect environment variables: with no arguments, list their names; with keys "
+            "or a prefix, say whether each is set and its length. reveal=true shows values, "
+            "except secret-looking names, which stay redacted."
+        ),
+        parameters=schema(
+            {
+                "keys": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Variable names (at most 50).",
+                },
+                "prefix": {"type": "string", "description": "List variables with this prefix."},
+                "reveal": {"type": "boolean", "description": "Show values (default false)."},
+            }
+        ),
+        execute=env_get,
+        timeout_s=30.0,
+    )

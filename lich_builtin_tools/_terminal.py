@@ -1,0 +1,208 @@
+"""The ``terminal`` tool: ``bash -lc <command>`` in the work dir, in its own process group.
+
+* The command runs in a new session (``start_new_session``), so its process
+  group holds everything it starts; on timeout or cancellation the whole
+  group gets ``SIGKILL`` — backgrounded grandchildren included.
+* stdout and stderr are read through our own pipes into capped buffers
+  while the command runs: past the cap, data is drained and dropped, so a
+  chatty command cannot grow memory.
+* The environment is the process environment plus the tool env, scrubbed of
+  secrets (provider key variables and ``*_API_KEY``, ``*_TOKEN``,
+  ``*SECRET*``, ``*PASSWORD*`` names) unless ``[tools.terminal] pass_env``
+  lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from lich.guards import ToolError, optional_number_arg, require_string_arg, truncate_text
+from lich.tools import Tool, ToolContext
+from lich.types import ToolResult
+from lich_builtin_tools._common import (
+    output_cap,
+    provider_key_envs,
+    schema,
+    scrub_env,
+    string_list_setting,
+    time_cap_s,
+)
+
+__all__ = ["make_terminal_tool"]
+
+DEFAULT_TIMEOUT_MS = 60_000
+MAX_TIMEOUT_MS = 300_000
+STREAM_CAP_CHARS = 50_000
+OUTPUT_CAP_CHARS = 20_000
+# How long to wait for the pipes to close once bash itself has exited. A
+# backgrounded child that keeps them open (``server &``) is left running, and
+# its further output is not collected.
+_PIPE_GRACE_S = 0.5
+_REAP_GRACE_S = 5.0
+
+
+class _CappedPipe(asyncio.Protocol):
+    """Collects at most ``cap_bytes`` from a pipe; counts (and drops) the rest."""
+
+    def __init__(self, cap_bytes: int) -> None:
+        self.cap = cap_bytes
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.dropped = 0
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        room = self.cap - self.kept
+        if room > 0:
+            piece = data[:room]
+            self.chunks.append(piece)
+            self.kept += len(piece)
+        self.dropped += max(0, len(data) - max(room, 0))
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def text(self, label: str, cap_chars: int) -> str:
+        """The collected bytes as text, capped at ``cap_chars``, with a note when cut."""
+        text = b"".join(self.chunks).decode("utf-8", "replace")
+        if len(text) > cap_chars or self.dropped:
+            omitted = max(0, len(text) - cap_chars)
+            extra = f", {self.dropped} more bytes dropped" if self.dropped else ""
+            note = f"\n[... {label} truncated, {omitted} chars omitted{extra} ...]\n"
+            text = text[:cap_chars] + note
+        return text
+
+
+def _factory(reader: _CappedPipe) -> Callable[[], _CappedPipe]:
+    return lambda: reader
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def make_terminal_tool(config: Any = None) -> Tool:
+    """The ``terminal`` tool; ``config`` names the providers whose key variables are scrubbed."""
+    config_keys = provider_key_envs(config)
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        command = require_string_arg(args, "command")
+        requested_ms = optional_number_arg(args, "timeout_ms", DEFAULT_TIMEOUT_MS)
+        timeout_ms = min(max(1, int(requested_ms)), MAX_TIMEOUT_MS)
+        timeout_s = min(timeout_ms / 1000, time_cap_s(ctx, MAX_TIMEOUT_MS / 1000))
+        pass_env = string_list_setting(ctx, "terminal", "pass_env")
+        run_config = ctx.run.config if ctx.run is not None else None
+        secrets = config_keys | provider_key_envs(run_config)
+        env = scrub_env({**os.environ, **ctx.env}, secrets, pass_env)
+        cap = output_cap(ctx, OUTPUT_CAP_CHARS)
+        return await run_command(command, str(ctx.work_dir), env, timeout_s, cap)
+
+    return Tool(
+        name="terminal",
+        description=(
+            "Run a shell command with bash -lc in the work directory. Returns stdout, stderr "
+            "and '[exit N]'. Default timeout 60000 ms, maximum 300000 ms; on timeout the "
+            "command and everything it started are killed."
+        ),
+        parameters=schema(
+            {
+                "command": {"type": "string", "description": "The bash command line."},
+                "timeout_ms": {
+                    "type": "number",
+                    "description": "Timeout in milliseconds (default 60000, max 300000).",
+                },
+            },
+            ["command"],
+        ),
+        execute=execute,
+        # The executor's limit sits just above the tool's own maximum, so the
+        # tool's deadline (with its partial output) normally fires first.
+        timeout_s=MAX_TIMEOUT_MS / 1000 + 5,
+        max_output_chars=OUTPUT_CAP_CHARS,
+    )
+
+
+async def run_command(
+    command: str, cwd: str, env: dict[str, str], timeout_s: float, cap: int
+) -> ToolResult:
+    """Run ``command``; kill its process group on timeout or cancellation."""
+    loop = asyncio.get_running_loop()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    unowned = {out_r, out_w, err_r, err_w}  # fds nobody else will close for us
+    readers: list[_CappedPipe] = []
+    transports: list[asyncio.ReadTransport] = []
+    proc: asyncio.subprocess.Process | None = None
+    timed_out = False
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "bash", "-lc", command,
+                cwd=cwd, env=env,
+                stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"spawn_failed: {exc}") from exc
+        finally:
+            # The child has its copies; ours must go or EOF never comes.
+            for fd in (out_w, err_w):
+                os.close(fd)
+                unowned.discard(fd)
+        for fd in (out_r, err_r):
+            reader = _CappedPipe(STREAM_CAP_CHARS * 4)
+            pipe_file = os.fdopen(fd, "rb", 0)
+            unowned.discard(fd)
+            try:
+                transport, _ = await loop.connect_read_pipe(_factory(reader), pipe_file)
+            except BaseException:
+                pipe_file.close()
+                raise
+            readers.append(reader)
+            transports.append(transport)
+        try:
+            async with asyncio.timeout(timeout_s):
+                code = await proc.wait()
+                await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(proc.pid)
+            code = await asyncio.wait_for(proc.wait(), _REAP_GRACE_S)
+            await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
+    except asyncio.CancelledError:
+        # The executor gave up on us (its own timeout) or the run was cancelled:
+        # kill the group, reap bash (bounded), and let the cancellation go on.
+        if proc is not None:
+            _kill_group(proc.pid)
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_GRACE_S)
+        raise
+    finally:
+        if proc is not None and proc.returncode is None:
+            _kill_group(proc.pid)  # any other way out must not leave the command running
+        for fd in unowned:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for transport in transports:
+            transport.close()
+    exit_code = code if code >= 0 else -1
+    body = readers[0].text("stdout", STREAM_CAP_CHARS) + readers[1].text("stderr", STREAM_CAP_CHARS)
+    trailer = f"\n[exit {exit_code}]"
+    if len(body) + len(trailer) > cap:
+        # Keep the exit line visible whatever the cap: truncate the body, not the trailer.
+        body = truncate_text(body, max(0, cap - len(trailer) - 60))
+    output = body + trailer
+    if timed_out:
+        return ToolResult.failure("timeout", output)
+    return ToolResult(ok=exit_code == 0, output=output)
