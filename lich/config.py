@@ -47,6 +47,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "anthropic",
     "ollama",
     "failover",
+    "gateway",
 )
 PROVIDER_KINDS = ("openai_compat", "anthropic", "ollama")
 DEFAULT_BASE_URLS = {

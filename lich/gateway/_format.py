@@ -1,0 +1,161 @@
+"""Text helpers shared by the gateway: chunking replies, user-safe errors, log lines.
+
+Nothing here imports a network library; the bus and every adapter use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "conversation_session_id",
+    "flatten_line",
+    "log_event",
+    "redact",
+    "sanitize_error",
+    "split_text",
+]
+
+# Session ids must match lich.sessions' pattern: [A-Za-z0-9][A-Za-z0-9._-]{0,127}.
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Split ``text`` into chunks of at most ``limit`` characters.
+
+    A chunk ends at the last newline inside the window, else at the last
+    space, else hard at ``limit``; the whitespace at a cut is dropped, so
+    ``"".join`` of the chunks loses only those separators. Empty text gives no
+    chunks.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    chunks: list[str] = []
+    rest = text.strip()
+    while rest:
+        if len(rest) <= limit:
+            chunks.append(rest)
+            break
+        window = rest[: limit + 1]
+        cut = window.rfind("\n")
+        if cut <= 0:
+            cut = window.rfind(" ")
+        if cut <= 0:
+            cut = limit
+        chunk = rest[:cut].rstrip()
+        if chunk:
+            chunks.append(chunk)
+        rest = rest[cut:].lstrip()
+    return chunks
+
+
+def flatten_line(text: str) -> str:
+    """``text`` on one line: every run of whitespace (newlines included) becomes one space.
+
+    IRC ends a command at a line break, so a reply with a newline would
+    otherwise smuggle a second, arbitrary command onto the connection.
+    """
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def conversation_session_id(platform: str, chat_id: str) -> str:
+    """The stable session id of one conversation: ``gw-<platform>-<chat>-<hash>``.
+
+    Readable (the platform and a slug of the chat id) and unique (a hash of
+    both, so two chat ids that slug alike still differ). Always a valid
+    session id, whatever characters the platform uses for its chat ids.
+    """
+    digest = hashlib.sha256(f"{platform}\x00{chat_id}".encode()).hexdigest()[:12]
+    platform_slug = _SLUG_UNSAFE.sub("-", platform).strip("-._")[:24] or "p"
+    chat_slug = _SLUG_UNSAFE.sub("-", chat_id).strip("-._")[:48] or "chat"
+    return f"gw-{platform_slug}-{chat_slug}-{digest}"
+
+
+# Shapes that look like credentials, whatever variable they came from.
+_SECRET_PATTERNS = (
+    (re.compile(r"(?i)\b(bearer|bot|basic|oauth)([ :]+)[A-Za-z0-9._~+/=-]{8,}"), r"\1\2[redacted]"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), "[redacted]"),
+    # Telegram puts the bot token in the URL path.
+    (re.compile(r"/bot\d+:[A-Za-z0-9_-]+"), "/bot[redacted]"),
+    (re.compile(r"(?i)([?&](?:key|token|api_key|access_token)=)[^&\s]+"), r"\1[redacted]"),
+)
+
+
+def redact(text: str, secrets_: Iterable[str] = ()) -> str:
+    """``text`` with every known secret value and credential-shaped string replaced."""
+    for value in secrets_:
+        if value and len(value) >= 4:
+            text = text.replace(value, "[redacted]")
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+_KIND_TEXT = {
+    "auth": "the model provider rejected lich's credentials",
+    "rate_limit": "the model provider is rate limiting requests; try again shortly",
+    "overflow": "the conversation is too long for the model; send /new to start over",
+    "bad_request": "the model provider refused the request",
+    "network": "the model provider could not be reached; try again shortly",
+    "unknown": "the model provider failed",
+}
+
+
+def sanitize_error(exc: BaseException) -> tuple[str, str]:
+    """What a chat user may see about ``exc``, and a reference for the logs.
+
+    Returns ``(text, ref)``: ``text`` is ``agent error: <plain reason> (ref <ref>)``
+    — never a traceback, an exception message (which may quote a request,
+    a URL or a key) or a secret; ``ref`` is a short random id the gateway
+    logs next to the full error so an operator can find it.
+    """
+    ref = secrets.token_hex(4)
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str) and kind in _KIND_TEXT and hasattr(exc, "provider_name"):
+        reason = _KIND_TEXT[kind]
+    elif isinstance(exc, TimeoutError):
+        reason = "the request timed out"
+    else:
+        reason = "internal error"
+    return f"agent error: {reason} (ref {ref})", ref
+
+
+def _logfmt_value(value: Any) -> str:
+    text = str(value)
+    if text == "" or any(c in text for c in ' "=\n\r\t'):
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        escaped = escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        return f'"{escaped}"'
+    return text
+
+
+def log_event(
+    logger: logging.Logger, level: int, event: str, /, **fields: Any
+) -> None:
+    """Log one structured line: ``gateway event=<event> key=value ...`` (logfmt).
+
+    ``None`` values are left out; values with spaces or quotes are quoted.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    parts = [f"event={_logfmt_value(event)}"]
+    parts.extend(f"{k}={_logfmt_value(v)}" for k, v in fields.items() if v is not None)
+    logger.log(level, "gateway %s", " ".join(parts))
+
+
+def parse_logfmt(line: str) -> Mapping[str, str]:
+    """Read back a line written by :func:`log_event` (for tests and log tooling)."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r'(\w+)=("(?:\\.|[^"\\])*"|\S*)', line):
+        value = m.group(2)
+        if value.startswith('"'):
+            value = value[1:-1].replace("\\n", "\n").replace("\\r", "\r").replace("\\t", "\t")
+            value = value.replace('\\"', '"').replace("\\\\", "\\")
+        out[m.group(1)] = value
+    return out

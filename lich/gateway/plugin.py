@@ -1,0 +1,64 @@
+"""The builtin ``gateway`` plugin (entry point ``gateway`` in the group ``lich``).
+
+It registers the four platforms — ``webhook``, ``telegram``, ``discord``,
+``twitch`` — through ``lich_register_gateway_adapters``, exactly as a
+third-party package would register its own, and adds the ``lich gateway``
+command through ``lich_register_commands``.
+
+Importing this module is cheap: starlette, uvicorn, websockets and httpx are
+imported only when an adapter is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lich.hooks import hookimpl
+
+if TYPE_CHECKING:
+    import click
+
+    from lich.gateway.registry import Adapter, AdapterContext, AdapterRegistry
+
+__all__ = ["lich_register_commands", "lich_register_gateway_adapters"]
+
+
+def _webhook(context: AdapterContext) -> Adapter:
+    from lich.gateway.webhook import WebhookAdapter
+
+    return WebhookAdapter(context)
+
+
+def _telegram(context: AdapterContext) -> Adapter:
+    from lich.gateway.telegram import TelegramAdapter
+
+    return TelegramAdapter(context)
+
+
+def _discord(context: AdapterContext) -> Adapter:
+    from lich.gateway.discord import DiscordAdapter
+
+    return DiscordAdapter(context)
+
+
+def _twitch(context: AdapterContext) -> Adapter:
+    from lich.gateway.twitch import TwitchAdapter
+
+    return TwitchAdapter(context)
+
+
+@hookimpl
+def lich_register_gateway_adapters(registry: AdapterRegistry) -> None:
+    """Register the builtin platforms."""
+    registry.register("webhook", _webhook)
+    registry.register("telegram", _telegram)
+    registry.register("discord", _discord)
+    registry.register("twitch", _twitch)
+
+
+@hookimpl
+def lich_register_commands(cli: click.Group) -> None:
+    """Add ``lich gateway``."""
+    from lich.gateway.command import gateway_command
+
+    cli.add_command(gateway_command)

@@ -1,0 +1,129 @@
+"""Gateway platforms as registered by plugins: name → factory, attributed to a plugin.
+
+``lich_register_gateway_adapters(registry)`` calls :meth:`AdapterRegistry.register`;
+the plugin host sets :attr:`AdapterRegistry.current_plugin` around each
+plugin's call (as for tools), so a plugin that fails is unloaded with
+everything it registered.
+
+An adapter is built by its factory from an :class:`AdapterContext` and only
+has to implement :class:`Adapter`: ``start()`` returns once it is serving,
+``stop()`` stops taking messages, lets the replies already being produced
+go out, and closes its connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from attrs import field, frozen
+
+if TYPE_CHECKING:
+    from lich.gateway.bus import GatewayBus
+    from lich.gateway.config import GatewayConfig
+
+__all__ = [
+    "Adapter",
+    "AdapterContext",
+    "AdapterFactory",
+    "AdapterRegistry",
+    "GatewayError",
+]
+
+
+class GatewayError(Exception):
+    """An adapter cannot start (missing token, refused bind, bad settings); the message says why."""
+
+
+class Adapter(Protocol):
+    """One platform, serving the bus."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Begin serving; return once ready (bound, connected or polling).
+
+        Raise :class:`GatewayError` when the adapter cannot run at all.
+        """
+        ...
+
+    async def stop(self) -> None:
+        """Stop taking messages, deliver the replies in flight, close connections."""
+        ...
+
+
+@frozen
+class AdapterContext:
+    """What a factory gets to build its adapter.
+
+    ``settings`` is the platform's ``[gateway.<name>]`` table: a typed value
+    for the builtin platforms, the raw mapping for third-party ones. ``env``
+    is where tokens are read from (``os.environ`` unless a test says otherwise).
+    """
+
+    name: str
+    bus: GatewayBus
+    config: GatewayConfig
+    settings: Any
+    env: Mapping[str, str] = field(factory=lambda: dict(os.environ))
+    log: logging.Logger = field(factory=lambda: logging.getLogger("lich.gateway"))
+
+    def secret(self, env_name: str) -> str:
+        """The value of the environment variable ``env_name`` ('' when unset)."""
+        return self.env.get(env_name, "").strip()
+
+
+AdapterFactory: TypeAlias = Callable[[AdapterContext], Adapter]
+
+
+class AdapterRegistry:
+    """Gateway platforms: name → factory, each attributed to the plugin that registered it."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, tuple[AdapterFactory, str | None]] = {}
+        self.current_plugin: str | None = None
+
+    def register(self, name: str, factory: AdapterFactory) -> None:
+        """Register ``factory`` for platform ``name``.
+
+        :raises ValueError: when ``name`` is taken (the first registration wins;
+            the plugin host then reports the second plugin as failed).
+        :raises TypeError: for an empty name or a factory that is not callable.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError("gateway platform name must be a non-empty string")
+        if not callable(factory):
+            raise TypeError(f"gateway adapter factory for {name!r} is not callable")
+        if name in self._factories:
+            owner = self._factories[name][1] or "?"
+            raise ValueError(f"duplicate_gateway_platform: {name} (already registered by {owner})")
+        self._factories[name] = (factory, self.current_plugin)
+
+    def names(self) -> list[str]:
+        """Registered platform names, in registration order."""
+        return list(self._factories)
+
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is registered."""
+        return name in self._factories
+
+    def plugin_of(self, name: str) -> str | None:
+        """The plugin that registered ``name``."""
+        entry = self._factories.get(name)
+        return entry[1] if entry else None
+
+    def create(self, context: AdapterContext) -> Adapter:
+        """Build the adapter for ``context.name``; :class:`KeyError` if it is not registered."""
+        entry = self._factories.get(context.name)
+        if entry is None:
+            raise KeyError(context.name)
+        return entry[0](context)
+
+    def remove_plugin(self, plugin: str) -> list[str]:
+        """Forget every platform ``plugin`` registered; returns their names."""
+        gone = [n for n, (_, owner) in self._factories.items() if owner == plugin]
+        for n in gone:
+            del self._factories[n]
+        return gone

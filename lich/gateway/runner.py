@@ -1,0 +1,235 @@
+"""Running the gateway: build the agent and the bus, start the adapters, stop gracefully.
+
+:class:`GatewayRunner` does the work in steps (tests drive it directly);
+:func:`run_gateway` is what ``lich gateway`` calls: start, wait for SIGINT or
+SIGTERM, then stop taking messages, give runs in flight ``grace_s`` to
+finish (then cancel them — their transcripts stay valid), close every
+adapter and exit 0. A second signal cuts the grace period short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from lich.config import LichConfig, config_with
+from lich.gateway._format import log_event, redact
+from lich.gateway.bus import GatewayBus
+from lich.gateway.config import GatewayConfig, parse_gateway_config
+from lich.gateway.registry import Adapter, AdapterContext, AdapterRegistry, GatewayError
+
+if TYPE_CHECKING:
+    from lich.agent import Agent
+    from lich.plugins import PluginHost
+    from lich.types import ChatFn
+
+__all__ = ["GatewayRunner", "gateway_agent_config", "run_gateway"]
+
+log = logging.getLogger("lich.gateway")
+
+
+def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConfig:
+    """The agent configuration of the gateway: the tools narrowed to ``[gateway] tools``.
+
+    The gateway's list never widens what the main config allows: with a
+    ``tools_enabled`` list there, the gateway gets the intersection.
+    """
+    if gateway.tools is None:
+        return config
+    tools = gateway.tools
+    if config.tools_enabled is not None:
+        tools = tuple(t for t in tools if t in config.tools_enabled)
+    return config_with(config, tools_enabled=tools)
+
+
+class GatewayRunner:
+    """The gateway's parts and their lifecycle.
+
+    :param config: the effective lich configuration (its ``gateway`` table is parsed here).
+    :param platforms: platforms to start; ``[gateway] platforms`` when empty.
+    :param host: a plugin host with the plugins loaded (made from the config by default).
+    :param chat: a chat function to use instead of the configured providers (tests).
+    :param env: where tokens are read (``os.environ`` by default).
+    :param gateway: an already parsed ``[gateway]`` table (overrides ``config.gateway``).
+    """
+
+    def __init__(
+        self,
+        config: LichConfig,
+        platforms: Sequence[str] = (),
+        *,
+        host: PluginHost | None = None,
+        chat: ChatFn | None = None,
+        env: Mapping[str, str] | None = None,
+        gateway: GatewayConfig | None = None,
+    ) -> None:
+        self.config = config
+        self.gateway = gateway if gateway is not None else parse_gateway_config(config.gateway)
+        self.requested = tuple(dict.fromkeys(p.strip() for p in platforms if p.strip()))
+        self.host = host
+        self.chat = chat
+        self.env: Mapping[str, str] = dict(os.environ) if env is None else env
+        self.registry = AdapterRegistry()
+        self.agent: Agent | None = None
+        self.bus: GatewayBus | None = None
+        self.adapters: dict[str, Adapter] = {}
+        self.failed: dict[str, str] = {}
+
+    def adapter(self, name: str) -> Any:
+        """The started adapter of platform ``name``."""
+        return self.adapters[name]
+
+    async def start(self) -> None:
+        """Load the adapters, build the agent and bus, start every requested platform.
+
+        :raises GatewayError: an unknown platform was requested, or none could start.
+        :raises lich.config.ConfigError: the configuration is unusable (e.g. no model).
+        """
+        from lich.agent import Agent, load_plugins
+
+        if self.host is None:
+            self.host = load_plugins(self.config)
+        self.host.register_gateway_adapters(self.registry)
+        names = self.requested or self.gateway.platforms
+        unknown = [n for n in names if not self.registry.has(n)]
+        if unknown:
+            available = ", ".join(self.registry.names()) or "none (is the gateway plugin enabled?)"
+            raise GatewayError(
+                f"unknown gateway platform{'s' if len(unknown) > 1 else ''}: "
+                f"{', '.join(unknown)} (available: {available})"
+            )
+        if not names:
+            raise GatewayError("no gateway platforms requested ([gateway] platforms is empty)")
+        for table in self.gateway.extra:
+            if not self.registry.has(table):
+                log_event(log, logging.WARNING, "unknown_platform_table",
+                          table=f"gateway.{table}", detail="no adapter of that name is registered")
+
+        self.agent = Agent(gateway_agent_config(self.config, self.gateway), host=self.host,
+                           chat=self.chat)
+        if self.gateway.tools is not None:
+            absent = [t for t in self.gateway.tools if not self.agent.tools.has(t)]
+            if absent:
+                log_event(log, logging.WARNING, "tools_unavailable", tools=",".join(absent),
+                          detail="listed in [gateway] tools but no loaded plugin provides them")
+        self.bus = GatewayBus.from_config(self.agent, self.gateway)
+        log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
+                  pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
+                  sessions=self.config.session_dir)
+
+        for name in names:
+            context = AdapterContext(
+                name=name,
+                bus=self.bus,
+                config=self.gateway,
+                settings=self.gateway.settings_for(name),
+                env=self.env,
+                log=logging.getLogger("lich.gateway"),
+            )
+            try:
+                adapter = self.registry.create(context)
+                await adapter.start()
+            except Exception as exc:
+                reason = redact(str(exc) or type(exc).__name__)
+                self.failed[name] = reason
+                log_event(log, logging.ERROR, "adapter_failed", platform=name, error=reason)
+                continue
+            self.adapters[name] = adapter
+        if not self.adapters:
+            await self._close_agent()
+            details = "; ".join(f"{n}: {why}" for n, why in self.failed.items())
+            raise GatewayError(f"no gateway platform could start ({details})")
+        log_event(log, logging.INFO, "gateway_ready", platforms=",".join(self.adapters))
+
+    async def stop(self, grace_s: float | None = None) -> bool:
+        """Stop taking messages, let runs finish within ``grace_s``, cancel the rest, close.
+
+        Returns whether every run finished within the grace period.
+        """
+        grace = self.gateway.grace_s if grace_s is None else grace_s
+        log_event(log, logging.INFO, "gateway_stopping", grace_s=grace,
+                  in_flight=self.bus.in_flight if self.bus else 0)
+        clean = True
+        if self.bus is not None:
+            self.bus.close()
+            results = await asyncio.gather(
+                self.bus.drain(grace),
+                *(self._stop_adapter(name, a) for name, a in self.adapters.items()),
+            )
+            clean = bool(results[0])
+        self.adapters.clear()
+        await self._close_agent()
+        log_event(log, logging.INFO, "gateway_stopped", clean=clean)
+        return clean
+
+    async def _stop_adapter(self, name: str, adapter: Adapter) -> None:
+        try:
+            await adapter.stop()
+        except Exception as exc:
+            log_event(log, logging.WARNING, "adapter_stop_failed", platform=name,
+                      error=redact(f"{type(exc).__name__}: {exc}"))
+
+    async def _close_agent(self) -> None:
+        if self.agent is not None:
+            await self.agent.aclose()
+
+    def cancel_runs(self) -> None:
+        """Cut the grace period short: cancel every run now."""
+        if self.bus is not None:
+            self.bus.cancel_runs()
+
+
+async def run_gateway(
+    config: LichConfig,
+    platforms: Sequence[str] = (),
+    *,
+    host: PluginHost | None = None,
+    chat: ChatFn | None = None,
+    env: Mapping[str, str] | None = None,
+    gateway: GatewayConfig | None = None,
+    stop: asyncio.Event | None = None,
+    install_signals: bool = True,
+) -> int:
+    """Serve until SIGINT/SIGTERM (or ``stop`` is set), then shut down gracefully.
+
+    Returns 0 after a graceful stop.
+
+    :raises GatewayError: an unknown platform was requested, or none could start.
+    """
+    runner = GatewayRunner(config, platforms, host=host, chat=chat, env=env, gateway=gateway)
+    try:
+        await runner.start()
+    except GatewayError as exc:
+        log_event(log, logging.ERROR, "gateway_failed", error=str(exc))
+        raise
+    stop = stop or asyncio.Event()
+    signals_seen: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        signals_seen.append(signum)
+        log_event(log, logging.INFO, "signal", signal=signum.name,
+                  action="stop" if len(signals_seen) == 1 else "cancel runs")
+        if len(signals_seen) > 1:
+            runner.cancel_runs()
+        stop.set()
+
+    installed: list[signal.Signals] = []
+    if install_signals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signum, on_signal, signum)
+                installed.append(signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread, or a platform without signals
+    try:
+        await stop.wait()
+        await runner.stop()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+    return 0

@@ -1,0 +1,265 @@
+"""The telegram platform: Bot API long polling over httpx.
+
+* ``getUpdates`` with ``offset`` and ``timeout`` (50 s); errors back off
+  exponentially (``backoff_min_s`` → ``backoff_max_s``), a 429 waits
+  ``parameters.retry_after``.
+* Each message from an allowlisted user or chat goes to the bus; replies are
+  split at 4096 characters on newline/space boundaries and sent with
+  ``sendMessage``, paced per chat (``send_interval_s``).
+* A failed send is retried with backoff (429: after ``retry_after``) and is
+  never allowed to stop the poller.
+* At stop the last offset is confirmed, so a restart does not see the same
+  updates again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lich.gateway._base import ChatAdapterBase
+from lich.gateway._format import log_event, split_text
+from lich.gateway._pacing import Backoff, KeyedPacer, sleep_or_stop
+from lich.gateway.bus import InboundMessage
+from lich.gateway.registry import AdapterContext, GatewayError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from lich.gateway.config import TelegramSettings
+
+__all__ = ["NON_TEXT_REPLY", "TelegramAdapter"]
+
+PLATFORM = "telegram"
+NON_TEXT_REPLY = "I can only read text messages for now."
+
+
+class _RetryAfter(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"rate limited; retry after {seconds:g}s")
+        self.seconds = seconds
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(f"http {status}: {description}")
+        self.status = status
+
+    @property
+    def permanent(self) -> bool:
+        # 4xx (other than 429) will fail the same way again: bad chat, bot blocked, bad text.
+        return 400 <= self.status < 500
+
+
+def _result(response: httpx.Response) -> Any:
+    """The ``result`` of a Bot API response, or the matching exception."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        if response.status_code == 429:
+            raise _RetryAfter(_header_seconds(response) or 1.0)
+        raise _ApiError(response.status_code, "response is not a JSON object")
+    if response.status_code == 429 or data.get("error_code") == 429:
+        params = data.get("parameters")
+        retry = params.get("retry_after") if isinstance(params, dict) else None
+        if isinstance(retry, int | float) and not isinstance(retry, bool) and retry >= 0:
+            raise _RetryAfter(float(retry))
+        raise _RetryAfter(_header_seconds(response) or 1.0)
+    if not data.get("ok"):
+        status = data.get("error_code")
+        status = status if isinstance(status, int) else response.status_code
+        raise _ApiError(status, str(data.get("description") or "request failed"))
+    return data.get("result")
+
+
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _header_seconds(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+class TelegramAdapter(ChatAdapterBase):
+    """The ``telegram`` platform."""
+
+    name = PLATFORM
+
+    def __init__(self, context: AdapterContext) -> None:
+        self.settings: TelegramSettings = context.settings
+        super().__init__(context, self.settings.allowlist)
+        self.token = context.secret(self.settings.token_env)
+        self.secrets = [self.token]
+        self.offset: int | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._pacer = KeyedPacer(self.settings.send_interval_s)
+
+    async def start(self) -> None:
+        """Check the token and start polling."""
+        if not self.token:
+            raise GatewayError(
+                "telegram needs a bot token: "
+                f"export {self.settings.token_env}=<token from @BotFather>"
+            )
+        import httpx
+
+        s = self.settings
+        self._client = httpx.AsyncClient(
+            base_url=f"{s.base_url}/bot{self.token}/",
+            timeout=httpx.Timeout(s.poll_timeout_s + 15.0, connect=10.0),
+        )
+        self.warn_if_default_deny()
+        self._poller = asyncio.create_task(self._poll_loop(), name="lich-telegram-poll")
+        log_event(self.log, logging.INFO, "adapter_started", platform=PLATFORM,
+                  api=s.base_url)
+
+    async def stop(self) -> None:
+        """Stop polling, deliver the replies in flight, confirm the offset, close."""
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+        await self.wait_tasks(self.context.config.grace_s + 30.0)
+        if self._client is not None:
+            if self.offset is not None:
+                try:
+                    await self._client.get(
+                        "getUpdates", params={"offset": self.offset, "timeout": 0}, timeout=5.0
+                    )
+                except Exception as exc:
+                    log_event(self.log, logging.DEBUG, "offset_confirm_failed",
+                              platform=PLATFORM, error=type(exc).__name__)
+            await self._client.aclose()
+            self._client = None
+        log_event(self.log, logging.INFO, "adapter_stopped", platform=PLATFORM)
+
+    # ---------------------------------------------------------------- polling
+
+    async def _poll_loop(self) -> None:
+        import httpx
+
+        assert self._client is not None
+        s = self.settings
+        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        while not self._stop.is_set():
+            params: dict[str, Any] = {"timeout": s.poll_timeout_s}
+            if self.offset is not None:
+                params["offset"] = self.offset
+            try:
+                response = await self._client.get("getUpdates", params=params)
+                updates = _result(response)
+                if not isinstance(updates, list):
+                    raise _ApiError(response.status_code, "result is not an array")
+            except _RetryAfter as exc:
+                delay = min(exc.seconds, s.max_retry_after_s)
+                log_event(self.log, logging.WARNING, "rate_limited", platform=PLATFORM,
+                          method="getUpdates", retry_after_s=delay)
+            except (httpx.HTTPError, _ApiError) as exc:
+                delay = backoff.next_delay()
+                log_event(self.log, logging.WARNING, "poll_failed", platform=PLATFORM,
+                          error=self.redact(f"{type(exc).__name__}: {exc}"),
+                          retry_in_s=round(delay, 2))
+            else:
+                if backoff.failures:
+                    log_event(self.log, logging.INFO, "poll_recovered", platform=PLATFORM)
+                backoff.reset()
+                for update in updates:
+                    self._accept(update)
+                continue
+            if await sleep_or_stop(delay, self._stop):
+                break
+
+    def _accept(self, update: Any) -> None:
+        if not isinstance(update, dict):
+            return
+        update_id = update.get("update_id")
+        if isinstance(update_id, int) and not isinstance(update_id, bool):
+            self.offset = max(self.offset or 0, update_id + 1)
+        message = update.get("message")
+        if not isinstance(message, dict):
+            return  # edits, channel posts, callbacks: not conversations
+        sender = _table(message.get("from"))
+        if sender.get("is_bot"):
+            return
+        chat = _table(message.get("chat"))
+        chat_id = chat.get("id")
+        if chat_id is None or isinstance(chat_id, bool):
+            return
+        user_id = str(sender.get("id", "unknown"))
+        if not self.allowed(user_id, str(chat_id)):
+            return
+        text = message.get("text")
+        self.spawn(self._handle(chat_id, user_id, text if isinstance(text, str) else None),
+                   f"update-{update_id}")
+
+    async def _handle(self, chat_id: int | str, user_id: str, text: str | None) -> None:
+        if text is None:
+            await self.send(chat_id, NON_TEXT_REPLY)
+            return
+        reply = await self.bus.handle(InboundMessage(PLATFORM, str(chat_id), user_id, text))
+        if reply.text.strip():
+            await self.send(chat_id, reply.text)
+
+    # ---------------------------------------------------------------- sending
+
+    async def send(self, chat_id: int | str, text: str) -> bool:
+        """Send ``text`` to a chat in 4096-character chunks; ``False`` if one failed for good."""
+        key = str(chat_id)
+        async with self._pacer.slot(key):
+            for chunk in split_text(text, self.settings.max_reply_chars):
+                await self._pacer.wait_turn(key)
+                ok = await self._send_chunk(chat_id, chunk)
+                self._pacer.mark(key)
+                if not ok:
+                    return False  # the rest would read as nonsense without this part
+        return True
+
+    async def _send_chunk(self, chat_id: int | str, chunk: str) -> bool:
+        import httpx
+
+        if self._client is None:
+            return False
+        s = self.settings
+        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        attempt = 0
+        while True:
+            try:
+                response = await self._client.post(
+                    "sendMessage", json={"chat_id": chat_id, "text": chunk}, timeout=30.0
+                )
+                _result(response)
+            except _RetryAfter as exc:
+                delay = min(exc.seconds, s.max_retry_after_s)
+                log_event(self.log, logging.WARNING, "rate_limited", platform=PLATFORM,
+                          method="sendMessage", chat=chat_id, retry_after_s=delay)
+            except _ApiError as exc:
+                if exc.permanent:
+                    log_event(self.log, logging.ERROR, "send_failed", platform=PLATFORM,
+                              chat=chat_id, error=self.redact(str(exc)))
+                    return False
+                delay = backoff.next_delay()
+                log_event(self.log, logging.WARNING, "send_retry", platform=PLATFORM,
+                          chat=chat_id, error=self.redact(str(exc)), retry_in_s=round(delay, 2))
+            except httpx.HTTPError as exc:
+                delay = backoff.next_delay()
+                log_event(self.log, logging.WARNING, "send_retry", platform=PLATFORM,
+                          chat=chat_id, error=self.redact(f"{type(exc).__name__}: {exc}"),
+                          retry_in_s=round(delay, 2))
+            else:
+                log_event(self.log, logging.INFO, "reply_sent", platform=PLATFORM,
+                          chat=chat_id, chars=len(chunk))
+                return True
+            attempt += 1
+            if attempt > s.send_retries:
+                log_event(self.log, logging.ERROR, "send_gave_up", platform=PLATFORM,
+                          chat=chat_id, attempts=attempt)
+                return False
+            await asyncio.sleep(delay)
