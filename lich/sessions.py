@@ -44,6 +44,7 @@ __all__ = [
 
 RECORD_VERSION = 1
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class SessionNotFound(LookupError):
@@ -58,7 +59,8 @@ def sanitize(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            value = value.encode("utf-8", "replace").decode("utf-8")
+            # U+FFFD like the NUL above (the codec's "replace" would write a plain "?").
+            value = _SURROGATE.sub("\ufffd", value)
         return value
     if isinstance(value, dict):
         return {sanitize(k): sanitize(v) for k, v in value.items()}
