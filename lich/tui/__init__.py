@@ -1,0 +1,63 @@
+"""lich's terminal interface (``lich tui``), built on Textual.
+
+Importing this package is cheap and does not import Textual: only
+:func:`run_tui` does, and a missing Textual is a :class:`TuiUnavailableError`
+naming the ``pip install`` that fixes it. The state machine
+(:mod:`lich.tui.state`) and the formatting helpers (:mod:`lich.tui.format`)
+need no Textual either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+
+__all__ = ["INSTALL_HINT", "TuiUnavailableError", "run_tui"]
+
+INSTALL_HINT = "pip install 'lich[tui]'"
+
+
+class TuiUnavailableError(RuntimeError):
+    """Textual is not installed; the message names the ``pip install`` that fixes it."""
+
+
+def _require_textual() -> None:
+    try:
+        import textual  # noqa: F401
+    except ImportError as exc:
+        raise TuiUnavailableError(
+            f"the TUI needs Textual, which is not installed: run {INSTALL_HINT}"
+        ) from exc
+
+
+def run_tui(
+    config: LichConfig, *, resume: str | None = None, plugins: Sequence[str] = ()
+) -> int:
+    """Run the TUI until the user quits; returns the exit code (0).
+
+    :param config: the effective configuration; its ``plugins`` are loaded.
+    :param resume: a session id or ``latest`` to continue; an unknown one is
+        reported inside the TUI, which then starts a new session.
+    :param plugins: extra plugin entries for this run (added to the config's).
+    :raises TuiUnavailableError: Textual is not installed.
+    :raises lich.config.ConfigError: no usable provider is configured.
+    :raises lich.plugins.PluginLoadError: a plugin failed in strict mode.
+    """
+    _require_textual()
+    import attrs
+
+    from lich.agent import Agent
+    from lich.tui.app import LichApp
+
+    if plugins:
+        extra = tuple(p for p in plugins if p not in config.plugins)
+        # (a dict: mypy cannot type evolve() through the attrs converter of ``plugins``)
+        changes: dict[str, Any] = {"plugins": config.plugins + extra}
+        config = attrs.evolve(config, **changes)
+    agent = Agent(config)
+    app = LichApp(agent, resume=resume, owns_agent=True)
+    code = app.run()
+    return int(code or 0)

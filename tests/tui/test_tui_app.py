@@ -1,0 +1,470 @@
+"""Pilot tests: the Textual app at 80×24 driving a real Agent on the scripted model."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Markdown, Static
+from tui_support import GatedChat, make_agent, send, wait_for
+
+from lich.testing import Fail, Reply, ScriptedChat
+from lich.tui.app import LichApp, ToolView
+from lich.types import ToolCall, UserMessage
+
+SIZE = (80, 24)
+
+
+def assistant_blocks(app: LichApp) -> list[Markdown]:
+    return list(app.transcript.query(Markdown).filter(".assistant"))
+
+
+def notices(app: LichApp) -> list[str]:
+    return [str(w.render()) for w in app.transcript.query(".notice").results(Static)]
+
+
+def run_end_records(app: LichApp) -> list[dict[str, Any]]:
+    path = app.agent.sessions.path_for(app.session_id)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in records if r.get("kind") == "meta" and r.get("event") == "run_end"]
+
+
+async def test_streamed_reply_is_shown_while_the_model_call_is_in_flight(tmp_path: Path) -> None:
+    scripted = ScriptedChat(
+        [Reply("Hello **world**, streamed.", chunks=("Hello ", "**world**", ", streamed."))]
+    )
+    gated = GatedChat(scripted)
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "say hello")
+        await wait_for(pilot, lambda: "you › say hello" in app.transcript_text(), "user line")
+        await wait_for(pilot, gated.streamed.is_set, "model call streamed")
+        # the answer has not returned yet, but its text is on screen
+        await wait_for(
+            pilot,
+            lambda: any("Hello **world**, streamed." in m.source for m in assistant_blocks(app)),
+            "streamed markdown",
+        )
+        assert app.busy
+        assert app.ui.phase == "thinking"
+        gated.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        blocks = assistant_blocks(app)
+        assert len(blocks) == 1
+        assert blocks[0].source == "Hello **world**, streamed."
+        assert app.ui.phase == "idle"
+        assert app.ui.turns_used == 1
+        assert app.ui.usage.total_tokens > 0
+        # the request really carried the streaming option
+        assert scripted.calls[0][2].stream
+
+
+async def test_non_streamed_reply_is_rendered_whole(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, ["# Title\n\nplain answer"], stream=False)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "hi")
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        blocks = assistant_blocks(app)
+        assert [b.source for b in blocks] == ["# Title\n\nplain answer"]
+
+
+async def test_tool_block_shows_name_args_and_outcome(tmp_path: Path) -> None:
+    agent, scripted = make_agent(
+        tmp_path,
+        [
+            Reply(
+                "Shouting now.",
+                (
+                    ToolCall("c1", "shout", {"text": "hi"}),
+                    ToolCall("c2", "shout", {}),
+                    ToolCall("c3", "lines", {"count": 30}),
+                ),
+            ),
+            Reply("All done."),
+        ],
+    )
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "shout hi")
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        views = list(app.transcript.query(ToolView))
+        assert [v.call.name for v in views] == ["shout", "shout", "lines"]
+        ok, bad, long = views
+        assert ok.summary == '● shout({"text":"hi"})\n└ ok (HI!)'
+        assert bad.result is not None
+        assert not bad.result.ok
+        assert bad.summary.splitlines()[1].startswith("└ error: missing_arg: text")
+        assert long.result is not None
+        assert long.result.output.count("\n") == 29
+        # collapsed: only the preview; Ctrl+O expands the newest block to the full output
+        assert not long.expanded
+        output = long.query_one(".output", Static)
+        assert not output.display
+        await pilot.press("ctrl+o")
+        assert long.expanded
+        assert output.display
+        assert "line 30" in str(output.render())
+        # the model got the tool results and answered
+        assert [b.source for b in assistant_blocks(app)] == ["Shouting now.", "All done."]
+        tool_messages = scripted.requests[1].tool_results_since_user()
+        assert next(m.content for m in tool_messages) == "HI!"
+        assert app.ui.last_error is not None
+        assert "missing_arg" in app.ui.last_error
+
+
+async def test_tool_result_line_toggles_with_enter(tmp_path: Path) -> None:
+    agent, _ = make_agent(
+        tmp_path, [Reply(tool_calls=(ToolCall("c1", "lines", {"count": 5}),)), Reply("ok")]
+    )
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "lines please")
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        view = app.transcript.query_one(ToolView)
+        line = view.query_one("ToolResultLine")
+        assert "[+]" in str(line.render())
+        line.focus()
+        await pilot.press("enter")
+        assert view.expanded
+        assert "[-]" in str(line.render())
+        await pilot.press("enter")
+        assert not view.expanded
+
+
+async def test_escape_cancels_a_slow_run(tmp_path: Path) -> None:
+    agent, scripted = make_agent(tmp_path, [Reply("too late", delay_s=60), "after cancel"])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "take your time")
+        await wait_for(pilot, lambda: len(scripted.calls) == 1, "model call started")
+        assert app.busy
+        assert app.prompt.has_class("busy")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not app.busy, "cancelled run to end")
+        assert app.ui.last_error == "run cancelled"
+        assert any("cancelled" in n for n in notices(app))
+        assert not app.prompt.has_class("busy")
+        assert "too late" not in app.transcript_text()
+        # the transcript stays valid: the run ended aborted and the input is recorded
+        assert [r["stopped_reason"] for r in run_end_records(app)] == ["aborted"]
+        assert app.history[-1] == UserMessage("take your time")
+        history = agent.sessions.history(app.session_id)
+        assert history[-1] == UserMessage("take your time")
+        # and the conversation goes on
+        await send(pilot, "again")
+        await wait_for(pilot, lambda: not app.busy, "second run")
+        assert assistant_blocks(app)[-1].source == "after cancel"
+        assert [r["stopped_reason"] for r in run_end_records(app)] == ["aborted", "final"]
+
+
+async def test_escape_while_idle_does_nothing(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, ["hi"])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("escape")
+        assert not app.busy
+        assert app.ui.last_error is None
+        assert notices(app) == []
+
+
+async def test_second_enter_while_busy_does_not_start_a_second_run(tmp_path: Path) -> None:
+    gated = GatedChat(ScriptedChat(["first answer", "second answer"]))
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "first")
+        await wait_for(pilot, gated.streamed.is_set, "first model call")
+        await send(pilot, "second")
+        await send(pilot, "second")
+        assert app.runs_started == 1
+        assert len(gated.inner.calls) == 1
+        assert app.prompt.value == "second"  # kept, not lost
+        assert any("busy" in n for n in notices(app))
+        assert "you › second" not in app.transcript_text()
+        gated.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "first run end")
+        await pilot.press("enter")  # the kept text goes now
+        await wait_for(pilot, lambda: app.runs_started == 2 and not app.busy, "second run")
+        assert len(gated.inner.calls) == 2
+        assert [b.source for b in assistant_blocks(app)] == ["first answer", "second answer"]
+
+
+async def test_history_keys_up_older_down_newer(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, ["a1", "a2", "a3"])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        for text in ("one", "two", "three"):
+            await send(pilot, text)
+            await wait_for(pilot, lambda: not app.busy, f"run for {text}")
+        prompt = app.prompt
+        await pilot.press("d", "r", "a", "f", "t")
+        assert prompt.value == "draft"
+        seen = []
+        for key in ("up", "up", "up", "up", "down", "down", "down"):
+            await pilot.press(key)
+            seen.append(prompt.value)
+        assert seen == ["three", "two", "one", "one", "two", "three", "draft"]
+        await pilot.press("up")
+        assert prompt.cursor_position == len("three")
+
+
+async def test_resume_latest_restores_the_previous_conversation(tmp_path: Path) -> None:
+    agent, _ = make_agent(
+        tmp_path,
+        [Reply(tool_calls=(ToolCall("c1", "shout", {"text": "plum"}),)), "I will remember PLUM."],
+    )
+    first = LichApp(agent)
+    async with first.run_test(size=SIZE) as pilot:
+        await send(pilot, "remember the word plum")
+        await wait_for(pilot, lambda: not first.busy, "first run")
+        first_session = first.session_id
+
+    agent2, scripted2 = make_agent(tmp_path, ["The word was PLUM."])
+    app = LichApp(agent2)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.session_id != first_session
+        await send(pilot, "/resume latest")
+        await wait_for(pilot, lambda: app.session_id == first_session, "resume")
+        text = app.transcript_text()
+        assert "you › remember the word plum" in text
+        assert "I will remember PLUM." in text
+        view = app.transcript.query_one(ToolView)
+        assert view.summary == '● shout({"text":"plum"})\n└ ok (PLUM!)'
+        assert any(n.startswith(f"· resumed session {first_session}") for n in notices(app))
+        # Up recalls the resumed conversation's inputs
+        await pilot.press("up")
+        assert app.prompt.value == "/resume latest"
+        await pilot.press("up")
+        assert app.prompt.value == "remember the word plum"
+        # the next message continues that conversation, in the same session file
+        await send(pilot, "what was the word?")
+        await wait_for(pilot, lambda: not app.busy, "continued run")
+        sent = scripted2.requests[0].messages
+        assert UserMessage("remember the word plum") in sent
+        assert sent[-1] == UserMessage("what was the word?")
+        assert app.session_id == first_session
+        stored = agent2.sessions.history(first_session)
+        assert [m.content for m in stored if isinstance(m, UserMessage)] == [
+            "remember the word plum", "what was the word?"
+        ]
+
+
+async def test_resume_at_start_and_bad_refs(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, ["first answer"])
+    first = LichApp(agent)
+    async with first.run_test(size=SIZE) as pilot:
+        await send(pilot, "first question")
+        await wait_for(pilot, lambda: not first.busy, "first run")
+
+    agent2, _ = make_agent(tmp_path, [])
+    app = LichApp(agent2, resume="latest")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session_id == first.session_id, "resume at start")
+        assert "first answer" in app.transcript_text()
+        await send(pilot, "/resume no-such-session")
+        await wait_for(pilot, lambda: any("cannot resume" in n for n in notices(app)), "error")
+        assert app.session_id == first.session_id
+        await send(pilot, "/resume ../../etc/passwd")
+        await wait_for(
+            pilot, lambda: sum("cannot resume" in n for n in notices(app)) == 2, "second error"
+        )
+        await send(pilot, "/resume")
+        await wait_for(pilot, lambda: any("usage: /resume" in n for n in notices(app)), "usage")
+
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    agent3, _ = make_agent(empty_dir, [])
+    fresh = LichApp(agent3, resume="latest")
+    async with fresh.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: any("cannot resume" in n for n in notices(fresh)), "err")
+        assert fresh.session_id  # a new session instead
+
+
+async def test_slash_commands(tmp_path: Path) -> None:
+    agent, scripted = make_agent(tmp_path, ["answer one"])
+    app = LichApp(agent, model="demo-model", provider="openai_compat")
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/help")
+        assert any("/resume" in n for n in notices(app))
+        await send(pilot, "/model")
+        assert "· model: demo-model · provider: openai_compat" in notices(app)
+        await send(pilot, "/sessions")
+        assert "· no sessions yet" in notices(app)
+        await send(pilot, "/bogus")
+        assert "· unknown command: /bogus (try /help)" in notices(app)
+        assert scripted.calls == []  # commands never reach the model
+
+        await send(pilot, "question")
+        await wait_for(pilot, lambda: not app.busy, "run")
+        await send(pilot, "/usage")
+        total = app.ui.usage.total_tokens
+        assert total > 0
+        assert any(n.startswith(f"· tokens used this session: {total:,}") for n in notices(app))
+        await send(pilot, "/sessions")
+        assert any(n.startswith(f" *{app.session_id}  question") for n in notices(app))
+
+        await send(pilot, "/clear")
+        await wait_for(pilot, lambda: len(app.transcript.children) == 0, "clear")
+        assert len(app.history) > 0  # the conversation is kept
+
+        old = app.session_id
+        await send(pilot, "/new")
+        await wait_for(pilot, lambda: app.session_id != old, "new session")
+        assert app.history == []
+        assert app.ui.usage.total_tokens == total  # usage is per TUI session
+
+        await send(pilot, "/exit")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit")
+    assert app.return_value == 0
+
+
+async def test_new_and_resume_are_refused_while_busy(tmp_path: Path) -> None:
+    gated = GatedChat(ScriptedChat(["done"]))
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "work")
+        await wait_for(pilot, gated.streamed.is_set, "model call")
+        session = app.session_id
+        await send(pilot, "/new")
+        await send(pilot, "/resume latest")
+        assert app.session_id == session
+        assert sum("busy" in n for n in notices(app)) == 2
+        await send(pilot, "/usage")  # harmless commands still work
+        assert any("tokens used" in n for n in notices(app))
+        gated.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "run end")
+
+
+async def test_model_error_is_shown_and_the_tui_recovers(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, [Fail(401, {"error": {"message": "bad key"}}), "fine now"])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: not app.busy, "failed run")
+        errors = [n for n in notices(app) if n.startswith("· error:")]
+        assert len(errors) == 1
+        assert "auth" in errors[0]
+        assert "bad key" in errors[0]
+        assert app.ui.last_error is not None
+        assert "bad key" in app.ui.last_error
+        await send(pilot, "again")
+        await wait_for(pilot, lambda: not app.busy, "second run")
+        assert assistant_blocks(app)[-1].source == "fine now"
+
+
+async def test_budget_notice_and_status(tmp_path: Path) -> None:
+    loop_reply = Reply(tool_calls=(ToolCall("c1", "shout", {"text": "x"}),))
+    agent, _ = make_agent(tmp_path, [loop_reply, loop_reply], max_turns=2)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "loop")
+        await wait_for(pilot, lambda: not app.busy, "budget run")
+        assert "· budget exhausted (turn cap reached)" in notices(app)
+        assert app.ui.budget_exhausted
+        assert "budget" in str(app.query_one("#status", Static).render())
+
+
+async def test_status_bar_fits_80_columns(tmp_path: Path) -> None:
+    gated = GatedChat(ScriptedChat(["ok"]))
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent, model="a-rather-long-model-name-for-the-status-bar", provider="ollama")
+    async with app.run_test(size=SIZE) as pilot:
+        status = app.query_one("#status", Static)
+        idle = str(status.render())
+        assert "idle" in idle
+        assert app.session_id[-8:] in idle
+        await send(pilot, "hi")
+        await wait_for(pilot, gated.streamed.is_set, "model call")
+        await wait_for(pilot, lambda: "thinking" in str(status.render()), "thinking phase")
+        for text in (idle, str(status.render())):
+            assert len(text) <= 78
+        # every part of the layout is on the 24-line screen
+        assert app.prompt.region.bottom <= 24
+        assert status.region.y < app.prompt.region.y
+        gated.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "run end")
+
+
+async def test_transcript_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lich.tui.app as app_module
+
+    monkeypatch.setattr(app_module, "TRANSCRIPT_CAP", 5)
+    agent, _ = make_agent(tmp_path, [])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        for i in range(8):
+            await app.notice(f"· note {i}")
+        await pilot.pause()
+        assert notices(app) == [f"· note {i}" for i in range(3, 8)]
+
+
+def test_run_tui_adds_plugins_and_runs_the_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lich.config import LichConfig, ProviderConfig
+    from lich.tui import run_tui
+
+    plugin = tmp_path / "fake_provider.py"
+    plugin.write_text(
+        textwrap.dedent(
+            """
+            from lich import hookimpl
+            from lich.types import AssistantMessage, ChatResult
+
+            class FakeProvider:
+                def __init__(self, config):
+                    self.name = config.name
+                    self.model = config.model
+
+                async def chat(self, messages, tools, options):
+                    return ChatResult(AssistantMessage("fake"))
+
+                async def aclose(self):
+                    pass
+
+            @hookimpl
+            def lich_register_providers(registry):
+                registry.register("fake", FakeProvider)
+            """
+        )
+    )
+    config = LichConfig(
+        work_dir=str(tmp_path),
+        plugins=(),
+        providers=(ProviderConfig(kind="fake", name="main", model="fake-1"),),
+    )
+    seen: dict[str, Any] = {}
+
+    def fake_run(self: LichApp) -> int:
+        seen["plugins"] = self.agent.config.plugins
+        seen["model"] = (self.model_name, self.provider_name)
+        seen["resume"] = self._resume_ref
+        seen["owns"] = self.owns_agent
+        return 0
+
+    monkeypatch.setattr(LichApp, "run", fake_run)
+    assert run_tui(config, resume="latest", plugins=[str(plugin)]) == 0
+    assert seen == {
+        "plugins": (str(plugin),),
+        "model": ("fake-1", "fake"),
+        "resume": "latest",
+        "owns": True,
+    }
+
+
+def test_run_tui_without_textual_names_the_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lich.config import LichConfig
+    from lich.tui import TuiUnavailableError, run_tui
+
+    monkeypatch.setitem(sys.modules, "textual", None)
+    with pytest.raises(TuiUnavailableError, match=r"pip install 'lich\[tui\]'"):
+        run_tui(LichConfig(work_dir=str(tmp_path), plugins=()))
