@@ -1,0 +1,494 @@
+"""Read-only data tools: ``sqlite_query`` and ``json_query`` (plugin ``data_tools``).
+
+Both tools work on files inside the work dir only (symlinks are followed and
+must stay inside too), never write, and cap what they return.
+
+``sqlite_query`` runs one read-only statement on a SQLite file. Three layers
+keep it read-only: the file is opened with ``mode=ro``, ``PRAGMA query_only``
+is set, and an authorizer refuses every action that is not a read (which also
+refuses ``ATTACH``, so a query cannot reach a database outside the work dir).
+
+``json_query`` selects from a JSON file with a small path language
+(see :mod:`lich_examples._jsonpath` and ``docs/plugins.md``).
+
+Per-tool settings live in the ``[tools.<name>]`` tables of the config; the
+executor applies ``timeout_s`` and ``max_output_chars`` there, and these tools
+read their own keys from the same table::
+
+    [tools.sqlite_query]
+    max_rows = 200            # upper bound for the max_rows argument (default 1000)
+    max_cell_chars = 2000     # longer text cells are cut (default 1000)
+
+    [tools.json_query]
+    max_file_bytes = 20_000_000   # larger files are refused (default 10 MB)
+    max_results = 500             # upper bound for the max_results argument (default 1000)
+
+Bad values there make the plugin fail to load, with the ``$.tools.…`` path in
+the load report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lich import Tool, ToolError, ToolResult, hookimpl
+from lich.guards import optional_int_arg, require_string_arg, resolve_in_root
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from lich import LichConfig, ToolContext, ToolRegistry
+
+__all__ = [
+    "JSON_QUERY",
+    "SQLITE_QUERY",
+    "json_query",
+    "lich_register_tools",
+    "sqlite_query",
+]
+
+SQLITE_TIMEOUT_S = 20.0
+SQLITE_DEFAULT_ROWS = 100
+SQLITE_MAX_ROWS = 1000
+SQLITE_MAX_CELL_CHARS = 1000
+JSON_TIMEOUT_S = 20.0
+JSON_DEFAULT_RESULTS = 50
+JSON_MAX_RESULTS = 1000
+JSON_MAX_FILE_BYTES = 10_000_000
+MAX_OUTPUT_CHARS = 20_000
+# Room left under the output cap for the JSON envelope around the rows.
+_ENVELOPE_CHARS = 300
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_READ_KEYWORDS = ("select", "with", "explain", "values", "pragma")
+
+
+def _setting_int(settings: Mapping[str, Any], key: str, fallback: int) -> int:
+    value = settings.get(key, fallback)
+    return value if isinstance(value, int) and not isinstance(value, bool) else fallback
+
+
+def _setting_float(settings: Mapping[str, Any], key: str, fallback: float) -> float:
+    value = settings.get(key, fallback)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return fallback
+    return float(value)
+
+
+def _input_file(ctx: ToolContext, raw: str) -> Path:
+    path = resolve_in_root(ctx.work_dir, raw)
+    if not path.exists():
+        raise ToolError(f"not_found: {raw}")
+    if not path.is_file():
+        raise ToolError(f"not_a_file: {raw}")
+    return path
+
+
+def _json_dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[+{len(text) - limit} chars]"
+
+
+# ---------------------------------------------------------------------------
+# sqlite_query
+# ---------------------------------------------------------------------------
+
+# Pragmas that only describe the schema; they may take a table or index name.
+_INTROSPECTION_PRAGMAS = frozenset(
+    {
+        "table_info", "table_xinfo", "table_list", "index_list", "index_info",
+        "index_xinfo", "foreign_key_list", "collation_list", "function_list",
+        "module_list", "pragma_list", "database_list",
+    }
+)
+# Pragmas that are settings: reading them is fine, assigning them is not.
+_READABLE_PRAGMAS = frozenset(
+    {"user_version", "schema_version", "application_id", "page_count", "page_size",
+     "encoding", "freelist_count"}
+)
+
+
+_AUTHORIZER_ACTIONS = (
+    "CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE",
+    "CREATE_TEMP_TRIGGER", "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW", "DELETE",
+    "DROP_INDEX", "DROP_TABLE", "DROP_TEMP_INDEX", "DROP_TEMP_TABLE", "DROP_TEMP_TRIGGER",
+    "DROP_TEMP_VIEW", "DROP_TRIGGER", "DROP_VIEW", "INSERT", "PRAGMA", "READ", "SELECT",
+    "TRANSACTION", "UPDATE", "ATTACH", "DETACH", "ALTER_TABLE", "REINDEX", "ANALYZE",
+    "CREATE_VTABLE", "DROP_VTABLE", "FUNCTION", "SAVEPOINT", "RECURSIVE",
+)
+
+
+def _first_keyword(sql: str) -> str:
+    """The statement's first word, after whitespace and comments."""
+    i, n = 0, len(sql)
+    while i < n:
+        if sql[i].isspace() or sql[i] == "(":
+            i += 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            break
+    j = i
+    while j < n and (sql[j].isalnum() or sql[j] == "_"):
+        j += 1
+    return sql[i:j].lower()
+
+
+class _Authorizer:
+    """SQLite authorizer allowing reads only; remembers what it refused, for the error."""
+
+    def __init__(self, sqlite: Any) -> None:
+        self.sqlite = sqlite
+        self.allowed = {sqlite.SQLITE_SELECT, sqlite.SQLITE_READ, sqlite.SQLITE_FUNCTION,
+                        sqlite.SQLITE_RECURSIVE}
+        # Only the authorizer's action codes: other SQLITE_* constants reuse the numbers.
+        self.names = {
+            getattr(sqlite, f"SQLITE_{name}"): name.lower().replace("_", " ")
+            for name in _AUTHORIZER_ACTIONS
+            if hasattr(sqlite, f"SQLITE_{name}")
+        }
+        self.denied: str | None = None
+
+    def __call__(
+        self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
+    ) -> int:
+        if action in self.allowed:
+            return int(self.sqlite.SQLITE_OK)
+        if action == self.sqlite.SQLITE_PRAGMA and arg1 is not None:
+            name = arg1.lower()
+            if name in _INTROSPECTION_PRAGMAS or (name in _READABLE_PRAGMAS and arg2 is None):
+                return int(self.sqlite.SQLITE_OK)
+        if self.denied is None:
+            what = self.names.get(action, f"action {action}")
+            self.denied = f"{what} {arg1}" if arg1 else what
+        return int(self.sqlite.SQLITE_DENY)
+
+
+def _cell(value: Any, max_chars: int) -> Any:
+    if isinstance(value, bytes):
+        return f"<blob {len(value)} bytes>"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return _cut(value, max_chars)
+    return value
+
+
+def sqlite_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Run one read-only SQL statement on a SQLite file inside the work dir.
+
+    Returns ``{"columns": [...], "rows": [[...]], "row_count": N, "truncated": null}``
+    as JSON; ``truncated`` is ``"max_rows"`` when more rows exist and
+    ``"max_output_chars"`` when the output cap stopped it.
+    """
+    import sqlite3
+
+    raw_path = require_string_arg(args, "path")
+    sql = require_string_arg(args, "sql")
+    params = args.get("params", [])
+    if params is None:
+        params = []
+    if not isinstance(params, list) or not all(
+        p is None or isinstance(p, str | int | float | bool) for p in params
+    ):
+        raise ToolError(
+            "invalid_arg: params: expected an array of strings, numbers, booleans or nulls"
+        )
+    settings = ctx.settings
+    row_cap = max(1, _setting_int(settings, "max_rows", SQLITE_MAX_ROWS))
+    max_rows = optional_int_arg(
+        args, "max_rows", min(SQLITE_DEFAULT_ROWS, row_cap), lo=1, hi=row_cap
+    )
+    max_cell = max(1, _setting_int(settings, "max_cell_chars", SQLITE_MAX_CELL_CHARS))
+    max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
+    timeout_s = _setting_float(settings, "timeout_s", SQLITE_TIMEOUT_S)
+
+    keyword = _first_keyword(sql)
+    if keyword not in _READ_KEYWORDS:
+        shown = keyword.upper() or "an empty statement"
+        raise ToolError(
+            "read_only: only SELECT, WITH, EXPLAIN, VALUES and read-only PRAGMA statements "
+            f"are allowed, got {shown}"
+        )
+    path = _input_file(ctx, raw_path)
+    with open(path, "rb") as fh:
+        header = fh.read(len(_SQLITE_HEADER))
+    if header and header != _SQLITE_HEADER:
+        raise ToolError(f"not_a_database: {raw_path} is not a SQLite database")
+
+    from urllib.parse import quote
+
+    uri = f"file:{quote(str(path))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise ToolError(f"sqlite_error: cannot open {raw_path}: {exc}") from exc
+    try:
+        return _run_query(conn, sql, params, max_rows, max_cell, max_chars, timeout_s, ctx)
+    finally:
+        conn.close()
+
+
+def _run_query(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: list[Any],
+    max_rows: int,
+    max_cell: int,
+    max_chars: int,
+    timeout_s: float,
+    ctx: ToolContext,
+) -> ToolResult:
+    import sqlite3
+
+    conn.execute("PRAGMA query_only = ON")
+    authorizer = _Authorizer(sqlite3)
+    conn.set_authorizer(authorizer)
+    # The executor's timeout abandons the worker thread; this stops the query itself
+    # (a runaway recursive CTE would otherwise keep a core busy). It fires a little
+    # before the executor's limit so the model gets the clearer message.
+    deadline = time.monotonic() + timeout_s * 0.9
+    stopped: list[str] = []
+
+    def progress() -> int:
+        if ctx.cancel.cancelled:
+            stopped.append("cancelled")
+            return 1
+        if time.monotonic() > deadline:
+            stopped.append(f"timeout: query exceeded {timeout_s:g}s")
+            return 1
+        return 0
+
+    conn.set_progress_handler(progress, 2000)
+    try:
+        cursor = conn.execute(sql, params)
+        columns = [d[0] for d in cursor.description or ()]
+        rows: list[list[Any]] = []
+        used = len(_json_dumps(columns)) + _ENVELOPE_CHARS
+        truncated: str | None = None
+        while True:
+            row = cursor.fetchone()
+            if row is None:
+                break
+            if len(rows) >= max_rows:
+                truncated = "max_rows"
+                break
+            cells = [_cell(v, max_cell) for v in row]
+            size = len(_json_dumps(cells)) + 1
+            if used + size > max_chars:
+                truncated = "max_output_chars"
+                break
+            used += size
+            rows.append(cells)
+    except sqlite3.DatabaseError as exc:
+        if stopped:
+            raise ToolError(stopped[0]) from exc
+        if authorizer.denied is not None:
+            raise ToolError(f"read_only: statement needs {authorizer.denied}, which is not allowed"
+                            ) from exc
+        message = str(exc)
+        if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in message:
+            raise ToolError("invalid_sql: only one statement at a time") from exc
+        if "readonly" in message.replace(" ", "").lower():
+            raise ToolError(f"read_only: {message}") from exc
+        raise ToolError(f"sqlite_error: {message}") from exc
+    except sqlite3.Warning as exc:  # e.g. more than one statement on older Pythons
+        raise ToolError(f"invalid_sql: {exc}") from exc
+    body = {"columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated}
+    return ToolResult(ok=True, output=_json_dumps(body))
+
+
+SQLITE_QUERY = Tool(
+    name="sqlite_query",
+    description=(
+        "Run one read-only SQL statement (SELECT, WITH, EXPLAIN, VALUES or a schema PRAGMA "
+        "such as table_info) on a SQLite database file inside the work dir. Returns JSON "
+        "with columns and rows; use ? placeholders with params for values. Writes, ATTACH "
+        "and settings changes are refused. List tables with: SELECT name FROM sqlite_master "
+        "WHERE type='table'."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "The database file, relative to the work dir.",
+            },
+            "sql": {"type": "string", "description": "One read-only SQL statement."},
+            "params": {
+                "type": "array",
+                "description": "Values bound to the statement's ? placeholders, in order.",
+            },
+            "max_rows": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": SQLITE_MAX_ROWS,
+                "default": SQLITE_DEFAULT_ROWS,
+                "description": "Return at most this many rows.",
+            },
+        },
+        "required": ["path", "sql"],
+        "additionalProperties": False,
+    },
+    execute=sqlite_query,
+    timeout_s=SQLITE_TIMEOUT_S,
+    max_output_chars=MAX_OUTPUT_CHARS,
+)
+
+
+# ---------------------------------------------------------------------------
+# json_query
+# ---------------------------------------------------------------------------
+
+
+def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Select values from a JSON file inside the work dir with a path expression.
+
+    Returns ``{"count": N, "results": [{"path": "$.a[0]", "value": ...}], "truncated": null}``.
+    """
+    from lich_examples import _jsonpath
+
+    raw_path = require_string_arg(args, "path")
+    query = args.get("query", "$")
+    if query is None:
+        query = "$"
+    if not isinstance(query, str):
+        raise ToolError("invalid_arg: query: expected a string")
+    settings = ctx.settings
+    result_cap = max(1, _setting_int(settings, "max_results", JSON_MAX_RESULTS))
+    max_results = optional_int_arg(
+        args, "max_results", min(JSON_DEFAULT_RESULTS, result_cap), lo=1, hi=result_cap
+    )
+    max_bytes = max(1, _setting_int(settings, "max_file_bytes", JSON_MAX_FILE_BYTES))
+    max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
+    try:
+        compiled = _jsonpath.compile_path(query)
+    except _jsonpath.PathSyntaxError as exc:
+        raise ToolError(f"invalid_query: {exc}") from exc
+
+    path = _input_file(ctx, raw_path)
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise ToolError(f"file_too_large: {raw_path} is {size} bytes (limit {max_bytes})")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"invalid_json: {raw_path} is not UTF-8 text ({exc.reason})") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolError(
+            f"invalid_json: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from exc
+    except RecursionError as exc:
+        raise ToolError("invalid_json: nesting too deep") from exc
+
+    results: list[dict[str, Any]] = []
+    used = _ENVELOPE_CHARS
+    truncated: str | None = None
+    count = 0
+    for where, value in compiled.find(document):
+        count += 1
+        if truncated is not None:
+            continue  # keep counting so the model knows how many there are
+        if len(results) >= max_results:
+            truncated = "max_results"
+            continue
+        item: dict[str, Any] = {"path": where, "value": value}
+        encoded = _json_dumps(item)
+        if used + len(encoded) + 1 > max_chars:
+            # One huge value: show its start rather than nothing.
+            room = max_chars - used - len(where) - 80
+            if not results and room > 200:
+                item = {"path": where, "value_preview": _json_dumps(value)[:room],
+                        "value_chars": len(_json_dumps(value))}
+                results.append(item)
+            truncated = "max_output_chars"
+            continue
+        used += len(encoded) + 1
+        results.append(item)
+    body = {"count": count, "results": results, "truncated": truncated}
+    return ToolResult(ok=True, output=_json_dumps(body))
+
+
+JSON_QUERY = Tool(
+    name="json_query",
+    description=(
+        "Select values from a JSON file inside the work dir with a path expression. "
+        "Syntax: $ is the document; .name or [\"name\"] a member; [0] an index ([-1] the "
+        "last); [1:3] a slice; [*] or .* every item; ..name that member at any depth; "
+        "[?expr] keeps items matching expr, e.g. [?@.age >= 18], [?@.tags] "
+        "(exists), [?@.name == \"ada\"], joined with && and ||. Returns JSON "
+        "with each match's path and value."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "The JSON file, relative to the work dir."},
+            "query": {
+                "type": "string",
+                "default": "$",
+                "description": "The path expression, e.g. $.users[?@.active].email",
+            },
+            "max_results": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": JSON_MAX_RESULTS,
+                "default": JSON_DEFAULT_RESULTS,
+                "description": "Return at most this many matches.",
+            },
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    execute=json_query,
+    timeout_s=JSON_TIMEOUT_S,
+    max_output_chars=MAX_OUTPUT_CHARS,
+)
+
+# Integer settings each tool reads from its [tools.<name>] table.
+_INT_SETTINGS = {
+    "sqlite_query": ("max_rows", "max_cell_chars", "max_output_chars"),
+    "json_query": ("max_results", "max_file_bytes", "max_output_chars"),
+}
+
+
+def _check_settings(config: LichConfig | None) -> None:
+    if config is None:
+        return
+    problems = []
+    for tool_name, keys in _INT_SETTINGS.items():
+        table = config.tools.get(tool_name, {})
+        for key in keys:
+            value = table.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(
+                    f"$.tools.{tool_name}.{key}: expected a whole number >= 1, got {value!r}"
+                )
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+@hookimpl
+def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
+    """Register ``sqlite_query`` and ``json_query`` (after checking their settings)."""
+    _check_settings(config)
+    registry.register(SQLITE_QUERY)
+    registry.register(JSON_QUERY)

@@ -1,0 +1,1 @@
+"""Tests of the example plugins in ``plugins_example/``."""

@@ -1,0 +1,298 @@
+"""The ``data_tools`` example plugin: ``sqlite_query`` and ``json_query``."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lich_examples._jsonpath import PathSyntaxError, compile_path
+
+from .conftest import build_agent, plan, run_plan, tool_results
+
+PLUGINS = ("data_tools",)
+
+
+def make_db(path: Path, rows: int = 3) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, age INTEGER, bio TEXT)")
+    people = [("ada", 36), ("bob", 12), ("cy", 18)]
+    conn.executemany(
+        "INSERT INTO users (name, age, bio) VALUES (?, ?, ?)",
+        [(*people[i % 3], f"bio {i}") if i < 3 else (f"user{i}", i, "x" * 400)
+         for i in range(rows)],
+    )
+    conn.commit()
+    conn.close()
+
+
+def db_rows(path: Path) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT * FROM users ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+async def sql(tmp_path: Path, *queries: dict[str, Any], **config: Any) -> list[Any]:
+    _, result = await run_plan(
+        tmp_path, *(("sqlite_query", q) for q in queries), plugins=PLUGINS, **config
+    )
+    return tool_results(result)
+
+
+# --------------------------------------------------------------------------- sqlite_query
+
+
+async def test_sqlite_query_answers_with_columns_and_rows(tmp_path: Path) -> None:
+    make_db(tmp_path / "app.db")
+    (answer,) = await sql(
+        tmp_path,
+        {"path": "app.db", "sql": "SELECT name, age FROM users WHERE age >= ? ORDER BY name",
+         "params": [18]},
+    )
+    assert not answer.is_error, answer.content
+    assert json.loads(answer.content) == {
+        "columns": ["name", "age"],
+        "rows": [["ada", 36], ["cy", 18]],
+        "row_count": 2,
+        "truncated": None,
+    }
+
+
+async def test_sqlite_query_allows_cte_explain_and_schema_pragmas(tmp_path: Path) -> None:
+    make_db(tmp_path / "app.db")
+    answers = await sql(
+        tmp_path,
+        {"path": "app.db", "sql": "WITH old AS (SELECT * FROM users WHERE age > 30) "
+                                  "SELECT count(*) AS n FROM old"},
+        {"path": "app.db", "sql": "PRAGMA table_info(users)"},
+        {"path": "app.db", "sql": "EXPLAIN QUERY PLAN SELECT * FROM users WHERE id = 1"},
+        {"path": "app.db", "sql": "-- tables\nSELECT name FROM sqlite_master WHERE type='table'"},
+    )
+    assert [a.is_error for a in answers] == [False] * 4, [a.content for a in answers]
+    assert json.loads(answers[0].content)["rows"] == [[1]]
+    assert [r[1] for r in json.loads(answers[1].content)["rows"]] == ["id", "name", "age", "bio"]
+    assert json.loads(answers[3].content)["rows"] == [["users"]]
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ("INSERT INTO users (name) VALUES ('eve')", "read_only: "),
+        ("DELETE FROM users", "read_only: "),
+        ("drop table users", "read_only: "),
+        ("UPDATE users SET age = 0", "read_only: "),
+        # Passes the keyword check; the authorizer (and mode=ro) refuse it.
+        ("WITH x AS (SELECT 1) INSERT INTO users (name) SELECT 'eve' FROM x", "read_only: "),
+        ("PRAGMA user_version = 7", "read_only: "),
+        ("PRAGMA journal_mode = DELETE", "read_only: "),
+        ("ATTACH DATABASE 'other.db' AS other", "read_only: "),
+        ("SELECT 1; DELETE FROM users", "invalid_sql: "),
+        ("VACUUM", "read_only: "),
+    ],
+)
+async def test_sqlite_query_refuses_writes(tmp_path: Path, statement: str, expected: str) -> None:
+    db = tmp_path / "app.db"
+    make_db(db)
+    before_rows, before_bytes = db_rows(db), db.read_bytes()
+    (answer,) = await sql(tmp_path, {"path": "app.db", "sql": statement})
+    assert answer.is_error
+    assert json.loads(answer.content)["error"].startswith(expected), answer.content
+    assert db_rows(db) == before_rows
+    assert db.read_bytes() == before_bytes
+    assert not (tmp_path / "other.db").exists()
+
+
+async def test_sqlite_query_refuses_paths_outside_the_work_dir(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path_factory.mktemp("outside") / "secret.db"
+    make_db(outside)
+    (work / "link.db").symlink_to(outside)
+    answers = await sql(
+        work,
+        {"path": "../" + outside.name, "sql": "SELECT 1"},
+        {"path": str(outside), "sql": "SELECT * FROM users"},
+        {"path": "link.db", "sql": "SELECT * FROM users"},
+        {"path": "missing.db", "sql": "SELECT 1"},
+    )
+    errors = [json.loads(a.content)["error"] for a in answers]
+    assert errors[0].startswith("path_escape: ")
+    assert errors[1].startswith("path_escape: ")
+    assert errors[2].startswith("path_escape: ")
+    assert errors[3] == "not_found: missing.db"
+
+
+async def test_sqlite_query_caps_rows_and_output(tmp_path: Path) -> None:
+    make_db(tmp_path / "app.db", rows=60)
+    answers = await sql(
+        tmp_path,
+        {"path": "app.db", "sql": "SELECT id FROM users ORDER BY id", "max_rows": 5},
+        {"path": "app.db", "sql": "SELECT * FROM users ORDER BY id", "max_rows": 1000},
+        {"path": "app.db", "sql": "SELECT id FROM users", "max_rows": 10**9},
+        tools={"sqlite_query": {"max_output_chars": 2000, "max_rows": 20}},
+    )
+    by_rows, by_chars, clamped = (json.loads(a.content) for a in answers)
+    assert by_rows["rows"] == [[1], [2], [3], [4], [5]]
+    assert by_rows["truncated"] == "max_rows"
+    assert by_chars["truncated"] == "max_output_chars"
+    assert 0 < by_chars["row_count"] < 20
+    assert len(answers[1].content) <= 2000
+    # The argument cannot lift the configured ceiling.
+    assert clamped["row_count"] == 20
+    assert clamped["truncated"] == "max_rows"
+
+
+async def test_sqlite_query_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("just text, not sqlite\n")
+    (answer,) = await sql(tmp_path, {"path": "notes.txt", "sql": "SELECT 1"})
+    assert json.loads(answer.content)["error"] == (
+        "not_a_database: notes.txt is not a SQLite database"
+    )
+
+
+async def test_sqlite_query_stops_a_runaway_query(tmp_path: Path) -> None:
+    make_db(tmp_path / "app.db")
+    endless = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+               "SELECT count(*) FROM c")
+    (answer,) = await sql(
+        tmp_path, {"path": "app.db", "sql": endless}, tools={"sqlite_query": {"timeout_s": 1}}
+    )
+    assert json.loads(answer.content)["error"].startswith("timeout: ")
+
+
+async def test_bad_tool_settings_fail_the_plugin_load(tmp_path: Path) -> None:
+    agent = build_agent(
+        tmp_path, plan(), plugins=PLUGINS, tools={"json_query": {"max_results": 0}}
+    )
+    (report,) = agent.host.reports
+    assert report.status == "failed"
+    assert report.phase == "register"
+    assert "$.tools.json_query.max_results" in (report.error_message or "")
+    assert not agent.tools.has("sqlite_query")
+    assert not agent.tools.has("json_query")
+
+
+# --------------------------------------------------------------------------- json_query
+
+DOC = {
+    "users": [
+        {"name": "ada", "age": 36, "active": True, "tags": ["admin"]},
+        {"name": "bob", "age": 12, "active": False},
+        {"name": "cy", "age": 18, "active": True, "full name": "Cy Young"},
+    ],
+    "meta": {"count": 3, "owner": {"name": "root"}},
+}
+
+
+async def jq(tmp_path: Path, *queries: dict[str, Any], **config: Any) -> list[Any]:
+    _, result = await run_plan(
+        tmp_path, *(("json_query", q) for q in queries), plugins=PLUGINS, **config
+    )
+    return [json.loads(m.content) for m in tool_results(result)]
+
+
+async def test_json_query_selects_by_path(tmp_path: Path) -> None:
+    (tmp_path / "data.json").write_text(json.dumps(DOC))
+    active, deep, last, whole = await jq(
+        tmp_path,
+        {"path": "data.json", "query": "$.users[?@.active && @.age >= 18].name"},
+        {"path": "data.json", "query": "$..name"},
+        {"path": "data.json", "query": "users[-1]"},
+        {"path": "data.json"},
+    )
+    assert active == {
+        "count": 2,
+        "results": [{"path": "$.users[0].name", "value": "ada"},
+                    {"path": "$.users[2].name", "value": "cy"}],
+        "truncated": None,
+    }
+    assert [r["value"] for r in deep["results"]] == ["ada", "bob", "cy", "root"]
+    assert deep["results"][3]["path"] == "$.meta.owner.name"
+    assert last["results"] == [{"path": "$.users[2]", "value": DOC["users"][2]}]
+    assert whole["results"] == [{"path": "$", "value": DOC}]
+
+
+async def test_json_query_errors_are_clear(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    (tmp_path / "data.json").write_text(json.dumps(DOC))
+    (tmp_path / "broken.json").write_text('{"a": [1, 2,\n  }')
+    outside = tmp_path_factory.mktemp("elsewhere") / "x.json"
+    outside.write_text("{}")
+    assert outside.parent.parent == tmp_path.parent
+    relative = f"../{outside.parent.name}/x.json"
+    bad_query, broken, escape, absolute, too_big = await jq(
+        tmp_path,
+        {"path": "data.json", "query": "$.users[?@.age = 3]"},
+        {"path": "broken.json"},
+        {"path": relative},
+        {"path": str(outside)},
+        {"path": "data.json", "query": "$"},
+        tools={"json_query": {"max_file_bytes": 50}},
+    )
+    assert bad_query["error"].startswith("invalid_query: use '==' to compare at position 15")
+    assert broken["error"] == "invalid_json: Expecting value (line 2, column 3)"
+    assert escape["error"].startswith("path_escape: ")
+    assert absolute["error"].startswith("path_escape: ")
+    assert too_big["error"].startswith("file_too_large: data.json is ")
+
+
+async def test_json_query_caps_results_but_counts_them_all(tmp_path: Path) -> None:
+    (tmp_path / "big.json").write_text(json.dumps({"items": [{"id": i} for i in range(300)]}))
+    capped, huge = await jq(
+        tmp_path,
+        {"path": "big.json", "query": "$.items[*].id", "max_results": 7},
+        {"path": "big.json", "query": "$.items"},
+        tools={"json_query": {"max_output_chars": 1500}},
+    )
+    assert capped["count"] == 300
+    assert [r["value"] for r in capped["results"]] == list(range(7))
+    assert capped["truncated"] == "max_results"
+    assert huge["truncated"] == "max_output_chars"
+    assert huge["results"][0]["value_chars"] > 1500
+    assert huge["results"][0]["value_preview"].startswith('[{"id":0},{"id":1}')
+
+
+# --------------------------------------------------------------------------- the path language
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("$", [DOC]),
+        ("", [DOC]),
+        ("$.meta.count", [3]),
+        ('$.meta["owner"].name', ["root"]),
+        ("$.users[0:2].name", ["ada", "bob"]),
+        ("$.users[::-1].age", [18, 12, 36]),
+        ("$.users[5]", []),
+        ("$.users[*].tags[0]", ["admin"]),
+        ("$.users[?@.name == 'bob'].age", [12]),
+        ('$.users[?@["full name"]].age', [18]),
+        ("$.users[?!@.tags].name", ["bob", "cy"]),
+        ("$.users[?@.age < 13 || @.age > 30].name", ["ada", "bob"]),
+        ("$.users[?(@.active == true) && !(@.age < 20)].name", ["ada"]),
+        ("$.users[?@.age > $.meta.count].name", ["ada", "bob", "cy"]),
+        ("$.users[?@.age == '36']", []),
+        ("$.users[?@.active == 1]", []),
+        ("$.meta.*", [3, {"name": "root"}]),
+    ],
+)
+def test_path_language(query: str, expected: list[Any]) -> None:
+    assert [value for _, value in compile_path(query).find(DOC)] == expected
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["$.", "$[", "$.users[", "$.users[?@.age = 1]", "$[?3 == 3]", "$[1:2:0]", "$['open",
+     "$.users[?@..name]", "$.a b", "$[?@.a == ]"],
+)
+def test_path_language_reports_syntax_errors_with_a_position(query: str) -> None:
+    with pytest.raises(PathSyntaxError, match=r"at position \d+"):
+        compile_path(query)
