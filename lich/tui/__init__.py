@@ -20,8 +20,12 @@ __all__ = ["INSTALL_HINT", "TuiUnavailableError", "run_tui"]
 INSTALL_HINT = "pip install 'lich[tui]'"
 
 
-class TuiUnavailableError(RuntimeError):
-    """Textual is not installed; the message names the ``pip install`` that fixes it."""
+class TuiUnavailableError(ModuleNotFoundError):
+    """Textual is not installed; the message names the ``pip install`` that fixes it.
+
+    A :class:`ModuleNotFoundError` whose ``name`` is ``"textual"``, so code that
+    already handles a missing ``textual`` module handles this too.
+    """
 
 
 def _require_textual() -> None:
@@ -29,7 +33,7 @@ def _require_textual() -> None:
         import textual  # noqa: F401
     except ImportError as exc:
         raise TuiUnavailableError(
-            f"the TUI needs Textual, which is not installed: run {INSTALL_HINT}"
+            f"the TUI needs Textual, which is not installed: run {INSTALL_HINT}", name="textual"
         ) from exc
 
 
@@ -58,6 +62,6 @@ def run_tui(
         changes: dict[str, Any] = {"plugins": config.plugins + extra}
         config = attrs.evolve(config, **changes)
     agent = Agent(config)
-    app = LichApp(agent, resume=resume, owns_agent=True)
+    app = LichApp(agent, resume=resume, owns_agent=True, capture_logs=True)
     code = app.run()
     return int(code or 0)

@@ -50,7 +50,7 @@ from lich.tui import format as fmt
 from lich.tui import state as st
 from lich.types import Message, ToolCall, ToolResult, UserMessage
 
-__all__ = ["AgentEventMessage", "LichApp", "RunFinished", "ToolView"]
+__all__ = ["AgentEventMessage", "LichApp", "LogNotice", "RunFinished", "ToolView"]
 
 log = logging.getLogger("lich.tui")
 
@@ -79,6 +79,32 @@ class RunFinished(TextualMessage):
         self.serial = serial
         self.result = result
         self.error = error
+
+
+class LogNotice(TextualMessage):
+    """A warning logged by lich while the TUI owns the terminal."""
+
+    def __init__(self, text: str, level: fmt.NoticeLevel) -> None:
+        super().__init__()
+        self.text = text
+        self.level = level
+
+
+class _NoticeHandler(logging.Handler):
+    """Routes ``lich`` warnings into the transcript: a write to the terminal's stderr
+    would tear the screen. ``post_message`` is thread-safe (tools log from threads)."""
+
+    def __init__(self, app: LichApp) -> None:
+        super().__init__(logging.WARNING)
+        self.app = app
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = fmt.preview(record.getMessage(), fmt.ERROR_PREVIEW_CHARS)
+            level: fmt.NoticeLevel = "error" if record.levelno >= logging.ERROR else "warn"
+            self.app.post_message(LogNotice(f"· {record.levelname.lower()}: {text}", level))
+        except Exception:
+            self.handleError(record)
 
 
 @attrs.define
@@ -223,6 +249,8 @@ class LichApp(App[int]):
     :param owns_agent: close the agent's providers when the app ends.
     :param model: override the model shown (default: from the agent and config).
     :param provider: override the provider shown.
+    :param capture_logs: while running, show ``lich`` log warnings as notices
+        instead of letting them reach the terminal (``run_tui`` sets this).
     """
 
     TITLE = "lich"
@@ -255,8 +283,13 @@ class LichApp(App[int]):
         owns_agent: bool = False,
         model: str | None = None,
         provider: str | None = None,
+        capture_logs: bool = False,
     ) -> None:
         super().__init__()
+        self.capture_logs = capture_logs
+        self._log_handler: _NoticeHandler | None = None
+        self._log_propagate = True
+        self._log_saved: list[logging.Handler] = []
         self.agent = agent
         self.owns_agent = owns_agent
         self._resume_ref = resume
@@ -297,6 +330,15 @@ class LichApp(App[int]):
         self.prompt.focus()
         self.set_interval(SPINNER_INTERVAL_S, self._tick)
         self._refresh_status()
+        if self.capture_logs:
+            self._start_log_capture()
+        for report in self.agent.host.failures:
+            verb = "was skipped" if report.status == "skipped" else "failed to load"
+            await self.notice(
+                f"· plugin {report.entry!r} {verb} ({report.describe_error()}); "
+                "continuing without it",
+                "warn",
+            )
         if self._resume_ref is not None:
             await self.resume_session(self._resume_ref)
 
@@ -304,8 +346,35 @@ class LichApp(App[int]):
         """Cancel a run still in flight; close the agent when the app owns it."""
         if self._run is not None:
             self._run.cancel.cancel()
+        self._stop_log_capture()
         if self.owns_agent:
             await self.agent.aclose()
+
+    def _start_log_capture(self) -> None:
+        # The handlers already there (the CLI's stderr handler) are set aside until exit.
+        logger = logging.getLogger("lich")
+        self._log_handler = _NoticeHandler(self)
+        self._log_propagate = logger.propagate
+        self._log_saved = list(logger.handlers)
+        for handler in self._log_saved:
+            logger.removeHandler(handler)
+        logger.addHandler(self._log_handler)
+        logger.propagate = False
+
+    def _stop_log_capture(self) -> None:
+        if self._log_handler is None:
+            return
+        logger = logging.getLogger("lich")
+        logger.removeHandler(self._log_handler)
+        for handler in self._log_saved:
+            logger.addHandler(handler)
+        logger.propagate = self._log_propagate
+        self._log_handler = None
+        self._log_saved = []
+
+    @on(LogNotice)
+    async def _on_log_notice(self, message: LogNotice) -> None:
+        await self.notice(message.text, message.level)
 
     @property
     def transcript(self) -> VerticalScroll:

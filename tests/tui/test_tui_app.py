@@ -466,5 +466,39 @@ def test_run_tui_without_textual_names_the_install(
     from lich.tui import TuiUnavailableError, run_tui
 
     monkeypatch.setitem(sys.modules, "textual", None)
-    with pytest.raises(TuiUnavailableError, match=r"pip install 'lich\[tui\]'"):
+    with pytest.raises(TuiUnavailableError, match=r"pip install 'lich\[tui\]'") as info:
         run_tui(LichConfig(work_dir=str(tmp_path), plugins=()))
+    # code that handles a missing textual module handles this too
+    assert isinstance(info.value, ModuleNotFoundError)
+    assert info.value.name == "textual"
+
+
+async def test_plugin_load_failures_are_shown(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, [], plugins=("./no_such_plugin.py",))
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: bool(notices(app)), "plugin notice")
+        (text,) = notices(app)
+        assert text.startswith("· plugin './no_such_plugin.py' failed to load")
+        assert app.agent.tools.has("shout")  # the in-process plugin still works
+
+
+async def test_captured_log_warnings_become_notices(tmp_path: Path) -> None:
+    import logging
+
+    logger = logging.getLogger("lich")
+    outside = logging.Handler()
+    logger.addHandler(outside)
+    try:
+        agent, _ = make_agent(tmp_path, [])
+        app = LichApp(agent, capture_logs=True)
+        async with app.run_test(size=SIZE) as pilot:
+            assert outside not in logger.handlers  # set aside while the TUI owns the screen
+            logging.getLogger("lich.tools").warning("[tools.x] timeout_s = %r is bad", -1)
+            logging.getLogger("lich.tools").info("not shown")
+            await wait_for(pilot, lambda: bool(notices(app)), "log notice")
+            assert notices(app) == ["· warning: [tools.x] timeout_s = -1 is bad"]
+        assert outside in logger.handlers
+        assert logger.propagate
+    finally:
+        logger.removeHandler(outside)
