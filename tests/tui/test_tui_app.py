@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from textual.widgets import Markdown, Static
-from tui_support import GatedChat, make_agent, send, wait_for
+from tui_support import GatedChat, ToolsPlugin, make_agent, send, wait_for
 
-from lich.testing import Fail, Reply, ScriptedChat
+from lich.agent import Agent
+from lich.config import LichConfig, ProviderConfig
+from lich.testing import Fail, Reply, ScriptedChat, make_test_config
 from lich.tui.app import LichApp, ToolView
 from lich.types import ToolCall, UserMessage
 
@@ -408,7 +410,6 @@ async def test_transcript_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_run_tui_adds_plugins_and_runs_the_app(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lich.config import LichConfig, ProviderConfig
     from lich.tui import run_tui
 
     plugin = tmp_path / "fake_provider.py"
@@ -462,7 +463,6 @@ def test_run_tui_adds_plugins_and_runs_the_app(
 def test_run_tui_without_textual_names_the_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lich.config import LichConfig
     from lich.tui import TuiUnavailableError, run_tui
 
     monkeypatch.setitem(sys.modules, "textual", None)
@@ -502,3 +502,34 @@ async def test_captured_log_warnings_become_notices(tmp_path: Path) -> None:
         assert logger.propagate
     finally:
         logger.removeHandler(outside)
+
+
+async def test_end_to_end_over_the_scripted_server(
+    tmp_path: Path, lich_scripted_server: Any
+) -> None:
+    """The openai_compat provider plugin streaming from the scripted HTTP server."""
+    server = lich_scripted_server(
+        [
+            Reply("Calling the tool.", (ToolCall("c1", "shout", {"text": "wire"}),)),
+            Reply("Done over **HTTP**.", chunks=("Done ", "over ", "**HTTP**", ".")),
+        ]
+    )
+    provider = ProviderConfig(
+        kind="openai_compat", name="local", model="scripted-1", base_url=server.base_url
+    )
+    config = make_test_config(
+        tmp_path, plugins=("openai_compat",), providers=(provider,), stream=True
+    )
+    agent = Agent(config, plugins=[("test_tools", ToolsPlugin())])
+    app = LichApp(agent, owns_agent=True)
+    async with app.run_test(size=SIZE) as pilot:
+        assert "scripted-1 (openai_compat)" in str(app.query_one("#status", Static).render())
+        await send(pilot, "over the wire")
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        view = app.transcript.query_one(ToolView)
+        assert view.summary == '● shout({"text":"wire"})\n└ ok (WIRE!)'
+        assert [b.source for b in assistant_blocks(app)] == [
+            "Calling the tool.", "Done over **HTTP**."
+        ]
+        assert [r.stream for r in server.model.requests] == [True, True]
+        assert app.ui.usage.total_tokens > 0
