@@ -264,26 +264,46 @@ class HttpClient:
         import httpx
 
         client = self._get_client()
-        started = False
+        request = client.build_request("POST", self.url(path), json=body, headers=headers)
+        # The deadlines are enforced here, not only by httpx's socket timeouts,
+        # so they hold for any transport.
         try:
-            async with client.stream(
-                "POST", self.url(path), json=body, headers=headers
-            ) as response:
-                if not response.is_success:
-                    raw = await response.aread()
-                    raise self._error(response, raw.decode("utf-8", "replace"))
-                started = True
-                async for line in response.aiter_lines():
-                    yield line
-        except httpx.TimeoutException as exc:
-            what = "stream stalled" if started else "request timed out"
+            async with asyncio.timeout(self.timeout_s):
+                response = await client.send(request, stream=True)
+        except TimeoutError as exc:
             raise ProviderError(
-                "network", self.provider, f"{what} (no data for {self.timeout_s:g}s)"
+                "network", self.provider, f"request timed out after {self.timeout_s:g}s"
             ) from exc
         except httpx.HTTPError as exc:
-            raise _network(
-                self.provider, exc, "stream broken" if started else "request failed"
-            ) from exc
+            raise _network(self.provider, exc, "request failed") from exc
+        lines = response.aiter_lines()
+        try:
+            if not response.is_success:
+                try:
+                    async with asyncio.timeout(self.timeout_s):
+                        raw = await response.aread()
+                except (TimeoutError, httpx.HTTPError):
+                    raw = b""
+                raise self._error(response, raw.decode("utf-8", "replace"))
+            while True:
+                try:
+                    async with asyncio.timeout(self.timeout_s):
+                        line = await anext(lines)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as exc:
+                    raise ProviderError(
+                        "network", self.provider,
+                        f"stream stalled: no data for {self.timeout_s:g}s",
+                    ) from exc
+                except httpx.HTTPError as exc:
+                    raise _network(self.provider, exc, "stream broken") from exc
+                yield line
+        finally:
+            close = getattr(lines, "aclose", None)
+            if close is not None:
+                await close()
+            await response.aclose()
 
     def bad_stream(self, why: str, data: str = "") -> ProviderError:
         """The error for a stream whose content makes no sense (``bad_request``)."""
