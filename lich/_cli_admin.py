@@ -61,6 +61,14 @@ def _out_console() -> Console:
     return console
 
 
+def _add_row(table: Any, *cells: Any) -> None:
+    """Add a row whose strings are plain text: tool descriptions and error messages may
+    contain ``[brackets]`` that rich would otherwise take for markup."""
+    from rich.text import Text
+
+    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
+
+
 def _print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
@@ -165,16 +173,16 @@ def config_show(settings: Settings, as_json: bool) -> int:
     for key, value, source in rows:
         if key == "providers":
             if not value:
-                table.add_row("providers", "none (no model configured)", source)
+                _add_row(table, "providers", "none (no model configured)", source)
             for i, p in enumerate(value):
                 key_state = "set" if p.pop("api_key_set") else "not set"
                 env = p.pop("api_key_env")
                 text = " ".join(f"{k}={_show_value(v)}" for k, v in p.items() if v is not None)
                 if env:
                     text += f" api_key_env={env} ({key_state})"
-                table.add_row(f"providers[{i}]", text, source)
+                _add_row(table, f"providers[{i}]", text, source)
             continue
-        table.add_row(key, _show_value(value), source)
+        _add_row(table, key, _show_value(value), source)
     console.print(table)
     return EXIT_OK
 
@@ -403,13 +411,14 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
         _print_json([{**serialization.unstructure(r), "ok": r.ok} for r in reports])
     else:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table("entry", "plugin", "version", "status", "hooks", "error")
         for r in reports:
             style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
             hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
-            table.add_row(r.entry, r.plugin or "", r.version or "", f"[{style}]{r.status}[/]",
-                          hooks, r.describe_error())
+            _add_row(table, r.entry, r.plugin or "", r.version or "",
+                     Text(r.status, style=style), hooks, r.describe_error())
         console = _out_console()
         console.print(table)
         failed = len(host.failures)
@@ -443,7 +452,7 @@ def plugins_available(settings: Settings, as_json: bool) -> int:
 
     table = Table("name", "distribution", "version", "module", "enabled")
     for row in rows:
-        table.add_row(row["name"], row["distribution"] or "", row["version"] or "",
+        _add_row(table, row["name"], row["distribution"] or "", row["version"] or "",
                       row["value"], "yes" if row["enabled"] else "")
     _out_console().print(table)
     return EXIT_OK
@@ -482,7 +491,7 @@ def tools_list(settings: Settings, as_json: bool) -> int:
     table = Table("tool", "plugin", "description", box=None, pad_edge=False)
     for t in tools:
         first = t.description.strip().splitlines()[0] if t.description.strip() else ""
-        table.add_row(t.name, t.plugin or "", first)
+        _add_row(table, t.name, t.plugin or "", first)
     _out_console().print(table)
     return EXIT_OK
 
@@ -515,7 +524,7 @@ def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
     table = Table("session", "modified", "size", "first message", box=None, pad_edge=False)
     for s in sessions:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))
-        table.add_row(s.session_id, when, f"{s.size:,}", s.title)
+        _add_row(table, s.session_id, when, f"{s.size:,}", s.title)
     _out_console().print(table)
     return EXIT_OK
 

@@ -1,0 +1,269 @@
+"""Plugins from the command line: --plugin files, broken plugins, `lich plugins`,
+plugin commands, strict mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from lich.config import BUILTIN_PLUGINS
+from lich.testing import Reply, ScriptRequest
+from lich.types import ToolCall
+
+from .conftest import json_lines, run_lich, write_config
+
+GUARD_PLUGIN = textwrap.dedent('''
+    """A single-file plugin: a tool and a guard."""
+    from lich import Block, hookimpl, tool
+
+
+    @tool
+    def shout(text: str) -> str:
+        """Say it louder."""
+        return text.upper() + "!"
+
+
+    @hookimpl
+    def lich_register_tools(registry):
+        registry.register(shout)
+
+
+    @hookimpl
+    def lich_before_tool_call(call):
+        if call.name == "list_dir":
+            return Block("listing is not allowed here")
+        return None
+''')
+
+BROKEN_PLUGIN = "import no_such_module_for_lich_tests  # fails at import\n"
+
+COMMAND_PLUGIN = textwrap.dedent('''
+    import click
+    from lich import hookimpl
+
+
+    @hookimpl
+    def lich_register_commands(cli):
+        @cli.command("hello")
+        @click.argument("name")
+        def hello(name):
+            """Greet NAME (from a plugin)."""
+            click.echo(f"hello, {name}")
+
+        @cli.command("chat")
+        def fake_chat():
+            """A plugin may not replace a builtin command."""
+            click.echo("hijacked")
+''')
+
+RAISING_COMMANDS_PLUGIN = textwrap.dedent('''
+    from lich import hookimpl
+
+
+    @hookimpl
+    def lich_register_commands(cli):
+        raise RuntimeError("commands exploded")
+''')
+
+
+def shout_then_list(request: ScriptRequest) -> Any:
+    done = request.tool_results_since_user()
+    if len(done) == 0:
+        return Reply(tool_calls=(ToolCall("c1", "shout", {"text": "hi"}),))
+    if len(done) == 1:
+        return Reply(tool_calls=(ToolCall("c2", "list_dir", {"path": "."}),))
+    return Reply(" | ".join(f"{m.name}={m.content}" for m in done))
+
+
+def test_plugin_file_adds_a_tool_and_blocks_a_call(
+    tmp_path: Path, work: Path, scripted: Any, lich: Any, monkeypatch: Any
+) -> None:
+    plugin = tmp_path / "guard.py"
+    plugin.write_text(GUARD_PLUGIN, encoding="utf-8")
+    server = scripted(responder=shout_then_list)
+    write_config(work, server.base_url)
+    # --plugin paths are relative to where the user stands, not to the work dir.
+    monkeypatch.chdir(tmp_path)
+
+    result = lich("--work-dir", str(work), "--plugin", "./guard.py", "--json", "go")
+
+    assert result.exit_code == 0, result.stderr
+    ends = [e for e in json_lines(result.stdout) if e["type"] == "tool_call_end"]
+    assert [e["call"]["name"] for e in ends] == ["shout", "list_dir"]
+    assert ends[0]["result"] == {"ok": True, "output": "HI!"}
+    assert ends[1]["result"]["ok"] is False
+    assert ends[1]["blocked_by"] == "guard"
+    assert "blocked_by_plugin: listing is not allowed here" in ends[1]["result"]["error"]
+    # The model saw both outcomes.
+    seen = [m.content for m in server.requests[-1].messages if m.role == "tool"]
+    assert seen[0] == "HI!"
+    assert "blocked_by_plugin" in seen[1]
+    assert "shout" in server.requests[0].tools
+
+
+def test_plugin_file_in_a_subprocess_and_in_lich_tools(
+    tmp_path: Path, work: Path, scripted: Any
+) -> None:
+    plugin = tmp_path / "guard.py"
+    plugin.write_text(GUARD_PLUGIN, encoding="utf-8")
+    server = scripted(responder=shout_then_list)
+    write_config(work, server.base_url)
+
+    proc = run_lich("--plugin", str(plugin), "go", cwd=work)
+    tools = run_lich("tools", "--plugin", str(plugin), "--json", cwd=work)
+
+    assert proc.returncode == 0, proc.stderr
+    assert "shout=HI!" in proc.stdout
+    assert "blocked by guard" in proc.stderr
+    listed = {t["name"]: t for t in json.loads(tools.stdout)}
+    assert listed["shout"]["plugin"] == "guard"
+    assert listed["shout"]["description"] == "Say it louder."
+    assert listed["shout"]["parameters"]["properties"]["text"]["type"] == "string"
+
+
+def _config_with_broken_plugin(work: Path, base_url: str) -> Path:
+    (work / "broken.py").write_text(BROKEN_PLUGIN, encoding="utf-8")
+    return write_config(work, base_url, plugins=[*BUILTIN_PLUGINS, "broken.py"])
+
+
+def test_a_broken_plugin_does_not_stop_a_run(work: Path, scripted: Any, lich: Any) -> None:
+    server = scripted(["still working"])
+    _config_with_broken_plugin(work, server.base_url)
+
+    result = lich("hi")
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "still working"
+    assert "plugin 'broken.py' failed to load" in result.stderr
+    assert "no_such_module_for_lich_tests" in result.stderr
+    assert result.stderr.count("failed to load") == 1  # reported once, not per lookup
+
+
+def test_lich_plugins_reports_the_broken_plugin(work: Path, scripted: Any, lich: Any) -> None:
+    server = scripted()
+    _config_with_broken_plugin(work, server.base_url)
+
+    table = lich("plugins")
+    as_json = lich("plugins", "--json")
+
+    assert table.exit_code == 0, table.stderr
+    assert "broken.py" in table.stdout and "failed" in table.stdout
+    assert "ModuleNotFoundError" in table.stdout
+    reports = {r["entry"]: r for r in json.loads(as_json.stdout)}
+    assert reports["broken.py"]["status"] == "failed"
+    assert reports["broken.py"]["phase"] == "import"
+    assert reports["broken.py"]["error_type"] == "ModuleNotFoundError"
+    assert "no_such_module_for_lich_tests" in reports["broken.py"]["error_message"]
+    assert reports["builtin_tools"]["status"] == "loaded"
+    assert "lich_register_tools" in reports["builtin_tools"]["hooks"]
+    assert reports["openai_compat"]["version"]
+
+
+def test_strict_plugins_turns_a_failure_into_an_error(
+    work: Path, scripted: Any, lich: Any, monkeypatch: Any
+) -> None:
+    server = scripted(["unused"])
+    _config_with_broken_plugin(work, server.base_url)
+
+    strict = lich("--strict-plugins", "hi")
+    strict_plugins = lich("plugins", "--strict-plugins")
+    monkeypatch.setenv("LICH_STRICT_PLUGINS", "1")
+    from_env = lich("hi")
+
+    assert strict.exit_code == 2
+    assert "broken.py" in strict.stderr and "strict" in strict.stderr
+    assert strict_plugins.exit_code == 2
+    assert from_env.exit_code == 2
+    assert server.requests == []
+
+
+def test_a_broken_plugin_never_breaks_help_version_plugins_or_config(
+    work: Path, scripted: Any
+) -> None:
+    server = scripted()
+    _config_with_broken_plugin(work, server.base_url)
+    (work / "raising.py").write_text(RAISING_COMMANDS_PLUGIN, encoding="utf-8")
+
+    for args in (["--help"], ["--version"], ["plugins"], ["config", "show"],
+                 ["config", "validate"], ["--plugin", "raising.py", "--help"],
+                 ["--plugin", "raising.py", "plugins"]):
+        proc = run_lich(*args, cwd=work)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, args
+    plugins = run_lich("--plugin", "raising.py", "plugins", "--json", cwd=work)
+    # A --plugin path is made absolute from the current directory.
+    reports = {r["plugin"]: r for r in json.loads(plugins.stdout)}
+    assert reports["raising"]["entry"] == str(work / "raising.py")
+    assert reports["raising"]["status"] == "failed"
+    assert reports["raising"]["phase"] == "register"
+    assert "commands exploded" in reports["raising"]["error_message"]
+
+
+def test_plugin_commands_appear_in_help_and_run(
+    tmp_path: Path, work: Path, lich: Any
+) -> None:
+    plugin = work / "greeter.py"
+    plugin.write_text(COMMAND_PLUGIN, encoding="utf-8")
+
+    help_text = lich("--plugin", "greeter.py", "--help")
+    hello = lich("--plugin", "greeter.py", "hello", "Ada")
+    chat_help = lich("--plugin", "greeter.py", "chat", "--help")
+
+    assert help_text.exit_code == 0
+    plugin_section = help_text.stdout.split("Plugin commands:")[1]
+    assert "hello" in plugin_section and "Greet NAME" in plugin_section
+    assert hello.exit_code == 0, hello.stderr
+    assert hello.stdout == "hello, Ada\n"
+    assert "hijacked" not in chat_help.stdout
+    assert "remembers the conversation" in chat_help.stdout
+
+
+def test_plugin_commands_from_the_config(work: Path, scripted: Any, lich: Any) -> None:
+    (work / "greeter.py").write_text(COMMAND_PLUGIN, encoding="utf-8")
+    server = scripted()
+    write_config(work, server.base_url, plugins=[*BUILTIN_PLUGINS, "greeter.py"])
+
+    result = lich("hello", "Bob")
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "hello, Bob\n"
+
+
+def test_plugins_available_reads_metadata_without_importing(work: Path) -> None:
+    code = textwrap.dedent('''
+        import json, sys
+        from lich.cli import main
+        try:
+            main(["plugins", "available", "--json"])
+        except SystemExit as exc:
+            assert exc.code == 0, exc.code
+        loaded = [m for m in sys.modules if m.startswith(("lich_providers", "lich_builtin_tools"))]
+        print(json.dumps(loaded), file=sys.stderr)
+    ''')
+    (work / ".lich").mkdir()
+    (work / ".lich" / "config.toml").write_text('plugins = ["builtin_tools"]\n',
+                                                encoding="utf-8")
+
+    proc = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True,
+                          text=True, timeout=60)
+
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    for name in BUILTIN_PLUGINS:
+        assert name in rows
+        assert rows[name]["distribution"] == "lich"
+    assert rows["builtin_tools"]["enabled"] is True
+    assert rows["anthropic"]["enabled"] is False
+    assert rows["openai_compat"]["value"] == "lich_providers.openai_compat"
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == []
+
+
+def test_plugins_available_table(work: Path, lich: Any) -> None:
+    result = lich("plugins", "available")
+
+    assert result.exit_code == 0
+    assert "openai_compat" in result.stdout and "yes" in result.stdout
