@@ -165,13 +165,9 @@ class ChatSession:
         return False
 
     async def _usage(self, _arg: str) -> bool:
-        t = self.total
-        self.say(f"this chat: {self.runs} runs, {t.prompt_tokens} prompt + "
-                 f"{t.completion_tokens} completion = {t.total_tokens} tokens", "")
+        self.say(f"this chat: {self.runs} runs, {usage_line(self.total)}", "")
         if self.last is not None:
-            self.say(f"last run: {self.last.prompt_tokens} prompt + "
-                     f"{self.last.completion_tokens} completion = {self.last.total_tokens} tokens",
-                     "")
+            self.say(f"last run: {usage_line(self.last)}", "")
         return False
 
     async def _model(self, arg: str) -> bool:

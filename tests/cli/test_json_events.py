@@ -139,16 +139,19 @@ def test_json_lines_of_a_run_with_a_tool_validate(
     for line in lines:
         validator.validate(line)
     types = [line["type"] for line in lines]
-    assert types[0] == "run_start" and types[-1] == "run_end"
+    assert types[0] == "run_start"
+    assert types[-1] == "run_end"
     for expected in ("turn_start", "llm_start", "text_delta", "llm_end", "tool_call_start",
                      "tool_call_end", "final", "turn_end"):
         assert expected in types
     assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
     assert len({(line["run_id"], line["session_id"]) for line in lines}) == 1
     end = lines[-1]
-    assert end["stopped_reason"] == "final" and end["turns_used"] == 2
+    assert end["stopped_reason"] == "final"
+    assert end["turns_used"] == 2
     tool_end = next(line for line in lines if line["type"] == "tool_call_end")
-    assert tool_end["call"]["name"] == "list_dir" and tool_end["result"]["ok"] is True
+    assert tool_end["call"]["name"] == "list_dir"
+    assert tool_end["result"]["ok"] is True
     # Nothing but JSON on stdout; the human progress lines are not printed.
     assert "[lich]" not in result.stderr
 

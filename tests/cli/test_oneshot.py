@@ -52,7 +52,8 @@ def test_one_shot_in_a_subprocess(work: Path, scripted: Any) -> None:
     proc = run_lich("what is here?", cwd=work)
 
     assert proc.returncode == 0, proc.stderr
-    assert "The directory holds:" in proc.stdout and "notes.txt" in proc.stdout
+    assert "The directory holds:" in proc.stdout
+    assert "notes.txt" in proc.stdout
     assert "tool list_dir" in proc.stderr
     assert "transcript" in proc.stderr
 
@@ -197,7 +198,8 @@ def test_missing_model_says_how_to_set_one(work: Path, lich: Any) -> None:
 
     assert result.exit_code == 2
     assert no_model_message() in result.stderr
-    assert "LICH_MODEL" in result.stderr and "--model" in result.stderr
+    assert "LICH_MODEL" in result.stderr
+    assert "--model" in result.stderr
 
 
 def test_model_from_flags_without_a_config_file(work: Path, scripted: Any, lich: Any) -> None:
@@ -285,4 +287,5 @@ def test_system_prompt_flag_reaches_the_model(work: Path, scripted: Any, lich: A
     assert lich("--system-prompt", "Talk like a pirate.", "hi").exit_code == 0
 
     first = server.requests[0].messages[0]
-    assert first.role == "system" and first.content == "Talk like a pirate."
+    assert first.role == "system"
+    assert first.content == "Talk like a pirate."

@@ -151,7 +151,8 @@ def test_lich_plugins_reports_the_broken_plugin(work: Path, scripted: Any, lich:
     as_json = lich("plugins", "--json")
 
     assert table.exit_code == 0, table.stderr
-    assert "broken.py" in table.stdout and "failed" in table.stdout
+    assert "broken.py" in table.stdout
+    assert "failed" in table.stdout
     assert "ModuleNotFoundError" in table.stdout
     reports = {r["entry"]: r for r in json.loads(as_json.stdout)}
     assert reports["broken.py"]["status"] == "failed"
@@ -175,7 +176,8 @@ def test_strict_plugins_turns_a_failure_into_an_error(
     from_env = lich("hi")
 
     assert strict.exit_code == 2
-    assert "broken.py" in strict.stderr and "strict" in strict.stderr
+    assert "broken.py" in strict.stderr
+    assert "strict" in strict.stderr
     assert strict_plugins.exit_code == 2
     assert from_env.exit_code == 2
     assert server.requests == []
@@ -215,7 +217,8 @@ def test_plugin_commands_appear_in_help_and_run(
 
     assert help_text.exit_code == 0
     plugin_section = help_text.stdout.split("Plugin commands:")[1]
-    assert "hello" in plugin_section and "Greet NAME" in plugin_section
+    assert "hello" in plugin_section
+    assert "Greet NAME" in plugin_section
     assert hello.exit_code == 0, hello.stderr
     assert hello.stdout == "hello, Ada\n"
     assert "hijacked" not in chat_help.stdout
@@ -266,4 +269,5 @@ def test_plugins_available_table(work: Path, lich: Any) -> None:
     result = lich("plugins", "available")
 
     assert result.exit_code == 0
-    assert "openai_compat" in result.stdout and "yes" in result.stdout
+    assert "openai_compat" in result.stdout
+    assert "yes" in result.stdout
