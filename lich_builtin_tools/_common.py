@@ -25,6 +25,7 @@ SKIP_NAMES = frozenset({"node_modules", ".git", "dist", ".lich", ".cursor"})
 # Browser-like user agent used by fetch_url and web_search (the reference's).
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36"
 
+_NAME_MAX = 255  # bytes in one path component on every common file system
 _SECRET_PATTERNS = ("*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*")
 
 
@@ -41,6 +42,9 @@ def schema(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[
     return out
 
 
+_KIND_NAMES = {bool: "true or false", float: "a number", int: "an integer", str: "a string"}
+
+
 def setting(ctx: ToolContext, tool: str, key: str, kind: type[T], default: T) -> T:
     """``[tools.<tool>] <key>`` from the context, type-checked.
 
@@ -51,9 +55,9 @@ def setting(ctx: ToolContext, tool: str, key: str, kind: type[T], default: T) ->
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        wanted = _KIND_NAMES.get(kind, kind.__name__)
         raise ToolError(
-            f"invalid_setting: [tools.{tool}] {key} must be {kind.__name__}, "
-            f"got {type(value).__name__}"
+            f"invalid_setting: [tools.{tool}] {key} must be {wanted}, got {value!r}"
         )
     return value
 
@@ -138,7 +142,12 @@ def resolve_path(ctx: ToolContext, target: str) -> Path:
 
     :raises ToolError: ``path_escape:`` outside the work dir, ``invalid_path:`` for NUL or length.
     """
-    return resolve_in_root(ctx.work_dir, target)
+    resolved = resolve_in_root(ctx.work_dir, target)
+    # A component longer than the file system allows would only fail later, with a raw
+    # OSError from whichever call touches it first; say so up front.
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in resolved.parts):
+        raise ToolError(f"invalid_path: name too long: {target[:200]}")
+    return resolved
 
 
 def real_root(ctx: ToolContext) -> str:

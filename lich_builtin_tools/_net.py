@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -267,9 +268,26 @@ class NetGuard:
         except httpx.TimeoutException as exc:
             raise ToolError(f"network_error: timed out ({type(exc).__name__})") from exc
         except httpx.HTTPError as exc:
-            raise ToolError(f"network_error: {exc or type(exc).__name__}") from exc
+            raise ToolError(f"network_error: {_describe(exc)}") from exc
         finally:
             await client.aclose()
+
+
+def _describe(exc: BaseException) -> str:
+    """The error's text plus the OS reason underneath (``Connection refused``), if any.
+
+    httpx's connect errors often say only "All connection attempts failed".
+    """
+    text = str(exc) or type(exc).__name__
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno:
+            reason = os.strerror(cause.errno)
+            return text if reason.lower() in text.lower() else f"{text} ({reason})"
+        cause = cause.__cause__ or cause.__context__
+    return text
 
 
 def _is_ip(host: str) -> bool:

@@ -96,7 +96,9 @@ class LoopbackServer:
         self.server.daemon_threads = True
         self.host = host
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def url(self, path: str = "/", host: str | None = None) -> str:

@@ -1,4 +1,4 @@
-"""read_file, write_file, edit_file, list_dir (the reference's file-tool tests, ported, plus more)."""
+"""read_file, write_file, edit_file, list_dir: the reference's file-tool tests, ported, and more."""
 
 from __future__ import annotations
 

@@ -1,0 +1,211 @@
+"""terminal: exit codes, env, timeouts that kill the whole process group, caps, secret scrubbing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from lich.cancel import CancelToken
+from lich.config import LichConfig, ProviderConfig
+from lich.tools import ToolContext
+from lich_builtin_tools._terminal import make_terminal_tool
+
+from .conftest import Runner, kill_quietly, wait_until_dead
+
+# Records bash's pid and a backgrounded child's, then blocks in a foreground child:
+# the shape of "sleep 100 & sleep 100".
+SLEEPERS = "echo $$ > bash.pid; sleep 100 & echo $! > bg.pid; sleep 100"
+
+
+def _pids(work: Path) -> list[int]:
+    return [int((work / name).read_text()) for name in ("bash.pid", "bg.pid")]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes whose process group is ``pgid`` (read from /proc)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+async def _appears(path: Path, within_s: float = 30.0) -> None:
+    for _ in range(int(within_s / 0.02)):
+        if path.exists():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{path} never appeared")
+
+
+async def test_echo_sees_the_tool_env_and_reports_exit_0(run: Runner) -> None:
+    run.env = {"LICH_TEST_VALUE": "from-context"}
+    result = await run("terminal", {"command": "echo $LICH_TEST_VALUE; pwd"})
+    assert result.ok
+    assert result.error is None
+    assert "from-context" in result.output
+    assert str(run.work_dir) in result.output
+    assert result.output.endswith("\n[exit 0]")
+
+
+async def test_non_zero_exit_is_not_ok_without_an_error(run: Runner) -> None:
+    result = await run("terminal", {"command": "echo out; echo err >&2; exit 3"})
+    assert not result.ok
+    assert result.error is None
+    assert result.output.endswith("[exit 3]")
+    assert result.output.index("out") < result.output.index("err")
+
+
+async def test_missing_command(run: Runner) -> None:
+    assert (await run("terminal", {})).error == "missing_arg: command"
+
+
+async def test_timeout_kills_the_whole_process_group(run: Runner, work: Path) -> None:
+    started = time.monotonic()
+    result = await run("terminal", {"command": SLEEPERS, "timeout_ms": 1500})
+    assert time.monotonic() - started < 60  # generous: only detects a hang
+    pids = _pids(work)
+    try:
+        assert result.error == "timeout"
+        assert not result.ok
+        assert result.output.endswith("[exit -1]")
+        assert wait_until_dead(pids) == []
+        assert wait_until_dead(_group_members(pids[0])) == []
+    finally:
+        kill_quietly(pids)
+
+
+async def test_configured_timeout_tightens_the_default(run: Runner, work: Path) -> None:
+    result = await run("terminal", {"command": SLEEPERS}, settings={"timeout_s": 1.5})
+    pids = _pids(work)
+    try:
+        assert result.error == "timeout"
+        assert wait_until_dead(pids) == []
+    finally:
+        kill_quietly(pids)
+
+
+async def test_timeout_ms_is_clamped_to_the_maximum() -> None:
+    tool = make_terminal_tool()
+    # The executor allows a little more than the tool's own 300 s maximum, so the tool's
+    # deadline (which keeps the output) fires first.
+    assert 300 < tool.timeout_s <= 310
+    assert tool.max_output_chars == 20_000
+
+
+async def test_cancellation_kills_the_process_group(run: Runner, work: Path) -> None:
+    token = CancelToken()
+
+    async def cancel_when_started() -> None:
+        await _appears(work / "bg.pid")
+        token.cancel()
+
+    canceller = asyncio.ensure_future(cancel_when_started())
+    result = await run("terminal", {"command": SLEEPERS}, cancel=token)
+    await canceller
+    pids = _pids(work)
+    try:
+        assert result.error == "cancelled"
+        assert wait_until_dead(pids) == []
+    finally:
+        kill_quietly(pids)
+
+
+async def test_task_cancellation_from_outside_kills_the_group(work: Path) -> None:
+    """The executor's own deadline cancels the task: the tool must still kill the group."""
+    tool = make_terminal_tool()
+    ctx = ToolContext(work_dir=work)
+    task = asyncio.ensure_future(tool.execute({"command": SLEEPERS}, ctx))  # type: ignore[arg-type]
+    await _appears(work / "bg.pid")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled()
+    pids = _pids(work)
+    try:
+        assert wait_until_dead(pids) == []
+    finally:
+        kill_quietly(pids)
+
+
+async def test_background_job_does_not_hold_the_call_open(run: Runner, work: Path) -> None:
+    started = time.monotonic()
+    result = await run("terminal", {"command": "sleep 30 & echo $! > bg.pid; echo started"})
+    pid = int((work / "bg.pid").read_text())
+    try:
+        assert result.ok
+        assert "started" in result.output
+        assert time.monotonic() - started < 20
+    finally:
+        kill_quietly([pid])
+
+
+async def test_streams_are_capped_while_reading(run: Runner) -> None:
+    # 20 MB on stdout: buffered whole it would be slow and large; capped it is neither.
+    result = await run("terminal", {"command": "head -c 20000000 /dev/zero | tr '\\0' y; "
+                                               "echo tail >&2"})
+    assert result.ok
+    assert len(result.output) <= 20_000
+    assert result.output.endswith("[exit 0]")
+    assert "[... truncated" in result.output
+
+
+async def test_exit_line_survives_a_tight_output_cap(run: Runner) -> None:
+    result = await run("terminal", {"command": "seq 1 100000; exit 4"},
+                       settings={"max_output_chars": 300})
+    assert len(result.output) <= 300
+    assert result.output.endswith("[exit 4]")
+
+
+async def test_secrets_are_scrubbed_from_the_environment(
+    run: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mp = monkeypatch
+    secrets = {
+        "OPENAI_API_KEY": "sk-openai-value-1",
+        "GITHUB_TOKEN": "ghp-value-2",
+        "DB_PASSWORD": "hunter2-value-3",
+        "MY_SECRET_THING": "secret-value-4",
+        "lower_api_key": "lower-value-5",
+        "CUSTOM_LLM_CREDS": "provider-value-6",  # only secret because a provider names it
+        "RUN_ONLY_CREDS": "run-value-7",  # named by the run's config
+        "PASSED_TOKEN": "passed-value-8",  # secret-looking, but allowed by pass_env
+    }
+    for name, value in secrets.items():
+        mp.setenv(name, value)
+    mp.setenv("LICH_PLAIN_VALUE", "plain-visible")
+    run.config = LichConfig(
+        work_dir=str(run.work_dir), plugins=(),
+        providers=(ProviderConfig(kind="openai_compat", name="p", model="m",
+                                  api_key_env="CUSTOM_LLM_CREDS"),),
+    )
+    run.env = {"CONTEXT_TOKEN": "context-value-9"}
+    run_config = LichConfig(
+        work_dir=str(run.work_dir), plugins=(),
+        providers=(ProviderConfig(kind="anthropic", name="a", model="m",
+                                  api_key_env="RUN_ONLY_CREDS"),),
+    )
+    result = await run("terminal", {"command": "env"}, settings={"pass_env": ["PASSED_TOKEN"]},
+                       run_config=run_config)
+    assert result.ok
+    for name, value in secrets.items():
+        if name == "PASSED_TOKEN":
+            assert f"{name}={value}" in result.output
+        else:
+            assert value not in result.output, name
+    assert "context-value-9" not in result.output
+    assert "LICH_PLAIN_VALUE=plain-visible" in result.output
+
+
+async def test_bad_pass_env_setting_is_a_clear_error(run: Runner) -> None:
+    result = await run("terminal", {"command": "true"}, settings={"pass_env": "GITHUB_TOKEN"})
+    assert result.error == "invalid_setting: [tools.terminal] pass_env must be a list of strings"
