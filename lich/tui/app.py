@@ -272,7 +272,6 @@ class LichApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel_run", "Cancel run", priority=True),
         Binding("ctrl+o", "toggle_last_tool", "Expand last tool output"),
-        Binding("ctrl+d", "quit", "Quit", show=False),
     ]
 
     def __init__(

@@ -533,3 +533,19 @@ async def test_end_to_end_over_the_scripted_server(
         ]
         assert [r.stream for r in server.model.requests] == [True, True]
         assert app.ui.usage.total_tokens > 0
+
+
+async def test_quit_while_busy_cancels_the_run(tmp_path: Path) -> None:
+    gated = GatedChat(ScriptedChat(["never shown"]))
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "long job")
+        await wait_for(pilot, gated.streamed.is_set, "model call")
+        run = app._run
+        assert run is not None
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit")
+    assert app.return_value == 0
+    assert run.cancel.cancelled
+    assert [r["stopped_reason"] for r in run_end_records(app)] == ["aborted"]
