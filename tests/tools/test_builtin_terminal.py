@@ -42,7 +42,7 @@ def _group_members(pgid: int) -> list[int]:
 
 async def _appears(path: Path, within_s: float = 30.0) -> None:
     for _ in range(int(within_s / 0.02)):
-        if path.exists():
+        if await asyncio.to_thread(path.exists):
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"{path} never appeared")
