@@ -1,0 +1,95 @@
+"""Start-up stays cheap: `lich --version` and `lich --help` import nothing heavy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lich import __version__
+
+from .conftest import run_lich
+
+# Modules that must never be imported just to print the version or the help.
+HEAVY = ("httpx", "httpcore", "anyio", "textual", "websockets", "uvicorn", "starlette",
+         "prompt_toolkit", "rich", "lich.agent", "lich.loop", "lich.tui")
+
+
+def _modules_after(args: list[str], cwd: Path) -> list[str]:
+    code = textwrap.dedent(f'''
+        import json, sys
+        from lich.cli import main
+        try:
+            main({args!r})
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+        print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+    ''')
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return list(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+def _heavy(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+def test_version_imports_no_plugin_and_nothing_heavy(work: Path) -> None:
+    modules = _modules_after(["--version"], work)
+
+    assert _heavy(modules, HEAVY) == []
+    # No plugin is loaded at all, and not even the config machinery.
+    assert _heavy(modules, ("lich_providers", "lich_builtin_tools", "lich.gateway", "pluggy",
+                            "lich.plugins", "lich.config", "cattrs")) == []
+
+
+def test_python_dash_m_version_is_just_the_version(work: Path) -> None:
+    proc = run_lich("--version", cwd=work)
+
+    assert proc.returncode == 0
+    assert proc.stdout == f"lich {__version__}\n"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["chat", "--help"], ["config", "--help"]])
+def test_help_imports_nothing_heavy(work: Path, args: list[str]) -> None:
+    modules = _modules_after(args, work)
+
+    # Plugin modules may be imported (their commands belong in the help) but they are
+    # cheap: none of them pulls in an HTTP client, Textual or a server.
+    assert _heavy(modules, HEAVY) == []
+
+
+def test_help_lists_every_builtin_command(work: Path) -> None:
+    proc = run_lich("--help", cwd=work)
+
+    assert proc.returncode == 0
+    builtins = proc.stdout.split("Commands:")[1].split("Plugin commands:")[0]
+    for name in ("run", "chat", "demo", "tui", "config", "plugins", "tools", "sessions"):
+        assert f"\n  {name} " in builtins
+    assert "130" in proc.stdout  # the exit codes are documented in the help
+
+
+def test_help_lists_the_gateway_plugin_command(work: Path) -> None:
+    """The default plugins include the gateway, whose command comes from a hook."""
+    from lich.config import BUILTIN_PLUGINS
+
+    if "gateway" not in BUILTIN_PLUGINS:
+        pytest.skip("the gateway plugin is not among the default plugins")
+    proc = run_lich("--help", cwd=work)
+
+    assert proc.returncode == 0
+    assert "gateway" in proc.stdout.split("Plugin commands:")[1]
+
+
+def test_bare_lich_without_a_terminal_or_input_prints_usage(work: Path) -> None:
+    # stdin is a terminal here only in real use; with stdin closed (not a terminal) and empty,
+    # lich reads an empty task and says so.
+    proc = run_lich(cwd=work, input="")
+
+    assert proc.returncode == 2
+    assert "no task" in proc.stderr
