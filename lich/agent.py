@@ -253,7 +253,11 @@ class Agent:
         elif session_id is not None and self.sessions.exists(session_id):
             resumed = True
         session_id = session_id or self.sessions.new_id()
-        writer = self.sessions.open(session_id) if config.persist_sessions else None
+        writer = (
+            _RunWriter(session_id, self.sessions.path_for(session_id))
+            if config.persist_sessions
+            else None
+        )
         emitter = RunEmitter(run_id, session_id)
         spent = _UsageMeter()
         emitter.subscribe(spent)
@@ -330,7 +334,7 @@ class Agent:
         return RunResult(
             run_id=run_id,
             session_id=session_id,
-            session_path=str(writer.path) if writer is not None else None,
+            session_path=str(writer.path) if writer is not None and not writer.failed else None,
             outcome=outcome,
             usage=outcome.usage,
         )
@@ -386,6 +390,29 @@ class _UsageMeter:
             self.usage = self.usage + envelope.event.result.usage
         elif isinstance(envelope.event, TurnStart):
             self.turns = envelope.event.turn
+
+
+class _RunWriter(SessionWriter):
+    """A session writer that never fails a run: an unwritable session dir or a full disk
+    is logged once, and the run goes on without its transcript."""
+
+    failed = False
+
+    def append(self, kind: str, **fields: Any) -> None:
+        if self.failed:
+            return
+        try:
+            super().append(kind, **fields)
+        except OSError as exc:
+            self.failed = True
+            log.warning("session persistence failed (%s); continuing without transcript", exc)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:
+            self.failed = True
+            log.warning("closing session file %s failed: %s", self.path, exc)
 
 
 def _new_tail(prior: Sequence[Message], seeded: Sequence[Message]) -> list[Message]:

@@ -379,6 +379,22 @@ def test_run_sync_for_scripts(tmp_path: Path) -> None:
     assert Path(result.session_path).is_file()
 
 
+async def test_an_unwritable_session_dir_does_not_fail_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the session dir should be")
+    recorder = HookRecorder()
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "echo", {"text": "a"})]), "fine"])
+    agent = make_agent(tmp_path, chat, ("rec", recorder), session_dir=str(blocker / "sessions"))
+    result = await agent.run("hi")
+    assert result.text == "fine"
+    assert result.session_path is None
+    assert run_end_outcome(recorder).stopped_reason == "final"
+    warnings = [r for r in caplog.records if "session persistence failed" in r.getMessage()]
+    assert len(warnings) == 1  # said once, not once per record
+
+
 async def test_sessions_can_be_switched_off(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, ScriptedChat(["x"]), persist_sessions=False)
     result = await agent.run("hi")
