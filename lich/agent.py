@@ -276,10 +276,15 @@ class Agent:
         if writer is not None:
             writer.append("meta", event="run_start", run_id=run_id, input=input,
                           model=self.model, work_dir=config.work_dir)
-            # A new session records everything; a resumed one only what is new.
-            new = seeded if not resumed else _new_tail(prior, seeded)
-            for message in new:
-                writer.message(message)
+            if not resumed:
+                for message in seeded:
+                    writer.message(message)
+            elif list(seeded[:-1]) == prior:
+                writer.message(seeded[-1])  # a resumed session: only what is new
+            else:
+                # The system prompt was prepended or replaced: appending it would leave it
+                # after the earlier turns in the file. Record the history as it now is.
+                writer.compact(seeded)
         emitter.emit(RunStart(input, config.work_dir, self.model))
 
         def on_message(message: Message) -> None:
@@ -413,14 +418,6 @@ class _RunWriter(SessionWriter):
         except OSError as exc:
             self.failed = True
             log.warning("closing session file %s failed: %s", self.path, exc)
-
-
-def _new_tail(prior: Sequence[Message], seeded: Sequence[Message]) -> list[Message]:
-    """The messages of ``seeded`` that the resumed session file does not have yet."""
-    if len(seeded) == len(prior) + 1:
-        return [seeded[-1]]
-    # The system prompt was prepended or replaced: record it along with the input.
-    return [seeded[0], seeded[-1]] if seeded and seeded[0] not in prior else [seeded[-1]]
 
 
 def _last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:

@@ -348,6 +348,21 @@ async def test_resuming_a_session_by_id(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+async def test_resuming_with_a_new_system_prompt_keeps_one_system_message(
+    tmp_path: Path,
+) -> None:
+    first = await make_agent(tmp_path, ScriptedChat(["one"]), system_prompt="old").run("a")
+    agent = make_agent(tmp_path, ScriptedChat(["two", "three"]), system_prompt="new")
+    await agent.run("b", session_id=first.session_id)
+    history = agent.sessions.history(first.session_id)
+    assert history == [
+        SystemMessage("new"), UserMessage("a"), AssistantMessage("one"),
+        UserMessage("b"), AssistantMessage("two"),
+    ]
+    third = await agent.run("c", session_id=first.session_id)
+    assert sum(isinstance(m, SystemMessage) for m in third.messages) == 1
+
+
 async def test_resuming_a_session_with_a_dangling_tool_call(tmp_path: Path) -> None:
     # A run killed mid-tool leaves a tool call without an answer in the file.
     agent = make_agent(tmp_path, ScriptedChat(["recovered"]))
