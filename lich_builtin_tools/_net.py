@@ -162,8 +162,11 @@ class NetGuard:
     transport: Any = None
     max_redirects: int = MAX_REDIRECTS
 
-    async def check(self, url: httpx.URL, *, allow_private: bool, tool: str) -> str:
-        """Resolve ``url``'s host and return the address to connect to, or refuse.
+    async def check(self, url: httpx.URL, *, allow_private: bool, tool: str) -> list[str]:
+        """Resolve ``url``'s host and return the addresses to connect to, or refuse.
+
+        Every address must pass: a name that resolves to one public and one
+        private address is refused.
 
         :raises ToolError: ``blocked_url: …`` when an address is not public and
             ``allow_private`` is off; ``network_error: …`` when the host does not resolve.
@@ -184,7 +187,27 @@ class NetGuard:
                         f"blocked_url: {url} resolves to a {reason} address ({ip}); "
                         f"set [tools.{tool}] allow_private = true to allow it"
                     )
-        return addresses[0]
+        return addresses
+
+    async def _send_pinned(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: httpx.URL,
+        addresses: Sequence[str],
+        headers: Mapping[str, str],
+        body: bytes | None,
+    ) -> httpx.Response:
+        """Try the checked addresses in resolver order until one accepts the connection."""
+        import httpx
+
+        for i, ip in enumerate(addresses):
+            try:
+                return await _send_one(client, method, url, ip, headers, body)
+            except httpx.ConnectError:
+                if i == len(addresses) - 1:
+                    raise
+        raise AssertionError("unreachable: check() returns at least one address")
 
     async def request(
         self,
@@ -216,19 +239,10 @@ class NetGuard:
         )
         try:
             for _hop in range(self.max_redirects + 1):
-                ip = await self.check(url, allow_private=allow_private, tool=tool)
-                pinned = url.copy_with(host=ip)
-                extensions: dict[str, Any] = {}
-                if url.scheme == "https" and not _is_ip(url.host):
-                    extensions["sni_hostname"] = url.raw_host.decode("ascii")
-                request = client.build_request(
-                    method,
-                    pinned,
-                    headers={**sent_headers, "Host": url.netloc.decode("ascii")},
-                    content=body if body else None,
-                    extensions=extensions,
-                )
-                response = await client.send(request, stream=True)
+                addresses = await self.check(url, allow_private=allow_private, tool=tool)
+                client.cookies.clear()  # cookies would be keyed by the pinned IP: keep none
+                response = await self._send_pinned(client, method, url, addresses,
+                                                   sent_headers, body)
                 try:
                     location = response.headers.get("location")
                     if response.status_code in _REDIRECTS and location:
@@ -271,6 +285,28 @@ class NetGuard:
             raise ToolError(f"network_error: {_describe(exc)}") from exc
         finally:
             await client.aclose()
+
+
+async def _send_one(
+    client: httpx.AsyncClient,
+    method: str,
+    url: httpx.URL,
+    ip: str,
+    headers: Mapping[str, str],
+    body: bytes | None,
+) -> httpx.Response:
+    """Send to ``ip`` (already checked) while ``Host`` and TLS SNI keep the URL's name."""
+    extensions: dict[str, Any] = {}
+    if url.scheme == "https" and not _is_ip(url.host):
+        extensions["sni_hostname"] = url.raw_host.decode("ascii")
+    request = client.build_request(
+        method,
+        url.copy_with(host=ip.split("%", 1)[0]),
+        headers={**headers, "Host": url.netloc.decode("ascii")},
+        content=body if body else None,
+        extensions=extensions,
+    )
+    return await client.send(request, stream=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -425,3 +425,15 @@ def test_blocked_reason_classifies_addresses() -> None:
     assert blocked_reason("224.0.0.1") == "multicast"
     assert blocked_reason("64:ff9b::a00:1") == "private (embedded in IPv6)"
     assert blocked_reason("2002:7f00:1::") == "loopback (embedded in IPv6)"
+
+
+async def test_the_next_checked_address_is_tried_when_one_refuses(
+    run: Runner, http_server: ServerFactory
+) -> None:
+    server = http_server()  # listens on 127.0.0.1 only, so [::1] refuses (or is unreachable)
+    server.routes["/"] = (200, {"content-type": "text/plain"}, b"second address")
+    run.net = NetGuard(resolver=_resolver({"dual.test": ["::1", "127.0.0.1"]}))
+    result = await run("fetch_url", {"url": f"http://dual.test:{server.port}/"}, settings=ALLOW)
+    assert result.ok, result
+    assert result.output.endswith("second address")
+    assert server.hits[0].headers["host"] == f"dual.test:{server.port}"
