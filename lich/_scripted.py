@@ -166,6 +166,15 @@ def _finish(reply: Reply) -> str:
     return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
+def _seconds(value: str | None) -> float | None:
+    # In process only numeric Retry-After is understood; an HTTP-date is ignored rather
+    # than turning a scripted failure into a ValueError.
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
 def _kind_for_status(status: int) -> Any:
     if status in (401, 403):
         return "auth"
@@ -220,7 +229,7 @@ class ScriptedChat:
                 self.name,
                 json.dumps(step.body) if not isinstance(step.body, str) else step.body,
                 status=step.status,
-                retry_after=float(retry_after) if retry_after else None,
+                retry_after=_seconds(retry_after),
             )
         if options.stream:
             for piece in step.stream_pieces():

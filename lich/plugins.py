@@ -331,7 +331,8 @@ class PluginHost:
             if not path.is_file():
                 raise FileNotFoundError(f"no plugin file at {path}")
             return _Resolved("file", path.stem, str(path), lambda: _import_file(path))
-        ep = _entry_points().get(entry)
+        # A miss rescans once: a distribution installed since the first scan is found too.
+        ep = _entry_points().get(entry) or _entry_points(refresh=True).get(entry)
         if ep is not None:
             dist = getattr(ep, "dist", None)
             return _Resolved(
@@ -449,6 +450,10 @@ class PluginHost:
 
     def register_gateway_adapters(self, registry: Any) -> None:
         """Call ``lich_register_gateway_adapters``; a failing plugin is unloaded whole."""
+        # As for tools and provider kinds: a platform name registered twice is reported
+        # on the later plugin's load report and skipped, not a reason to unload it.
+        if hasattr(registry, "on_duplicate"):
+            registry.on_duplicate = self._warn
         self._track(registry.remove_plugin)
         self._register_each(
             "lich_register_gateway_adapters", {"registry": registry}, registry,
@@ -624,9 +629,9 @@ def _call_sync(impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
 _EP_CACHE: dict[str, importlib.metadata.EntryPoint] | None = None
 
 
-def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+def _entry_points(refresh: bool = False) -> dict[str, importlib.metadata.EntryPoint]:
     global _EP_CACHE
-    if _EP_CACHE is None:
+    if _EP_CACHE is None or refresh:
         _EP_CACHE = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     return _EP_CACHE
 

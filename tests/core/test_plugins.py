@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import sys
 import textwrap
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 import lich
+import lich.plugins
 from lich import Block, ToolResult, hookimpl, tool
 from lich.agent import Agent, build_tool_registry
 from lich.hooks import RunInfo
@@ -58,6 +60,26 @@ def test_entry_point_plugin_reports_its_distribution() -> None:
     assert "lich_register_tools" in report.hooks
     assert report.phase is None
     assert report.error_message is None
+
+
+def test_an_entry_point_installed_after_the_first_scan_is_found(
+    fixtures_on_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    PluginHost().load(["builtin_tools"])  # the entry points have been scanned once
+    # Whatever the scan below caches is put back afterwards.
+    monkeypatch.setattr(lich.plugins, "_EP_CACHE", lich.plugins._EP_CACHE)
+    real = importlib.metadata.entry_points
+    late = importlib.metadata.EntryPoint("late_plugin", "lich_fixture_mod", "lich")
+
+    def with_late(**kw: Any) -> Any:
+        found = list(real(**kw))
+        return [*found, late] if kw.get("group") == "lich" else found
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", with_late)
+    (report,) = PluginHost().load(["late_plugin"])
+    assert report.status == "loaded", report.describe_error()
+    assert report.source == "entry_point"
+    assert report.resolved == "lich_fixture_mod"
 
 
 def test_file_plugin_relative_to_the_work_dir(work: Path) -> None:

@@ -103,6 +103,14 @@ async def test_scripted_failures_raise_provider_errors(status: int, kind: str) -
     assert info.value.retry_after == 2.0
 
 
+async def test_a_retry_after_date_is_ignored_in_process() -> None:
+    date = "Wed, 21 Oct 2015 07:28:00 GMT"
+    with pytest.raises(ProviderError) as info:
+        await ScriptedChat([Fail(503, headers={"Retry-After": date})])([], [], ChatOptions())
+    assert info.value.kind == "rate_limit"
+    assert info.value.retry_after is None
+
+
 async def test_scripted_chat_streams_text_deltas() -> None:
     deltas: list[Any] = []
     options = ChatOptions(stream=True, on_event=deltas.append)
