@@ -19,15 +19,19 @@ if TYPE_CHECKING:
     from lich.agent import Agent, RunResult
     from lich.cancel import CancelToken
     from lich.config import ConfigError, LichConfig, ProviderConfig, load_config
+    from lich.events import Envelope
     from lich.guards import ToolError
     from lich.hooks import Block, Rewrite, RunInfo, RunOutcome, hookimpl
     from lich.plugins import LoadReport, PluginHost, PluginLoadError
+    from lich.providers import ProviderRegistry
     from lich.tools import Tool, ToolContext, ToolRegistry, tool
     from lich.types import (
         AssistantMessage,
+        ChatFn,
         ChatOptions,
         ChatResult,
         Message,
+        Provider,
         ProviderError,
         SystemMessage,
         ToolCall,
@@ -43,16 +47,20 @@ _EXPORTS = {
     "AssistantMessage": "lich.types",
     "Block": "lich.hooks",
     "CancelToken": "lich.cancel",
+    "ChatFn": "lich.types",
     "ChatOptions": "lich.types",
     "ChatResult": "lich.types",
     "ConfigError": "lich.config",
+    "Envelope": "lich.events",
     "LichConfig": "lich.config",
     "LoadReport": "lich.plugins",
     "Message": "lich.types",
     "PluginHost": "lich.plugins",
     "PluginLoadError": "lich.plugins",
+    "Provider": "lich.types",
     "ProviderConfig": "lich.config",
     "ProviderError": "lich.types",
+    "ProviderRegistry": "lich.providers",
     "Rewrite": "lich.hooks",
     "RunInfo": "lich.hooks",
     "RunOutcome": "lich.hooks",
@@ -79,16 +87,20 @@ __all__ = [
     "AssistantMessage",
     "Block",
     "CancelToken",
+    "ChatFn",
     "ChatOptions",
     "ChatResult",
     "ConfigError",
+    "Envelope",
     "LichConfig",
     "LoadReport",
     "Message",
     "PluginHost",
     "PluginLoadError",
+    "Provider",
     "ProviderConfig",
     "ProviderError",
+    "ProviderRegistry",
     "Rewrite",
     "RunInfo",
     "RunOutcome",
