@@ -135,14 +135,21 @@ def _launch_tui(ctx: click.Context) -> int:
     except ConfigError as exc:
         echo_error(str(exc))
         return EXIT_USAGE
+    from lich.plugins import PluginLoadError
+
     try:
         from lich.tui import run_tui
+
+        return int(run_tui(config, resume=settings.resume, plugins=tuple(settings.plugins)))
     except ModuleNotFoundError as exc:
+        # Textual may be imported by lich.tui itself or only when the TUI starts.
         if (exc.name or "").split(".")[0] == "textual":
             echo_error("the TUI needs Textual: pip install 'lich[tui]'")
             return EXIT_USAGE
         raise
-    return int(run_tui(config, resume=settings.resume, plugins=tuple(settings.plugins)))
+    except (ConfigError, PluginLoadError) as exc:
+        echo_error(str(exc))
+        return EXIT_USAGE
 
 
 def build_cli() -> LichGroup:

@@ -1,0 +1,320 @@
+"""`lich config`, `lich tools`, `lich sessions`, `lich tui`."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich.config import load_config
+
+from .conftest import write_config
+
+# ---------------------------------------------------------------------- config
+
+
+def test_config_init_writes_a_template_that_loads(work: Path, lich: Any) -> None:
+    result = lich("config", "init")
+
+    path = work / ".lich" / "config.toml"
+    assert result.exit_code == 0, result.stderr
+    assert str(path) in result.stdout
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# lich configuration")
+    loaded = load_config(work_dir=work)
+    assert loaded.file == str(path)
+    # No model given: the provider stays commented out, so lich says "no model configured".
+    assert loaded.config.providers == ()
+    again = lich("config", "init")
+    assert again.exit_code == 2
+    assert "exists already" in again.stderr
+    assert lich("config", "init", "--force").exit_code == 0
+
+
+def _uncomment(text: str) -> str:
+    setting = re.compile(r"^# (\[\[?[a-z_.]+\]\]?$|[a-z_]+ = )")
+    return "\n".join(line[2:] if setting.match(line) else line for line in text.splitlines())
+
+
+def test_every_commented_setting_in_the_template_is_valid(work: Path, lich: Any) -> None:
+    """The template documents real keys: uncommented, every line must still load."""
+    result = lich("config", "init", "--print")
+    assert result.exit_code == 0
+    uncommented = _uncomment(result.stdout)
+    assert "\nmax_turns = 25" in uncommented
+    assert "\n[tools.terminal]" in uncommented
+    path = work / "all.toml"
+    path.write_text(uncommented, encoding="utf-8")
+
+    config = load_config(work_dir=work, config_path=str(path)).config
+
+    assert [p.name for p in config.providers] == ["main", "local"]
+    assert config.tools["terminal"]["timeout_s"] == 300
+    assert config.plugin_settings["my_plugin"] == {"greeting": "hello"}
+
+
+def test_config_init_fills_in_the_model_from_flags(work: Path, lich: Any) -> None:
+    result = lich("config", "init", "--model", "llama3.1", "--provider-kind", "ollama")
+
+    assert result.exit_code == 0, result.stderr
+    config = load_config(work_dir=work, env={}).config
+    assert config.providers[0].model == "llama3.1"
+    assert config.providers[0].kind == "ollama"
+    assert config.providers[0].base_url == "http://localhost:11434"
+
+
+def test_config_init_user(work: Path, lich: Any, tmp_path: Path) -> None:
+    result = lich("config", "init", "--user")
+
+    assert result.exit_code == 0, result.stderr
+    written = Path(result.stdout.split("wrote ", 1)[1].strip())
+    assert written.is_file()
+    assert str(tmp_path / "home") in str(written)
+
+
+def test_config_show_names_every_source_and_hides_secrets(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(
+        'max_turns = 7\n[plugin_settings.audit]\ntoken = "plugin-secret"\n'
+        '[[providers]]\nkind = "openai_compat"\nname = "main"\nmodel = "m"\n'
+        'api_key_env = "MY_KEY"\nheaders = {Authorization = "Bearer header-secret"}\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("MY_KEY", "sk-very-secret")
+    monkeypatch.setenv("LICH_LOG_LEVEL", "debug")
+
+    table = lich("config", "show", "--system-prompt", "be brief")
+    as_json = lich("--json", "config", "show", "--system-prompt", "be brief")
+
+    assert table.exit_code == 0, table.stderr
+    data = json.loads(as_json.stdout)
+    values = data["values"]
+    assert data["file"] == str(config)
+    assert values["max_turns"] == {"value": 7, "source": "file"}
+    assert values["log_level"] == {"value": "debug", "source": "env"}
+    assert values["system_prompt"] == {"value": "be brief", "source": "flag"}
+    assert values["temperature"] == {"value": None, "source": "default"}
+    provider = values["providers"]["value"][0]
+    assert provider["api_key_env"] == "MY_KEY"
+    assert provider["api_key_set"] is True
+    assert provider["headers"] == {"Authorization": "***"}
+    assert values["plugin_settings"]["value"] == {"audit": {"token": "***"}}
+    for out in (table.stdout, as_json.stdout):
+        for secret in ("sk-very-secret", "header-secret", "plugin-secret"):
+            assert secret not in out
+    assert "MY_KEY (set)" in table.stdout
+    assert re.search(r"max_turns\s+7\s+file", table.stdout)
+    assert re.search(r"system_prompt\s+be brief\s+flag", table.stdout)
+
+
+def test_config_show_model_from_env(work: Path, lich: Any,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LICH_MODEL", "env-model")
+
+    data = json.loads(lich("config", "show", "--json").stdout)
+
+    assert data["file"] is None
+    assert data["values"]["providers"]["source"] == "env"
+    assert data["values"]["providers"]["value"][0]["model"] == "env-model"
+
+
+def test_config_path(work: Path, lich: Any) -> None:
+    missing = lich("config", "path")
+    lich("config", "init")
+    found = lich("config", "path")
+    explicit = lich("config", "path", "--config", str(work / "nope.toml"))
+
+    assert missing.exit_code == 1
+    assert str(work / ".lich" / "config.toml") in missing.stderr
+    assert found.exit_code == 0
+    assert found.stdout.strip() == str(work / ".lich" / "config.toml")
+    assert explicit.exit_code == 2
+    assert "config not found" in explicit.stderr
+
+
+def test_config_validate(work: Path, lich: Any, scripted: Any) -> None:
+    server = scripted()
+    path = write_config(work, server.base_url)
+    ok = lich("config", "validate")
+
+    path.write_text('tools_enabled = ["read_file", "no_such_tool"]\n'
+                    '[[providers]]\nkind = "telepathy"\nname = "a"\nmodel = "m"\n',
+                    encoding="utf-8")
+    unknown_kind = lich("config", "validate")
+
+    path.write_text('max_turns = 0\n', encoding="utf-8")
+    invalid = lich("config", "validate")
+    path.write_text('colour = "blue"\n', encoding="utf-8")
+    unknown_key = lich("config", "validate")
+
+    assert ok.exit_code == 0, ok.stderr
+    assert ok.stdout.startswith("ok: ")
+    assert unknown_kind.exit_code == 2
+    assert f"{path}: $.providers[0].kind" in unknown_kind.stderr
+    assert "telepathy" in unknown_kind.stderr
+    assert "$.tools_enabled: no loaded plugin provides no_such_tool" in unknown_kind.stderr
+    assert invalid.exit_code == 2
+    assert str(path) in invalid.stderr
+    assert "$.max_turns" in invalid.stderr
+    assert unknown_key.exit_code == 2
+    assert f"{path}: $.colour: unknown key" in unknown_key.stderr
+
+
+def test_config_validate_json_file(work: Path, lich: Any, tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{"providers": [{"kind": "openai_compat", "name": "a", "model": 5}]}',
+                    encoding="utf-8")
+
+    result = lich("config", "validate", "--config", str(path))
+
+    assert result.exit_code == 2
+    assert f"{path}: $.providers[0].model" in result.stderr
+
+
+def test_config_validate_warns_about_no_model(work: Path, lich: Any) -> None:
+    result = lich("config", "validate")
+
+    assert result.exit_code == 0
+    assert "no model configured" in result.stderr
+
+
+# ----------------------------------------------------------------------- tools
+
+
+def test_tools_lists_enabled_tools(work: Path, lich: Any, scripted: Any) -> None:
+    server = scripted()
+    write_config(work, server.base_url,
+                 extra='tools_disabled = ["terminal"]')
+    markup = work / "markup.py"
+    markup.write_text(
+        "from lich import hookimpl, tool\n\n"
+        "@tool\ndef odd(x: int) -> str:\n    '''Looks like [bold]markup[/bold] but is not.'''\n"
+        "    return str(x)\n\n"
+        "@hookimpl\ndef lich_register_tools(registry):\n    registry.register(odd)\n",
+        encoding="utf-8",
+    )
+
+    table = lich("tools", "--plugin", "markup.py")
+    as_json = lich("tools", "--json")
+
+    assert table.exit_code == 0, table.stderr
+    assert re.search(r"read_file\s+builtin_tools\s+Read", table.stdout)
+    assert "Looks like [bold]markup[/bold] but is not." in table.stdout
+    assert "terminal" not in table.stdout
+    tools = {t["name"]: t for t in json.loads(as_json.stdout)}
+    assert "terminal" not in tools
+    assert tools["read_file"]["plugin"] == "builtin_tools"
+    assert tools["read_file"]["parameters"]["type"] == "object"
+    assert "path" in tools["read_file"]["parameters"]["properties"]
+
+
+# -------------------------------------------------------------------- sessions
+
+
+def test_sessions_list_show_path(work: Path, lich: Any, scripted: Any) -> None:
+    from lich.testing import Reply
+    from lich.types import ToolCall
+
+    server = scripted([Reply("checking", (ToolCall("c1", "list_dir", {"path": "."}),)),
+                       "all good"])
+    write_config(work, server.base_url)
+    assert lich("first question").exit_code == 0
+
+    listed = lich("sessions", "list")
+    as_json = json.loads(lich("sessions", "list", "--json").stdout)
+    sid = as_json[0]["session_id"]
+    shown = lich("sessions", "show", "latest")
+    shown_json = json.loads(lich("sessions", "show", sid, "--json").stdout)
+    directory = lich("sessions", "path")
+    file = lich("sessions", "path", sid)
+
+    assert listed.exit_code == 0
+    assert sid in listed.stdout
+    assert "first question" in listed.stdout
+    assert as_json[0]["title"] == "first question"
+    assert shown.exit_code == 0, shown.stderr
+    assert "you: first question" in shown.stdout
+    assert "→ list_dir(" in shown.stdout
+    assert "lich: all good" in shown.stdout
+    assert "run ended: final after 2 turns" in shown.stdout
+    assert [m["role"] for m in shown_json["messages"]] == [
+        "system", "user", "assistant", "tool", "assistant"]
+    assert shown_json["problems"] == []
+    assert directory.stdout.strip() == str(work / ".lich" / "sessions")
+    assert Path(file.stdout.strip()) == work / ".lich" / "sessions" / f"{sid}.jsonl"
+
+
+def test_sessions_show_reports_a_corrupt_line(work: Path, lich: Any, scripted: Any) -> None:
+    server = scripted(["fine"])
+    write_config(work, server.base_url)
+    assert lich("hello").exit_code == 0
+    path = next((work / ".lich" / "sessions").glob("*.jsonl"))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines.insert(2, "{not json")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    shown = lich("sessions", "show", path.stem)
+
+    assert shown.exit_code == 0
+    assert "you: hello" in shown.stdout
+    assert "line 3: corrupt record skipped" in shown.stderr
+
+
+def test_sessions_unknown_and_empty(work: Path, lich: Any) -> None:
+    empty = lich("sessions", "list")
+    unknown = lich("sessions", "show", "nope-1")
+
+    assert empty.exit_code == 0
+    assert "no sessions" in empty.stderr
+    assert unknown.exit_code == 2
+    assert "nope-1" in unknown.stderr
+
+
+# ------------------------------------------------------------------------- tui
+
+
+def test_tui_gets_the_config_resume_and_plugins(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def run_tui(config: Any, *, resume: str | None = None, plugins: Any = ()) -> int:
+        calls.append((config, resume, tuple(plugins)))
+        return 0
+
+    fake = types.ModuleType("lich.tui")
+    fake.run_tui = run_tui  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lich.tui", fake)
+    (work / "extra.py").write_text("", encoding="utf-8")
+
+    result = lich("--max-turns", "4", "tui", "--resume", "latest", "--plugin", "extra.py")
+
+    assert result.exit_code == 0, result.stderr
+    config, resume, plugins = calls[0]
+    assert config.max_turns == 4
+    assert resume == "latest"
+    assert plugins == (str(work / "extra.py"),)
+    assert str(work / "extra.py") not in config.plugins  # passed once, not twice
+
+
+def test_tui_without_textual_says_how_to_install_it(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(sys.modules):
+        if name == "lich.tui" or name.startswith(("lich.tui.", "textual")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "textual", None)  # import textual → ModuleNotFoundError
+
+    result = lich("tui")
+
+    assert result.exit_code == 2
+    assert "pip install 'lich[tui]'" in result.stderr
+    assert "Traceback" not in result.stderr

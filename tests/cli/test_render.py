@@ -1,0 +1,166 @@
+"""The human renderer: stdout text, stderr progress, stream resets, previews."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from lich import events as ev
+from lich._cli_render import HumanRenderer, JsonRenderer, args_preview, error_preview
+from lich.types import AssistantMessage, ChatResult, ToolCall, ToolResult, Usage
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def envelope(event: ev.Event, seq: int = 1) -> ev.Envelope:
+    return ev.Envelope("r", "s", seq, 0.0, event)
+
+
+def feed(renderer: Any, *events: ev.Event) -> None:
+    for i, event in enumerate(events, start=1):
+        renderer(envelope(event, i))
+
+
+def llm_end(text: str, calls: tuple[ToolCall, ...] = ()) -> ev.LlmEnd:
+    message = AssistantMessage(text, calls)
+    return ev.LlmEnd(1, ChatResult(message, Usage(), "stop", "m", "p"))
+
+
+def plain() -> tuple[HumanRenderer, io.StringIO, io.StringIO]:
+    out, err = io.StringIO(), io.StringIO()
+    renderer = HumanRenderer(Console(file=err, force_terminal=False, width=200), out)
+    return renderer, out, err
+
+
+def test_streamed_text_goes_to_stdout_and_progress_to_stderr() -> None:
+    renderer, out, err = plain()
+    call = ToolCall("c1", "read_file", {"path": "a.txt"})
+
+    feed(renderer, ev.TurnStart(1), ev.LlmStart(1), ev.TextDelta("Let me "),
+         ev.TextDelta("look."), llm_end("Let me look.", (call,)), ev.ToolCallStart(1, call),
+         ev.ToolCallEnd(1, call, ToolResult.failure("not_found: a.txt"), 3.0),
+         ev.TurnStart(2), ev.LlmStart(2), llm_end("It is missing."))
+
+    assert out.getvalue() == "Let me look.\nIt is missing.\n"
+    lines = err.getvalue().splitlines()
+    assert lines == [
+        "[lich] turn 1",
+        '[lich] tool read_file(path="a.txt"): error: not_found: a.txt (3 ms)',
+        "[lich] turn 2",
+    ]
+
+
+def test_a_stream_reset_restarts_the_answer_on_a_new_line() -> None:
+    renderer, out, err = plain()
+
+    feed(renderer, ev.LlmStart(1), ev.TextDelta("Half an ans"),
+         ev.StreamReset("primary", "network: connection reset"),
+         ev.Failover("primary", "backup", "network", "connection reset"),
+         ev.TextDelta("A whole answer."), llm_end("A whole answer."))
+
+    assert out.getvalue() == "Half an ans\nA whole answer.\n"
+    assert "stream from primary reset (network: connection reset); the answer restarts" \
+        in err.getvalue()
+    assert "failover primary → backup (network: connection reset)" in err.getvalue()
+
+
+def test_a_stream_reset_on_a_terminal_erases_the_partial_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a, **k: os.terminal_size((20, 24)))
+    out, err = FakeTerminal(), io.StringIO()
+    renderer = HumanRenderer(Console(file=err, force_terminal=False), out)
+
+    # 25 characters on a 20-column terminal: two rows to take back.
+    feed(renderer, ev.LlmStart(1), ev.TextDelta("x" * 25), ev.StreamReset("p", "reset"),
+         ev.TextDelta("fresh"), llm_end("fresh"))
+
+    assert out.getvalue() == "x" * 25 + "\x1b[1F\x1b[J" + "fresh\n"
+    assert "partial answer was discarded" in err.getvalue()
+
+
+def test_whole_replies_are_printed_when_nothing_streamed() -> None:
+    renderer, out, _ = plain()
+
+    feed(renderer, ev.LlmStart(1), llm_end("not streamed"), ev.LlmStart(2), llm_end(""))
+
+    assert out.getvalue() == "not streamed\n"
+
+
+def test_run_end_notices() -> None:
+    renderer, out, err = plain()
+
+    feed(renderer, ev.BudgetExhausted(3), ev.RunEnd("budget", 3, Usage()),
+         ev.RunEnd("aborted", 1, Usage()), ev.Retry("p", 2, "rate_limit", 1.25, "slow"),
+         ev.CompressStart(900), ev.CompressEnd(120, 300, True), ev.CompressStart(900),
+         ev.CompressEnd(0, 900, False))
+
+    text = err.getvalue()
+    assert "budget exhausted after 3 turns" in text
+    assert "run aborted" in text
+    assert "retrying p in 1.2s (attempt 2, rate_limit: slow)" in text
+    assert "context compressed: summary of 120 chars, ~300 tokens now" in text
+    assert "compression did not help" in text
+    assert out.getvalue() == ""
+
+
+def test_blocked_and_rewritten_calls_say_by_whom() -> None:
+    renderer, _, err = plain()
+    call = ToolCall("c1", "terminal", {"command": "rm -rf /"})
+
+    feed(renderer, ev.ToolCallEnd(1, call, ToolResult.failure("blocked_by_plugin: no"), 0.0,
+                                  ("normaliser",), "guard"))
+
+    assert ("blocked by guard: blocked_by_plugin: no [args rewritten by normaliser]"
+            in err.getvalue())
+
+
+def test_terminal_progress_uses_a_spinner_without_breaking_output() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(file=err, force_terminal=True, width=80)
+    renderer = HumanRenderer(console, out)
+    call = ToolCall("c1", "list_dir", {"path": "."})
+
+    feed(renderer, ev.TurnStart(1), ev.LlmStart(1), ev.TextDelta("Looking"),
+         llm_end("Looking", (call,)), ev.ToolCallStart(1, call),
+         ev.ToolCallEnd(1, call, ToolResult.success("- a"), 1.0), ev.LlmStart(2),
+         llm_end("Done."), ev.RunEnd("final", 2, Usage()))
+    renderer.close()
+
+    assert out.getvalue() == "Looking\nDone.\n"
+    assert "✓" in err.getvalue()
+    assert 'list_dir(path=".")' in err.getvalue()
+    assert renderer._status is None  # the spinner is stopped
+
+
+def test_args_and_error_previews() -> None:
+    args = {"path": "a.txt", "content": "line one\nline two " + "x" * 100, "n": 3}
+
+    preview = args_preview(args)
+
+    assert preview.startswith('path="a.txt", content="line one\\nline two ')
+    assert len(preview) <= 100
+    assert "\n" not in preview
+    assert args_preview({"n": 3, "flag": True, "items": [1, 2]}) == \
+        "n=3, flag=true, items=[1, 2]"
+    assert error_preview(ToolResult.failure("timeout: took too long\nstack...")) == \
+        "timeout: took too long…"
+
+
+def test_json_renderer_writes_one_ascii_line_per_event() -> None:
+    out = io.StringIO()
+    JsonRenderer(out)(envelope(ev.TextDelta("naïve ✓")))
+
+    line = out.getvalue()
+    assert line.endswith("\n")
+    assert line.count("\n") == 1
+    assert line.isascii()
+    assert json.loads(line)["text"] == "naïve ✓"
