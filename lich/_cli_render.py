@@ -135,11 +135,17 @@ class HumanRenderer:
             return
         if self._line_open:
             return  # the answer is being written on this terminal line; do not draw over it
+        from rich.text import Text
+
+        # One line, cut with an ellipsis: a wrapped status line would leave debris behind.
+        room = max(10, self.err.width - 4)  # the spinner and its space take the rest
+        status = Text(text, style="dim")
+        status.truncate(room, overflow="ellipsis")
         if self._status is None:
-            self._status = self.err.status(text, spinner="dots")
+            self._status = self.err.status(status, spinner="dots")
             self._status.start()
         else:
-            self._status.update(text)
+            self._status.update(status)
 
     def _stop_spinner(self) -> None:
         if self._status is not None:

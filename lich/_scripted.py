@@ -466,6 +466,16 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     owner: ScriptedServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client hanging up (a cancelled run, a pooled keep-alive connection closed) is
+        # normal for this server; the default prints a traceback on stderr, which lands in
+        # the middle of `lich demo`'s output.
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 class ScriptedServer:
     """A scripted model served over HTTP on 127.0.0.1, in a background thread.
