@@ -94,6 +94,41 @@ class _PromptReader:
                 return None
 
 
+class _ReadlineReader:
+    """Line editing with the standard library's readline (when prompt_toolkit is missing)."""
+
+    def __init__(self) -> None:
+        import readline
+
+        self.readline: Any = readline
+        self.path: Path | None = None
+        try:
+            import platformdirs
+
+            self.path = Path(platformdirs.user_state_dir("lich")) / "chat_history_readline"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                readline.read_history_file(str(self.path))
+        except OSError:
+            self.path = None
+
+    async def read(self) -> str | None:
+        try:
+            # Blocking on purpose, as in _LineReader: between runs the loop is idle.
+            line = input("> ")  # noqa: ASYNC250
+        except EOFError:
+            return None
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")
+            return ""  # Ctrl-C at the prompt clears the line, as in a shell
+        if self.path is not None and line.strip():
+            try:
+                self.readline.append_history_file(1, str(self.path))
+            except OSError:
+                pass
+        return line
+
+
 class ChatSession:
     """The state of one ``lich chat``: agent, session id, history, usage so far."""
 
@@ -261,10 +296,11 @@ class ChatSession:
 
 def _reader(interactive_in: bool, interactive_out: bool) -> Any:
     if interactive_in and interactive_out:
-        try:
-            return _PromptReader()
-        except Exception:  # no usable terminal after all: fall back to plain lines
-            return _LineReader("> ")
+        for make in (_PromptReader, _ReadlineReader):
+            try:
+                return make()
+            except Exception:  # not installed, or no usable terminal after all: next one
+                continue
     return _LineReader("> " if interactive_in else None)
 
 

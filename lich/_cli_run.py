@@ -133,9 +133,12 @@ def exit_code_for(outcome: Interruptible) -> int:
 
 def describe_provider_error(exc: ProviderError) -> str:
     """The error and, for a router, every attempt it made."""
-    lines = [f"model call failed: {exc}"]
+    text = str(exc)
+    lines = [f"model call failed: {text}"]
     for provider, attempt, kind, message in exc.attempts:
-        lines.append(f"  {provider} attempt {attempt}: {kind}: {message}")
+        line = f"{provider} attempt {attempt}: {kind}: {message}"
+        if line not in text:  # the failover router already lists them in its message
+            lines.append(f"  {line}")
     return "\n".join(lines)
 
 
