@@ -40,7 +40,7 @@ def _require_textual() -> None:
 def run_tui(
     config: LichConfig, *, resume: str | None = None, plugins: Sequence[str] = ()
 ) -> int:
-    """Run the TUI until the user quits; returns the exit code (0).
+    """Run the TUI until the user quits; returns the exit code (0, or 1 after a crash).
 
     :param config: the effective configuration; its ``plugins`` are loaded.
     :param resume: a session id or ``latest`` to continue; an unknown one is
@@ -63,5 +63,6 @@ def run_tui(
         config = attrs.evolve(config, **changes)
     agent = Agent(config)
     app = LichApp(agent, resume=resume, owns_agent=True, capture_logs=True)
-    code = app.run()
-    return int(code or 0)
+    app.run()
+    # Non-zero when the app died on an error (Textual has printed the traceback by then).
+    return int(app.return_code or 0)

@@ -448,6 +448,7 @@ def test_run_tui_adds_plugins_and_runs_the_app(
         seen["model"] = (self.model_name, self.provider_name)
         seen["resume"] = self._resume_ref
         seen["owns"] = self.owns_agent
+        seen["capture_logs"] = self.capture_logs
         return 0
 
     monkeypatch.setattr(LichApp, "run", fake_run)
@@ -457,6 +458,7 @@ def test_run_tui_adds_plugins_and_runs_the_app(
         "model": ("fake-1", "fake"),
         "resume": "latest",
         "owns": True,
+        "capture_logs": True,
     }
 
 
