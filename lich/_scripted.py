@@ -406,6 +406,10 @@ DIALECTS: dict[str, Dialect] = {"openai": OpenAIDialect()}
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    # TCP_NODELAY: headers and body go out as separate writes, and with Nagle on, the
+    # body waits for the client's delayed ACK (~40 ms per reply on Linux), which would
+    # swamp every timing taken against this server (tests, benchmarks).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # silence stderr
         pass
@@ -464,6 +468,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # The default listen backlog of 5 drops connection bursts (many concurrent
+    # conversations opening their pooled connections at once): a dropped SYN costs a
+    # client a one-second retransmit.
+    request_queue_size = 128
     owner: ScriptedServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
