@@ -27,7 +27,7 @@ import fnmatch
 import os
 from typing import Any
 
-from lich import Block, ToolContext, ToolError, ToolRegistry, hookimpl, tool
+from lich import Block, RunInfo, ToolCall, ToolContext, ToolError, ToolRegistry, hookimpl, tool
 from lich.guards import resolve_in_root
 
 PLUGIN_NAME = "my_plugin"
@@ -66,7 +66,7 @@ def lich_register_tools(registry: ToolRegistry) -> None:
 
 
 @hookimpl
-def lich_before_tool_call(call: Any, run: Any) -> Block | None:
+def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
     """Refuse writes to protected files; allow everything else."""
     if call.name not in WRITING_TOOLS:
         return None
