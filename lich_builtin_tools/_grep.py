@@ -109,7 +109,8 @@ async def _run_worker(spec: dict[str, Any], budget_s: float) -> tuple[list[str],
         proc.stdin.close()
         async with asyncio.timeout(budget_s):
             while line := await proc.stdout.readline():
-                hits.append(json.loads(line))
+                if line.endswith(b"\n"):  # a line cut short by a dying worker is dropped
+                    hits.append(json.loads(line))
             code = await proc.wait()
             finished = True
         if code != 0:

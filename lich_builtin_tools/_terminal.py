@@ -178,7 +178,10 @@ async def run_command(
         except TimeoutError:
             timed_out = True
             _kill_group(proc.pid)
-            code = await asyncio.wait_for(proc.wait(), _REAP_GRACE_S)
+            try:
+                code = await asyncio.wait_for(proc.wait(), _REAP_GRACE_S)
+            except TimeoutError:
+                code = -1  # stuck in the kernel; SIGKILL will land when it can
             await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
     except asyncio.CancelledError:
         # The executor gave up on us (its own timeout) or the run was cancelled:
