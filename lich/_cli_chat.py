@@ -253,11 +253,17 @@ class ChatSession:
 
     # ------------------------------------------------------------------ runs
 
-    async def ask(self, text: str) -> None:
-        """Run one line through the agent, keeping the conversation."""
+    async def ask(self, text: str) -> bool:
+        """Run one line through the agent, keeping the conversation.
+
+        Returns False when stdout is gone (the reader of a pipe left): the chat ends.
+        """
+        from lich.cancel import CancelToken
         from lich.types import ProviderError
 
         human = HumanRenderer(self.err)
+        cancel = CancelToken()
+        human.on_closed = cancel.cancel
 
         def on_signal(name: str, count: int) -> None:
             human.close()
@@ -267,11 +273,11 @@ class ChatSession:
         try:
             outcome = await run_agent(self.agent, text, history=self.history,
                                       session_id=self.session_id, on_event=human,
-                                      on_signal=on_signal)
+                                      on_signal=on_signal, cancel=cancel)
         except ProviderError as exc:
             human.close()
             echo_error(describe_provider_error(exc))
-            return
+            return True
         finally:
             human.close()
         result = outcome.result
@@ -279,7 +285,7 @@ class ChatSession:
             self.say("cancelled", "yellow")
             # The transcript on disk is the truth after a hard cancel.
             self._reload()
-            return
+            return not human.closed
         self.history = list(result.messages)
         self.runs += 1
         self.last = result.usage
@@ -288,6 +294,7 @@ class ChatSession:
         state = "" if result.stopped_reason == "final" else f" · {result.stopped_reason}"
         self.say(f"[{turns} turn{'s' if turns != 1 else ''} · "
                  f"{result.usage.total_tokens} tokens{state}]")
+        return not human.closed
 
     def _reload(self) -> None:
         if self.agent.sessions.exists(self.session_id):
@@ -345,7 +352,8 @@ def chat(settings: Settings) -> int:
                     if await state.command(line):
                         break
                     continue
-                await state.ask(line)
+                if not await state.ask(line):
+                    break
         finally:
             await state.agent.aclose()
 

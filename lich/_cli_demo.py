@@ -88,7 +88,8 @@ def _summary(err: Any, result: RunResult, work_dir: Path) -> None:
     from rich.text import Text
 
     lines = [
-        f"{result.stopped_reason} after {result.outcome.turns_used} turns, "
+        f"{result.stopped_reason} after {result.outcome.turns_used} "
+        f"turn{'s' if result.outcome.turns_used != 1 else ''}, "
         f"{result.usage.total_tokens} tokens",
         f"work dir:   {work_dir}",
         f"transcript: {result.session_path}",

@@ -13,7 +13,7 @@ import json
 import math
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -62,22 +62,46 @@ def call_preview(call: ToolCall) -> str:
     return f"{call.name}({args_preview(call.args)})"
 
 
-class JsonRenderer:
-    """Every event as one JSON line (schema ``lich/schemas/events.schema.json``)."""
+class _Output:
+    """Writes to stdout; when the reader goes away (``lich … | head``) it stops writing
+    and calls ``on_closed`` once, instead of raising on every later event."""
 
     def __init__(self, out: TextIO | None = None) -> None:
         self._out = out
+        self.closed = False
+        self.on_closed: Callable[[], None] | None = None
+
+    @property
+    def out(self) -> TextIO:
+        """Where the text goes (``sys.stdout`` at call time by default)."""
+        return self._out or sys.stdout
+
+    def send(self, text: str) -> bool:
+        """Write and flush ``text``; False once the reader is gone."""
+        if self.closed:
+            return False
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
+            self.closed = True
+            if self.on_closed is not None:
+                self.on_closed()
+            return False
+        return True
+
+
+class JsonRenderer(_Output):
+    """Every event as one JSON line (schema ``lich/schemas/events.schema.json``)."""
 
     def __call__(self, envelope: Envelope) -> None:
         from lich.serialization import envelope_to_dict
 
-        out = self._out or sys.stdout
         # ASCII escapes keep every line writable whatever the terminal's encoding.
-        out.write(json.dumps(envelope_to_dict(envelope), separators=(",", ":")) + "\n")
-        out.flush()
+        self.send(json.dumps(envelope_to_dict(envelope), separators=(",", ":")) + "\n")
 
 
-class HumanRenderer:
+class HumanRenderer(_Output):
     """Answer text to stdout, progress to stderr.
 
     :param err: the stderr console (spinner and colours when it is a terminal).
@@ -86,8 +110,8 @@ class HumanRenderer:
     """
 
     def __init__(self, err: Console, out: TextIO | None = None, *, progress: bool = True) -> None:
+        super().__init__(out)
         self.err = err
-        self._out = out
         self.progress = progress
         self.live = err.is_terminal
         self._status: Status | None = None
@@ -97,25 +121,18 @@ class HumanRenderer:
 
     # ------------------------------------------------------------ output
 
-    @property
-    def out(self) -> TextIO:
-        """Where answer text goes."""
-        return self._out or sys.stdout
-
     def _write(self, text: str) -> None:
         if not text:
             return
         self._stop_spinner()
-        self.out.write(text)
-        self.out.flush()
-        self._line_open = not text.endswith("\n")
-        self.wrote_text = True
+        if self.send(text):
+            self._line_open = not text.endswith("\n")
+            self.wrote_text = True
 
     def end_line(self) -> None:
         """Finish the answer's current line, if one is open."""
         if self._line_open:
-            self.out.write("\n")
-            self.out.flush()
+            self.send("\n")
             self._line_open = False
 
     def note(self, text: str, style: str = "dim", *, always: bool = False) -> None:
@@ -205,8 +222,7 @@ class HumanRenderer:
         if rows >= size.lines:
             return False  # part of it scrolled away; it cannot be taken back
         # Up to the first row of the partial text, column 0, then clear to the end of screen.
-        out.write((f"\x1b[{rows - 1}F" if rows > 1 else "\r") + "\x1b[J")
-        out.flush()
+        self.send((f"\x1b[{rows - 1}F" if rows > 1 else "\r") + "\x1b[J")
         self._line_open = False
         return True
 

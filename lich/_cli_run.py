@@ -33,6 +33,7 @@ from lich._cli_options import Settings
 
 if TYPE_CHECKING:
     from lich.agent import Agent, RunResult
+    from lich.cancel import CancelToken
     from lich.events import EventHandler
     from lich.types import Message, ProviderError
 
@@ -79,16 +80,18 @@ async def run_agent(
     session_id: str | None = None,
     on_event: EventHandler | None = None,
     on_signal: Callable[[str, int], None] | None = None,
+    cancel: CancelToken | None = None,
 ) -> Interruptible:
     """Run ``text`` on ``agent``; Ctrl-C and SIGTERM cancel the run, not the process.
 
     ``on_signal(name, count)`` is told about each signal (to print a notice).
+    ``cancel`` lets the caller cancel the run too (e.g. when stdout is gone).
     Provider failures propagate as :class:`~lich.types.ProviderError`.
     """
     from lich.cancel import CancelToken
 
     loop = asyncio.get_running_loop()
-    cancel = CancelToken()
+    cancel = cancel or CancelToken()
     task = asyncio.ensure_future(
         agent.run(text, history=history, session_id=session_id, cancel=cancel, on_event=on_event)
     )
@@ -201,7 +204,13 @@ def execute(
     summary: Callable[[RunResult], None] | None = None,
 ) -> int:
     """Run ``task`` to its end on a fresh event loop and report it; returns the exit code."""
+    from lich.cancel import CancelToken
     from lich.types import ProviderError
+
+    # Nobody reads stdout any more (`lich … | head`): stop the run instead of paying for it.
+    cancel = CancelToken()
+    if hasattr(renderer, "on_closed"):
+        renderer.on_closed = cancel.cancel
 
     def on_signal(name: str, count: int) -> None:
         if human is None:
@@ -214,7 +223,7 @@ def execute(
     async def go() -> Interruptible:
         try:
             return await run_agent(agent, task, session_id=session_id, on_event=renderer,
-                                   on_signal=on_signal)
+                                   on_signal=on_signal, cancel=cancel)
         finally:
             await agent.aclose()
 

@@ -385,9 +385,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         # `lich sessions list | head`: the reader left; do not print a traceback.
-        import os
+        _drop_stdout()
+        sys.exit(1)
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        _drop_stdout()  # or Python complains about the unflushable stdout at exit
+    sys.exit(code if isinstance(code, int) else 0)
 
+
+def _drop_stdout() -> None:
+    import os
+
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    except (OSError, ValueError):
+        pass

@@ -289,3 +289,24 @@ def test_system_prompt_flag_reaches_the_model(work: Path, scripted: Any, lich: A
     first = server.requests[0].messages[0]
     assert first.role == "system"
     assert first.content == "Talk like a pirate."
+
+
+def test_exit_codes_for_each_ending() -> None:
+    from lich._cli_run import Interruptible, exit_code_for
+
+    class Result:
+        def __init__(self, reason: str) -> None:
+            self.stopped_reason = reason
+
+    def code(reason: str | None, signal_name: str | None = None) -> int:
+        result = Result(reason) if reason else None
+        return exit_code_for(Interruptible(result, signal_name))  # type: ignore[arg-type]
+
+    assert code("final") == 0
+    assert code("budget") == 1
+    assert code("aborted") == 1
+    assert code("error") == 1
+    assert code("aborted", "SIGINT") == 130
+    assert code(None, "SIGINT") == 130  # a second Ctrl-C cancelled the task outright
+    assert code("aborted", "SIGTERM") == 143
+    assert code("final", "SIGINT") == 0  # the answer was complete before the signal landed

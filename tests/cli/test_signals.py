@@ -119,3 +119,60 @@ def test_sigint_in_chat_cancels_the_answer_not_the_chat(
     assert "too late" not in out
     # The second question was asked in the same conversation.
     assert server.user_messages(1) == ["slow one", "quick one"]
+
+
+def test_sigterm_cancels_like_ctrl_c_and_exits_143(
+    work: Path, scripted: Any, release: threading.Event
+) -> None:
+    server = scripted(responder=_blocking_responder(release))
+    write_config(work, server.base_url)
+    proc = subprocess.Popen([*lich_command(), "slow question"], cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        _wait_for(lambda: len(server.requests) == 1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    assert proc.returncode == 143, err
+    assert "run aborted" in err
+    sessions = list((work / ".lich" / "sessions").glob("*.jsonl"))
+    assert read_session_file(sessions[0]).records[-1]["stopped_reason"] == "aborted"
+
+
+def test_a_closed_stdout_stops_the_run_quietly(work: Path, scripted: Any) -> None:
+    """`lich … | head -1`: once the reader is gone the run is cancelled, no traceback."""
+    calls: list[int] = []
+
+    def endless(request: ScriptRequest) -> Any:
+        from lich.types import ToolCall
+
+        calls.append(1)
+        n = len(request.tool_results_since_user())
+        return Reply(f"step {n}\n" * 3, (ToolCall(f"c{n}", "list_dir", {"path": "."}),))
+
+    server = scripted(responder=endless)
+    write_config(work, server.base_url)
+    proc = subprocess.Popen([*lich_command(), "--max-turns", "50", "go"], cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("step 0")
+        proc.stdout.close()  # the reader leaves
+        err = proc.stderr.read() if proc.stderr else ""
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    assert "raised on" not in err
+    assert len(calls) < 50  # it stopped early instead of running out its budget
+    assert server.requests
