@@ -30,11 +30,16 @@ __all__ = [
     "AdapterFactory",
     "AdapterRegistry",
     "GatewayError",
+    "UnknownPlatformError",
 ]
 
 
 class GatewayError(Exception):
     """An adapter cannot start (missing token, refused bind, bad settings); the message says why."""
+
+
+class UnknownPlatformError(GatewayError):
+    """A requested platform is not registered by any loaded plugin."""
 
 
 class Adapter(Protocol):
@@ -84,12 +89,18 @@ class AdapterRegistry:
     def __init__(self) -> None:
         self._factories: dict[str, tuple[AdapterFactory, str | None]] = {}
         self.current_plugin: str | None = None
+        # Set by the plugin host: a duplicate is then reported and skipped, not raised.
+        self.on_duplicate: Callable[[str, str], None] | None = None
 
     def register(self, name: str, factory: AdapterFactory) -> None:
         """Register ``factory`` for platform ``name``.
 
-        :raises ValueError: when ``name`` is taken (the first registration wins;
-            the plugin host then reports the second plugin as failed).
+        The first registration of a name wins. Third-party plugins run before
+        the builtin ``gateway`` plugin, so one can replace a builtin platform;
+        the later registration is reported (``duplicate_gateway_platform``) on
+        its plugin's load report and skipped.
+
+        :raises ValueError: for a duplicate outside the plugin host.
         :raises TypeError: for an empty name or a factory that is not callable.
         """
         if not isinstance(name, str) or not name.strip():
@@ -98,7 +109,11 @@ class AdapterRegistry:
             raise TypeError(f"gateway adapter factory for {name!r} is not callable")
         if name in self._factories:
             owner = self._factories[name][1] or "?"
-            raise ValueError(f"duplicate_gateway_platform: {name} (already registered by {owner})")
+            message = f"duplicate_gateway_platform: {name} (already registered by {owner})"
+            if self.on_duplicate is not None and self.current_plugin is not None:
+                self.on_duplicate(self.current_plugin, f"{message}; skipped")
+                return
+            raise ValueError(message)
         self._factories[name] = (factory, self.current_plugin)
 
     def names(self) -> list[str]:

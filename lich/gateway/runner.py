@@ -20,7 +20,13 @@ from lich.config import LichConfig, config_with
 from lich.gateway._format import log_event, redact
 from lich.gateway.bus import GatewayBus
 from lich.gateway.config import GatewayConfig, parse_gateway_config
-from lich.gateway.registry import Adapter, AdapterContext, AdapterRegistry, GatewayError
+from lich.gateway.registry import (
+    Adapter,
+    AdapterContext,
+    AdapterRegistry,
+    GatewayError,
+    UnknownPlatformError,
+)
 
 if TYPE_CHECKING:
     from lich.agent import Agent
@@ -98,12 +104,14 @@ class GatewayRunner:
         unknown = [n for n in names if not self.registry.has(n)]
         if unknown:
             available = ", ".join(self.registry.names()) or "none (is the gateway plugin enabled?)"
-            raise GatewayError(
+            raise UnknownPlatformError(
                 f"unknown gateway platform{'s' if len(unknown) > 1 else ''}: "
                 f"{', '.join(unknown)} (available: {available})"
             )
         if not names:
-            raise GatewayError("no gateway platforms requested ([gateway] platforms is empty)")
+            raise UnknownPlatformError(
+                "no gateway platforms requested ([gateway] platforms is empty)"
+            )
         for table in self.gateway.extra:
             if not self.registry.has(table):
                 log_event(log, logging.WARNING, "unknown_platform_table",

@@ -1,0 +1,156 @@
+"""Shared pieces of the gateway tests: a scripted model that uses the builtin
+``read_file`` tool, a gate to hold runs open, and factories for buses and runners."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich.agent import Agent, load_plugins
+from lich.gateway.bus import GatewayBus
+from lich.gateway.runner import GatewayRunner
+from lich.testing import Reply, ScriptedChat, ScriptRequest, Step, make_test_config
+from lich.types import ChatOptions, ChatResult, Message, ToolCall, ToolDefinition, UserMessage
+
+NOTES = "lich is a plugin-first agent harness\n"
+
+
+def gateway_responder(request: ScriptRequest) -> Step:
+    """What the scripted model says, by the shape of the latest user message.
+
+    * ``read <path>`` — call ``read_file``, then answer with what it returned;
+    * ``long <n>`` — answer ``n`` lines of 70 characters;
+    * ``slow <seconds> <tag>`` — answer ``done <tag>`` after a delay;
+    * anything else — echo it, with the earlier user messages of the conversation.
+    """
+    text = request.last_user()
+    results = request.tool_results_since_user()
+    if text.startswith("read "):
+        if not results:
+            return Reply(tool_calls=(ToolCall("call_1", "read_file", {"path": text[5:].strip()}),))
+        return Reply(f"the file says: {results[0].content.strip()}")
+    if text.startswith("long "):
+        count = int(text.split()[1])
+        return Reply("\n".join(f"line {i:04d} " + "x" * 60 for i in range(count)))
+    if text.startswith("slow "):
+        _, seconds, tag = text.split(maxsplit=2)
+        return Reply(f"done {tag}", delay_s=float(seconds))
+    earlier = [m.content for m in request.messages if isinstance(m, UserMessage)][:-1]
+    return Reply(f"you said: {text} | earlier: {' / '.join(earlier) or '-'}")
+
+
+class GatedChat:
+    """A chat function that holds ``hold <name>`` runs until the test opens the gate."""
+
+    def __init__(self, inner: ScriptedChat | None = None) -> None:
+        self.inner = inner or ScriptedChat(responder=gateway_responder)
+        self.gates: dict[str, asyncio.Event] = {}
+        self.started: list[str] = []
+        self.finished: list[str] = []
+
+    def gate(self, name: str) -> asyncio.Event:
+        return self.gates.setdefault(name, asyncio.Event())
+
+    @property
+    def requests(self) -> list[ScriptRequest]:
+        return self.inner.requests
+
+    async def __call__(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
+    ) -> ChatResult:
+        text = next((m.content for m in reversed(messages) if isinstance(m, UserMessage)), "")
+        self.started.append(text)
+        if text.startswith("hold "):
+            await self.gate(text[5:]).wait()
+        try:
+            return await self.inner(messages, tools, options)
+        finally:
+            self.finished.append(text)
+
+
+@pytest.fixture
+def work_dir(tmp_path: Path) -> Path:
+    (tmp_path / "notes.txt").write_text(NOTES, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.fixture
+def make_agent(work_dir: Path) -> Callable[..., Agent]:
+    """``make_agent(chat=None, plugins=("builtin_tools",), **config)`` in the work dir."""
+
+    def build(
+        chat: Any = None, plugins: Sequence[str] = ("builtin_tools",), **config: Any
+    ) -> Agent:
+        cfg = make_test_config(work_dir, plugins=tuple(plugins), **config)
+        return Agent(cfg, chat=chat or ScriptedChat(responder=gateway_responder))
+
+    return build
+
+
+@pytest.fixture
+def make_bus(make_agent: Callable[..., Agent]) -> Callable[..., GatewayBus]:
+    """``make_bus(chat=None, history_cap=40, max_conversations=200, queue_limit=5, **config)``."""
+
+    def build(chat: Any = None, *, history_cap: int = 40, max_conversations: int = 200,
+              queue_limit: int = 5, **config: Any) -> GatewayBus:
+        return GatewayBus(make_agent(chat, **config), history_cap=history_cap,
+                          max_conversations=max_conversations, queue_limit=queue_limit)
+
+    return build
+
+
+@pytest.fixture
+async def start_gateway(work_dir: Path) -> AsyncIterator[Callable[..., Any]]:
+    """``await start_gateway(platforms, gateway={...}, env={...}, chat=None, objects=())``
+    builds and starts a :class:`GatewayRunner` (builtin tools + the gateway plugin); every
+    runner is stopped after the test."""
+    runners: list[GatewayRunner] = []
+
+    async def start(
+        platforms: Sequence[str],
+        gateway: dict[str, Any] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        chat: Any = None,
+        objects: Sequence[tuple[str, object]] = (),
+        **config: Any,
+    ) -> GatewayRunner:
+        cfg = make_test_config(work_dir, plugins=("builtin_tools", "gateway"),
+                               gateway=gateway or {}, **config)
+        host = load_plugins(cfg, objects)
+        runner = GatewayRunner(cfg, platforms, host=host,
+                               chat=chat or ScriptedChat(responder=gateway_responder),
+                               env=env or {})
+        await runner.start()
+        runners.append(runner)
+        return runner
+
+    yield start
+    for runner in runners:
+        await runner.stop(grace_s=2)
+
+
+@pytest.fixture
+def gateway_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Capture the gateway's structured lines (``lich.gateway`` at DEBUG)."""
+    caplog.set_level(logging.DEBUG, logger="lich.gateway")
+    return caplog
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, str]]:
+    """The structured log lines of ``event=<name>``, parsed."""
+    from lich.gateway._format import parse_logfmt
+
+    out = []
+    for record in caplog.records:
+        message = record.getMessage()
+        if message.startswith("gateway "):
+            fields = parse_logfmt(message[len("gateway "):])
+            if fields.get("event") == name:
+                out.append(dict(fields))
+    return out

@@ -1,0 +1,203 @@
+"""The telegram platform against a fake Bot API on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from lich.gateway.runner import GatewayRunner
+from lich.gateway.telegram import NON_TEXT_REPLY
+
+from .conftest import NOTES, events
+from .fakes import FakeTelegram, HttpResponse, wait_for
+
+TOKEN = "123456:TEST-token_value"
+USER = 4242
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    server = await FakeTelegram(TOKEN).start()
+    yield server
+    await server.close()
+
+
+def settings(fake: FakeTelegram, **overrides: Any) -> dict[str, Any]:
+    table = {
+        "base_url": fake.url,
+        "allowed_users": [USER],
+        "poll_timeout_s": 1,
+        "send_interval_s": 0,
+        "backoff_min_s": 0.01,
+        "backoff_max_s": 0.05,
+    }
+    table.update(overrides)
+    return {"platforms": ["telegram"], "telegram": table}
+
+
+async def start(start_gateway: Any, fake: FakeTelegram, **overrides: Any) -> GatewayRunner:
+    runner: GatewayRunner = await start_gateway(
+        [], settings(fake, **overrides), env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN}
+    )
+    return runner
+
+
+async def test_message_runs_a_tool_and_the_reply_is_delivered(start_gateway: Any,
+                                                             fake: FakeTelegram):
+    runner = await start(start_gateway, fake)
+    fake.push(USER, USER, "read notes.txt")
+    await wait_for(lambda: fake.texts_to(USER), what="the reply")
+    assert fake.texts_to(USER) == [f"the file says: {NOTES.strip()}"]
+    assert [m.name for m in _tool_messages(runner)] == ["read_file"]
+    # Polling used the offset after the update, with the long-poll timeout.
+    await wait_for(lambda: any("offset" in p.query for p in fake.polls))
+    polled = [p.query for p in fake.polls if "offset" in p.query]
+    assert polled[0]["timeout"] == "1"
+    assert int(polled[0]["offset"]) == 1001
+
+
+def _tool_messages(runner: GatewayRunner) -> list[Any]:
+    from lich.types import ToolMessage
+
+    return [m for r in runner.chat.requests for m in r.messages  # type: ignore[union-attr]
+            if isinstance(m, ToolMessage)]
+
+
+async def test_a_long_reply_is_split_at_line_boundaries(start_gateway: Any, fake: FakeTelegram):
+    await start(start_gateway, fake)
+    fake.push(USER, USER, "long 150")  # 150 lines of 70 characters: ~10.6k characters
+    await wait_for(lambda: len(fake.texts_to(USER)) >= 3, what="three chunks")
+    chunks = fake.texts_to(USER)
+    assert len(chunks) == 3
+    assert all(len(c) <= 4096 for c in chunks)
+    lines = "\n".join(chunks).split("\n")
+    assert lines == [f"line {i:04d} " + "x" * 60 for i in range(150)]
+
+
+async def test_429_retry_after_is_honoured(start_gateway: Any, fake: FakeTelegram,
+                                           gateway_log: pytest.LogCaptureFixture):
+    await start(start_gateway, fake)
+    fake.send_failures.append(HttpResponse(429, {
+        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
+        "parameters": {"retry_after": 1}}))
+    fake.push(USER, USER, "hello")
+    await wait_for(lambda: fake.texts_to(USER), what="the reply after the 429")
+    first, second = fake.send_attempts
+    assert second.at - first.at >= 0.95  # it waited retry_after before trying again
+    assert fake.texts_to(USER) == ["you said: hello | earlier: -"]
+    limited = events(gateway_log, "rate_limited")
+    assert limited
+    assert limited[0]["retry_after_s"] == "1.0"
+
+
+async def test_send_failures_are_retried_and_never_stop_the_poller(start_gateway: Any,
+                                                                   fake: FakeTelegram):
+    await start(start_gateway, fake, send_retries=1)
+    bad = HttpResponse(500, {"ok": False, "error_code": 500, "description": "oops"})
+    fake.send_failures.extend([bad, bad, bad])  # more than one retry: this reply is lost
+    fake.push(USER, USER, "first")
+    await wait_for(lambda: len(fake.send_attempts) == 2, what="two attempts")
+    fake.push(USER, USER, "second")  # the third failure is spent on this one's first try
+    await wait_for(lambda: fake.texts_to(USER), what="the second reply")
+    assert fake.texts_to(USER) == ["you said: second | earlier: first"]
+
+
+async def test_a_permanent_send_error_is_not_retried(start_gateway: Any, fake: FakeTelegram,
+                                                     gateway_log: pytest.LogCaptureFixture):
+    await start(start_gateway, fake)
+    fake.send_failures.append(HttpResponse(403, {
+        "ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}))
+    fake.push(USER, USER, "hi")
+    await wait_for(lambda: events(gateway_log, "send_failed"), what="send_failed")
+    fake.push(USER, USER, "again")
+    await wait_for(lambda: fake.texts_to(USER), what="the next reply")
+    assert len(fake.send_attempts) == 2
+
+
+async def test_dropped_and_failed_polls_back_off_and_recover(
+    start_gateway: Any, fake: FakeTelegram, gateway_log: pytest.LogCaptureFixture,
+):
+    await start(start_gateway, fake)
+    await wait_for(lambda: fake.polls, what="the first poll")
+    fake.drop_polls = 2  # the connection is cut without an answer, twice
+    fake.fail_polls = 1  # then a 502
+    await wait_for(lambda: len(events(gateway_log, "poll_failed")) >= 3, what="three failures")
+    fake.push(USER, USER, "still there?")
+    await wait_for(lambda: fake.texts_to(USER), what="a reply after the drops")
+    assert fake.texts_to(USER) == ["you said: still there? | earlier: -"]
+    assert events(gateway_log, "poll_recovered")
+
+
+async def test_allowlist_denies_strangers(start_gateway: Any, fake: FakeTelegram,
+                                          gateway_log: pytest.LogCaptureFixture):
+    runner = await start(start_gateway, fake)
+    fake.push(777, 777, "let me in")
+    fake.push(USER, USER, "hi")  # processed after the stranger's update
+    await wait_for(lambda: fake.texts_to(USER))
+    assert fake.texts_to(777) == []
+    assert [r.last_user() for r in runner.chat.requests] == ["hi"]  # type: ignore[union-attr]
+    denied = events(gateway_log, "denied")
+    assert denied
+    assert denied[0]["user"] == "777"
+    assert denied[0]["platform"] == "telegram"
+
+
+async def test_an_allowlisted_group_chat_lets_its_members_in(start_gateway: Any,
+                                                             fake: FakeTelegram):
+    await start(start_gateway, fake, allowed_users=[], allowed_chats=[-100])
+    fake.push(-100, 555, "from the group")
+    await wait_for(lambda: fake.texts_to(-100))
+    assert fake.texts_to(-100) == ["you said: from the group | earlier: -"]
+
+
+async def test_no_allowlist_means_default_deny_with_a_warning(
+    start_gateway: Any, fake: FakeTelegram, gateway_log: pytest.LogCaptureFixture,
+):
+    runner = await start(start_gateway, fake, allowed_users=[])
+    warning = events(gateway_log, "default_deny")
+    assert warning
+    assert warning[0]["platform"] == "telegram"
+    fake.push(USER, USER, "hi")
+    await wait_for(lambda: events(gateway_log, "denied"))
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+async def test_bots_edits_and_media(start_gateway: Any, fake: FakeTelegram):
+    runner = await start(start_gateway, fake)
+    fake.push(USER, USER, "a bot talking", is_bot=True)
+    fake.push(USER, USER, "edited text", kind="edited_message")
+    fake.push(USER, USER, None)  # a photo
+    await wait_for(lambda: fake.texts_to(USER))
+    assert fake.texts_to(USER) == [NON_TEXT_REPLY]
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+async def test_start_and_new_commands(start_gateway: Any, fake: FakeTelegram):
+    await start(start_gateway, fake)
+    fake.push(USER, USER, "/start")
+    await wait_for(lambda: fake.texts_to(USER))
+    fake.push(USER, USER, "/new")
+    await wait_for(lambda: len(fake.texts_to(USER)) == 2)
+    fake.push(USER, USER, "after")
+    await wait_for(lambda: len(fake.texts_to(USER)) == 3)
+    assert fake.texts_to(USER) == ["you said: hello | earlier: -", "Started a new conversation.",
+                                   "you said: after | earlier: -"]
+
+
+async def test_stop_confirms_the_offset(start_gateway: Any, fake: FakeTelegram):
+    runner = await start(start_gateway, fake)
+    last = fake.push(USER, USER, "hi")
+    await wait_for(lambda: fake.texts_to(USER))
+    await runner.stop()
+    final = fake.polls[-1].query
+    assert final == {"offset": str(last + 1), "timeout": "0"}
+    assert fake.updates == []
+
+
+async def test_missing_token_is_a_clear_startup_error(start_gateway: Any, fake: FakeTelegram):
+    from lich.gateway.registry import GatewayError
+
+    with pytest.raises(GatewayError, match="LICH_TELEGRAM_BOT_TOKEN"):
+        await start_gateway([], settings(fake), env={})

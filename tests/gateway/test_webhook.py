@@ -1,0 +1,201 @@
+"""The webhook platform end to end: real uvicorn on 127.0.0.1, real HTTP requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from lich.gateway._format import conversation_session_id
+from lich.gateway.registry import GatewayError
+from lich.gateway.runner import GatewayRunner
+from lich.gateway.webhook import is_loopback
+
+from .conftest import NOTES, GatedChat
+from .fakes import wait_for
+
+TOKEN = "s3cret-token-value"
+
+
+async def _webhook(start_gateway: Callable[..., Any], **kwargs: Any) -> tuple[GatewayRunner, str]:
+    gateway = {"webhook": {"port": 0}, **kwargs.pop("gateway", {})}
+    runner = await start_gateway(["webhook"], gateway, **kwargs)
+    return runner, f"http://127.0.0.1:{runner.adapter('webhook').port}"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30) as c:
+        yield c
+
+
+async def test_message_runs_the_agent_with_a_tool(start_gateway: Any, client: httpx.AsyncClient):
+    runner, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message",
+                                 json={"text": "read notes.txt", "chat_id": "c1", "user_id": "u"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["reply"] == f"the file says: {NOTES.strip()}"
+    assert body["session_id"] == conversation_session_id("webhook", "c1")
+    assert body["usage"]["total_tokens"] > 0
+    assert set(body) == {"reply", "usage", "session_id"}
+    # The read-only gateway toolset: read_file is offered, write_file is not.
+    offered = runner.chat.requests[0].tools  # type: ignore[union-attr]
+    assert "read_file" in offered
+    assert "write_file" not in offered
+    assert "terminal" not in offered
+
+
+async def test_health(start_gateway: Any, client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway)
+    response = await client.get(f"{url}/health")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_the_platform_is_not_chosen_by_the_client(start_gateway: Any,
+                                                       client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message",
+                                 json={"text": "hi", "chat_id": "7", "platform": "telegram"})
+    assert response.json()["session_id"] == conversation_session_id("webhook", "7")
+
+
+@pytest.mark.parametrize(
+    ("headers", "content", "status", "error"),
+    [
+        ({"content-type": "application/json"}, b"{not json", 400, "invalid JSON"),
+        ({"content-type": "application/json"}, b'["a list"]', 400, "JSON object"),
+        ({"content-type": "application/json"}, b'{"chat_id": "x"}', 400, "text is required"),
+        ({"content-type": "application/json"}, b'{"text": 5}', 400, "text must be a string"),
+        ({"content-type": "application/json"}, b'{"text": "  "}', 400, "must not be empty"),
+        ({"content-type": "application/json"}, b'{"text": "x", "chat_id": [1]}', 400, "chat_id"),
+        ({"content-type": "text/plain"}, b'{"text": "hi"}', 415, "application/json"),
+        ({}, b'{"text": "hi"}', 415, "application/json"),
+        ({"content-type": "application/json"}, b'{"text": "' + b"a" * (2 * 1024 * 1024) + b'"}',
+         413, "too large"),
+    ],
+    ids=["malformed", "not-object", "no-text", "text-type", "blank", "chat-id", "text-plain",
+         "no-content-type", "2MB"],
+)
+async def test_bad_inputs_get_4xx_json_and_the_server_keeps_serving(
+    start_gateway: Any, client: httpx.AsyncClient, headers: dict[str, str], content: bytes,
+    status: int, error: str,
+):
+    runner, url = await _webhook(start_gateway)
+    for path in ("/message", "/message/stream"):
+        response = await client.post(f"{url}{path}", content=content, headers=headers)
+        assert response.status_code == status, response.text
+        assert error in response.json()["error"]
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+    ok = await client.post(f"{url}/message", json={"text": "still here?"})
+    assert ok.status_code == 200
+    assert ok.json()["reply"].startswith("you said: still here?")
+
+
+async def test_a_chunked_body_over_the_cap_is_cut_off(start_gateway: Any,
+                                                      client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(40):
+            yield b"a" * 65536  # 2.5 MB in all, with no content-length to trust
+        yield b'"}'
+
+    response = await client.post(f"{url}/message", content=body(),
+                                 headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert (await client.get(f"{url}/health")).status_code == 200
+
+
+async def test_token_is_required_when_set(start_gateway: Any, client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway, env={"LICH_GATEWAY_TOKEN": TOKEN})
+    payload = {"text": "hi"}
+    for headers in ({}, {"x-lich-token": "wrong"}, {"x-lich-token": TOKEN[:-1]},
+                    {"authorization": f"Basic {TOKEN}"}, {"authorization": "Bearer nope"}):
+        response = await client.post(f"{url}/message", json=payload, headers=headers)
+        assert response.status_code == 401, headers
+        assert response.json() == {"error": "unauthorized"}
+    for headers in ({"x-lich-token": TOKEN}, {"authorization": f"Bearer {TOKEN}"}):
+        response = await client.post(f"{url}/message", json=payload, headers=headers)
+        assert response.status_code == 200, headers
+    assert (await client.get(f"{url}/health")).status_code == 200  # health needs no token
+
+
+async def test_the_token_env_var_name_is_configurable(start_gateway: Any,
+                                                      client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway, gateway={"webhook": {"port": 0, "token_env": "MY_TOK"}},
+                            env={"MY_TOK": TOKEN})
+    assert (await client.post(f"{url}/message", json={"text": "x"})).status_code == 401
+    ok = await client.post(f"{url}/message", json={"text": "x"}, headers={"x-lich-token": TOKEN})
+    assert ok.status_code == 200
+
+
+async def test_refuses_a_public_bind_without_a_token(start_gateway: Any):
+    with pytest.raises(GatewayError, match=r"no gateway platform could start.*refusing to bind"):
+        await start_gateway(["webhook"], {"webhook": {"host": "0.0.0.0", "port": 0}})
+
+
+def test_loopback_detection():
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.9.9.9", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", ""))
+
+
+async def test_unknown_paths_and_methods(start_gateway: Any, client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway)
+    response = await client.get(f"{url}/nope")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not found"}
+    response = await client.get(f"{url}/message")
+    assert response.status_code == 405
+    assert response.json() == {"error": "method not allowed"}
+
+
+async def test_stream_returns_the_runs_events(start_gateway: Any, client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway)
+    async with client.stream("POST", f"{url}/message/stream",
+                             json={"text": "read notes.txt", "chat_id": "s"}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        raw = (await response.aread()).decode()
+    events = []
+    for block in raw.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    names = [name for name, _ in events]
+    assert names[0] == "run_start"
+    assert names[-1] == "reply"
+    assert names[-2] == "run_end"
+    tool_end = next(data for name, data in events if name == "tool_call_end")
+    assert tool_end["call"]["name"] == "read_file"
+    assert tool_end["result"]["ok"] is True
+    assert all(data["v"] == 1 and data["session_id"] for name, data in events if name != "reply")
+    seqs = [data["seq"] for name, data in events if name != "reply"]
+    assert seqs == sorted(seqs)
+    assert events[-1][1]["reply"] == f"the file says: {NOTES.strip()}"
+
+
+async def test_busy_conversation_gets_429(start_gateway: Any, client: httpx.AsyncClient):
+    chat = GatedChat()
+    _, url = await _webhook(start_gateway, chat=chat, gateway={"queue_limit": 1})
+    held = asyncio.create_task(client.post(f"{url}/message", json={"text": "hold w"}))
+    await wait_for(lambda: "hold w" in chat.started)
+    busy = await client.post(f"{url}/message", json={"text": "more"})
+    assert busy.status_code == 429
+    assert busy.json()["error"].startswith("busy")
+    chat.gate("w").set()
+    assert (await held).status_code == 200
+
+
+async def test_restart_resumes_the_conversation(start_gateway: Any, client: httpx.AsyncClient):
+    first, url = await _webhook(start_gateway)
+    await client.post(f"{url}/message", json={"text": "my name is Ada", "chat_id": "r"})
+    await first.stop()
+    _, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message", json={"text": "who?", "chat_id": "r"})
+    assert response.json()["reply"] == "you said: who? | earlier: my name is Ada"
