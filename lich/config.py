@@ -310,11 +310,17 @@ def load_config(
 
     if "work_dir" in raw and isinstance(raw["work_dir"], str) and file is not None:
         raw["work_dir"] = str((file.parent.parent if file.parent.name == ".lich" else file.parent)
-                              .joinpath(raw["work_dir"]).resolve())
+                              .joinpath(Path(raw["work_dir"]).expanduser()).resolve())
     raw.setdefault("work_dir", str(base_dir))
     if "work_dir" in flags:
         raw["work_dir"] = str(Path(flags["work_dir"]).resolve())
         sources["work_dir"] = "flag"
+    # A session_dir written in the file is relative to the work dir (not to wherever lich
+    # was started) and may start with "~".
+    session_dir = raw.get("session_dir")
+    if isinstance(session_dir, str) and session_dir and isinstance(raw["work_dir"], str):
+        path = Path(session_dir).expanduser()
+        raw["session_dir"] = str(path if path.is_absolute() else Path(raw["work_dir"]) / path)
 
     # Environment, then flags, for plain keys.
     if env.get("LICH_STRICT_PLUGINS", "").strip().lower() in _ENV_BOOL_TRUE:

@@ -150,6 +150,19 @@ def test_work_dir_in_a_file_is_relative_to_the_project(tmp_path: Path, home: Pat
     assert config.session_dir == str((tmp_path / "sub").resolve() / ".lich" / "sessions")
 
 
+def test_session_dir_in_a_file_is_relative_to_the_work_dir(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)  # where lich happens to be started must not matter
+    write_config(tmp_path, 'session_dir = "transcripts"\n')
+    assert load(tmp_path).session_dir == str(tmp_path.resolve() / "transcripts")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    write_config(tmp_path, 'session_dir = "~/lich-sessions"\n')
+    assert load(tmp_path).session_dir == str(tmp_path / "home" / "lich-sessions")
+
+
 def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path, home: Path) -> None:
     path = write_config(tmp_path, "max_turns = = 3\n")
     error = problems_of(tmp_path)
