@@ -26,6 +26,7 @@ from lich._cli_app import (
     host_for,
     load_settings_config,
     quiet_plugin_log,
+    setup_logging,
 )
 from lich._cli_options import Settings
 
@@ -77,10 +78,12 @@ def _load(settings: Settings) -> LoadedConfig | None:
     from lich.config import ConfigError
 
     try:
-        return load_settings_config(settings)
+        loaded = load_settings_config(settings)
     except ConfigError as exc:
         echo_error(str(exc))
         return None
+    setup_logging(loaded.config.log_level)
+    return loaded
 
 
 # ====================================================================== config

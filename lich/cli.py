@@ -194,7 +194,7 @@ def build_cli() -> LichGroup:
     @click.argument("task", nargs=-1)
     @click.pass_context
     def run_cmd(ctx: click.Context, task: tuple[str, ...]) -> None:
-        """Run one task to its end (the default: `lich TASK...` is `lich run TASK...`).
+        """Run one task (what `lich TASK...` does).
 
         The answer streams to stdout, progress goes to stderr. With no TASK and
         stdin not a terminal, the task is read from stdin. Use `lich run -- TASK`
