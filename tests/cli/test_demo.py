@@ -62,11 +62,14 @@ NETWORK_GUARD = textwrap.dedent('''
 
 @pytest.fixture
 def offline_env(tmp_path: Path) -> dict[str, str]:
-    """A fresh-machine environment: no keys, no LICH_* settings, proxies that would fail,
-    and a guard that refuses every non-loopback connection."""
+    """A fresh-machine environment: no keys, no LICH_* settings, no pytest, proxies that
+    would fail, and a guard that refuses every non-loopback connection."""
     guard = tmp_path / "guard"
     guard.mkdir()
     (guard / "sitecustomize.py").write_text(NETWORK_GUARD, encoding="utf-8")
+    # A fresh `pip install -e '.[all]'` has no pytest: the demo must not need it.
+    (guard / "pytest.py").write_text(
+        "raise ImportError('pytest is not installed on a fresh machine')\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LICH_") and not k.endswith("_API_KEY")}
     env.update({
