@@ -29,7 +29,9 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._flag = threading.Event()
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler calling cancel() runs in the main thread, possibly
+        # while that thread is inside wait() holding this lock.
+        self._lock = threading.RLock()
         self._waiters: set[asyncio.Future[None]] = set()
 
     @property
@@ -59,11 +61,12 @@ class CancelToken:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._lock:
-            if self._flag.is_set():
-                return
             self._waiters.add(fut)
         try:
-            await fut
+            # Checked after registering: a cancel() that swapped the waiters out just
+            # before our add (a signal handler can interrupt anywhere) is not missed.
+            if not self._flag.is_set():
+                await fut
         finally:
             with self._lock:
                 self._waiters.discard(fut)
