@@ -244,6 +244,11 @@ class GatewayBus:
                 if self._closed:
                     return BusReply("closed", CLOSED_TEXT, conv.session_id)
                 return await self._handle_in_turn(conv, message, on_event)
+        except Exception as exc:  # e.g. the disk refused a reset: still a clean answer
+            user_text, ref = sanitize_error(exc)
+            log_event(log, logging.ERROR, "handle_failed", platform=message.platform,
+                      chat=message.chat_id, ref=ref, error=redact(f"{type(exc).__name__}: {exc}"))
+            return BusReply("error", user_text, conv.session_id)
         finally:
             conv.pending -= 1
             self._leave()

@@ -173,7 +173,10 @@ class DiscordAdapter(ChatAdapterBase):
                 log_event(self.log, logging.ERROR, "adapter_failed", platform=PLATFORM,
                           error=str(exc))
                 return
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ValueError) as exc:
+            except Exception as exc:  # a drop, a bad payload, a bug: reconnect, never die
+                if not isinstance(exc, OSError | ConnectionClosed | InvalidHandshake
+                                  | TimeoutError | ValueError):
+                    self.log.debug("discord connection failed unexpectedly", exc_info=True)
                 delay = backoff.next_delay()
                 log_event(self.log, logging.WARNING, "connection_lost", platform=PLATFORM,
                           error=self.redact(f"{type(exc).__name__}: {exc}"),

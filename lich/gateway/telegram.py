@@ -144,8 +144,6 @@ class TelegramAdapter(ChatAdapterBase):
     # ---------------------------------------------------------------- polling
 
     async def _poll_loop(self) -> None:
-        import httpx
-
         assert self._client is not None
         s = self.settings
         backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
@@ -162,7 +160,7 @@ class TelegramAdapter(ChatAdapterBase):
                 delay = min(exc.seconds, s.max_retry_after_s)
                 log_event(self.log, logging.WARNING, "rate_limited", platform=PLATFORM,
                           method="getUpdates", retry_after_s=delay)
-            except (httpx.HTTPError, _ApiError) as exc:
+            except Exception as exc:  # network, API or anything unexpected: never stop polling
                 delay = backoff.next_delay()
                 log_event(self.log, logging.WARNING, "poll_failed", platform=PLATFORM,
                           error=self.redact(f"{type(exc).__name__}: {exc}"),

@@ -195,7 +195,10 @@ class TwitchAdapter(ChatAdapterBase):
                 log_event(self.log, logging.ERROR, "adapter_failed", platform=PLATFORM,
                           error=str(exc))
                 return
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
+            except Exception as exc:  # a drop, a bad line, a bug: reconnect, never die
+                if not isinstance(exc, OSError | ConnectionClosed | InvalidHandshake
+                                  | TimeoutError):
+                    self.log.debug("twitch connection failed unexpectedly", exc_info=True)
                 reason = self.redact(f"{type(exc).__name__}: {exc}")
             finally:
                 self._ws = None

@@ -359,3 +359,18 @@ def test_session_ids_are_always_valid_and_distinct(chat_id: str, platform: str):
     SessionStore("/tmp/x").path_for(sid)  # accepted by the store
     assert sid != conversation_session_id(platform, chat_id + "x")
     assert sid == conversation_session_id(platform, chat_id)
+
+
+async def test_a_failing_reset_is_a_clean_error(make_bus: Callable[..., GatewayBus],
+                                                monkeypatch: pytest.MonkeyPatch):
+    bus = make_bus()
+    await bus.handle(msg("hello"))
+
+    def refuse(*_: Any) -> Any:
+        raise OSError("disk full at /var/secret/path")
+
+    monkeypatch.setattr(bus.agent.sessions, "open", refuse)
+    reply = await bus.handle(msg("/new"))
+    assert reply.kind == "error"
+    assert "disk full" not in reply.text
+    assert bus.in_flight == 0
