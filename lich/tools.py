@@ -157,6 +157,12 @@ def tool(
             if problem:
                 raise ToolError(problem)
             kwargs = dict(args)
+            for key, value in kwargs.items():
+                # The validator accepts 3.0 for an integer (JSON has one number type);
+                # the function, annotated int, gets 3.
+                prop = schema["properties"].get(key, {})
+                if isinstance(value, float) and prop.get("type") == "integer":
+                    kwargs[key] = int(value)
             if ctx_name:
                 kwargs[ctx_name] = ctx
             return kwargs

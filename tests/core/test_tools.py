@@ -146,6 +146,22 @@ async def test_arguments_are_validated_before_the_call(
     assert called == []
 
 
+async def test_an_integral_float_reaches_an_int_parameter_as_int(tmp_path: Path) -> None:
+    @tool
+    def repeat(text: str, times: int) -> str:
+        """Repeat the text."""
+        assert isinstance(times, int)
+        return text * times
+
+    registry = ToolRegistry()
+    registry.register(repeat)
+    ex = ToolExecutor(registry, work_dir=tmp_path)
+    ok = await ex.execute(ToolCall("1", "repeat", {"text": "ab", "times": 3.0}))
+    assert ok == ToolResult(ok=True, output="ababab")
+    bad = await ex.execute(ToolCall("1", "repeat", {"text": "ab", "times": 2.5}))
+    assert bad.error == "invalid_arg: times: expected integer, got number"
+
+
 async def test_return_values_become_results(tmp_path: Path) -> None:
     @tool
     def as_dict() -> dict[str, int]:
