@@ -7,7 +7,11 @@ Rules that hold for every hook:
   for one the spec lacks — that plugin then fails to load (phase ``validate``).
   Specs grow only by adding arguments.
 * An implementation may be ``def`` or ``async def``; lich awaits what needs
-  awaiting.
+  awaiting. A plain ``def`` implementation of ``lich_run_start``,
+  ``lich_before_tool_call``, ``lich_after_tool_call`` or ``lich_run_end``
+  runs in a worker thread, so a slow one neither blocks the event loop nor
+  escapes ``hook_timeout_s``; ``lich_event`` and the registration hooks run
+  inline.
 * Implementations run in pluggy order: the most recently registered plugin
   first, ``tryfirst``/``trylast`` respected. Builtins are registered before
   third-party plugins, so a third-party implementation runs before a builtin.
