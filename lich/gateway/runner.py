@@ -211,6 +211,8 @@ async def run_gateway(
     runner = GatewayRunner(config, platforms, host=host, chat=chat, env=env, gateway=gateway)
     try:
         await runner.start()
+    except UnknownPlatformError:
+        raise  # a usage error: the command prints it
     except GatewayError as exc:
         log_event(log, logging.ERROR, "gateway_failed", error=str(exc))
         raise
