@@ -271,3 +271,15 @@ def test_plugins_available_table(work: Path, lich: Any) -> None:
     assert result.exit_code == 0
     assert "openai_compat" in result.stdout
     assert "yes" in result.stdout
+
+
+def test_help_with_a_broken_config_still_works(work: Path, lich: Any) -> None:
+    (work / ".lich").mkdir()
+    (work / ".lich" / "config.toml").write_text("bogus = 1\n", encoding="utf-8")
+
+    result = lich("--help")
+
+    assert result.exit_code == 0
+    assert "chat" in result.stdout
+    assert "unavailable: ConfigError" in result.stdout
+    assert "$.bogus: unknown key" in result.stdout
