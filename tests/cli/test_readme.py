@@ -25,9 +25,12 @@ def test_the_test_command_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
 
     assert command == "pip install -e '.[test]' -e ./plugins_example && python -m pytest"
-    assert "pip install --quiet --disable-pip-version-check -e '.[test]'" in ci
-    assert "-e ./plugins_example" in ci
-    assert "python -m pytest" in ci
+    # CI may add quiet/no-version-check flags, but installs the same two things in one
+    # pip call and then runs the same bare pytest command.
+    lines = [line for line in ci.splitlines() if not line.lstrip().startswith("#")]
+    pip_lines = [line for line in lines if "pip install" in line]
+    assert any("-e '.[test]'" in line and "-e ./plugins_example" in line for line in pip_lines)
+    assert re.search(r"^python -m pytest\s*$", ci, flags=re.M)
 
 
 def test_the_plugin_example_works(work: Path, lich: Any) -> None:
