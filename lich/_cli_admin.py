@@ -145,8 +145,6 @@ def describe_config(loaded: LoadedConfig) -> list[tuple[str, Any, str]]:
             value = mask_secrets(dict(value))
         elif isinstance(value, tuple):
             value = list(value)
-        if name == "session_dir" and source == "default":
-            source = "default"  # follows work_dir
         rows.append((name, value, source))
     return rows
 

@@ -28,7 +28,6 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_TERMINATED",
     "EXIT_USAGE",
-    "UsageProblem",
     "build_agent",
     "echo_error",
     "echo_warning",
@@ -44,10 +43,6 @@ EXIT_STOPPED = 1  # the run ended on its budget, was aborted, or the model faile
 EXIT_USAGE = 2  # bad flags, bad config, plugins failing in strict mode
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
-
-
-class UsageProblem(Exception):
-    """A problem with what the user asked for; printed as ``lich: error: …``, exit 2."""
 
 
 def echo_error(message: str) -> None:

@@ -117,7 +117,6 @@ class HumanRenderer(_Output):
         self._status: Status | None = None
         self._current = ""  # text shown for the model call in progress
         self._line_open = False  # stdout's last character is not a newline
-        self.wrote_text = False
 
     # ------------------------------------------------------------ output
 
@@ -127,7 +126,6 @@ class HumanRenderer(_Output):
         self._stop_spinner()
         if self.send(text):
             self._line_open = not text.endswith("\n")
-            self.wrote_text = True
 
     def end_line(self) -> None:
         """Finish the answer's current line, if one is open."""
@@ -173,10 +171,6 @@ class HumanRenderer(_Output):
         """Stop the spinner and end the answer's line."""
         self._stop_spinner()
         self.end_line()
-
-    def waiting(self, text: str) -> None:
-        """Show ``text`` with a spinner (terminal only) until output arrives."""
-        self._spin(text)
 
     # ------------------------------------------------------------ events
 
