@@ -16,6 +16,11 @@ network    connection errors, timeouts, a stream that breaks mid-way
 ``Retry-After`` (seconds or an HTTP-date) becomes ``retry_after`` in seconds.
 Error bodies are cut to :data:`MAX_ERROR_BODY` characters in the message.
 
+An answer larger than :data:`MAX_RESPONSE_BYTES` (after content decoding) is
+refused as ``bad_request`` while it is being read, streamed or not: a broken
+or hostile server cannot make lich buffer an unbounded body (or one endless
+stream line) in memory, nor put it into a transcript.
+
 Cancellation is asyncio task cancellation: ``CancelledError`` is never caught
 here, so it reaches the caller unchanged (and httpx closes the connection).
 """
@@ -23,8 +28,10 @@ here, so it reaches the caller unchanged (and httpx closes the connection).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import email.utils
 import json
+import os
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -35,11 +42,14 @@ from attrs import frozen
 from lich.types import ProviderError, ProviderErrorKind
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_ERROR_BODY",
+    "MAX_RESPONSE_BYTES",
     "HttpClient",
     "SseEvent",
     "cut",
@@ -51,6 +61,24 @@ __all__ = [
 
 MAX_ERROR_BODY = 500
 DEFAULT_TIMEOUT_S = 300.0
+# Far above any real answer (a 100k-token stream with per-token JSON framing is ~25 MB);
+# the point is a bound, not a quota.
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+# Only the start of an error body is shown; the rest is not even read.
+_MAX_ERROR_READ = 64 * 1024
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+_ssl_context: ssl.SSLContext | None = None
+
+
+def _shared_ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs ~45 ms per httpx client; one context (made as httpx
+    # would make it, honouring SSL_CERT_FILE / SSL_CERT_DIR) serves every provider.
+    global _ssl_context
+    if _ssl_context is None:
+        import httpx
+
+        _ssl_context = httpx.create_ssl_context()
+    return _ssl_context
 
 
 def cut(text: str, limit: int = MAX_ERROR_BODY) -> str:
@@ -159,8 +187,48 @@ async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
 
 
 def _network(provider: str, exc: BaseException, what: str) -> ProviderError:
-    detail = str(exc) or type(exc).__name__
+    detail = str(exc) or _os_reason(exc) or type(exc).__name__
     return ProviderError("network", provider, f"{what}: {type(exc).__name__}: {cut(detail, 200)}")
+
+
+def _os_reason(exc: BaseException) -> str:
+    # httpx's ReadError for a reset connection has an empty message ("ReadError: ReadError");
+    # the OSError underneath says what happened ("Connection reset by peer").
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and (cause.strerror or cause.errno):
+            return cause.strerror or os.strerror(cause.errno or 0)
+        cause = cause.__cause__ or cause.__context__
+    return ""
+
+
+class _TooLarge(Exception):
+    """The answer passed the byte cap (turned into a ``bad_request`` by the client)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+async def _read_capped(response: httpx.Response, cap: int, *, strict: bool = True) -> bytes:
+    """The body, read chunk by chunk; past ``cap`` bytes raise :class:`_TooLarge`
+    (``strict``) or stop reading and keep what came (error bodies)."""
+    declared = response.headers.get("content-length", "")
+    if strict and declared.isdigit() and int(declared) > cap:
+        raise _TooLarge(int(declared))  # refused before reading a byte
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            if strict:
+                raise _TooLarge(size)
+            chunks.append(chunk[: len(chunk) - (size - cap)])
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class HttpClient:
@@ -173,6 +241,7 @@ class HttpClient:
         the wait for the response and every gap between two pieces of it.
     :param transport: an ``httpx.AsyncBaseTransport`` (tests pass ``httpx.MockTransport``).
     :param headers: sent with every request.
+    :param max_response_bytes: a larger answer is refused (``bad_request``) as it is read.
     """
 
     def __init__(
@@ -184,11 +253,13 @@ class HttpClient:
         timeout_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.provider = provider
         self.base_url = base_url.rstrip("/")
         self.overflow = overflow
         self.timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+        self.max_response_bytes = max_response_bytes
         self.headers = dict(headers or {})
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -208,6 +279,7 @@ class HttpClient:
                 transport=self._transport,
                 timeout=httpx.Timeout(self.timeout_s),
                 headers=self.headers,
+                verify=_shared_ssl_context() if self._transport is None else True,
             )
             self._loop = loop
         return self._client
@@ -219,6 +291,14 @@ class HttpClient:
     def _error(self, response: httpx.Response, body: str) -> ProviderError:
         return error_for_status(
             self.provider, response.status_code, response.headers, body, self.overflow
+        )
+
+    def _too_large(self, status: int, size: int) -> ProviderError:
+        return ProviderError(
+            "bad_request", self.provider,
+            f"response too large: over the {self.max_response_bytes}-byte limit "
+            f"(at least {size} bytes); refused",
+            status=status,
         )
 
     def _bad_body(self, body: str, why: str) -> ProviderError:
@@ -234,16 +314,26 @@ class HttpClient:
         import httpx
 
         client = self._get_client()
+        request = client.build_request("POST", self.url(path), json=body, headers=headers)
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await client.post(self.url(path), json=body, headers=headers)
-                text = response.text
+                response = await client.send(request, stream=True)
+                try:
+                    if response.is_success:
+                        raw = await _read_capped(response, self.max_response_bytes)
+                    else:
+                        raw = await _read_capped(response, _MAX_ERROR_READ, strict=False)
+                finally:
+                    await response.aclose()
+        except _TooLarge as exc:
+            raise self._too_large(response.status_code, exc.size) from None
         except TimeoutError as exc:
             raise ProviderError(
                 "network", self.provider, f"request timed out after {self.timeout_s:g}s"
             ) from exc
         except httpx.HTTPError as exc:
             raise _network(self.provider, exc, "request failed") from exc
+        text = raw.decode(response.encoding or "utf-8", "replace")
         if not response.is_success:
             raise self._error(response, text)
         try:
@@ -276,21 +366,38 @@ class HttpClient:
             ) from exc
         except httpx.HTTPError as exc:
             raise _network(self.provider, exc, "request failed") from exc
-        lines = response.aiter_lines()
+        chunks = response.aiter_bytes()
         try:
             if not response.is_success:
                 try:
                     async with asyncio.timeout(self.timeout_s):
-                        raw = await response.aread()
+                        raw = await _read_capped(response, _MAX_ERROR_READ, strict=False)
                 except (TimeoutError, httpx.HTTPError):
                     raw = b""
                 raise self._error(response, raw.decode("utf-8", "replace"))
+            media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media == "text/html":
+                # A proxy's or a captive portal's page, never a model stream: say so, instead
+                # of "the stream ended early" (a network error, retried in vain).
+                try:
+                    async with asyncio.timeout(self.timeout_s):
+                        raw = await _read_capped(response, _MAX_ERROR_READ, strict=False)
+                except (TimeoutError, httpx.HTTPError):
+                    raw = b""
+                raise self._bad_body(raw.decode("utf-8", "replace"),
+                                     "expected a streamed answer, got a text/html page")
+            # Lines are split here rather than by httpx's aiter_lines(), which would buffer
+            # an endless line whole: every byte is counted against the cap as it arrives.
+            decoder = codecs.getincrementaldecoder(response.encoding or "utf-8")("replace")
+            line_parts: list[str] = []  # the line in progress (joined once it ends: linear)
+            carry = ""  # a trailing CR may be the first half of a CRLF
+            size = 0
             while True:
                 try:
                     async with asyncio.timeout(self.timeout_s):
-                        line = await anext(lines)
+                        chunk = await anext(chunks)
                 except StopAsyncIteration:
-                    return
+                    break
                 except TimeoutError as exc:
                     raise ProviderError(
                         "network", self.provider,
@@ -298,9 +405,26 @@ class HttpClient:
                     ) from exc
                 except httpx.HTTPError as exc:
                     raise _network(self.provider, exc, "stream broken") from exc
-                yield line
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise self._too_large(response.status_code, size)
+                text = carry + decoder.decode(chunk)
+                carry = "\r" if text.endswith("\r") else ""
+                text = text[: len(text) - len(carry)]
+                if not _NEWLINE.search(text):
+                    line_parts.append(text)
+                    continue
+                first, *lines, rest = _NEWLINE.split(text)
+                yield "".join(line_parts) + first
+                for line in lines:
+                    yield line
+                line_parts = [rest]
+            line_parts.append(decoder.decode(b"", final=True))
+            last = "".join(line_parts)
+            if last or carry:  # the last line had no newline (or only a held CR)
+                yield last
         finally:
-            close = getattr(lines, "aclose", None)
+            close = getattr(chunks, "aclose", None)
             if close is not None:
                 await close()
             await response.aclose()
