@@ -12,9 +12,11 @@ A key is required only for the well-known host ``api.openai.com``; a custom
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -44,6 +46,9 @@ from lich_providers._base import (
 from lich_providers._http import cut, iter_sse, kind_for_status
 
 if TYPE_CHECKING:
+    import httpx
+
+    from lich.config import ProviderConfig
     from lich.providers import ProviderRegistry
 
 __all__ = ["OpenAICompatProvider", "lich_register_providers"]
@@ -85,6 +90,19 @@ class OpenAICompatProvider(HttpProvider):
     path = "/chat/completions"
     overflow = re.compile(r"context|token|length", re.I)
 
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(config, transport=transport, env=env)
+        # id(message) -> (weak reference to it, its wire dict); an entry goes when its
+        # message is garbage-collected, so the cache never outlives the conversations.
+        # The wire dicts are shared between requests and never mutated.
+        self._wire_cache: dict[int, tuple[weakref.ref[Message], dict[str, Any]]] = {}
+
     def _key_env(self) -> tuple[str | None, bool]:
         well_known = urlsplit(self.config.resolved_base_url()).hostname == WELL_KNOWN_HOST
         # OPENAI_API_KEY is only a default for OpenAI itself: it is never sent to
@@ -110,23 +128,24 @@ class OpenAICompatProvider(HttpProvider):
     ) -> dict[str, Any]:
         """The chat-completions request body."""
         wire: list[dict[str, Any]] = []
+        cache = self._wire_cache
         for m in messages:
-            if isinstance(m, SystemMessage | UserMessage):
-                wire.append({"role": m.role, "content": m.content})
-            elif isinstance(m, AssistantMessage):
-                item: dict[str, Any] = {"role": "assistant", "content": m.content}
-                if m.tool_calls:
-                    item["tool_calls"] = [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": _dumps(c.args)},
-                        }
-                        for c in m.tool_calls
-                    ]
-                wire.append(item)
-            elif isinstance(m, ToolMessage):
-                wire.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            # Messages are immutable and a conversation resends its whole history every
+            # turn: map each one once (B1 in docs/performance.md), not once per turn.
+            hit = cache.get(id(m))
+            if hit is not None and hit[0]() is m:
+                wire.append(hit[1])
+                continue
+            item = _wire_message(m)
+            if item is None:
+                continue
+            try:
+                ref = weakref.ref(m, functools.partial(_forget, cache, id(m)))
+            except TypeError:  # a message type without weakref support: just don't cache
+                pass
+            else:
+                cache[id(m)] = (ref, item)
+            wire.append(item)
         body: dict[str, Any] = {"model": self.model, "messages": wire}
         if tools:
             body["tools"] = [
@@ -275,6 +294,36 @@ class _OpenAIStream(StreamAssembler):
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _wire_message(m: Message) -> dict[str, Any] | None:
+    """One message as chat completions expects it (``None`` for an unknown type)."""
+    if isinstance(m, SystemMessage | UserMessage):
+        return {"role": m.role, "content": m.content}
+    if isinstance(m, AssistantMessage):
+        item: dict[str, Any] = {"role": "assistant", "content": m.content}
+        if m.tool_calls:
+            item["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _dumps(c.args)},
+                }
+                for c in m.tool_calls
+            ]
+        return item
+    if isinstance(m, ToolMessage):
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    return None
+
+
+def _forget(
+    cache: dict[int, tuple[weakref.ref[Message], dict[str, Any]]], key: int, ref: Any
+) -> None:
+    # Only this message's entry: its id may already belong to a newer message.
+    entry = cache.get(key)
+    if entry is not None and entry[0] is ref:
+        del cache[key]
 
 
 def _repr(data: Any) -> str:
