@@ -466,6 +466,7 @@ def tools_list(settings: Settings, as_json: bool) -> int:
     """``lich tools``: the enabled tools with their plugin and description."""
     from lich._cli_app import warn_plugin_failures
     from lich.agent import build_tool_registry
+    from lich.providers import ProviderRegistry
 
     loaded = _load(settings)
     if loaded is None:
@@ -473,6 +474,9 @@ def tools_list(settings: Settings, as_json: bool) -> int:
     config = loaded.config
     host = host_for(settings, config)
     with quiet_plugin_log():
+        # As an agent is assembled: a plugin that fails registering its providers is
+        # unloaded whole, so its tools must not be listed as if a run could use them.
+        host.register_providers(ProviderRegistry())
         registry = build_tool_registry(host, config)
     warn_plugin_failures(host)
     tools = registry.list()

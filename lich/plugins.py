@@ -34,6 +34,7 @@ import pluggy
 from attrs import evolve, field, frozen
 
 from lich import hookspecs
+from lich._threads import run_in_daemon_thread
 from lich.hooks import PROJECT, Block, Rewrite, RunInfo, RunOutcome
 from lich.types import ToolCall, ToolResult
 
@@ -196,6 +197,8 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.reports: list[LoadReport] = []
         self._pending_events: set[asyncio.Task[Any]] = set()
+        # plugin name -> the run whose lich_event failure was last logged as a warning
+        self._event_warned: dict[str, str] = {}
         # Registries that can forget a plugin's items (tools, provider kinds, adapters).
         self._undo: list[Callable[[str], object]] = []
 
@@ -473,9 +476,24 @@ class PluginHost:
                 self._fail_loaded(impl.plugin_name, "register", exc)
 
     def make_router(self, providers: list[Provider], config: LichConfig) -> ChatFn | None:
-        """``lich_make_router``: the first non-``None`` answer, or ``None``."""
+        """``lich_make_router``: the first non-``None`` answer, or ``None``.
+
+        :raises lich.config.ConfigError: a router plugin raised (its own
+            ``ConfigError`` as it is; anything else named with the plugin).
+        """
+        from lich.config import ConfigError
+
         for impl in self._impls("lich_make_router"):
-            result = _call_sync(impl, {"providers": providers, "config": config})
+            try:
+                result = _call_sync(impl, {"providers": providers, "config": config})
+            except ConfigError:
+                raise
+            except Exception as exc:
+                # A configuration error naming the plugin, not a traceback out of the CLI.
+                raise ConfigError([
+                    f"$.plugins: lich_make_router of plugin {impl.plugin_name!r} failed: "
+                    f"{_describe(exc, self.hook_timeout_s)}"
+                ]) from exc
             if result is not None:
                 return result  # type: ignore[no-any-return]
         return None
@@ -491,9 +509,10 @@ class PluginHost:
         if inspect.iscoroutinefunction(impl.function):
             return await asyncio.wait_for(impl.function(**args), self.hook_timeout_s)
         # A plain function may block; a worker thread keeps a hanging hook from
-        # freezing the event loop, and lets the timeout apply.
+        # freezing the event loop, and lets the timeout apply. A daemon thread, so a
+        # hook that never returns cannot keep the process from exiting (see _threads).
         result = await asyncio.wait_for(
-            asyncio.to_thread(impl.function, **args), self.hook_timeout_s
+            run_in_daemon_thread(impl.function, **args), self.hook_timeout_s
         )
         if inspect.isawaitable(result):
             result = await asyncio.wait_for(result, self.hook_timeout_s)
@@ -568,9 +587,18 @@ class PluginHost:
                     task = asyncio.ensure_future(result)
                     self._pending_events.add(task)
                     task.add_done_callback(self._event_done)
-            except Exception:
-                log.warning("lich_event of plugin %s failed (skipped)", impl.plugin_name,
-                            exc_info=True)
+            except Exception as exc:
+                # Once per plugin and run: a broken observer fails on every event (every
+                # streamed token), and a warning for each would drown the output.
+                run_id = getattr(envelope, "run_id", "")
+                if self._event_warned.get(impl.plugin_name) == run_id:
+                    log.debug("lich_event of plugin %s failed again (skipped)",
+                              impl.plugin_name, exc_info=True)
+                    continue
+                self._event_warned[impl.plugin_name] = run_id
+                log.warning("lich_event of plugin %s failed (skipped; further failures in "
+                            "this run are logged at debug level): %s", impl.plugin_name,
+                            _describe(exc, self.hook_timeout_s), exc_info=True)
 
     def _event_done(self, task: asyncio.Task[Any]) -> None:
         self._pending_events.discard(task)

@@ -26,6 +26,7 @@ import attrs
 from attrs import field, frozen
 
 from lich import _schema
+from lich._threads import run_in_daemon_thread
 from lich.cancel import Cancelled, CancelToken, race
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError, truncate_text
 from lich.hooks import RunInfo
@@ -389,8 +390,9 @@ class ToolExecutor:
     async def _invoke(self, item: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if item.is_async:
             return await item.execute(args, ctx)  # type: ignore[misc,no-any-return]
-        # A plain function may block (file system, subprocess): keep it off the loop.
-        result = await asyncio.to_thread(item.execute, args, ctx)
+        # A plain function may block (file system, subprocess): keep it off the loop, in a
+        # daemon thread so that one that never returns cannot block the exit (_threads).
+        result = await run_in_daemon_thread(item.execute, args, ctx)
         if inspect.isawaitable(result):  # a callable object returning an awaitable
             return await result
         return result

@@ -1,0 +1,59 @@
+"""Plain functions of plugins (sync tools, sync run-time hooks) run off the event loop
+in daemon threads.
+
+Not ``asyncio.to_thread``: its pool's threads are joined when the event loop shuts
+down and again when the interpreter exits, so one plugin function that never
+returns (a tool blocked on a socket, a hook in ``time.sleep``) would keep lich from
+exiting long after the call itself timed out and the run moved on. A daemon thread
+is abandoned at exit instead. The function runs in a copy of the caller's context,
+as with ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["run_in_daemon_thread"]
+
+T = TypeVar("T")
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if fut.done():  # the caller gave up (timeout, cancel): nobody wants the answer
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+async def run_in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a new daemon thread; awaits its result.
+
+    Cancelling the await (a timeout) does not stop the thread — nothing can — but
+    the thread no longer holds up the event loop's shutdown or the process exit.
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def work() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = call()
+        except BaseException as exc:  # handed to the awaiting task, as to_thread does
+            error = exc
+        try:
+            loop.call_soon_threadsafe(_settle, fut, result, error)
+        except RuntimeError:
+            pass  # the loop is closed: the caller is long gone
+
+    name = getattr(fn, "__name__", "plugin-call")
+    threading.Thread(target=work, name=f"lich-{name}", daemon=True).start()
+    return await fut
