@@ -61,6 +61,11 @@ __all__ = [
 
 MAX_ERROR_BODY = 500
 DEFAULT_TIMEOUT_S = 300.0
+# Requests in flight per provider (httpx's own default pool size). Also the number of
+# idle connections kept: httpcore 1.0 closes an idle connection whenever more than
+# max_keepalive_connections are *open* (idle or not), so the default 20 made every
+# request past 20 concurrent ones open a fresh connection (B3 in docs/performance.md).
+MAX_CONNECTIONS = 100
 # Far above any real answer (a 100k-token stream with per-token JSON framing is ~25 MB);
 # the point is a bound, not a quota.
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
@@ -264,6 +269,10 @@ class HttpClient:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Callers beyond MAX_CONNECTIONS wait here, not in httpcore's pool: its queue is
+        # rescanned against every connection on every request and response, which made
+        # throughput collapse (~5x) with hundreds of concurrent runs on one provider.
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     def _get_client(self) -> httpx.AsyncClient:
         import httpx
@@ -280,7 +289,10 @@ class HttpClient:
                 timeout=httpx.Timeout(self.timeout_s),
                 headers=self.headers,
                 verify=_shared_ssl_context() if self._transport is None else True,
+                limits=httpx.Limits(max_connections=MAX_CONNECTIONS,
+                                    max_keepalive_connections=MAX_CONNECTIONS),
             )
+            self._slots = asyncio.Semaphore(MAX_CONNECTIONS)  # bound to this loop
             self._loop = loop
         return self._client
 
@@ -316,7 +328,7 @@ class HttpClient:
         client = self._get_client()
         request = client.build_request("POST", self.url(path), json=body, headers=headers)
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(self.timeout_s), self._slots:
                 response = await client.send(request, stream=True)
                 try:
                     if response.is_success:
@@ -354,12 +366,18 @@ class HttpClient:
         import httpx
 
         client = self._get_client()
+        slots = self._slots
         request = client.build_request("POST", self.url(path), json=body, headers=headers)
         # The deadlines are enforced here, not only by httpx's socket timeouts,
         # so they hold for any transport.
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await client.send(request, stream=True)
+                await slots.acquire()  # held until the stream is closed (finally below)
+                try:
+                    response = await client.send(request, stream=True)
+                except BaseException:
+                    slots.release()
+                    raise
         except TimeoutError as exc:
             raise ProviderError(
                 "network", self.provider, f"request timed out after {self.timeout_s:g}s"
@@ -424,10 +442,13 @@ class HttpClient:
             if last or carry:  # the last line had no newline (or only a held CR)
                 yield last
         finally:
-            close = getattr(chunks, "aclose", None)
-            if close is not None:
-                await close()
-            await response.aclose()
+            try:
+                close = getattr(chunks, "aclose", None)
+                if close is not None:
+                    await close()
+                await response.aclose()
+            finally:
+                slots.release()
 
     def bad_stream(self, why: str, data: str = "") -> ProviderError:
         """The error for a stream whose content makes no sense (``bad_request``)."""

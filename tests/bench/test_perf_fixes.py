@@ -3,20 +3,29 @@ fresh computation would, and forget what they no longer need."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+import re
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+import httpx
+import pytest
 
 from lich.config import ProviderConfig
 from lich.types import (
     AssistantMessage,
     ChatOptions,
     Message,
+    ProviderError,
     SystemMessage,
     ToolCall,
     ToolDefinition,
     ToolMessage,
     UserMessage,
 )
+from lich_providers._http import MAX_CONNECTIONS, HttpClient
 from lich_providers.openai_compat import OpenAICompatProvider
 
 
@@ -66,3 +75,110 @@ def test_openai_wire_cache_forgets_collected_messages() -> None:
     del history
     gc.collect()
     assert provider._wire_cache == {}
+
+
+# --- provider HTTP client: bounded requests in flight, connections kept -------------------
+
+
+def _http_client(transport: httpx.AsyncBaseTransport | None = None,
+                 base_url: str = "http://127.0.0.1:9") -> HttpClient:
+    return HttpClient(provider="p", base_url=base_url, overflow=re.compile("overflow"),
+                      transport=transport, timeout_s=30)
+
+
+async def test_requests_in_flight_are_capped_before_the_pool() -> None:
+    gate = asyncio.Event()
+    in_flight = 0
+    most = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await gate.wait()
+        in_flight -= 1
+        return httpx.Response(200, json={"ok": True})
+
+    client = _http_client(httpx.MockTransport(handler))
+    calls = [asyncio.ensure_future(client.post_json("/x", {})) for _ in range(MAX_CONNECTIONS + 25)]
+    for _ in range(500):
+        if in_flight == MAX_CONNECTIONS:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # give any excess caller the chance to get through
+    assert in_flight == MAX_CONNECTIONS
+    gate.set()
+    assert await asyncio.gather(*calls) == [{"ok": True}] * (MAX_CONNECTIONS + 25)
+    assert most == MAX_CONNECTIONS
+    await client.aclose()
+
+
+async def _drain(lines: AsyncGenerator[str, None]) -> list[str]:
+    async with aclosing(lines):
+        return [line async for line in lines]
+
+
+async def test_stream_slots_are_given_back_whatever_happens() -> None:
+    in_flight = 0
+    everyone = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight
+        if request.url.path == "/fail":
+            return httpx.Response(500, text="boom")
+        if request.url.path == "/all":
+            # Answers only once every slot is taken at the same time.
+            in_flight += 1
+            if in_flight == MAX_CONNECTIONS:
+                everyone.set()
+            await everyone.wait()
+            return httpx.Response(200, json={"ok": True})
+        return httpx.Response(200, text="data: 1\n\ndata: 2\n\n",
+                              headers={"content-type": "text/event-stream"})
+
+    client = _http_client(httpx.MockTransport(handler))
+    for _ in range(MAX_CONNECTIONS + 5):
+        assert await _drain(client.stream_lines("/ok", {})) == ["data: 1", "", "data: 2", ""]
+        with pytest.raises(ProviderError):
+            await _drain(client.stream_lines("/fail", {}))
+        async with aclosing(client.stream_lines("/ok", {})) as lines:
+            await anext(lines)  # the consumer stops early
+    # A slot that leaked would leave the last of these waiting for ever.
+    results = await asyncio.wait_for(
+        asyncio.gather(*(client.post_json("/all", {}) for _ in range(MAX_CONNECTIONS))), 10)
+    assert results == [{"ok": True}] * MAX_CONNECTIONS
+    await client.aclose()
+
+
+async def test_idle_connections_are_kept_past_twenty_concurrent_requests() -> None:
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                await asyncio.sleep(0.05)  # keep the concurrent requests overlapping
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: 11\r\n\r\n{\"ok\":true}")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = _http_client(base_url=f"http://127.0.0.1:{port}")
+    try:
+        for _ in range(3):  # three waves of 30 concurrent requests
+            await asyncio.gather(*(client.post_json("/x", {}) for _ in range(30)))
+        # httpx's default (20 kept idle, counted against *open* connections) would have
+        # closed and reopened connections in every wave.
+        assert connections <= 30
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
