@@ -61,10 +61,9 @@ __all__ = [
 
 MAX_ERROR_BODY = 500
 DEFAULT_TIMEOUT_S = 300.0
-# Requests in flight per provider (httpx's own default pool size). Also the number of
-# idle connections kept: httpcore 1.0 closes an idle connection whenever more than
-# max_keepalive_connections are *open* (idle or not), so the default 20 made every
-# request past 20 concurrent ones open a fresh connection (B3 in docs/performance.md).
+# Requests in flight per provider (httpx's own default pool size), each on a connection
+# of its own that is kept for the next request (see HttpClient, and B3 in
+# docs/performance.md for the measurements behind this).
 MAX_CONNECTIONS = 100
 # Far above any real answer (a 100k-token stream with per-token JSON framing is ~25 MB);
 # the point is a bound, not a quota.
@@ -267,34 +266,51 @@ class HttpClient:
         self.max_response_bytes = max_response_bytes
         self.headers = dict(headers or {})
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        # The connection pool is kept here, not in httpcore: a lane is an httpx client
+        # limited to one connection, taken for one request (or one stream) at a time,
+        # most recently used first. httpcore's own pool rescans every pooled connection
+        # (two syscalls each) on every request and response, and its queue of waiting
+        # requests against all of them: that was half the gateway's CPU with 50
+        # concurrent conversations, and throughput fell ~5x with 500. Here a request
+        # costs the same whatever the concurrency; callers beyond MAX_CONNECTIONS wait
+        # on the semaphore.
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Callers beyond MAX_CONNECTIONS wait here, not in httpcore's pool: its queue is
-        # rescanned against every connection on every request and response, which made
-        # throughput collapse (~5x) with hundreds of concurrent runs on one provider.
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._lanes: set[httpx.AsyncClient] = set()
+        self._idle: list[httpx.AsyncClient] = []
 
-    def _get_client(self) -> httpx.AsyncClient:
+    def _check_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            # Pooled connections belong to the loop that opened them; clients carried
+            # over from an earlier asyncio.run (Agent.run_sync twice) would fail on
+            # them, so start afresh.
+            self._lanes, self._idle = set(), []
+            self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+            self._loop = loop
+
+    async def _checkout(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        """A lane for one request; hand it back with :meth:`_checkin`."""
         import httpx
 
-        loop = asyncio.get_running_loop()
-        if self._client is not None and self._loop is not loop:
-            # Pooled connections belong to the loop that opened them; a client
-            # carried over from an earlier asyncio.run (Agent.run_sync twice)
-            # would fail on them, so start afresh.
-            self._client = None
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                transport=self._transport,
-                timeout=httpx.Timeout(self.timeout_s),
-                headers=self.headers,
-                verify=_shared_ssl_context() if self._transport is None else True,
-                limits=httpx.Limits(max_connections=MAX_CONNECTIONS,
-                                    max_keepalive_connections=MAX_CONNECTIONS),
-            )
-            self._slots = asyncio.Semaphore(MAX_CONNECTIONS)  # bound to this loop
-            self._loop = loop
-        return self._client
+        slots = self._slots
+        await slots.acquire()
+        if self._idle:
+            return self._idle.pop(), slots
+        lane = httpx.AsyncClient(
+            transport=self._transport,
+            timeout=httpx.Timeout(self.timeout_s),
+            headers=self.headers,
+            verify=_shared_ssl_context() if self._transport is None else True,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        )
+        self._lanes.add(lane)
+        return lane, slots
+
+    def _checkin(self, lane: httpx.AsyncClient, slots: asyncio.Semaphore) -> None:
+        if lane in self._lanes:  # not closed by aclose() (or left behind by a new loop)
+            self._idle.append(lane)
+        slots.release()
 
     def url(self, path: str) -> str:
         """The absolute URL of ``path``."""
@@ -325,18 +341,23 @@ class HttpClient:
         """POST ``body`` as JSON and return the parsed 2xx answer."""
         import httpx
 
-        client = self._get_client()
-        request = client.build_request("POST", self.url(path), json=body, headers=headers)
+        self._check_loop()
         try:
-            async with asyncio.timeout(self.timeout_s), self._slots:
-                response = await client.send(request, stream=True)
+            async with asyncio.timeout(self.timeout_s):
+                client, slots = await self._checkout()
                 try:
-                    if response.is_success:
-                        raw = await _read_capped(response, self.max_response_bytes)
-                    else:
-                        raw = await _read_capped(response, _MAX_ERROR_READ, strict=False)
+                    request = client.build_request("POST", self.url(path), json=body,
+                                                   headers=headers)
+                    response = await client.send(request, stream=True)
+                    try:
+                        if response.is_success:
+                            raw = await _read_capped(response, self.max_response_bytes)
+                        else:
+                            raw = await _read_capped(response, _MAX_ERROR_READ, strict=False)
+                    finally:
+                        await response.aclose()
                 finally:
-                    await response.aclose()
+                    self._checkin(client, slots)
         except _TooLarge as exc:
             raise self._too_large(response.status_code, exc.size) from None
         except TimeoutError as exc:
@@ -365,18 +386,19 @@ class HttpClient:
         """
         import httpx
 
-        client = self._get_client()
-        slots = self._slots
-        request = client.build_request("POST", self.url(path), json=body, headers=headers)
+        self._check_loop()
         # The deadlines are enforced here, not only by httpx's socket timeouts,
         # so they hold for any transport.
         try:
             async with asyncio.timeout(self.timeout_s):
-                await slots.acquire()  # held until the stream is closed (finally below)
+                # The lane is held until the stream is closed (the finally below).
+                client, slots = await self._checkout()
                 try:
+                    request = client.build_request("POST", self.url(path), json=body,
+                                                   headers=headers)
                     response = await client.send(request, stream=True)
                 except BaseException:
-                    slots.release()
+                    self._checkin(client, slots)
                     raise
         except TimeoutError as exc:
             raise ProviderError(
@@ -448,7 +470,7 @@ class HttpClient:
                     await close()
                 await response.aclose()
             finally:
-                slots.release()
+                self._checkin(client, slots)
 
     def bad_stream(self, why: str, data: str = "") -> ProviderError:
         """The error for a stream whose content makes no sense (``bad_request``)."""
@@ -460,10 +482,11 @@ class HttpClient:
         return ProviderError("network", self.provider, f"stream broken: {why}")
 
     async def aclose(self) -> None:
-        """Close the underlying client (it is recreated on the next request)."""
-        client, self._client = self._client, None
-        loop, self._loop = self._loop, None
-        if client is not None and loop is asyncio.get_running_loop():
-            # A client from an earlier (now closed) loop cannot be closed from
-            # this one; its sockets died with that loop.
-            await client.aclose()
+        """Close the connections (new ones are opened by the next request)."""
+        lanes, self._lanes, self._idle = self._lanes, set(), []
+        loop = self._loop
+        if lanes and loop is asyncio.get_running_loop():
+            # Clients from an earlier (now closed) loop cannot be closed from this
+            # one; their sockets died with that loop.
+            for lane in lanes:
+                await lane.aclose()
