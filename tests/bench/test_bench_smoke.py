@@ -1,0 +1,155 @@
+"""Every benchmark runs, at a tiny size, and reports sane, complete results.
+
+The full run (``python -m bench``) is not part of CI; this keeps it working.
+Nothing here asserts a timing: only the shape of the results and that every
+run did what it claims (right answers, clean exits, the numbers it derives).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `bench` lives at the repository root, beside `lich`
+    sys.path.insert(0, str(ROOT))
+
+from bench import __main__ as runner  # noqa: E402
+from bench._common import Target, markdown_table, percentile, summary  # noqa: E402
+from bench._suite import SUITE, run_one  # noqa: E402
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _check_summary(s: dict[str, Any], n: int | None = None) -> None:
+    assert s["min"] <= s["median"] <= s["max"]
+    if n is not None:
+        assert s["n"] == n
+
+
+def _check_common(result: dict[str, Any], tables: list[tuple[str, str]]) -> None:
+    assert result["checks"] == []
+    assert tables
+    for title, table in tables:
+        assert title
+        lines = table.splitlines()
+        assert len(lines) >= 3
+        assert all(line.startswith("| ") and line.endswith(" |") for line in lines)
+        widths = {len(line) for line in lines}
+        assert len(widths) == 1  # padded: the table also reads as plain text
+    for t in result["targets"]:
+        assert set(t) >= {"name", "op", "limit", "measured", "unit", "ok"}
+        assert t["ok"] == (t["measured"] <= t["limit"] if t["op"] == "<="
+                           else t["measured"] >= t["limit"])
+    json.dumps(result)  # everything goes into results.json
+
+
+def test_b1_loop_overhead() -> None:
+    result, tables = run_one("b1", quick=True)
+    _check_common(result, tables)
+    turns, reps = SUITE["b1"][2]["turns"], SUITE["b1"][2]["reps"]
+    assert sorted(result["runs"]) == sorted(str(n) for n in turns)
+    for n, per_n in result["runs"].items():
+        assert set(per_n) == {"raw", "raw stream", "lich", "lich stream", "lich no-sessions"}
+        for name, e in per_n.items():
+            assert len(e["samples_s"]) == reps
+            assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
+            _check_summary(e["total_s"], reps)
+            assert e["per_turn_s"]["median"] == pytest.approx(e["total_s"]["median"] / int(n))
+            if name.startswith("lich"):
+                raw = per_n[e["vs"]]
+                assert e["vs"] == ("raw stream" if "stream" in name else "raw")
+                paired = [a / b for a, b in zip(e["samples_s"], raw["samples_s"], strict=True)]
+                assert e["ratio"]["median"] == pytest.approx(statistics.median(paired))
+                _check_summary(e["overhead_per_turn_s"], reps)
+    names = [t["name"] for t in result["targets"]]
+    assert any("÷ raw" in n for n in names)
+    assert any("overhead" in n for n in names)
+
+
+def test_b2_startup() -> None:
+    result, tables = run_one("b2", quick=True)
+    _check_common(result, tables)
+    plugins = SUITE["b2"][2]["plugins"]
+    # The generated distributions are installed (listed as available) in one venv only.
+    assert result["plugins_seen"]["0"] == 0
+    assert result["plugins_seen"][str(plugins)] >= plugins
+    for per in result["summary"].values():
+        assert set(per) == {"python -c pass", "lich --version", "lich --help", "lich plugins"}
+        assert all(_positive(s["median"]) for s in per.values())
+    assert len(result["targets"]) == 2
+
+
+def test_b3_gateway() -> None:
+    result, tables = run_one("b3", quick=True)
+    _check_common(result, tables)
+    assert result["gateway_exit_code"] == 0  # stopped gracefully on SIGTERM
+    assert result["gateway_idle_rss_kib"] > 0
+    (k, m), = SUITE["b3"][2]["loads"]
+    load = result["loads"][str(k)]
+    for side in ("direct", "webhook"):
+        for run in load["runs"][side]:
+            assert run["messages"] == k * m
+            assert run["problem_count"] == 0
+            assert run["p50_s"] <= run["p99_s"]
+            assert _positive(run["msgs_per_s"])
+            assert _positive(run["cpu_ms_per_msg"])
+    assert load["gateway_peak_rss_kib"] >= load["gateway_rss_after_kib"] > 0
+
+
+def test_b4_transcripts() -> None:
+    result, tables = run_one("b4", quick=True)
+    _check_common(result, tables)
+    for key in ("append_us_per_record", "list_s", "resume_s", "resume_us_per_message"):
+        assert _positive(result[key]["median"])
+
+
+def test_b5_memory() -> None:
+    result, tables = run_one("b5", quick=True)
+    _check_common(result, tables)
+    turns = SUITE["b5"][2]["turns"]
+    # system, user, then an assistant call and a tool result per turn, then the answer
+    assert result["run_messages"] == 2 + 2 * turns + 1
+    assert result["run_peak_rss_kib"]["median"] >= result["run_rss_before_kib"]["median"] > 0
+    assert result["gateway_idle_rss_kib"]["median"] > result["python_bare_peak_kib"]["median"]
+
+
+def test_runner_writes_results_and_prints_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results.json"
+    assert runner.main(["--only", "b4", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "B4 transcripts" in printed
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert set(data) >= {"meta", "b4", "seconds"}
+    assert data["meta"]["size"] == "quick"
+    assert data["b4"]["checks"] == []
+
+
+def test_runner_refuses_an_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--only", "b9"])
+    assert exc.value.code == 2
+    assert "b9" in capsys.readouterr().err
+
+
+def test_common_helpers() -> None:
+    assert summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert percentile([5, 1, 4, 2, 3], 50) == 3
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert percentile([7], 99) == 7
+    assert Target("t", "<=", 1.5, 1.5).ok
+    assert not Target("t", ">=", 0.7, 0.69).ok
+    with pytest.raises(ValueError, match="op"):
+        Target("t", "<", 1, 1)
+    table = markdown_table(["a", "bb"], [["xyz", 1]])
+    assert table.splitlines() == ["| a   | bb |", "| --- | -- |", "| xyz | 1  |"]
