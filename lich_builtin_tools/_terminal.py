@@ -155,6 +155,10 @@ async def run_command(
             )
         except OSError as exc:
             raise ToolError(f"spawn_failed: {exc}") from exc
+        except ValueError as exc:
+            # A NUL byte ("embedded null byte") or a lone surrogate (UnicodeEncodeError)
+            # cannot be passed to a program: the model's command is at fault, say so.
+            raise ToolError(f"invalid_arg: command: {exc}") from exc
         finally:
             # The child has its copies; ours must go or EOF never comes.
             for fd in (out_w, err_w):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +137,52 @@ def descendants(pids: Iterable[int]) -> set[int]:
         out.add(pid)
         todo.extend(child_pids(pid))
     return out
+
+
+_LOOPBACK = ("127.", "::1", "localhost", "0:0:0:0:0:0:0:1")
+
+
+def _is_loopback(address: Any) -> bool:
+    if isinstance(address, tuple) and address:
+        address = address[0]
+    if isinstance(address, bytes):
+        address = address.decode("ascii", "replace")
+    if not isinstance(address, str):
+        return False
+    return address.startswith(_LOOPBACK) or address == "" or address.startswith("/")
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Refuse (and record) every connection and name lookup that is not loopback or a
+    Unix socket, for the whole test; the test fails if anything tried."""
+    import socket
+
+    attempts: list[str] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        if self.family != socket.AF_UNIX and not _is_loopback(address):
+            attempts.append(f"connect {address!r}")
+            raise OSError(f"network guard: refused connection to {address!r}")
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> Any:
+        if self.family != socket.AF_UNIX and not _is_loopback(address):
+            attempts.append(f"connect_ex {address!r}")
+            raise OSError(f"network guard: refused connection to {address!r}")
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not _is_loopback(host):
+            attempts.append(f"getaddrinfo {host!r}")
+            raise socket.gaierror(socket.EAI_NONAME, f"network guard: no lookup of {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+    assert attempts == [], f"traffic off loopback was attempted: {attempts[:5]}"
