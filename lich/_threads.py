@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -54,6 +56,45 @@ async def run_in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: An
         except RuntimeError:
             pass  # the loop is closed: the caller is long gone
 
-    name = getattr(fn, "__name__", "plugin-call")
-    threading.Thread(target=work, name=f"lich-{name}", daemon=True).start()
+    name = f"lich-{getattr(fn, '__name__', 'plugin-call')}"
+    _submit(work, name)
     return await fut
+
+
+# Idle daemon threads are reused: starting a thread per call (and waiting for it to
+# start) cost more than the rest of a tool turn (B1 in docs/performance.md). A worker
+# goes back on the idle list only after its call returned, so a call that never returns
+# keeps its thread, exactly as before; nothing is ever joined.
+_MAX_IDLE = 16
+_idle: list[queue.SimpleQueue[tuple[Callable[[], None], str]]] = []
+_idle_lock = threading.Lock()
+
+
+def _submit(work: Callable[[], None], name: str) -> None:
+    with _idle_lock:
+        jobs = _idle.pop() if _idle else None
+    if jobs is None:
+        jobs = queue.SimpleQueue()
+        threading.Thread(target=_serve, args=(jobs,), name=name, daemon=True).start()
+    jobs.put((work, name))
+
+
+def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], None], str]]) -> None:
+    while True:
+        work, name = jobs.get()
+        threading.current_thread().name = name  # as if started for this call
+        work()  # never raises: errors go to the awaiting task
+        with _idle_lock:
+            if len(_idle) >= _MAX_IDLE:
+                return
+            _idle.append(jobs)
+
+
+def _forget_idle_workers() -> None:
+    # A forked child has none of its parent's threads: their queues would swallow work.
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_idle_workers)

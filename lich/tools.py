@@ -341,15 +341,16 @@ class ToolExecutor:
         item = self.registry.get(call.name)
         if item is None:
             return ToolResult.failure(f"unknown_tool: {call.name}")
-        token = cancel or CancelToken()
-        if token.cancelled:
+        if cancel is not None and cancel.cancelled:
             return ToolResult.failure("cancelled")
         timeout_s, max_chars = self.limits(item)
         # The call's own token, fired by the run's cancel *and* by the deadline: an async
         # tool is cancelled as a task, but a tool in a worker thread only learns that it
-        # should stop by polling ctx.cancel.
+        # should stop by polling ctx.cancel. Without a run token there is nothing to
+        # forward or race against: that saves three tasks per call (B1, performance.md).
         call_token = CancelToken()
-        forward = asyncio.ensure_future(_forward_cancel(token, call_token))
+        forward = (asyncio.ensure_future(_forward_cancel(cancel, call_token))
+                   if cancel is not None else None)
         ctx = ToolContext(
             work_dir=self.work_dir,
             env=self.env,
@@ -361,14 +362,14 @@ class ToolExecutor:
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
-                result = await race(self._invoke(item, dict(call.args), ctx), token)
+                result = await race(self._invoke(item, dict(call.args), ctx), cancel)
         except Cancelled:
             return ToolResult.failure("cancelled")
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own TimeoutError, not our deadline
                 return ToolResult.failure(f"TimeoutError: {exc}" if str(exc) else "TimeoutError")
             call_token.cancel()
-            if token.cancelled:
+            if cancel is not None and cancel.cancelled:
                 return ToolResult.failure("cancelled")
             return ToolResult.failure(f"timeout: tool:{item.name} exceeded {timeout_s:g}s")
         except ToolError as exc:
@@ -378,7 +379,8 @@ class ToolExecutor:
             name = type(exc).__name__
             return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
         finally:
-            forward.cancel()
+            if forward is not None:
+                forward.cancel()
         if not isinstance(result, ToolResult):
             return ToolResult.failure(
                 f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"

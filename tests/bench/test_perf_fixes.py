@@ -4,15 +4,21 @@ fresh computation would, and forget what they no longer need."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import json
 import re
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from typing import Any
 
 import httpx
 import pytest
 
+from lich._threads import run_in_daemon_thread
 from lich.config import ProviderConfig
 from lich.types import (
     AssistantMessage,
@@ -152,10 +158,12 @@ async def test_stream_slots_are_given_back_whatever_happens() -> None:
 
 async def test_idle_connections_are_kept_past_twenty_concurrent_requests() -> None:
     connections = 0
+    handlers: list[asyncio.Task[Any]] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal connections
         connections += 1
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -167,6 +175,8 @@ async def test_idle_connections_are_kept_past_twenty_concurrent_requests() -> No
                              b"content-length: 11\r\n\r\n{\"ok\":true}")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
             writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -185,3 +195,70 @@ async def test_idle_connections_are_kept_past_twenty_concurrent_requests() -> No
         await client.aclose()
         server.close()
         await server.wait_closed()
+        # Nothing may outlive the test's loop (a pending handler would be finalised later,
+        # in the middle of whatever runs then).
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+# --- plain functions of plugins: reused daemon threads ------------------------------------
+
+
+async def test_plugin_calls_reuse_idle_daemon_threads() -> None:
+    def where() -> tuple[int, bool, str]:
+        thread = threading.current_thread()
+        return threading.get_ident(), thread.daemon, thread.name
+
+    seen = [await run_in_daemon_thread(where) for _ in range(20)]
+    assert all(daemon and name == "lich-where" for _, daemon, name in seen)
+    assert len({ident for ident, _, _ in seen}) < 20  # reused, not one thread per call
+
+
+async def test_a_call_that_never_returns_keeps_its_thread_and_blocks_nothing() -> None:
+    release = threading.Event()
+    stuck = asyncio.ensure_future(run_in_daemon_thread(release.wait))
+    await asyncio.sleep(0.05)
+    answers = await asyncio.wait_for(
+        asyncio.gather(*(run_in_daemon_thread(lambda: 42) for _ in range(5))), 10)
+    assert answers == [42] * 5
+    assert not stuck.done()
+    release.set()
+    assert await asyncio.wait_for(stuck, 10) is True
+
+
+async def test_plugin_calls_see_the_callers_context_and_raise_in_the_caller() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var")
+    var.set("from the caller")
+    assert await run_in_daemon_thread(var.get) == "from the caller"
+
+    def boom() -> None:
+        raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        await run_in_daemon_thread(boom)
+    assert await run_in_daemon_thread(lambda: "still working") == "still working"
+
+
+_FORK_CHECK = """
+import asyncio, os, sys
+from lich._threads import run_in_daemon_thread
+
+asyncio.run(run_in_daemon_thread(lambda: None))  # leaves an idle worker behind
+pid = os.fork()
+if pid == 0:  # the child: the parent's idle worker does not exist here
+    try:
+        ok = asyncio.run(asyncio.wait_for(run_in_daemon_thread(lambda: 7), 5)) == 7
+    except BaseException:
+        ok = False
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_starts_its_own_threads() -> None:
+    # In a fresh interpreter: forking the test process itself would copy pytest's threads.
+    proc = subprocess.run([sys.executable, "-c", _FORK_CHECK], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
