@@ -11,7 +11,7 @@ __all__ = ["SUITE", "run_one"]
 SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "b1": ("bench.b1_loop", {"turns": (1, 20, 100), "reps": 11},
            {"turns": (1, 3), "reps": 1}),
-    "b2": ("bench.b2_startup", {"plugins": 50, "reps": 10},
+    "b2": ("bench.b2_startup", {"plugins": 50, "reps": 15},
            {"plugins": 2, "reps": 1}),
     "b3": ("bench.b3_gateway", {"loads": ((1, 20), (50, 10), (500, 3)), "reps": 3},
            {"loads": ((2, 2),), "reps": 1}),

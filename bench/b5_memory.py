@@ -83,18 +83,20 @@ def run(turns: int = 100, reps: int = 3) -> dict[str, Any]:
 def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, Markdown table) pairs for the report."""
     turns = result["params"]["turns"]
-    head = ["process", "RSS MiB", "peak RSS MiB", "note"]
+
+    def mib(key: str) -> str:
+        return fmt_kib(result[key]["median"])
+
+    head = ["process", "RSS MiB", "peak RSS MiB"]
     body = [
-        [f"{turns}-turn run (sessions on)", fmt_kib(result["run_rss_start_kib"]["median"]),
-         fmt_kib(result["run_peak_rss_kib"]["median"]),
-         f"RSS with the agent built; the first call's lazy imports (httpx, TLS defaults) add "
-         f"{fmt_kib(result['first_call_growth_kib']['median'])} MiB, the "
-         f"{result['run_messages']}-message run "
-         f"{fmt_kib(result['run_growth_kib']['median'])} MiB more at its peak"],
-        ["idle gateway (webhook)", fmt_kib(result["gateway_idle_rss_kib"]["median"]),
-         fmt_kib(result["gateway_idle_peak_kib"]["median"]), "after start, before any message"],
-        ["python -S -c (floor)", "—", fmt_kib(result["python_bare_peak_kib"]["median"]),
-         "the interpreter alone"],
+        ["agent built, no model call yet", mib("run_rss_start_kib"), "—"],
+        ["after a first short run (imports httpx, TLS defaults)", mib("run_rss_before_kib"),
+         "—"],
+        [f"then a {turns}-turn run ({result['run_messages']} messages, sessions on)", "—",
+         f"{mib('run_peak_rss_kib')} (+{mib('run_growth_kib')})"],
+        ["idle gateway (webhook), after start", mib("gateway_idle_rss_kib"),
+         mib("gateway_idle_peak_kib")],
+        ["`python -S -c` (the interpreter alone)", "—", mib("python_bare_peak_kib")],
     ]
     return [(f"B5 memory — medians of {result['params']['reps']} processes",
              markdown_table(head, body))]
