@@ -364,7 +364,13 @@ class ToolExecutor:
             async with deadline:
                 result = await race(self._invoke(item, dict(call.args), ctx), cancel)
         except Cancelled:
+            # Fired here too: the forwarding task may not have run yet (it is cancelled in
+            # the finally below), and a tool in a worker thread only stops when it sees it.
+            call_token.cancel()
             return ToolResult.failure("cancelled")
+        except asyncio.CancelledError:
+            call_token.cancel()  # the task running the call is cancelled: same for the tool
+            raise
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own TimeoutError, not our deadline
                 return ToolResult.failure(f"TimeoutError: {exc}" if str(exc) else "TimeoutError")
