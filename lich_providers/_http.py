@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_CONNECTIONS",
     "MAX_ERROR_BODY",
     "MAX_RESPONSE_BYTES",
     "HttpClient",
