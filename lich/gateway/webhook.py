@@ -327,8 +327,11 @@ def _reply_body(reply: BusReply) -> dict[str, Any]:
 
 def _bind(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, _, proto, _, address = infos[0]
+    # The protocol number matters: asyncio only turns Nagle off (TCP_NODELAY) on accepted
+    # connections of a socket it can tell is TCP, and without that every keep-alive
+    # request waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

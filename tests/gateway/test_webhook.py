@@ -199,3 +199,17 @@ async def test_restart_resumes_the_conversation(start_gateway: Any, client: http
     _, url = await _webhook(start_gateway)
     response = await client.post(f"{url}/message", json={"text": "who?", "chat_id": "r"})
     assert response.json()["reply"] == "you said: who? | earlier: my name is Ada"
+
+
+def test_listening_socket_is_tcp_so_asyncio_disables_nagle() -> None:
+    # asyncio sets TCP_NODELAY on accepted connections only for sockets whose proto is TCP;
+    # without it every keep-alive request stalled ~40 ms on a delayed ACK.
+    import socket
+
+    from lich.gateway.webhook import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
