@@ -54,6 +54,7 @@ __all__ = [
     "HttpClient",
     "SseEvent",
     "cut",
+    "encode_body",
     "error_for_status",
     "iter_sse",
     "kind_for_status",
@@ -72,6 +73,24 @@ MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 # Only the start of an error body is shown; the rest is not even read.
 _MAX_ERROR_READ = 64 * 1024
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as compact UTF-8 JSON (as httpx's ``json=`` encodes it).
+
+    A lone surrogate — from a chat platform's JSON (``"\\ud800"`` is valid JSON), or a
+    terminal's undecodable bytes — cannot be encoded as UTF-8; it is sent as U+FFFD
+    (as the session file records it), so that one odd character cannot fail every
+    later call of the conversation that holds it.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
+
+
 _ssl_context: ssl.SSLContext | None = None
 
 
@@ -347,8 +366,10 @@ class HttpClient:
             async with asyncio.timeout(self.timeout_s):
                 client, slots = await self._checkout()
                 try:
-                    request = client.build_request("POST", self.url(path), json=body,
-                                                   headers=headers)
+                    request = client.build_request(
+                        "POST", self.url(path), content=encode_body(body),
+                        headers={"content-type": "application/json", **(headers or {})},
+                    )
                     response = await client.send(request, stream=True)
                     try:
                         if response.is_success:
@@ -395,8 +416,10 @@ class HttpClient:
                 # The lane is held until the stream is closed (the finally below).
                 client, slots = await self._checkout()
                 try:
-                    request = client.build_request("POST", self.url(path), json=body,
-                                                   headers=headers)
+                    request = client.build_request(
+                        "POST", self.url(path), content=encode_body(body),
+                        headers={"content-type": "application/json", **(headers or {})},
+                    )
                     response = await client.send(request, stream=True)
                 except BaseException:
                     self._checkin(client, slots)

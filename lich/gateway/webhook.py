@@ -177,11 +177,19 @@ class WebhookAdapter:
                     raise _BadRequest(413, f"body too large: the limit is {cap} bytes")
             except ValueError:
                 raise _BadRequest(400, "invalid content-length") from None
+        from starlette.requests import ClientDisconnect
+
         body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > cap:
-                raise _BadRequest(413, f"body too large: the limit is {cap} bytes")
+        try:
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > cap:
+                    raise _BadRequest(413, f"body too large: the limit is {cap} bytes")
+        except ClientDisconnect:
+            # A client gone mid-body is a rejected request (one warning line), not an
+            # internal error with a traceback for every slow client that gives up.
+            raise _BadRequest(400, "the client disconnected before the body was complete") \
+                from None
         return bytes(body)
 
     async def _inbound(self, request: Request) -> InboundMessage:

@@ -415,3 +415,31 @@ async def test_a_whole_answer_without_a_length_is_cut_off_at_the_cap() -> None:
     assert (info.value.kind, info.value.status) == ("bad_request", 200)
     assert "over the 5000-byte limit" in info.value.message
     assert len(sent) < 100  # it stopped reading, it did not drain the rest
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_lone_surrogate_does_not_poison_the_conversation(
+    dialect: str, tmp_path: Path
+) -> None:
+    """A chat platform may send ``"\\ud800"`` (valid JSON, not encodable as UTF-8). The
+    provider sends U+FFFD in its place: the run and every later run of the session
+    succeed (before, each failed with a UnicodeEncodeError as an ``unknown`` error)."""
+    server = f.FaultServer(dialect, default=f.Ok(Reply("fine")))
+    await asyncio.to_thread(server.start)
+    kind = f.KIND_OF[dialect]
+    config = make_test_config(
+        tmp_path, plugins=(kind, "failover"),
+        providers=(provider(kind, "primary", server, ROOMY_S),),
+        plugin_settings={"failover": FAILOVER},
+    )
+    agent = Agent(config)
+    try:
+        first = await agent.run("odd \ud800 character", session_id="odd")
+        second = await agent.run("and then", session_id="odd")
+    finally:
+        await agent.aclose()
+        await asyncio.to_thread(server.stop)
+    assert (first.text, second.text) == ("fine", "fine")
+    sent = [m.content for m in server.requests[-1].messages if m.role == "user"]
+    assert sent == ["odd \ufffd character", "and then"]
+    read_session(config.session_dir, "odd")
