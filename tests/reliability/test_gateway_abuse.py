@@ -27,13 +27,13 @@ from typing import Any
 
 import httpx
 import pytest
+from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest
 from lich.types import ToolCall
 
-from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse, wait_for
 from .conftest import TALLY, scaled
 from .test_plugin_zoo import ZOO, ZOO_ENTRIES
 
@@ -230,6 +230,8 @@ def generated_requests(gw: Gateway) -> int:
     counted = 0
     statuses: dict[int, int] = {}
 
+    client = httpx.Client(timeout=30)
+
     @settings(max_examples=scaled(80), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(body=BODIES, content_type=CONTENT_TYPES, path=st.sampled_from(
@@ -242,9 +244,7 @@ def generated_requests(gw: Gateway) -> int:
         headers = {**extra, "x-lich-token": TOKEN}
         if content_type:
             headers["content-type"] = content_type
-        with httpx.Client(timeout=30) as client:
-            response = client.request(method, f"{gw.url}{path}", content=body, headers=headers)
-            response.read()
+        response = client.request(method, f"{gw.url}{path}", content=body, headers=headers)
         status = response.status_code
         statuses[status] = statuses.get(status, 0) + 1
         # 307: starlette's redirect of "/message/" to "/message".
@@ -256,7 +256,8 @@ def generated_requests(gw: Gateway) -> int:
         assert set(answer) >= {"status"} if path == "/health" else {"reply", "session_id"}
         counted += 1
 
-    send()
+    with client:
+        send()
     TALLY["gateway generated requests"] += scaled(80)
     return counted
 
@@ -336,6 +337,7 @@ async def malformed_telegram(gw: Gateway) -> int:
     fake = gw.telegram
     ids = iter(range(50_000, 60_000))
     shapes: list[Any] = [
+        {"chat": {"id": TG_CHAT}, "from": {"id": 1}, "text": "/new@lich_bot and more"},
         "not an object", [], {"chat": "x", "from": [], "text": 5},
         {"chat": {"id": {"nested": 1}}, "from": {"id": 1}, "text": "hi"},
         {"chat": {"id": TG_CHAT}, "from": "nobody", "text": "from is a string"},
@@ -346,7 +348,6 @@ async def malformed_telegram(gw: Gateway) -> int:
         {"chat": {"id": TG_CHAT}, "from": {"id": 1}, "text": "x" * 100_000},
         {"chat": {"id": TG_CHAT}, "from": {"id": 1}, "text": "nul \x00 and \ud800 surrogate"},
         {"chat": {"id": 1.5}, "from": {"id": True}, "text": "float chat"},
-        {"chat": {"id": TG_CHAT}, "from": {"id": 1}, "text": "/new@lich_bot and more"},
     ]
     updates: list[Any] = ["garbage", None, 5, [], {"update_id": "abc", "message": {"text": "x"}},
                           {"message": {"chat": {"id": TG_CHAT}, "from": {"id": 1},
@@ -416,7 +417,7 @@ async def malformed_twitch(gw: Gateway) -> int:
     lines = [
         "", ":", "PRIVMSG", "@@@", f":x PRIVMSG #{TW_CHANNEL}", "@bad;tags; :a!a@a PRIVMSG",
         f":mallory!mallory@x PRIVMSG #{TW_CHANNEL}", f"PRIVMSG #{TW_CHANNEL} :no prefix",
-        f":a!a@a NOTPRIVMSG #{TW_CHANNEL} :x", f":a!a@a PRIVMSG #other :not our channel",
+        f":a!a@a NOTPRIVMSG #{TW_CHANNEL} :x", ":a!a@a PRIVMSG #other :not our channel",
         f"@id=1 :a!a@a PRIVMSG #{TW_CHANNEL} :" + "z" * 20_000, "PING", "PING :",
         f":a!a@a PRIVMSG #{TW_CHANNEL} :nul\x00byte", "\t \t",
         f"@user-id=;display-name= :!@ PRIVMSG #{TW_CHANNEL} :empty sender",
@@ -469,8 +470,8 @@ async def test_the_gateway_keeps_serving_under_abuse(gateway: Gateway) -> None:
     await gw.probe("malformed platform traffic")
     TALLY["gateway malformed updates and frames"] += sent
 
-    # A second round of the cheap waves: memory must not keep growing with traffic.
-    await wrong_tokens(gw, 1000)
+    # A second round: memory must not keep growing with traffic.
+    await wrong_tokens(gw, 300)
     await asyncio.to_thread(generated_requests, gw)
     await gw.probe("second round")
     growth = gw.rss() - rss_start
@@ -481,6 +482,8 @@ async def test_the_gateway_keeps_serving_under_abuse(gateway: Gateway) -> None:
     gw.alive()
     text = "\n".join(gw.lines)
     assert "event=webhook_internal_error" not in text
+    # The scripted model never fails: a failed run is the gateway's (or a provider's) doing.
+    assert "event=run_failed" not in text, [ln for ln in gw.lines if "run_failed" in ln][:3]
     # The only tracebacks are the zoo's event_raises failing (logged with its traceback).
     for error in unexpected_tracebacks(gw.lines):
         raise AssertionError(f"traceback in the gateway's log: {error}\n{text[-4000:]}")
