@@ -335,7 +335,7 @@ async def malformed_telegram(gw: Gateway) -> int:
     """getUpdates answers with malformed updates in them, then answers that make no
     sense at all (served in place of the fake's own, which keeps well-formed state)."""
     fake = gw.telegram
-    ids = iter(range(50_000, 60_000))
+    ids = fake._ids  # the fake's own counter: the offsets the adapter confirms stay in step
     shapes: list[Any] = [
         {"chat": {"id": TG_CHAT}, "from": {"id": 1}, "text": "/new@lich_bot and more"},
         "not an object", [], {"chat": "x", "from": [], "text": 5},
