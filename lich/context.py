@@ -35,6 +35,7 @@ __all__ = [
     "SUMMARY_CLOSE",
     "SUMMARY_OPEN",
     "CompressResult",
+    "CompressionSplit",
     "compress_messages",
     "estimate_text_tokens",
     "message_tokens",
@@ -100,25 +101,57 @@ class CompressResult:
     usage: Usage = field(factory=Usage)
 
 
+@frozen
+class CompressionSplit:
+    """How :func:`split_for_compression` divides a conversation.
+
+    ``before + [pinned] + after + recent`` (``pinned`` left out when ``None``)
+    is the conversation without its system messages. ``before`` and ``after``
+    are summarised; ``pinned`` — the latest user message, when the kept window
+    does not reach back to it — and ``recent`` are kept verbatim.
+    """
+
+    system: tuple[Message, ...]
+    before: tuple[Message, ...]
+    pinned: UserMessage | None
+    after: tuple[Message, ...]
+    recent: tuple[Message, ...]
+
+    @property
+    def older(self) -> tuple[Message, ...]:
+        """Everything that is summarised."""
+        return (*self.before, *self.after)
+
+
 def split_for_compression(
     messages: Sequence[Message], keep_recent: int = KEEP_RECENT
-) -> tuple[list[Message], list[Message], list[Message]]:
-    """Split into ``(system, older, recent)``.
+) -> CompressionSplit:
+    """Split a conversation for compression (see :class:`CompressionSplit`).
 
     ``recent`` holds at least the last ``keep_recent`` non-system messages,
     widened so that it does not start with a tool result (its assistant
-    message comes along) and so that it contains the latest user message.
+    message comes along). The latest user message is always kept verbatim,
+    but the work that followed it is summarised like anything else: a long
+    single-task run (one request, then many tool turns) must be compressible.
     """
-    system: list[Message] = [m for m in messages if isinstance(m, SystemMessage)]
-    rest: list[Message] = [m for m in messages if not isinstance(m, SystemMessage)]
+    system = tuple(m for m in messages if isinstance(m, SystemMessage))
+    rest = [m for m in messages if not isinstance(m, SystemMessage)]
     start = max(0, len(rest) - keep_recent)
-    last_user = max((i for i, m in enumerate(rest) if isinstance(m, UserMessage)), default=None)
-    if last_user is not None:
-        start = min(start, last_user)
     # Never begin the kept window with orphaned tool results.
     while 0 < start < len(rest) and isinstance(rest[start], ToolMessage):
         start -= 1
-    return system, rest[:start], rest[start:]
+    last_user = max((i for i, m in enumerate(rest) if isinstance(m, UserMessage)), default=None)
+    if last_user is None or last_user >= start:
+        return CompressionSplit(system, tuple(rest[:start]), None, (), tuple(rest[start:]))
+    pinned = rest[last_user]
+    assert isinstance(pinned, UserMessage)
+    return CompressionSplit(
+        system,
+        tuple(rest[:last_user]),
+        pinned,
+        tuple(rest[last_user + 1 : start]),
+        tuple(rest[start:]),
+    )
 
 
 def _transcript(messages: Sequence[Message]) -> str:
@@ -141,16 +174,20 @@ async def compress_messages(
 ) -> CompressResult:
     """Summarise the older part of ``messages`` with ``chat``.
 
-    Returns ``[*system, summary (as a user message), *recent]``. A summarizer
-    failure (a :class:`ProviderError` or an empty summary) leaves the messages
-    unchanged with ``ok=False``. Cancellation propagates to the caller.
+    Returns ``[*system, summary (as a user message), *recent]``, or, when the
+    latest user message is older than the kept window, ``[*system, latest user
+    message, summary, *recent]``. A summarizer failure (a
+    :class:`ProviderError` or an empty summary) leaves the messages unchanged
+    with ``ok=False``. Cancellation propagates to the caller.
     """
-    system, older, recent = split_for_compression(messages, keep_recent)
-    if not older:
+    split = split_for_compression(messages, keep_recent)
+    if not split.older:
         return CompressResult(tuple(messages), 0, True)
+    # The summarizer sees the pinned request in its place, so it knows what the work was for.
+    shown = [*split.before, *([split.pinned] if split.pinned else []), *split.after]
     request: list[Message] = [
         SystemMessage(COMPRESSION_SYSTEM_PROMPT),
-        UserMessage(f"{_INSTRUCTION}\n\n{_transcript(older)}"),
+        UserMessage(f"{_INSTRUCTION}\n\n{_transcript(shown)}"),
     ]
     try:
         result = await chat(request, [], ChatOptions())
@@ -166,4 +203,7 @@ async def compress_messages(
         log.warning("context compression failed: the summarizer returned no text")
         return CompressResult(tuple(messages), 0, False, result.usage)
     summary_message = UserMessage(f"{SUMMARY_OPEN}\n{summary}\n{SUMMARY_CLOSE}")
-    return CompressResult((*system, summary_message, *recent), len(summary), True, result.usage)
+    head = (split.pinned, summary_message) if split.pinned else (summary_message,)
+    return CompressResult(
+        (*split.system, *head, *split.recent), len(summary), True, result.usage
+    )

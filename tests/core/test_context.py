@@ -70,13 +70,14 @@ def _conversation() -> list[Message]:
 def test_split_never_starts_the_kept_window_with_tool_results() -> None:
     messages = _conversation()
     for keep in range(1, len(messages)):
-        system, older, recent = context.split_for_compression(messages, keep)
-        assert system == [messages[0]]
-        assert older + recent == messages[1:]
-        assert not isinstance(recent[0], ToolMessage), keep
-        # Both halves are valid transcripts on their own: no pair is split.
-        assert_valid_transcript(older)
-        assert_valid_transcript(recent)
+        split = context.split_for_compression(messages, keep)
+        assert list(split.system) == [messages[0]]
+        assert _joined(split) == messages[1:]
+        assert not isinstance(split.recent[0], ToolMessage), keep
+        # Every part is a valid transcript on its own: no pair is split.
+        assert_valid_transcript(list(split.before))
+        assert_valid_transcript(list(split.after))
+        assert_valid_transcript(list(split.recent))
 
 
 def test_split_always_keeps_the_latest_user_message() -> None:
@@ -88,9 +89,24 @@ def test_split_always_keeps_the_latest_user_message() -> None:
             ToolMessage(f"c{i}", "t", "r"),
         )],
     ]  # fmt: skip
-    _, older, recent = context.split_for_compression(messages, keep_recent=2)
-    assert recent[0] == UserMessage("latest request")
-    assert older == [UserMessage("old")]
+    split = context.split_for_compression(messages, keep_recent=2)
+    # The request is pinned; the tool turns that followed it are summarised, except the last.
+    assert split.pinned == UserMessage("latest request")
+    assert list(split.before) == [UserMessage("old")]
+    assert list(split.after) == messages[2:12]
+    assert list(split.recent) == messages[12:]
+
+
+def test_split_keeps_the_latest_user_message_in_the_window_when_it_is_recent() -> None:
+    messages = _conversation()
+    split = context.split_for_compression(messages, keep_recent=3)
+    assert split.pinned is None
+    assert split.recent[0] == UserMessage("third question")
+
+
+def _joined(split: context.CompressionSplit) -> list[Message]:
+    pinned = [split.pinned] if split.pinned is not None else []
+    return [*split.before, *pinned, *split.after, *split.recent]
 
 
 @settings(database=None, deadline=None, max_examples=150)
@@ -110,13 +126,14 @@ def test_split_properties_hold_for_any_conversation(shape: list[str], keep: int)
             ids = [f"{i}.{j}" for j in range(n)]
             messages.append(AssistantMessage("", tuple(ToolCall(x, "t", {}) for x in ids)))
             messages.extend(ToolMessage(x, "t", "r") for x in ids)
-    system, older, recent = context.split_for_compression(messages, keep)
-    assert system + older + recent == messages
-    assert_valid_transcript(older)
-    assert_valid_transcript(recent)
+    split = context.split_for_compression(messages, keep)
+    assert [*split.system, *_joined(split)] == messages
+    assert_valid_transcript(list(split.before))
+    assert_valid_transcript(list(split.after))
+    assert_valid_transcript(list(split.recent))
     users = [m for m in messages if isinstance(m, UserMessage)]
     if users:
-        assert users[-1] in recent
+        assert users[-1] in split.recent or split.pinned is users[-1]
 
 
 async def test_compress_summarises_older_and_keeps_system_and_recent() -> None:
@@ -142,6 +159,30 @@ async def test_compress_summarises_older_and_keeps_system_and_recent() -> None:
     assert "[user] first question" in transcript
     assert "third question" not in transcript
     assert 'tool_calls=[{"name": "t"' in transcript
+
+
+async def test_a_long_single_task_run_is_compressible() -> None:
+    # One request, then many tool turns: the request stays verbatim, the work is summarised.
+    request = UserMessage("refactor the project")
+    turns = [m for i in range(10) for m in (
+        AssistantMessage("", (ToolCall(f"c{i}", "t", {"i": i}),)),
+        ToolMessage(f"c{i}", "t", f"result {i}"),
+    )]  # fmt: skip
+    messages: list[Message] = [SystemMessage("sys"), request, *turns]
+    chat = ScriptedChat(["did ten steps"])
+    result = await context.compress_messages(chat, messages, keep_recent=4)
+
+    assert result.ok
+    assert result.messages[0] == SystemMessage("sys")
+    assert result.messages[1] is request
+    assert isinstance(result.messages[2], UserMessage)
+    assert "did ten steps" in result.messages[2].content
+    assert list(result.messages[3:]) == turns[-4:]
+    assert_valid_transcript(list(result.messages))
+    transcript = chat.calls[0][0][1].content
+    assert "[user] refactor the project" in transcript
+    assert "result 0" in transcript
+    assert "result 9" not in transcript
 
 
 async def test_compress_failure_returns_messages_unchanged() -> None:

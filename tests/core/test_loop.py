@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -471,13 +472,23 @@ async def test_compression_that_helps_does_not_back_off() -> None:
         return Reply("y" * 400, tool_calls=[call(id=f"c{n}")])
 
     events: list[Event] = []
-    params = LoopParams(4, context_budget_tokens=400, compress_threshold=0.8, keep_recent=2)
+    params = LoopParams(6, context_budget_tokens=400, compress_threshold=0.8, keep_recent=2)
     await run_conversation(
         deps_for(ScriptedChat(responder=respond), Runner(), events), _padded_history(), params
     )
     starts = [e for e in events if isinstance(e, CompressStart)]
     assert summaries == len(starts)
-    assert len(starts) >= 3  # it fired again on consecutive turns: no backoff after success
+    turn = 0
+    compressed_on: list[int] = []
+    for e in events:
+        if isinstance(e, TurnStart):
+            turn = e.turn
+        elif isinstance(e, CompressStart):
+            compressed_on.append(turn)
+    assert len(compressed_on) >= 2
+    # It fired again sooner than a backoff would allow: no backoff after a success.
+    gaps = [b - a for a, b in itertools.pairwise(compressed_on)]
+    assert min(gaps) <= COMPRESS_BACKOFF_TURNS
 
 
 async def test_no_compression_without_a_budget() -> None:

@@ -172,8 +172,7 @@ def trigger(point: str, event: Any) -> bool:
 
 def earlier_conversation() -> list[Message]:
     """A finished earlier exchange, long enough to cross the compression threshold at
-    once. (Compression keeps the latest user message and everything after it, so only
-    turns before it can be summarised.)"""
+    once."""
     out: list[Message] = [UserMessage("an earlier question")]
     for i in range(10):
         out.append(AssistantMessage("", (ToolCall(f"e{i}", "echo", {"text": "x"}),)))
