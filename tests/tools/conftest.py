@@ -26,6 +26,19 @@ from lich_builtin_tools._net import NetGuard
 Handler = Callable[["Hit"], "tuple[int, Mapping[str, str], bytes] | None"]
 
 
+@pytest.fixture(autouse=True)
+def _no_login_profile(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``terminal`` runs ``bash -l``: with the real HOME a test that kills it a few ms in can
+    land inside the login profile (pyenv's rehash takes a lock there, and a killed rehash
+    leaves it behind, stalling every later login shell for a minute). An empty HOME has no
+    profile; PYENV_ROOT is pinned so that pyenv shims keep working."""
+    if "PYENV_ROOT" not in os.environ and (Path.home() / ".pyenv").is_dir():
+        monkeypatch.setenv("PYENV_ROOT", str(Path.home() / ".pyenv"))
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+
+
 @attrs.define
 class Hit:
     """One request a :class:`LoopbackServer` received."""
