@@ -310,3 +310,49 @@ def test_exit_codes_for_each_ending() -> None:
     assert code(None, "SIGINT") == 130  # a second Ctrl-C cancelled the task outright
     assert code("aborted", "SIGTERM") == 143
     assert code("final", "SIGINT") == 0  # the answer was complete before the signal landed
+
+
+def test_api_key_env_flag_sends_that_variable_as_the_key(
+    work: Path, scripted: Any, lich: Any, monkeypatch: Any
+) -> None:
+    server = scripted(["keyed"])
+    monkeypatch.setenv("MY_LICH_TEST_KEY", "sk-from-my-var")
+
+    result = lich("--model", "m", "--base-url", server.base_url,
+                  "--api-key-env", "MY_LICH_TEST_KEY", "hi")
+
+    assert result.exit_code == 0, result.stderr
+    headers = {k.lower(): v for k, v in server.server.headers_seen[0].items()}
+    assert headers["authorization"] == "Bearer sk-from-my-var"
+    assert "sk-from-my-var" not in result.stdout + result.stderr
+
+
+LOG_PLUGIN = '''
+import logging
+from lich import hookimpl
+
+
+@hookimpl
+def lich_run_start(run):
+    logging.getLogger("lich.probe").debug("probe says debug")
+    logging.getLogger("lich.probe").info("probe says info")
+'''
+
+
+def test_log_level_flag_sets_what_reaches_stderr(
+    tmp_path: Path, work: Path, scripted: Any, lich: Any
+) -> None:
+    server = scripted(["a", "b", "c"])
+    write_config(work, server.base_url)
+    plugin = tmp_path / "log_probe.py"
+    plugin.write_text(LOG_PLUGIN, encoding="utf-8")
+
+    default = lich("--plugin", str(plugin), "hi")
+    debug = lich("--plugin", str(plugin), "--log-level", "debug", "hi")
+    quiet = lich("--plugin", str(plugin), "--log-level", "error", "hi")
+
+    assert [r.exit_code for r in (default, debug, quiet)] == [0, 0, 0]
+    assert "probe says info" in default.stderr
+    assert "probe says debug" not in default.stderr
+    assert "[lich:debug] probe says debug" in debug.stderr
+    assert "probe says" not in quiet.stderr
