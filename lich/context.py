@@ -38,6 +38,7 @@ __all__ = [
     "CompressionSplit",
     "compress_messages",
     "estimate_text_tokens",
+    "is_summary",
     "message_tokens",
     "schema_tokens",
     "split_for_compression",
@@ -107,8 +108,9 @@ class CompressionSplit:
 
     ``before + [pinned] + after + recent`` (``pinned`` left out when ``None``)
     is the conversation without its system messages. ``before`` and ``after``
-    are summarised; ``pinned`` — the latest user message, when the kept window
-    does not reach back to it — and ``recent`` are kept verbatim.
+    are summarised; ``pinned`` — the latest user message (never an earlier
+    summary), when the kept window does not reach back to it — and ``recent``
+    are kept verbatim.
     """
 
     system: tuple[Message, ...]
@@ -140,7 +142,12 @@ def split_for_compression(
     # Never begin the kept window with orphaned tool results.
     while 0 < start < len(rest) and isinstance(rest[start], ToolMessage):
         start -= 1
-    last_user = max((i for i, m in enumerate(rest) if isinstance(m, UserMessage)), default=None)
+    # An earlier summary is a user message too, but not the user's request: pinning it
+    # instead would summarise the real request away on the second compression.
+    last_user = max(
+        (i for i, m in enumerate(rest) if isinstance(m, UserMessage) and not is_summary(m)),
+        default=None,
+    )
     if last_user is None or last_user >= start:
         return CompressionSplit(system, tuple(rest[:start]), None, (), tuple(rest[start:]))
     pinned = rest[last_user]
@@ -151,6 +158,15 @@ def split_for_compression(
         pinned,
         tuple(rest[last_user + 1 : start]),
         tuple(rest[start:]),
+    )
+
+
+def is_summary(message: Message) -> bool:
+    """Whether ``message`` is a summary written by :func:`compress_messages`."""
+    return (
+        isinstance(message, UserMessage)
+        and message.content.startswith(f"{SUMMARY_OPEN}\n")
+        and message.content.endswith(f"\n{SUMMARY_CLOSE}")
     )
 
 

@@ -111,7 +111,9 @@ def _joined(split: context.CompressionSplit) -> list[Message]:
 
 @settings(database=None, deadline=None, max_examples=150)
 @given(
-    st.lists(st.sampled_from(["user", "answer", "tools1", "tools2"]), min_size=1, max_size=25),
+    st.lists(
+        st.sampled_from(["user", "summary", "answer", "tools1", "tools2"]), min_size=1, max_size=25
+    ),
     st.integers(min_value=0, max_value=12),
 )
 def test_split_properties_hold_for_any_conversation(shape: list[str], keep: int) -> None:
@@ -119,6 +121,10 @@ def test_split_properties_hold_for_any_conversation(shape: list[str], keep: int)
     for i, kind in enumerate(shape):
         if kind == "user":
             messages.append(UserMessage(f"u{i}"))
+        elif kind == "summary":
+            messages.append(
+                UserMessage(f"{context.SUMMARY_OPEN}\ns{i}\n{context.SUMMARY_CLOSE}")
+            )
         elif kind == "answer":
             messages.append(AssistantMessage(f"a{i}"))
         else:
@@ -131,7 +137,8 @@ def test_split_properties_hold_for_any_conversation(shape: list[str], keep: int)
     assert_valid_transcript(list(split.before))
     assert_valid_transcript(list(split.after))
     assert_valid_transcript(list(split.recent))
-    users = [m for m in messages if isinstance(m, UserMessage)]
+    users = [m for m in messages if isinstance(m, UserMessage) and not context.is_summary(m)]
+    assert split.pinned is None or not context.is_summary(split.pinned)
     if users:
         assert users[-1] in split.recent or split.pinned is users[-1]
 
@@ -183,6 +190,35 @@ async def test_a_long_single_task_run_is_compressible() -> None:
     assert "[user] refactor the project" in transcript
     assert "result 0" in transcript
     assert "result 9" not in transcript
+
+
+async def test_a_second_compression_still_pins_the_request_not_the_earlier_summary() -> None:
+    # The first summary is a user message placed after the pinned request; the next
+    # compression must pin the request again and fold the old summary into the new one.
+    request = UserMessage("refactor the project")
+
+    def turns(start: int, stop: int) -> list[Message]:
+        return [m for i in range(start, stop) for m in (
+            AssistantMessage("", (ToolCall(f"c{i}", "t", {}),)),
+            ToolMessage(f"c{i}", "t", f"result {i}"),
+        )]  # fmt: skip
+
+    first = await context.compress_messages(
+        ScriptedChat(["first summary"]), [SystemMessage("sys"), request, *turns(0, 10)],
+        keep_recent=4,
+    )
+    assert context.is_summary(first.messages[2])
+    chat = ScriptedChat(["second summary"])
+    second = await context.compress_messages(
+        chat, [*first.messages, *turns(10, 20)], keep_recent=4
+    )
+    assert second.ok
+    assert second.messages[1] is request
+    assert "second summary" in second.messages[2].content
+    assert sum(context.is_summary(m) for m in second.messages) == 1
+    assert list(second.messages[3:]) == turns(18, 20)
+    assert "first summary" in chat.calls[0][0][1].content
+    assert not context.is_summary(request)
 
 
 async def test_compress_failure_returns_messages_unchanged() -> None:

@@ -491,6 +491,33 @@ async def test_compression_that_helps_does_not_back_off() -> None:
     assert min(gaps) <= COMPRESS_BACKOFF_TURNS
 
 
+async def test_a_long_single_task_run_keeps_its_request_through_every_compression() -> None:
+    # One request, then tool turns until the budget: compression fires again and again,
+    # and every model call still sees the user's request verbatim.
+    request = UserMessage("the one request")
+
+    def respond(request_: ScriptRequest) -> Reply:
+        if _is_summary_request(request_):
+            return Reply("short")
+        n = len(request_.messages)
+        return Reply("y" * 400, tool_calls=[call(id=f"c{n}")])
+
+    chat = ScriptedChat(responder=respond)
+    events: list[Event] = []
+    params = LoopParams(8, context_budget_tokens=400, compress_threshold=0.8, keep_recent=2)
+    out = await run_conversation(deps_for(chat, Runner(), events), [request], params)
+
+    assert len([e for e in events if isinstance(e, CompressEnd) and e.ok]) >= 2
+    model_calls = [c[0] for c in chat.calls if not (
+        c[0] and c[0][0] == SystemMessage(context.COMPRESSION_SYSTEM_PROMPT)
+    )]  # fmt: skip
+    assert len(model_calls) == 8
+    assert all(request in messages for messages in model_calls)
+    assert out.messages[0] == request
+    assert sum(context.is_summary(m) for m in out.messages) == 1
+    assert_valid_transcript(list(out.messages))
+
+
 async def test_no_compression_without_a_budget() -> None:
     events: list[Event] = []
     chat = ScriptedChat(["ok"])
