@@ -4,6 +4,7 @@ plugin commands, strict mode."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -151,6 +152,8 @@ def test_lich_plugins_reports_the_broken_plugin(work: Path, scripted: Any, lich:
     as_json = lich("plugins", "--json")
 
     assert table.exit_code == 0, table.stderr
+    header = next(line for line in table.stdout.splitlines() if "entry" in line)
+    assert re.search(r"entry\W+plugin\W+version\W+status\W+hooks\W+error", header), header
     assert "broken.py" in table.stdout
     assert "failed" in table.stdout
     assert "ModuleNotFoundError" in table.stdout
