@@ -28,6 +28,12 @@ T = TypeVar("T")
 def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
     if fut.done():  # the caller gave up (timeout, cancel): nobody wants the answer
         return
+    if isinstance(exc, StopIteration):
+        # A Future refuses StopIteration (TypeError inside this callback), which would
+        # leave the caller waiting until its timeout: convert it as PEP 479 does.
+        wrapped = RuntimeError(f"{type(exc).__name__} raised in a plugin function")
+        wrapped.__cause__ = exc
+        exc = wrapped
     if exc is not None:
         fut.set_exception(exc)
     else:

@@ -1,0 +1,81 @@
+"""lich._threads: plain plugin functions in reused daemon threads, under failure and cancel.
+
+(Reuse, context and fork are covered in tests/bench/test_perf_fixes.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich._threads import run_in_daemon_thread
+from lich.tools import Tool, ToolExecutor, ToolRegistry
+from lich.types import ToolCall
+
+
+async def test_stop_iteration_reaches_the_caller_instead_of_hanging_it() -> None:
+    # A Future refuses StopIteration; unconverted, the caller waited for its timeout.
+    def exhausted() -> int:
+        return next(iter([]))
+
+    with pytest.raises(RuntimeError, match="StopIteration") as info:
+        await asyncio.wait_for(run_in_daemon_thread(exhausted), 10)
+    assert isinstance(info.value.__cause__, StopIteration)
+
+
+async def test_a_sync_tool_raising_stop_iteration_is_a_failed_result(tmp_path: Path) -> None:
+    def execute(args: dict[str, Any], ctx: Any) -> Any:
+        return next(iter([]))
+
+    registry = ToolRegistry()
+    registry.register(Tool("empty", "d", {"type": "object"}, execute, timeout_s=60))
+    executor = ToolExecutor(registry, work_dir=tmp_path)
+    result = await asyncio.wait_for(executor.execute(ToolCall("c1", "empty", {})), 10)
+    assert not result.ok
+    assert result.error is not None
+    assert "StopIteration" in result.error
+
+
+async def test_a_cancelled_caller_leaves_the_worker_to_finish_and_serve_again() -> None:
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+    ident: list[int] = []
+
+    def slow() -> str:
+        ident.append(threading.get_ident())
+        started.set()
+        release.wait(10)
+        finished.set()
+        return "late answer"  # nobody wants it any more: must not error or warn
+
+    task = asyncio.ensure_future(run_in_daemon_thread(slow))
+    assert await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    assert await asyncio.to_thread(finished.wait, 10)
+    await asyncio.sleep(0.05)  # let the late _settle callback run (it must be a no-op)
+
+    # The worker went back to the idle list and answers later calls correctly.
+    answers = [await asyncio.wait_for(run_in_daemon_thread(threading.get_ident), 10)
+               for _ in range(3)]
+    assert ident[0] in answers
+
+
+async def test_a_timed_out_call_raising_later_is_not_an_unretrieved_error() -> None:
+    release = threading.Event()
+
+    def fails_late() -> None:
+        release.wait(10)
+        raise ValueError("too late")
+
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(run_in_daemon_thread(fails_late), 0.05)
+    release.set()
+    # filterwarnings=error and the loop's exception handler would turn a stray
+    # "exception never retrieved" or a failing callback into a failure of this test.
+    assert await asyncio.wait_for(run_in_daemon_thread(lambda: "ok"), 10) == "ok"
