@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from tui_support import GatedChat, ToolsPlugin, make_agent, send, wait_for
 
 from lich.agent import Agent
 from lich.config import LichConfig, ProviderConfig
+from lich.events import Failover, Retry, StreamReset, TextDelta
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
 from lich.tui.app import LichApp, ToolView
 from lich.types import ToolCall, UserMessage
@@ -551,3 +553,43 @@ async def test_quit_while_busy_cancels_the_run(tmp_path: Path) -> None:
     assert app.return_value == 0
     assert run.cancel.cancelled
     assert [r["stopped_reason"] for r in run_end_records(app)] == ["aborted"]
+
+
+class FlakyProviderChat:
+    """A model call that retries, streams half an answer, loses the stream and fails
+    over before answering — the notices a real router would cause. It waits on
+    :attr:`gate` after the failover so a test can look at the screen in between."""
+
+    def __init__(self, inner: ScriptedChat) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.gate = asyncio.Event()
+        self.failed_over = asyncio.Event()
+
+    async def __call__(self, messages: Any, tools: Any, options: Any) -> Any:
+        options.emit(Retry("main", 1, "rate_limit", 0.5, "slow down"))
+        options.emit(TextDelta("Half an ans", "main"))
+        options.emit(StreamReset("main", "network: connection reset"))
+        options.emit(Failover("main", "backup", "network", "connection reset"))
+        self.failed_over.set()
+        await self.gate.wait()
+        return await self.inner(messages, tools, options)
+
+
+async def test_retry_failover_and_stream_reset_show_as_notices(tmp_path: Path) -> None:
+    chat = FlakyProviderChat(ScriptedChat(["The whole answer."]))
+    agent, _ = make_agent(tmp_path, chat=chat)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "hi")
+        await wait_for(pilot, chat.failed_over.is_set, "failover")
+        await wait_for(pilot, lambda: len(notices(app)) >= 2, "notices")
+        shown = notices(app)
+        assert "· retrying main in 0.5s (attempt 1, rate_limit: slow down)" in shown
+        assert "· main failed (network: connection reset); failing over to backup" in shown
+        # the lost stream's partial answer is taken off the screen at once
+        assert "Half an ans" not in app.transcript_text()
+        assert assistant_blocks(app) == []
+        chat.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        assert [b.source for b in assistant_blocks(app)] == ["The whole answer."]
