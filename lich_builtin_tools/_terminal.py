@@ -3,6 +3,11 @@
 * The command runs in a new session (``start_new_session``), so its process
   group holds everything it starts; on timeout or cancellation the whole
   group gets ``SIGKILL`` — backgrounded grandchildren included.
+* When bash exits by itself, jobs it put in the background are left running
+  (``server &`` then ``curl`` in the next call is a common agent pattern).
+  One that still holds stdout/stderr makes the call wait ``_PIPE_GRACE_S``,
+  then return; its pipes are drained into nothing until it closes them, so
+  it does not die of SIGPIPE at its next write.
 * stdout and stderr are read through our own pipes into capped buffers
   while the command runs: past the cap, data is drained and dropped, so a
   chatty command cannot grow memory.
@@ -41,9 +46,15 @@ MAX_TIMEOUT_MS = 300_000
 STREAM_CAP_CHARS = 50_000
 OUTPUT_CAP_CHARS = 20_000
 # How long to wait for the pipes to close once bash itself has exited. A
-# backgrounded child that keeps them open (``server &``) is left running, and
-# its further output is not collected.
+# backgrounded child that keeps them open (``server &``) is left running: its
+# pipes stay open and are drained into nothing until it closes them (see
+# ``_DETACHED``), so its further output is not collected.
 _PIPE_GRACE_S = 0.5
+# Readers of pipes still held by background jobs after their call returned.
+# Closing our read end would kill such a job with SIGPIPE at its next write
+# (a half-alive ``server &``), so the pipe is drained until the job closes it;
+# the transport closes itself at EOF and the reader leaves this set.
+_DETACHED: set[_CappedPipe] = set()
 _REAP_GRACE_S = 5.0
 
 
@@ -71,6 +82,12 @@ class _CappedPipe(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(None)
+
+    def detach(self) -> None:
+        """Keep draining, but collect nothing more: the call has returned."""
+        self.cap = self.kept
+        _DETACHED.add(self)
+        self.closed.add_done_callback(lambda _: _DETACHED.discard(self))
 
     def text(self, label: str, cap_chars: int) -> str:
         """The collected bytes as text, capped at ``cap_chars``, with a note when cut."""
@@ -112,8 +129,11 @@ def make_terminal_tool(config: Any = None) -> Tool:
         name="terminal",
         description=(
             "Run a shell command with bash -lc in the work directory. Returns stdout, stderr "
-            "and '[exit N]'. Default timeout 60000 ms, maximum 300000 ms; on timeout the "
-            "command and everything it started are killed."
+            "and '[exit N]'. Default timeout 60000 ms, maximum 300000 ms; on timeout or "
+            "cancellation the command and everything it started are killed. A job put in the "
+            "background with '&' keeps running after the call returns (it is not killed "
+            "later); if it keeps stdout/stderr open the call returns 0.5 s after the command "
+            "and the job's later output is discarded, so redirect it: 'server > log 2>&1 &'."
         ),
         parameters=schema(
             {
@@ -145,6 +165,7 @@ async def run_command(
     transports: list[asyncio.ReadTransport] = []
     proc: asyncio.subprocess.Process | None = None
     timed_out = False
+    finished = False  # bash exited by itself: pipes still open belong to background jobs
     try:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -179,6 +200,7 @@ async def run_command(
             async with asyncio.timeout(timeout_s):
                 code = await proc.wait()
                 await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
+                finished = True
         except TimeoutError:
             timed_out = True
             _kill_group(proc.pid)
@@ -201,10 +223,15 @@ async def run_command(
         for fd in unowned:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        for transport in transports:
-            transport.close()
+        for reader, transport in zip(readers, transports, strict=True):
+            if finished and not reader.closed.done():
+                reader.detach()
+            else:
+                transport.close()
     exit_code = code if code >= 0 else -1
     body = readers[0].text("stdout", STREAM_CAP_CHARS) + readers[1].text("stderr", STREAM_CAP_CHARS)
+    for reader in readers:
+        reader.chunks.clear()  # a detached reader lives on; its output is in ``body`` now
     trailer = f"\n[exit {exit_code}]"
     if len(body) + len(trailer) > cap:
         # Keep the exit line visible whatever the cap: truncate the body, not the trailer.

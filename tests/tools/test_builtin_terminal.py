@@ -11,9 +11,10 @@ import pytest
 from lich.cancel import CancelToken
 from lich.config import LichConfig, ProviderConfig
 from lich.tools import ToolContext
+from lich_builtin_tools import _terminal
 from lich_builtin_tools._terminal import make_terminal_tool
 
-from .conftest import Runner, kill_quietly, wait_until_dead
+from .conftest import Runner, kill_quietly, process_alive, wait_until_dead
 
 # Records bash's pid and a backgrounded child's, then blocks in a foreground child:
 # the shape of "sleep 100 & sleep 100".
@@ -137,6 +138,16 @@ async def test_task_cancellation_from_outside_kills_the_group(work: Path) -> Non
         kill_quietly(pids)
 
 
+async def _drained(within_s: float = 30.0) -> None:
+    """Wait until no background job's pipe is still being drained (so none outlives the
+    test's event loop as an unclosed transport)."""
+    for _ in range(int(within_s / 0.02)):
+        if not _terminal._DETACHED:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("a background job's pipes were never closed")
+
+
 async def test_background_job_does_not_hold_the_call_open(run: Runner, work: Path) -> None:
     started = time.monotonic()
     result = await run("terminal", {"command": "sleep 30 & echo $! > bg.pid; echo started"})
@@ -145,6 +156,44 @@ async def test_background_job_does_not_hold_the_call_open(run: Runner, work: Pat
         assert result.ok
         assert "started" in result.output
         assert time.monotonic() - started < 20
+        # Left running: the group is killed only on timeout or cancellation.
+        assert process_alive(pid)
+        assert len(_terminal._DETACHED) == 2  # its stdout and stderr, still drained
+    finally:
+        kill_quietly([pid])
+        await _drained()
+
+
+async def test_background_job_holding_the_pipe_survives_its_later_writes(
+    run: Runner, work: Path
+) -> None:
+    """Closing our end of the pipe would kill the job with SIGPIPE at its next write: a
+    ``server &`` that died at its first log line. It keeps running; its output is dropped."""
+    command = ("(sleep 1; echo late; echo late >&2; echo alive > marker) & echo $! > bg.pid; "
+               "echo started")
+    result = await run("terminal", {"command": command})
+    pid = int((work / "bg.pid").read_text())
+    try:
+        assert result.ok
+        assert result.output == "started\n\n[exit 0]"
+        await _appears(work / "marker")
+        assert (work / "marker").read_text() == "alive\n"
+        await _drained()  # it exited, closing its pipes: nothing is kept for it
+    finally:
+        kill_quietly([pid])
+
+
+async def test_redirected_background_job_returns_at_once_and_keeps_running(
+    run: Runner, work: Path
+) -> None:
+    command = "sleep 30 > /dev/null 2>&1 & echo $! > bg.pid; echo started"
+    result = await run("terminal", {"command": command})
+    pid = int((work / "bg.pid").read_text())
+    try:
+        assert result.ok
+        assert "started" in result.output
+        assert process_alive(pid)
+        assert not _terminal._DETACHED  # it holds none of our pipes
     finally:
         kill_quietly([pid])
 
