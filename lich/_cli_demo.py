@@ -89,10 +89,10 @@ def demo(settings: Settings) -> int:
 def _summary(err: Any, result: RunResult, work_dir: Path) -> None:
     from rich.text import Text
 
+    from lich._cli_run import outcome_line
+
     lines = [
-        f"{result.stopped_reason} after {result.outcome.turns_used} "
-        f"turn{'s' if result.outcome.turns_used != 1 else ''}, "
-        f"{result.usage.total_tokens} tokens",
+        outcome_line(result),
         f"work dir:   {work_dir}",
         f"transcript: {result.session_path}",
         f"read it with: lich sessions show {result.session_id} "

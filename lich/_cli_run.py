@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from lich.events import EventHandler
     from lich.types import Message, ProviderError
 
-__all__ = ["Interruptible", "describe_provider_error", "exit_code_for", "one_shot", "run_agent"]
+__all__ = [
+    "Interruptible",
+    "describe_provider_error",
+    "exit_code_for",
+    "one_shot",
+    "outcome_line",
+    "run_agent",
+]
 
 
 @frozen
@@ -248,12 +255,13 @@ def execute(
     return exit_code_for(outcome)
 
 
-def _summary(human: Any, result: RunResult) -> None:
-    usage = result.usage
-    where = f"; transcript {result.session_path}" if result.session_path else ""
+def outcome_line(result: RunResult) -> str:
+    """``final after 4 turns, 382 tokens``: how a run ended, for the closing line."""
     turns = result.outcome.turns_used
-    human.note(
-        f"{result.stopped_reason} after {turns} turn{'s' if turns != 1 else ''}, "
-        f"{usage.total_tokens} tokens; session {result.session_id}{where}",
-        always=False,
-    )
+    return (f"{result.stopped_reason} after {turns} turn{'s' if turns != 1 else ''}, "
+            f"{result.usage.total_tokens} tokens")
+
+
+def _summary(human: Any, result: RunResult) -> None:
+    where = f"; transcript {result.session_path}" if result.session_path else ""
+    human.note(f"{outcome_line(result)}; session {result.session_id}{where}", always=False)

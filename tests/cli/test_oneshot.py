@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ def test_one_shot_with_a_tool_call(work: Path, scripted: Any, lich: Any) -> None
     assert "[lich]" not in result.stdout
     # The tool really ran: its output reached the model.
     assert "notes.txt" in server.requests[1].messages[-1].content
+    # The closing line says how it ended and where the transcript is.
+    (transcript,) = (work / ".lich" / "sessions").glob("*.jsonl")
+    assert re.search(rf"\[lich\] final after 2 turns, \d+ tokens; session {transcript.stem}; "
+                     rf"transcript {re.escape(str(transcript))}", result.stderr), result.stderr
 
 
 def test_one_shot_in_a_subprocess(work: Path, scripted: Any) -> None:
