@@ -29,7 +29,7 @@ from typing import IO, Any
 from attrs import field, frozen
 
 from lich import serialization
-from lich.types import AssistantMessage, Message, ToolMessage
+from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
 __all__ = [
     "RECORD_VERSION",
@@ -282,12 +282,12 @@ def repair_dangling_tool_calls(messages: Iterable[Message]) -> list[Message]:
     """
     out: list[Message] = []
     pending: list[tuple[str, str]] = []
+    # The same content the loop writes for a cancelled call, so both read alike.
+    cancelled = ToolResult.failure("cancelled").to_content()
 
     def close_pending() -> None:
         for call_id, name in pending:
-            out.append(
-                ToolMessage(call_id, name, '{"ok":false,"output":"","error":"cancelled"}', True)
-            )
+            out.append(ToolMessage(call_id, name, cancelled, True))
         pending.clear()
 
     for message in messages:

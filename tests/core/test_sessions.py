@@ -185,7 +185,7 @@ def test_repair_closes_dangling_tool_calls_right_after_their_turn() -> None:
     repaired = repair_dangling_tool_calls(messages)
     assert_valid_transcript(repaired)
     assert repaired[3] == ToolMessage(
-        "b", "t", '{"ok":false,"output":"","error":"cancelled"}', is_error=True
+        "b", "t", '{"ok": false, "output": "", "error": "cancelled"}', is_error=True
     )
     assert repaired[4] == UserMessage("next")
     assert repaired[-1].role == "tool"
@@ -198,5 +198,5 @@ def test_history_for_resume_repairs_the_file_contents(tmp_path: Path) -> None:
     history = store.history("s1")
     assert_valid_transcript(history)
     assert history[-1] == ToolMessage(
-        "c1", "list_dir", '{"ok":false,"output":"","error":"cancelled"}', is_error=True
+        "c1", "list_dir", '{"ok": false, "output": "", "error": "cancelled"}', is_error=True
     )
