@@ -8,12 +8,14 @@ the non-streamed one: both go through the same ``parse_response``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from lich.events import TextDelta
 from lich.types import ChatOptions, ChatResult, Message, ProviderError, ToolDefinition
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
     import httpx
 
     from lich.config import ProviderConfig
+
+_M = TypeVar("_M", bound=Message)
+_T = TypeVar("_T")
 
 __all__ = [
     "HttpProvider",
@@ -159,6 +164,33 @@ class HttpProvider:
             transport=transport,
             headers=config.headers,
         )
+        # id(message) -> (weak reference to it, its wire form); see wire_of().
+        self._wire_cache: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def wire_of(self, message: _M, build: Callable[[_M], _T]) -> _T:
+        """``build(message)``, computed once per message object and then reused.
+
+        Messages are immutable and a conversation resends its whole history every
+        turn, so each one is mapped to its wire form once (B1 in docs/performance.md),
+        not once per turn. An entry goes when its message is garbage-collected, so the
+        cache never outlives the conversations. The wire forms are shared between
+        requests: callers must never mutate them. ``None`` (nothing to send) is not
+        cached.
+        """
+        cache = self._wire_cache
+        key = id(message)
+        hit = cache.get(key)
+        if hit is not None and hit[0]() is message:
+            return hit[1]  # type: ignore[no-any-return]
+        item = build(message)
+        if item is None:
+            return item
+        try:
+            ref = weakref.ref(message, functools.partial(_forget, cache, key))
+        except TypeError:  # a message type without weakref support: just don't cache
+            return item
+        cache[key] = (ref, item)
+        return item
 
     @property
     def name(self) -> str:
@@ -245,6 +277,13 @@ class HttpProvider:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self.http.aclose()
+
+
+def _forget(cache: dict[int, tuple[weakref.ref[Any], Any]], key: int, ref: Any) -> None:
+    # Only this message's entry: its id may already belong to a newer message.
+    entry = cache.get(key)
+    if entry is not None and entry[0] is ref:
+        del cache[key]
 
 
 def loads_event(provider: HttpProvider, data: str) -> Any:

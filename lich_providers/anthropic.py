@@ -111,40 +111,21 @@ class AnthropicProvider(HttpProvider):
         turns: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
 
-        def flush_results() -> None:
-            if results:
-                turns.append({"role": "user", "content": list(results)})
-                results.clear()
-
         for m in messages:
             if isinstance(m, ToolMessage):
-                block: dict[str, Any] = {
-                    "type": "tool_result",
-                    "tool_use_id": m.tool_call_id,
-                    "content": m.content,
-                }
-                if m.is_error:
-                    block["is_error"] = True
-                results.append(block)
+                results.append(self.wire_of(m, _tool_result))
                 continue
-            flush_results()
+            if results:
+                turns.append({"role": "user", "content": results})
+                results = []
             if isinstance(m, SystemMessage):
                 system.append(m.content)
-            elif isinstance(m, UserMessage):
-                turns.append({"role": "user", "content": m.content})
-            elif isinstance(m, AssistantMessage):
-                blocks: list[dict[str, Any]] = []
-                if m.content.strip():
-                    blocks.append({"type": "text", "text": m.content})
-                blocks.extend(
-                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.args}
-                    for c in m.tool_calls
-                )
-                # An empty assistant turn carries nothing and the API refuses
-                # empty text blocks: leave it out.
-                if blocks:
-                    turns.append({"role": "assistant", "content": blocks})
-        flush_results()
+                continue
+            turn = self.wire_of(m, _turn)
+            if turn is not None:
+                turns.append(turn)
+        if results:
+            turns.append({"role": "user", "content": results})
 
         body: dict[str, Any] = {
             "model": self.model,
@@ -295,6 +276,36 @@ class _AnthropicStream(StreamAssembler):
             "stop_reason": self.stop_reason,
             "usage": self.usage,
         }
+
+
+def _tool_result(m: ToolMessage) -> dict[str, Any]:
+    """A tool message as a ``tool_result`` block (consecutive ones share one user turn)."""
+    block: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": m.tool_call_id,
+        "content": m.content,
+    }
+    if m.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _turn(m: Message) -> dict[str, Any] | None:
+    """A user or assistant message as a turn (``None``: nothing to send)."""
+    if isinstance(m, UserMessage):
+        return {"role": "user", "content": m.content}
+    if isinstance(m, AssistantMessage):
+        blocks: list[dict[str, Any]] = []
+        if m.content.strip():
+            blocks.append({"type": "text", "text": m.content})
+        blocks.extend(
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.args}
+            for c in m.tool_calls
+        )
+        # An empty assistant turn carries nothing and the API refuses
+        # empty text blocks: leave it out.
+        return {"role": "assistant", "content": blocks} if blocks else None
+    return None
 
 
 @hookimpl

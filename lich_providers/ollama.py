@@ -127,19 +127,9 @@ class OllamaProvider(HttpProvider):
         options: ChatOptions,
     ) -> dict[str, Any]:
         """The ``/api/chat`` request body."""
-        wire: list[dict[str, Any]] = []
-        for m in messages:
-            if isinstance(m, SystemMessage | UserMessage):
-                wire.append({"role": m.role, "content": m.content})
-            elif isinstance(m, AssistantMessage):
-                item: dict[str, Any] = {"role": "assistant", "content": m.content}
-                if m.tool_calls:
-                    item["tool_calls"] = [
-                        {"function": {"name": c.name, "arguments": c.args}} for c in m.tool_calls
-                    ]
-                wire.append(item)
-            elif isinstance(m, ToolMessage):
-                wire.append({"role": "tool", "tool_name": m.name, "content": m.content})
+        wire = [
+            item for m in messages if (item := self.wire_of(m, _wire_message)) is not None
+        ]
         body: dict[str, Any] = {
             "model": self.model,
             "messages": wire,
@@ -244,6 +234,23 @@ class _OllamaStream(StreamAssembler):
             message["tool_calls"] = self.tool_calls
         final["message"] = message
         return final
+
+
+def _wire_message(m: Message) -> dict[str, Any] | None:
+    """One message as ``/api/chat`` expects it (``None`` for an unknown type)."""
+    if isinstance(m, SystemMessage | UserMessage):
+        return {"role": m.role, "content": m.content}
+    if isinstance(m, AssistantMessage):
+        item: dict[str, Any] = {"role": "assistant", "content": m.content}
+        if m.tool_calls:
+            item["tool_calls"] = [
+                {"function": {"name": c.name, "arguments": c.args}} for c in m.tool_calls
+            ]
+        return item
+    if isinstance(m, ToolMessage):
+        # No tool-call ids in this dialect: results correlate by position and name.
+        return {"role": "tool", "tool_name": m.name, "content": m.content}
+    return None
 
 
 @hookimpl

@@ -12,11 +12,9 @@ A key is required only for the well-known host ``api.openai.com``; a custom
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -46,9 +44,6 @@ from lich_providers._base import (
 from lich_providers._http import cut, iter_sse, kind_for_status
 
 if TYPE_CHECKING:
-    import httpx
-
-    from lich.config import ProviderConfig
     from lich.providers import ProviderRegistry
 
 __all__ = ["OpenAICompatProvider", "lich_register_providers"]
@@ -90,19 +85,6 @@ class OpenAICompatProvider(HttpProvider):
     path = "/chat/completions"
     overflow = re.compile(r"context|token|length", re.I)
 
-    def __init__(
-        self,
-        config: ProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(config, transport=transport, env=env)
-        # id(message) -> (weak reference to it, its wire dict); an entry goes when its
-        # message is garbage-collected, so the cache never outlives the conversations.
-        # The wire dicts are shared between requests and never mutated.
-        self._wire_cache: dict[int, tuple[weakref.ref[Message], dict[str, Any]]] = {}
-
     def _key_env(self) -> tuple[str | None, bool]:
         well_known = urlsplit(self.config.resolved_base_url()).hostname == WELL_KNOWN_HOST
         # OPENAI_API_KEY is only a default for OpenAI itself: it is never sent to
@@ -127,25 +109,9 @@ class OpenAICompatProvider(HttpProvider):
         options: ChatOptions,
     ) -> dict[str, Any]:
         """The chat-completions request body."""
-        wire: list[dict[str, Any]] = []
-        cache = self._wire_cache
-        for m in messages:
-            # Messages are immutable and a conversation resends its whole history every
-            # turn: map each one once (B1 in docs/performance.md), not once per turn.
-            hit = cache.get(id(m))
-            if hit is not None and hit[0]() is m:
-                wire.append(hit[1])
-                continue
-            item = _wire_message(m)
-            if item is None:
-                continue
-            try:
-                ref = weakref.ref(m, functools.partial(_forget, cache, id(m)))
-            except TypeError:  # a message type without weakref support: just don't cache
-                pass
-            else:
-                cache[id(m)] = (ref, item)
-            wire.append(item)
+        wire = [
+            item for m in messages if (item := self.wire_of(m, _wire_message)) is not None
+        ]
         body: dict[str, Any] = {"model": self.model, "messages": wire}
         if tools:
             body["tools"] = [
@@ -315,15 +281,6 @@ def _wire_message(m: Message) -> dict[str, Any] | None:
     if isinstance(m, ToolMessage):
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
     return None
-
-
-def _forget(
-    cache: dict[int, tuple[weakref.ref[Message], dict[str, Any]]], key: int, ref: Any
-) -> None:
-    # Only this message's entry: its id may already belong to a newer message.
-    entry = cache.get(key)
-    if entry is not None and entry[0] is ref:
-        del cache[key]
 
 
 def _repr(data: Any) -> str:
