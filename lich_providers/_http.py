@@ -1,7 +1,10 @@
 """HTTP for the provider plugins: the one place that knows httpx and HTTP statuses.
 
-Every provider owns one :class:`HttpClient` (one ``httpx.AsyncClient``, whose
-transport is injectable so tests use ``httpx.MockTransport``). The client
+Every provider owns one :class:`HttpClient`, whose transport is injectable so
+tests use ``httpx.MockTransport``. Deviating from DESIGN.md's "one
+``httpx.AsyncClient`` per provider", the client keeps its own pool of
+single-connection httpx clients, all on that transport (why: see
+:class:`HttpClient` and "Connections" in docs/providers.md). The client
 speaks JSON in, JSON (or a stream of lines) out, and turns every failure into a
 :class:`lich.types.ProviderError` with a kind from the fixed taxonomy:
 
@@ -506,7 +509,11 @@ class HttpClient:
         return ProviderError("network", self.provider, f"stream broken: {why}")
 
     async def aclose(self) -> None:
-        """Close the connections (new ones are opened by the next request)."""
+        """Close every connection, idle or in use (new ones are opened by the next request).
+
+        Each lane's ``aclose()`` also closes an injected transport; httpx transports
+        allow that more than once, and stay usable.
+        """
         lanes, self._lanes, self._idle = self._lanes, set(), []
         loop = self._loop
         if lanes and loop is asyncio.get_running_loop():
