@@ -78,7 +78,9 @@ def compute_backoff(
     exactly. Defaults give 1.25 s after attempt 1 and 2.5 s after attempt 2.
     """
     base_ms = base_s * 1000
-    exponential = math.floor(base_ms * float(2**attempt))
+    # 2**64 steps is far past any cap, and from 2**1024 on the float would overflow
+    # (a large max_attempts setting must not crash the router).
+    exponential = math.floor(base_ms * float(2 ** min(attempt, 64)))
     jitter = math.floor(base_ms * attempt / 2)
     return float(min(exponential + jitter, max_s * 1000)) / 1000
 

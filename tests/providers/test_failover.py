@@ -101,6 +101,13 @@ def test_backoff_custom_base_and_cap() -> None:
     assert compute_backoff(10, 0.1, 0.4) == 0.4
 
 
+def test_backoff_saturates_at_the_cap_for_any_attempt_number() -> None:
+    # 2**1100 does not fit a float: this used to raise OverflowError.
+    assert compute_backoff(1100) == 8.0
+    assert compute_backoff(10**6, 0.5, 60.0) == 60.0
+    assert compute_backoff(1100, 0.0, 8.0) == 0.0
+
+
 def test_classify_error() -> None:
     kept = err("overflow")
     assert classify_error(kept, "x") is kept
