@@ -209,7 +209,6 @@ class _AnthropicStream(StreamAssembler):
         self.partial_json: dict[int, list[str]] = {}
         self.texted: set[int] = set()
         self.stop_reason: Any = None
-        self.done = False
 
     def _text(self, index: int, piece: str) -> None:
         if not piece:
@@ -254,13 +253,14 @@ class _AnthropicStream(StreamAssembler):
                 self.usage.update({k: v for k, v in (data.get("usage") or {}).items()
                                    if v is not None})
             elif kind == "message_stop":
-                self.done = True
                 return
             elif kind == "error":
                 raise self.provider.error_from(data.get("error"), "stream error")
             # ping, content_block_stop and event types added later need nothing.
         if self.stop_reason is None:
-            raise self.provider.http.broken_stream("the stream ended before message_stop")
+            # message_delta's stop_reason completes the answer (message_stop adds nothing).
+            raise self.provider.http.broken_stream(
+                "the stream ended before the answer's stop_reason (message_delta)")
 
     def response(self) -> Any:
         content = []

@@ -188,7 +188,6 @@ class _OpenAIStream(StreamAssembler):
         self.finish: Any = None
         self.usage: Any = None
         self.model: Any = None
-        self.done = False
 
     def _call_slot(self, tc: dict[str, Any]) -> dict[str, Any]:
         index = tc.get("index")
@@ -204,7 +203,6 @@ class _OpenAIStream(StreamAssembler):
     async def consume(self, lines: AsyncIterator[str]) -> None:
         async for event in iter_sse(lines):
             if event.data.strip() == "[DONE]":
-                self.done = True
                 return
             chunk = loads_event(self.provider, event.data)
             if not isinstance(chunk, dict):
