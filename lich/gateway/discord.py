@@ -77,7 +77,11 @@ class _Reconnect(Exception):
 
 
 class DiscordAdapter(ChatAdapterBase):
-    """The ``discord`` platform. ``ready`` is set once a session is identified or resumed."""
+    """The ``discord`` platform.
+
+    ``ready`` is set while a session is identified or resumed, and cleared when
+    the connection drops.
+    """
 
     name = PLATFORM
 
@@ -183,6 +187,8 @@ class DiscordAdapter(ChatAdapterBase):
                           retry_in_s=round(delay, 2))
             finally:
                 self._ws = None
+                # Not ready until the next READY/RESUMED: waiters see the drop.
+                self.ready.clear()
             if await sleep_or_stop(delay, self._stop):
                 return
 

@@ -29,8 +29,12 @@ DROP = object()
 """Handler answer: close the connection without a response."""
 
 
-async def wait_for(predicate: Callable[[], Any], limit_s: float = 15.0, what: str = "") -> Any:
-    """Poll ``predicate`` until it is truthy; fail (not hang) after a generous ``limit_s``."""
+async def wait_for(predicate: Callable[[], Any], limit_s: float = 30.0, what: str = "") -> Any:
+    """Poll ``predicate`` until it is truthy; fail (not hang) after a generous ``limit_s``.
+
+    The bound only detects hangs: a loaded machine may take many times longer
+    than an idle one, so it is far above what any condition here needs.
+    """
     deadline = time.monotonic() + limit_s
     while True:
         value = predicate()
@@ -52,6 +56,7 @@ class HttpRequest:
         self.headers = headers
         self.body = body
         self.at = time.monotonic()
+        self.failed_with: int | None = None  # the status of a scripted failure it got
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
@@ -163,6 +168,7 @@ class FakeTelegram:
         self.send_attempts: list[HttpRequest] = []
         self.polls: list[HttpRequest] = []
         self.send_failures: list[HttpResponse] = []  # answered, in order, before succeeding
+        self.poll_failures: list[HttpResponse] = []  # the same, for getUpdates
         self.drop_polls = 0
         self.fail_polls = 0
         self._ids = itertools.count(1000)
@@ -219,6 +225,10 @@ class FakeTelegram:
 
     async def _get_updates(self, request: HttpRequest) -> Any:
         self.polls.append(request)
+        if self.poll_failures:
+            failure = self.poll_failures.pop(0)
+            request.failed_with = failure.status
+            return failure
         if self.drop_polls > 0:
             self.drop_polls -= 1
             return DROP
@@ -247,7 +257,9 @@ BOT_ID = "900000000000000001"
 class FakeDiscord:
     """The Discord gateway (websocket) and REST API, on loopback."""
 
-    def __init__(self, token: str, *, heartbeat_ms: int = 200) -> None:
+    def __init__(self, token: str, *, heartbeat_ms: int = 30_000) -> None:
+        # A short interval makes a loaded machine miss ACKs and reconnect on its own
+        # (a "zombie"), so only the heartbeat tests ask for one.
         self.token = token
         self.heartbeat_ms = heartbeat_ms
         self.ack_heartbeats = True
@@ -356,7 +368,9 @@ class FakeDiscord:
                     self.resumes.append(payload["d"])
                     d = payload["d"]
                     if self.allow_resume and d.get("session_id") == self.session_id:
-                        for event in self.events:  # replay what the client missed
+                        # Replay what the client missed (a snapshot: dispatches made
+                        # meanwhile go out live and must not be sent twice).
+                        for event in list(self.events):
                             if event["s"] > d.get("seq", 0) and event["t"] != "READY":
                                 await ws.send(json.dumps(event))
                         await self.dispatch("RESUMED", {})

@@ -97,7 +97,7 @@ async def test_queue_limit_answers_busy_instead_of_queueing(make_bus: Callable[.
     running = asyncio.create_task(bus.handle(msg("hold q", chat="Q")))
     await wait_for(lambda: "hold q" in chat.started)
     waiting = asyncio.create_task(bus.handle(msg("next", chat="Q")))
-    await asyncio.sleep(0)
+    await wait_for(lambda: bus.in_flight == 2, what="the second message to queue")
     busy = await bus.handle(msg("one too many", chat="Q"))
     assert busy.kind == "busy"
     assert busy.text == BUSY_TEXT

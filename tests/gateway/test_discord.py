@@ -20,8 +20,10 @@ CHANNEL = "c-1"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    server = await FakeDiscord(TOKEN).start()
+async def fake(request: pytest.FixtureRequest) -> AsyncIterator[FakeDiscord]:
+    """The fake platform; ``indirect`` parametrisation sets its heartbeat interval (ms)."""
+    server = await FakeDiscord(TOKEN, **({"heartbeat_ms": request.param}
+                                         if hasattr(request, "param") else {})).start()
     yield server
     await server.close()
 
@@ -123,6 +125,10 @@ async def test_429_retry_after_is_honoured(start_gateway: Any, fake: FakeDiscord
     assert fake.contents_to(CHANNEL) == ["you said: hi | earlier: -"]
 
 
+FAST_HEARTBEAT = pytest.mark.parametrize("fake", [200], indirect=True)
+
+
+@FAST_HEARTBEAT
 async def test_heartbeats_carry_the_last_sequence_number(start_gateway: Any, fake: FakeDiscord):
     await start(start_gateway, fake)
     seq = await fake.dispatch("TYPING_START", {"channel_id": CHANNEL})
@@ -140,7 +146,9 @@ async def test_a_dropped_connection_is_resumed_and_keeps_serving(
     await wait_for(lambda: fake.resumes, what="a resume")
     assert fake.resumes[0] == {"token": TOKEN, "session_id": session, "seq": seq}
     assert len(fake.identifies) == 1
-    await wait_for(lambda: adapter.ready.is_set() and fake.connections == 2)
+    # Both sides done resuming on the second connection (ready is cleared on a drop).
+    await wait_for(lambda: fake.connections == 2 and fake.ready.is_set()
+                   and adapter.ready.is_set(), what="the resumed session")
     await fake.message(CHANNEL, ALICE, "after", mention=True)
     await wait_for(lambda: len(fake.contents_to(CHANNEL)) == 2)
     assert fake.contents_to(CHANNEL)[1] == "you said: after | earlier: before"
@@ -155,13 +163,15 @@ async def test_events_missed_while_disconnected_are_replayed_on_resume(start_gat
     await wait_for(lambda: fake.contents_to(CHANNEL), what="the replayed message's reply")
 
 
+@FAST_HEARTBEAT
 async def test_a_missing_heartbeat_ack_reconnects(start_gateway: Any, fake: FakeDiscord,
                                                   gateway_log: pytest.LogCaptureFixture):
-    await start(start_gateway, fake)
+    adapter = await start(start_gateway, fake)
     fake.ack_heartbeats = False
     await wait_for(lambda: events(gateway_log, "heartbeat_ack_missing"), what="zombie detection")
     fake.ack_heartbeats = True
     await wait_for(lambda: fake.resumes, what="a resume after the zombie")
+    await wait_for(lambda: fake.ready.is_set() and adapter.ready.is_set(), what="resumed")
     await fake.message(CHANNEL, ALICE, "alive?", mention=True)
     await wait_for(lambda: fake.contents_to(CHANNEL))
 

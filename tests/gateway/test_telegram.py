@@ -92,6 +92,29 @@ async def test_429_retry_after_is_honoured(start_gateway: Any, fake: FakeTelegra
     assert limited[0]["retry_after_s"] == "1.0"
 
 
+async def test_429_on_get_updates_waits_retry_after_then_polls_again(
+    start_gateway: Any, fake: FakeTelegram, gateway_log: pytest.LogCaptureFixture,
+):
+    await start(start_gateway, fake, backoff_min_s=0, backoff_max_s=0)
+    await wait_for(lambda: fake.polls, what="the first poll")
+    fake.poll_failures.append(HttpResponse(429, {
+        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
+        "parameters": {"retry_after": 1}}))
+    limited = await wait_for(
+        lambda: next((i for i, p in enumerate(fake.polls) if p.failed_with == 429), None),
+        what="the poll answered 429")
+    await wait_for(lambda: len(fake.polls) > limited + 1, what="the poll after the 429")
+    # It waited retry_after, not the zero backoff of other poll errors.
+    assert fake.polls[limited + 1].at - fake.polls[limited].at >= 1.0
+    fake.push(USER, USER, "after the limit")
+    await wait_for(lambda: fake.texts_to(USER), what="the reply after the 429")
+    assert fake.texts_to(USER) == ["you said: after the limit | earlier: -"]
+    (event,) = events(gateway_log, "rate_limited")
+    assert event["method"] == "getUpdates"
+    assert event["retry_after_s"] == "1.0"
+    assert not events(gateway_log, "poll_failed")
+
+
 async def test_send_failures_are_retried_and_never_stop_the_poller(start_gateway: Any,
                                                                    fake: FakeTelegram):
     await start(start_gateway, fake, send_retries=1)
