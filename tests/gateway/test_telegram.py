@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -74,6 +75,16 @@ async def test_a_long_reply_is_split_at_line_boundaries(start_gateway: Any, fake
     assert all(len(c) <= 4096 for c in chunks)
     lines = "\n".join(chunks).split("\n")
     assert lines == [f"line {i:04d} " + "x" * 60 for i in range(150)]
+
+
+async def test_sends_to_a_chat_are_paced(start_gateway: Any, fake: FakeTelegram):
+    await start(start_gateway, fake, send_interval_s=0.3)
+    fake.push(USER, USER, "long 150")  # three chunks
+    await wait_for(lambda: len(fake.texts_to(USER)) == 3, what="three chunks")
+    # The next chunk leaves at least send_interval_s after the previous one was answered,
+    # so arrival times at the fake are at least that far apart, however loaded the machine.
+    times = [m["at"] for m in fake.sent]
+    assert all(later - earlier >= 0.3 - 1e-6 for earlier, later in itertools.pairwise(times))
 
 
 async def test_429_retry_after_is_honoured(start_gateway: Any, fake: FakeTelegram,
