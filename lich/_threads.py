@@ -25,15 +25,26 @@ __all__ = ["run_in_daemon_thread"]
 T = TypeVar("T")
 
 
+def _plugin_error(exc: BaseException) -> BaseException:
+    """What the awaiting task gets for ``exc`` raised by a plugin function in a worker.
+
+    ``StopIteration``: a Future refuses it (a TypeError inside ``_settle``), which
+    would leave the caller waiting until its timeout; converted as PEP 479 does.
+    ``SystemExit`` / ``KeyboardInterrupt`` (or any other non-``Exception``): a signal
+    reaches only the main thread, so here it is the plugin's own code (``sys.exit``
+    from argparse or a wrapped CLI ``main``). Handed on as they are, they would end
+    lich itself instead of failing one tool call or hook.
+    """
+    if isinstance(exc, Exception) and not isinstance(exc, StopIteration):
+        return exc
+    wrapped = RuntimeError(f"{type(exc).__name__}({exc}) raised in a plugin function")
+    wrapped.__cause__ = exc
+    return wrapped
+
+
 def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
     if fut.done():  # the caller gave up (timeout, cancel): nobody wants the answer
         return
-    if isinstance(exc, StopIteration):
-        # A Future refuses StopIteration (TypeError inside this callback), which would
-        # leave the caller waiting until its timeout: convert it as PEP 479 does.
-        wrapped = RuntimeError(f"{type(exc).__name__} raised in a plugin function")
-        wrapped.__cause__ = exc
-        exc = wrapped
     if exc is not None:
         fut.set_exception(exc)
     else:
@@ -56,7 +67,7 @@ async def run_in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: An
         try:
             result = call()
         except BaseException as exc:  # handed to the awaiting task, as to_thread does
-            error = exc
+            error = _plugin_error(exc)
         try:
             loop.call_soon_threadsafe(_settle, fut, result, error)
         except RuntimeError:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,11 @@ from typing import Any
 import pytest
 
 from lich._threads import run_in_daemon_thread
+from lich.agent import Agent
+from lich.hooks import hookimpl
+from lich.testing import Reply, ScriptedChat, make_test_config
 from lich.tools import Tool, ToolExecutor, ToolRegistry
-from lich.types import ToolCall
+from lich.types import ToolCall, ToolMessage
 
 
 async def test_stop_iteration_reaches_the_caller_instead_of_hanging_it() -> None:
@@ -83,3 +87,50 @@ async def test_a_timed_out_call_raising_later_is_not_an_unretrieved_error() -> N
     # filterwarnings=error and the loop's exception handler would turn a stray
     # "exception never retrieved" or a failing callback into a failure of this test.
     assert await asyncio.wait_for(run_in_daemon_thread(lambda: "ok"), 10) == "ok"
+
+
+def _exits(args: dict[str, Any], ctx: Any) -> Any:
+    sys.exit(2)  # what argparse does on bad input, or a wrapped CLI's main()
+
+
+async def test_a_sync_tool_calling_sys_exit_fails_its_call_not_lich(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(Tool("exits", "d", {"type": "object"}, _exits))
+    executor = ToolExecutor(registry, work_dir=tmp_path)
+    result = await asyncio.wait_for(executor.execute(ToolCall("c1", "exits", {})), 10)
+    assert not result.ok
+    assert result.error is not None
+    assert "SystemExit(2)" in result.error
+
+
+async def test_a_plain_function_raising_keyboard_interrupt_is_a_plugin_error() -> None:
+    def interrupts() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(RuntimeError, match="KeyboardInterrupt") as info:
+        await asyncio.wait_for(run_in_daemon_thread(interrupts), 10)
+    assert isinstance(info.value.__cause__, KeyboardInterrupt)
+
+
+class _ExitingHook:
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> None:
+        sys.exit(3)
+
+
+class _Tools:
+    @hookimpl
+    def lich_register_tools(self, registry: ToolRegistry) -> None:
+        registry.register(Tool("exits", "d", {"type": "object"}, _exits))
+
+
+async def test_a_sync_before_hook_calling_sys_exit_blocks_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "exits", {})]), Reply("done")])
+    agent = Agent(make_test_config(tmp_path),
+                  plugins=[("tools", _Tools()), ("exiter", _ExitingHook())], chat=chat)
+    result = await asyncio.wait_for(agent.run("go"), 30)
+    assert result.stopped_reason == "final"
+    (message,) = [m for m in result.messages if isinstance(m, ToolMessage)]
+    assert "blocked_by_plugin: hook_error (exiter): RuntimeError: SystemExit(3)" in message.content
