@@ -57,8 +57,9 @@ def _out_console() -> Console:
 
     console = Console(highlight=False)
     if not console.is_terminal:
-        # Pipes and files get long lines instead of tables wrapped at 80 columns.
-        console = Console(highlight=False, width=max(console.width, 200))
+        # Pipes and files get long lines instead of tables wrapped at 80 columns: a path or
+        # an error message must survive intact for grep and scripts, however long it is.
+        console = Console(highlight=False, width=10_000)
     return console
 
 

@@ -286,3 +286,18 @@ def test_help_with_a_broken_config_still_works(work: Path, lich: Any) -> None:
     assert "chat" in result.stdout
     assert "unavailable: ConfigError" in result.stdout
     assert "$.bogus: unknown key" in result.stdout
+
+
+def test_piped_plugins_table_keeps_long_paths_and_errors_whole(work: Path, lich: Any) -> None:
+    # Piped output is for grep and scripts: a long entry path or error message must not be
+    # wrapped or cut by the table, whatever the terminal width would have been.
+    deep = work.joinpath(*(["a_rather_long_directory_name"] * 8))
+    deep.mkdir(parents=True)
+    plugin = deep / "explodes_at_import.py"
+    plugin.write_text("raise RuntimeError('boom ' + 'x' * 150)\n", encoding="utf-8")
+
+    result = lich("--plugin", str(plugin), "plugins")
+
+    assert result.exit_code == 0, result.output
+    assert str(plugin) in result.output
+    assert "RuntimeError: boom " + "x" * 150 in result.output
