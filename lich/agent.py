@@ -393,6 +393,8 @@ class _UsageMeter:
     def __call__(self, envelope: Envelope) -> None:
         if isinstance(envelope.event, LlmEnd):
             self.usage = self.usage + envelope.event.result.usage
+        elif isinstance(envelope.event, CompressEnd):
+            self.usage = self.usage + envelope.event.usage
         elif isinstance(envelope.event, TurnStart):
             self.turns = envelope.event.turn
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Literal, TypeAlias
 
-from attrs import frozen
+from attrs import field, frozen
 
 from lich.types import AssistantMessage, ChatResult, ToolCall, ToolResult, Usage
 
@@ -84,11 +84,13 @@ class CompressStart:
 
 @frozen
 class CompressEnd:
-    """Compression ended. ``summary_chars`` is 0 when it failed or had nothing to do."""
+    """Compression ended. ``summary_chars`` is 0 when it failed or had nothing to do;
+    ``usage`` is what the summarizer call cost (it is part of the run's usage)."""
 
     summary_chars: int
     estimated_tokens: int = 0
     ok: bool = True
+    usage: Usage = field(factory=Usage)
     type: Literal["compress_end"] = "compress_end"
 
 

@@ -242,7 +242,11 @@ async def run_conversation(
                     # A snapshot: the working list keeps growing after this call.
                     deps.on_compact(tuple(history.messages))
                 after = history.tokens + schema_cache[1]
-                emit(CompressEnd(compressed.summary_chars, after, ok=compressed.ok))
+                emit(
+                    CompressEnd(
+                        compressed.summary_chars, after, ok=compressed.ok, usage=compressed.usage
+                    )
+                )
                 if after >= budget * params.compress_threshold:
                     # It did not help (or failed): do not pay for a summary every turn.
                     next_compress_turn = turn + COMPRESS_BACKOFF_TURNS + 1

@@ -450,3 +450,25 @@ async def test_tool_settings_from_config_reach_the_tool(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, chat, ("p", P()), tools={"configured": {"flavour": "mild"}})
     await agent.run("x")
     assert seen == [{"flavour": "mild"}]
+
+
+async def test_a_failed_run_still_counts_the_summarizer_tokens(tmp_path: Path) -> None:
+    from lich import context
+
+    def respond(request: ScriptRequest) -> Reply | Fail:
+        first = request.messages[0] if request.messages else None
+        if isinstance(first, SystemMessage) and first.content == context.COMPRESSION_SYSTEM_PROMPT:
+            return Reply("summary", usage=Usage(100, 10, 110))
+        return Fail(400, {"error": {"message": "bad request"}})
+
+    config = make_test_config(tmp_path, context_budget_tokens=200, compress_threshold=0.5)
+    agent = Agent(config, chat=ScriptedChat(responder=respond))
+    history = [UserMessage(f"earlier {i}: " + "x" * 200) for i in range(12)]
+    envelopes: list[Envelope] = []
+
+    with pytest.raises(ProviderError):
+        await agent.run("go on", history=history, on_event=envelopes.append)
+
+    (end,) = [e.event for e in envelopes if isinstance(e.event, RunEnd)]
+    assert end.stopped_reason == "error"
+    assert end.usage == Usage(100, 10, 110)
