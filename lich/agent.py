@@ -41,6 +41,7 @@ from lich.loop import (
     LoopOutcome,
     LoopParams,
     ToolOutcome,
+    last_assistant,
     run_conversation,
     seed_system_prompt,
 )
@@ -49,7 +50,6 @@ from lich.providers import ProviderRegistry, build_chat, build_providers
 from lich.sessions import SessionStore, SessionWriter
 from lich.tools import ToolExecutor, ToolRegistry
 from lich.types import (
-    AssistantMessage,
     ChatFn,
     Message,
     Provider,
@@ -358,7 +358,7 @@ class Agent:
         turns: int = 0,
     ) -> None:
         turns = outcome.turns_used if outcome else turns
-        final = outcome.final if outcome else _last_assistant(transcript)
+        final = outcome.final if outcome else last_assistant(transcript)
         emitter.emit(RunEnd(reason, turns, usage, error))
         if writer is not None:
             try:
@@ -420,13 +420,6 @@ class _RunWriter(SessionWriter):
         except OSError as exc:
             self.failed = True
             log.warning("closing session file %s failed: %s", self.path, exc)
-
-
-def _last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:
-    for m in reversed(messages):
-        if isinstance(m, AssistantMessage):
-            return m
-    return None
 
 
 def _event_recorder(writer: SessionWriter) -> Callable[[Envelope], None]:

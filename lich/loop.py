@@ -56,6 +56,7 @@ __all__ = [
     "LoopParams",
     "ToolOutcome",
     "ToolRunner",
+    "last_assistant",
     "run_conversation",
     "seed_system_prompt",
 ]
@@ -150,7 +151,8 @@ def seed_system_prompt(messages: Sequence[Message], system_prompt: str | None) -
     return [SystemMessage(system_prompt), *out]
 
 
-def _last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:
+def last_assistant(messages: Sequence[Message]) -> AssistantMessage | None:
+    """The latest assistant message of ``messages``, if any."""
     for m in reversed(messages):
         if isinstance(m, AssistantMessage):
             return m
@@ -203,7 +205,7 @@ async def run_conversation(
 
     def outcome(reason: StoppedReason, turns: int, result: ChatResult | None = None) -> LoopOutcome:
         return LoopOutcome(
-            tuple(history.messages), _last_assistant(history.messages), result, turns, reason, usage
+            tuple(history.messages), last_assistant(history.messages), result, turns, reason, usage
         )
 
     def append(message: Message) -> None:
