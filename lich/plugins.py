@@ -253,6 +253,12 @@ class PluginHost:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._report(_failed(base, "import", exc), started)
+        if base.version is None:
+            # A loose module or file has no distribution metadata; its own __version__ is
+            # the next best thing for "which version of this plugin is loaded".
+            version = getattr(plugin, "__version__", None)
+            if isinstance(version, str):
+                base = evolve(base, version=version)
         return self._report(self._register(plugin, base), started)
 
     def register_object(self, plugin: object, name: str) -> LoadReport:
@@ -356,8 +362,14 @@ class PluginHost:
             raise LookupError(
                 f"no entry point (group {ENTRY_POINT_GROUP!r}), module or .py file named {entry!r}"
             )
+        distribution, version = _distribution_of(entry)
         return _Resolved(
-            "module", entry, spec.origin or entry, lambda: importlib.import_module(entry)
+            "module",
+            entry,
+            spec.origin or entry,
+            lambda: importlib.import_module(entry),
+            distribution=distribution,
+            version=version,
         )
 
     # -------------------------------------------------------------- reporting
@@ -662,6 +674,22 @@ def _entry_points(refresh: bool = False) -> dict[str, importlib.metadata.EntryPo
     if _EP_CACHE is None or refresh:
         _EP_CACHE = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     return _EP_CACHE
+
+
+def _distribution_of(module: str) -> tuple[str | None, str | None]:
+    """The installed distribution (and its version) that provides ``module``, if any.
+
+    Only asked for dotted-module entries, which are rare: ``packages_distributions``
+    reads every installed distribution's file list.
+    """
+    top = module.split(".", 1)[0]
+    try:
+        names = importlib.metadata.packages_distributions().get(top) or []
+        if not names:
+            return None, None
+        return names[0], importlib.metadata.version(names[0])
+    except Exception:  # broken metadata must not break loading
+        return None, None
 
 
 def _import_file(path: Path) -> ModuleType:

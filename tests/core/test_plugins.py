@@ -95,6 +95,22 @@ def test_file_plugin_relative_to_the_work_dir(work: Path) -> None:
     assert host.plugin_names() == ["good_plugin"]
 
 
+def test_file_plugin_reports_its_own_version(work: Path) -> None:
+    plugin = work / "versioned.py"
+    plugin.write_text('__version__ = "2.3.1"\n\ndef lich_run_start(run):\n    pass\n')
+    (report,) = host_in(work).load(["versioned.py"])
+    assert report.status == "loaded", report.describe_error()
+    assert (report.distribution, report.version) == (None, "2.3.1")
+
+
+def test_module_plugin_of_an_installed_distribution_reports_it() -> None:
+    # lich_builtin_tools is also importable as a plain module; its distribution is lich.
+    (report,) = PluginHost().load(["lich_builtin_tools"])
+    assert report.source == "module"
+    assert report.distribution == "lich"
+    assert report.version == importlib.metadata.version("lich")
+
+
 def test_file_plugin_by_absolute_path(work: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     (report,) = host_in(elsewhere).load([str(work / "plugins" / "good_plugin.py")])
