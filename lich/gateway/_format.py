@@ -9,7 +9,7 @@ import hashlib
 import logging
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "redact",
     "sanitize_error",
     "split_text",
+    "utf16_len",
 ]
 
 # Session ids must match lich.sessions' pattern: [A-Za-z0-9][A-Za-z0-9._-]{0,127}.
@@ -26,12 +27,41 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _WHITESPACE = re.compile(r"\s+")
 
 
-def split_text(text: str, limit: int) -> list[str]:
-    """Split ``text`` into chunks of at most ``limit`` characters.
+def utf16_len(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units (how Telegram counts its limits).
 
-    A chunk ends at the last newline inside the window, else at the last
-    space, else hard at ``limit``; the whitespace at a cut is dropped, so
-    ``"".join`` of the chunks loses only those separators. Empty text gives no
+    A character outside the Basic Multilingual Plane (most emoji) is two
+    units. A lone surrogate, which a model's JSON can smuggle in, counts as
+    one instead of raising.
+    """
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _fitting_prefix(text: str, limit: int, length: Callable[[str], int]) -> int:
+    """The most code points of ``text`` whose ``length`` is at most ``limit`` (at least 1)."""
+    if length is len:
+        return max(1, min(limit, len(text)))
+    # Lengths grow with the prefix, so the longest prefix that fits is a binary search away.
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if length(text[:mid]) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    # A single code point longer than the limit still goes out, so splitting always ends.
+    return max(1, lo)
+
+
+def split_text(text: str, limit: int, length: Callable[[str], int] = len) -> list[str]:
+    """Split ``text`` into chunks whose ``length`` is at most ``limit``.
+
+    ``length`` is how the platform counts (code points by default;
+    :func:`utf16_len` for Telegram). A chunk ends at the last newline inside
+    the window, else at the last space, else hard at the limit; the
+    whitespace at a cut is dropped, so ``"".join`` of the chunks loses only
+    those separators. Cuts fall between code points, so a character (an
+    emoji's surrogate pair, in UTF-16) is never split. Empty text gives no
     chunks.
     """
     if limit < 1:
@@ -39,15 +69,17 @@ def split_text(text: str, limit: int) -> list[str]:
     chunks: list[str] = []
     rest = text.strip()
     while rest:
-        if len(rest) <= limit:
+        if length(rest) <= limit:
             chunks.append(rest)
             break
-        window = rest[: limit + 1]
+        end = _fitting_prefix(rest, limit, length)
+        # One more character, so a separator right at the limit is still a clean cut.
+        window = rest[: end + 1]
         cut = window.rfind("\n")
         if cut <= 0:
             cut = window.rfind(" ")
         if cut <= 0:
-            cut = limit
+            cut = end
         chunk = rest[:cut].rstrip()
         if chunk:
             chunks.append(chunk)

@@ -5,9 +5,11 @@
   ``parameters.retry_after``.
 * Each message from an allowlisted user or chat goes to the bus; replies are
   split at 4096 characters on newline/space boundaries and sent with
-  ``sendMessage``, paced per chat (``send_interval_s``).
+  ``sendMessage``, paced per chat (``send_interval_s``). Telegram counts
+  that limit in UTF-16 code units (an emoji is two), so the split does too.
 * A failed send is retried with backoff (429: after ``retry_after``) and is
-  never allowed to stop the poller.
+  never allowed to stop the poller. A retry wait ends at stop: the chunk is
+  given up rather than holding the shutdown for a long ``retry_after``.
 * At stop the last offset is confirmed, so a restart does not see the same
   updates again.
 """
@@ -19,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from lich.gateway._base import ChatAdapterBase
-from lich.gateway._format import log_event, split_text
+from lich.gateway._format import log_event, split_text, utf16_len
 from lich.gateway._pacing import Backoff, KeyedPacer, sleep_or_stop
 from lich.gateway.bus import InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
@@ -209,10 +211,13 @@ class TelegramAdapter(ChatAdapterBase):
     # ---------------------------------------------------------------- sending
 
     async def send(self, chat_id: int | str, text: str) -> bool:
-        """Send ``text`` to a chat in 4096-character chunks; ``False`` if one failed for good."""
+        """Send ``text`` to a chat in chunks of at most 4096 UTF-16 code units.
+
+        Returns ``False`` if a chunk failed for good (or was given up at stop).
+        """
         key = str(chat_id)
         async with self._pacer.slot(key):
-            for chunk in split_text(text, self.settings.max_reply_chars):
+            for chunk in split_text(text, self.settings.max_reply_chars, utf16_len):
                 await self._pacer.wait_turn(key)
                 ok = await self._send_chunk(chat_id, chunk)
                 self._pacer.mark(key)
@@ -260,4 +265,8 @@ class TelegramAdapter(ChatAdapterBase):
                 log_event(self.log, logging.ERROR, "send_gave_up", platform=PLATFORM,
                           chat=chat_id, attempts=attempt)
                 return False
-            await asyncio.sleep(delay)
+            # A 429 may ask for a minute; waiting it out would hold stop() for as long.
+            if await sleep_or_stop(delay, self._stop):
+                log_event(self.log, logging.WARNING, "send_gave_up", platform=PLATFORM,
+                          chat=chat_id, attempts=attempt, reason="stopping")
+                return False

@@ -18,6 +18,7 @@ from lich.testing import Reply, ScriptedChat, ScriptRequest, Step, make_test_con
 from lich.types import ChatOptions, ChatResult, Message, ToolCall, ToolDefinition, UserMessage
 
 NOTES = "lich is a plugin-first agent harness\n"
+EMOJI = "\U0001F600"  # outside the BMP: a surrogate pair in UTF-16
 
 
 def gateway_responder(request: ScriptRequest) -> Step:
@@ -25,6 +26,7 @@ def gateway_responder(request: ScriptRequest) -> Step:
 
     * ``read <path>`` — call ``read_file``, then answer with what it returned;
     * ``long <n>`` — answer ``n`` lines of 70 characters;
+    * ``emoji <n>`` — answer ``n`` emoji (two UTF-16 code units each), no spaces;
     * ``slow <seconds> <tag>`` — answer ``done <tag>`` after a delay;
     * anything else — echo it, with the earlier user messages of the conversation.
     """
@@ -37,6 +39,8 @@ def gateway_responder(request: ScriptRequest) -> Step:
     if text.startswith("long "):
         count = int(text.split()[1])
         return Reply("\n".join(f"line {i:04d} " + "x" * 60 for i in range(count)))
+    if text.startswith("emoji "):
+        return Reply(EMOJI * int(text.split()[1]))
     if text.startswith("slow "):
         _, seconds, tag = text.split(maxsplit=2)
         return Reply(f"done {tag}", delay_s=float(seconds))

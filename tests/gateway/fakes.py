@@ -169,6 +169,7 @@ class FakeTelegram:
         self.polls: list[HttpRequest] = []
         self.send_failures: list[HttpResponse] = []  # answered, in order, before succeeding
         self.poll_failures: list[HttpResponse] = []  # the same, for getUpdates
+        self.too_long: list[str] = []  # texts refused as over the 4096-unit limit
         self.drop_polls = 0
         self.fail_polls = 0
         self._ids = itertools.count(1000)
@@ -219,6 +220,11 @@ class FakeTelegram:
             if self.send_failures:
                 return self.send_failures.pop(0)
             body = request.json()
+            # Like the real Bot API: at most 4096 UTF-16 code units (an emoji counts two).
+            if len(body["text"].encode("utf-16-le", "surrogatepass")) // 2 > 4096:
+                self.too_long.append(body["text"])
+                return HttpResponse(400, {"ok": False, "error_code": 400,
+                                          "description": "Bad Request: message is too long"})
             self.sent.append({"chat_id": body["chat_id"], "text": body["text"], "at": request.at})
             return HttpResponse(200, {"ok": True, "result": {"message_id": len(self.sent)}})
         return HttpResponse(404, {"ok": False, "error_code": 404, "description": "Not Found"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.telegram import NON_TEXT_REPLY
 
-from .conftest import NOTES, events
+from .conftest import EMOJI, NOTES, events
 from .fakes import FakeTelegram, HttpResponse, wait_for
 
 TOKEN = "123456:TEST-token_value"
@@ -77,6 +78,19 @@ async def test_a_long_reply_is_split_at_line_boundaries(start_gateway: Any, fake
     assert lines == [f"line {i:04d} " + "x" * 60 for i in range(150)]
 
 
+async def test_an_emoji_heavy_reply_is_split_by_utf16_code_units(start_gateway: Any,
+                                                                 fake: FakeTelegram):
+    await start(start_gateway, fake)
+    fake.push(USER, USER, "emoji 3000")  # 3000 code points, 6000 UTF-16 code units
+    await wait_for(lambda: len(fake.texts_to(USER)) >= 2, what="two chunks")
+    chunks = fake.texts_to(USER)
+    # The fake refuses, as Telegram does, anything over 4096 UTF-16 units.
+    assert fake.too_long == []
+    assert len(chunks) == 2
+    assert all(len(c.encode("utf-16-le")) // 2 <= 4096 for c in chunks)
+    assert "".join(chunks) == EMOJI * 3000
+
+
 async def test_sends_to_a_chat_are_paced(start_gateway: Any, fake: FakeTelegram):
     await start(start_gateway, fake, send_interval_s=0.3)
     fake.push(USER, USER, "long 150")  # three chunks
@@ -124,6 +138,25 @@ async def test_429_on_get_updates_waits_retry_after_then_polls_again(
     assert event["method"] == "getUpdates"
     assert event["retry_after_s"] == "1.0"
     assert not events(gateway_log, "poll_failed")
+
+
+async def test_stop_during_a_long_retry_after_wait_returns_promptly(
+    start_gateway: Any, fake: FakeTelegram, gateway_log: pytest.LogCaptureFixture,
+):
+    runner = await start(start_gateway, fake, max_retry_after_s=3600)
+    fake.send_failures.append(HttpResponse(429, {
+        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 3600",
+        "parameters": {"retry_after": 3600}}))
+    fake.push(USER, USER, "hello")
+    await wait_for(lambda: events(gateway_log, "rate_limited"), what="the 429")
+    # Waiting out the hour would hold stop() until the handler is cancelled after
+    # grace + 30 s; the bound only tells a hang from a prompt stop.
+    await asyncio.wait_for(runner.stop(grace_s=30), timeout=25)
+    assert len(fake.send_attempts) == 1
+    assert fake.texts_to(USER) == []
+    (gave_up,) = events(gateway_log, "send_gave_up")
+    assert gave_up["reason"] == "stopping"
+    assert not events(gateway_log, "handlers_cancelled")
 
 
 async def test_send_failures_are_retried_and_never_stop_the_poller(start_gateway: Any,
