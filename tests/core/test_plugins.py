@@ -342,7 +342,7 @@ def test_strict_mode_reports_a_registration_failure_too(work: Path) -> None:
 # ------------------------------------------------------------------ hooks, sync and async
 
 
-def test_async_registration_hooks_work_inside_and_outside_an_event_loop(tmp_path: Path) -> None:
+def _assert_async_registration_works(tmp_path: Path) -> None:
     @tool
     def from_async() -> str:
         """Registered by an async hook."""
@@ -356,22 +356,14 @@ def test_async_registration_hooks_work_inside_and_outside_an_event_loop(tmp_path
     host = PluginHost()
     host.register_object(AsyncPlugin(), "async_plugin")
     assert tools_of(host, tmp_path).names() == ["from_async"]
+
+
+def test_async_registration_hooks_work_inside_and_outside_an_event_loop(tmp_path: Path) -> None:
+    _assert_async_registration_works(tmp_path)  # no running loop: the host runs one
 
 
 async def test_async_registration_hook_inside_a_running_loop(tmp_path: Path) -> None:
-    @tool
-    def from_async() -> str:
-        """Registered by an async hook."""
-        return "ok"
-
-    class AsyncPlugin:
-        @hookimpl
-        async def lich_register_tools(self, registry: ToolRegistry) -> None:
-            registry.register(from_async)
-
-    host = PluginHost()
-    host.register_object(AsyncPlugin(), "async_plugin")
-    assert tools_of(host, tmp_path).names() == ["from_async"]
+    _assert_async_registration_works(tmp_path)  # inside a loop: the host uses a helper loop
 
 
 async def test_hooks_may_take_fewer_arguments_than_the_spec(tmp_path: Path) -> None:
