@@ -20,10 +20,11 @@ if TYPE_CHECKING:
     from lich.cancel import CancelToken
     from lich.config import ConfigError, LichConfig, ProviderConfig, load_config
     from lich.events import Envelope
+    from lich.gateway.registry import AdapterRegistry
     from lich.guards import ToolError
     from lich.hooks import Block, Rewrite, RunInfo, RunOutcome, hookimpl
     from lich.plugins import LoadReport, PluginHost, PluginLoadError
-    from lich.providers import ProviderRegistry
+    from lich.providers import ProviderDefaults, ProviderRegistry
     from lich.tools import Tool, ToolContext, ToolRegistry, tool
     from lich.types import (
         AssistantMessage,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AdapterRegistry": "lich.gateway.registry",
     "Agent": "lich.agent",
     "AssistantMessage": "lich.types",
     "Block": "lich.hooks",
@@ -59,6 +61,7 @@ _EXPORTS = {
     "PluginLoadError": "lich.plugins",
     "Provider": "lich.types",
     "ProviderConfig": "lich.config",
+    "ProviderDefaults": "lich.providers",
     "ProviderError": "lich.types",
     "ProviderRegistry": "lich.providers",
     "Rewrite": "lich.hooks",
@@ -83,6 +86,7 @@ _EXPORTS = {
 
 # A literal list, so linters and type checkers see what the lazy imports provide.
 __all__ = [
+    "AdapterRegistry",
     "Agent",
     "AssistantMessage",
     "Block",
@@ -99,6 +103,7 @@ __all__ = [
     "PluginLoadError",
     "Provider",
     "ProviderConfig",
+    "ProviderDefaults",
     "ProviderError",
     "ProviderRegistry",
     "Rewrite",

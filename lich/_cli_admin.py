@@ -7,6 +7,7 @@ never a crash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
     from lich.plugins import PluginHost
+    from lich.providers import ProviderKind, ProviderRegistry
 
 __all__ = [
     "config_init",
@@ -106,12 +108,19 @@ def mask_secrets(value: Any, key: str = "") -> Any:
     return value
 
 
-def _provider_view(p: ProviderConfig) -> dict[str, Any]:
+def _provider_view(p: ProviderConfig, registry: ProviderRegistry | None) -> dict[str, Any]:
+    from lich.config import ConfigError
+
+    if registry is not None:
+        try:  # as the run will use it: the kind's defaults filled in
+            p = registry.resolve(p)
+        except ConfigError:
+            pass  # shown as configured; `lich config validate` says what is wrong
     view: dict[str, Any] = {
         "name": p.name,
         "kind": p.kind,
         "model": p.model,
-        "base_url": p.resolved_base_url() or None,
+        "base_url": p.base_url,
         "api_key_env": p.api_key_env,
         # Whether the variable is set, never its value.
         "api_key_set": bool(p.api_key_env and os.environ.get(p.api_key_env)),
@@ -126,8 +135,13 @@ def _provider_view(p: ProviderConfig) -> dict[str, Any]:
     return view
 
 
-def describe_config(loaded: LoadedConfig) -> list[tuple[str, Any, str]]:
-    """Every setting as ``(key, JSON-able value, source)``; secrets masked."""
+def describe_config(
+    loaded: LoadedConfig, registry: ProviderRegistry | None = None
+) -> list[tuple[str, Any, str]]:
+    """Every setting as ``(key, JSON-able value, source)``; secrets masked.
+
+    With ``registry``, providers are shown as they will be used (kind defaults applied).
+    """
     import attrs
 
     from lich.config import LichConfig
@@ -139,7 +153,7 @@ def describe_config(loaded: LoadedConfig) -> list[tuple[str, Any, str]]:
         value = getattr(config, name)
         source = loaded.sources.get(name, "default")
         if name == "providers":
-            value = [_provider_view(p) for p in value]
+            value = [_provider_view(p, registry) for p in value]
         elif name == "tools_enabled":
             value = "all" if value is None else list(value)
         elif isinstance(value, Mapping):
@@ -161,7 +175,7 @@ def config_show(settings: Settings, as_json: bool) -> int:
     loaded = _load(settings)
     if loaded is None:
         return EXIT_USAGE
-    rows = describe_config(loaded)
+    rows = describe_config(loaded, provider_kinds(settings, loaded.config))
     if as_json:
         _print_json({"file": loaded.file,
                      "values": {k: {"value": v, "source": s} for k, v, s in rows}})
@@ -209,26 +223,40 @@ def config_path(settings: Settings) -> int:
     return EXIT_OK
 
 
-def _toml_str(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+def toml_value(value: Any) -> str:
+    """``value`` as one line of TOML, written by a real TOML writer (any string round-trips)."""
+    import tomli_w
+
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 
-def config_template(settings: Settings | None = None) -> str:
+def config_template(
+    settings: Settings | None = None, kinds: Sequence[ProviderKind] = ()
+) -> str:
     """The commented ``config.toml`` that ``lich config init`` writes.
 
     A provider is filled in from ``--model`` / ``LICH_MODEL`` (and the kind, base URL and
     key variable flags or variables) when one is given; otherwise the example stays
     commented out, so lich says "no model configured" instead of calling a made-up model.
+    ``kinds`` are the provider kinds the loaded plugins registered: the template names
+    them and their defaults. A key variable is written only when one was given: left
+    out, the kind's default variable is sent to the kind's own host and nowhere else.
     """
-    from lich.config import BUILTIN_PLUGINS, DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS
+    from lich.config import BUILTIN_PLUGINS
 
     env = os.environ
     s = settings or Settings()
+    by_name = {k.name: k for k in kinds}
     model = s.model or env.get("LICH_MODEL")
-    kind = s.provider_kind or env.get("LICH_PROVIDER_KIND") or "openai_compat"
-    base_url = s.base_url or env.get("LICH_BASE_URL") or DEFAULT_BASE_URLS.get(kind)
-    key_env = s.api_key_env or env.get("LICH_API_KEY_ENV") or DEFAULT_KEY_ENVS.get(kind)
-    plugins = ", ".join(_toml_str(p) for p in BUILTIN_PLUGINS)
+    kind_name = s.provider_kind or env.get("LICH_PROVIDER_KIND") or (
+        kinds[0].name if kinds else "MY_KIND")
+    kind = by_name.get(kind_name)
+    base_url = s.base_url or env.get("LICH_BASE_URL") or (kind.defaults.base_url if kind else None)
+    key_env = s.api_key_env or env.get("LICH_API_KEY_ENV")
+    plugins = toml_value(list(BUILTIN_PLUGINS))
+    known = ", ".join(by_name) or "none registered"
 
     lines = [
         "# lich configuration (TOML).",
@@ -259,7 +287,7 @@ def config_template(settings: Settings | None = None) -> str:
         '# log_level = "info"',
         "# Plugins to load: entry-point names, module names or .py files (relative to the",
         "# work dir). The default is the builtins; add yours to the list.",
-        f"# plugins = [{plugins}]",
+        f"# plugins = {plugins}",
         "# Exit with an error when a plugin fails to load (instead of a warning).",
         "# strict_plugins = false",
         "# Seconds a run-time hook may take before it counts as failed.",
@@ -272,29 +300,34 @@ def config_template(settings: Settings | None = None) -> str:
     ]
     provider = [
         "[[providers]]",
-        f"kind = {_toml_str(kind)}  # openai_compat, anthropic, ollama, or a plugin's kind",
+        f"kind = {toml_value(kind_name)}  # registered kinds: {known}",
         'name = "main"',
-        f"model = {_toml_str(model or 'MODEL-NAME')}",
+        f"model = {toml_value(model or 'MODEL-NAME')}",
     ]
-    provider.append(f"base_url = {_toml_str(base_url)}" if base_url else '# base_url = ""')
-    provider.append(
-        f"api_key_env = {_toml_str(key_env)}  # the NAME of the variable holding the key"
-        if key_env else '# api_key_env = "MY_API_KEY"  # the NAME of the variable'
-    )
+    provider.append(f"base_url = {toml_value(base_url)}" if base_url else '# base_url = ""')
+    if key_env:
+        provider.append(f"api_key_env = {toml_value(key_env)}  # the NAME of the variable")
+    elif kind and kind.defaults.key_env:
+        hosts = ", ".join(kind.defaults.key_hosts)
+        provider.append(
+            f"# api_key_env = {toml_value(kind.defaults.key_env)}  # the default; sent to "
+            f"{hosts} only: name it here to send it elsewhere")
+    else:
+        provider.append('# api_key_env = "MY_API_KEY"  # the NAME of the variable holding the key')
     provider += ["# timeout_s = 120", "# max_tokens = 4096"]
     if model:
         lines += provider
     else:
         lines += ["# Fill in a provider and uncomment it (or set LICH_MODEL instead)."]
         lines += [line if line.startswith("#") else f"# {line}" for line in provider]
+    fallback = next((k for k in kinds if k.name != kind_name), None)
+    lines += ["", "# A fallback, used when the first provider keeps failing.", "# [[providers]]"]
+    if fallback is not None:
+        lines.append(f"# kind = {toml_value(fallback.name)}")
+    lines += ['# name = "fallback"', '# model = "MODEL-NAME"']
+    if fallback is not None and fallback.defaults.base_url:
+        lines.append(f"# base_url = {toml_value(fallback.defaults.base_url)}")
     lines += [
-        "",
-        "# A fallback, used when the first provider keeps failing.",
-        "# [[providers]]",
-        '# kind = "ollama"',
-        '# name = "local"',
-        '# model = "llama3.1"',
-        '# base_url = "http://localhost:11434"',
         "",
         "# Per-tool limits: [tools.<name>] with timeout_s and max_output_chars.",
         "# [tools.terminal]",
@@ -309,11 +342,46 @@ def config_template(settings: Settings | None = None) -> str:
     return "\n".join(lines)
 
 
+def provider_kinds(settings: Settings, config: LichConfig | None = None) -> ProviderRegistry:
+    """The provider kinds the plugins of ``config`` register (the defaults without one)."""
+    from lich.config import LichConfig
+    from lich.providers import ProviderRegistry
+
+    if config is None:
+        config = LichConfig(work_dir=str(Path(settings.work_dir or os.getcwd()).resolve()))
+    registry = ProviderRegistry()
+    with quiet_plugin_log():
+        host_for(settings, config).register_providers(registry)
+    return registry
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, then a rename."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def config_init(settings: Settings, *, user: bool, force: bool, to_stdout: bool) -> int:
     """``lich config init``: write the commented template."""
-    from lich.config import user_config_path
+    from lich.config import ConfigError, user_config_path
 
-    text = config_template(settings)
+    try:
+        config: LichConfig | None = load_settings_config(settings).config
+    except ConfigError:
+        config = None  # a broken config is what `init --force` replaces: use the defaults
+    text = config_template(settings, provider_kinds(settings, config).ordered())
     if to_stdout:
         click.echo(text, nl=False)
         return EXIT_OK
@@ -325,8 +393,7 @@ def config_init(settings: Settings, *, user: bool, force: bool, to_stdout: bool)
         echo_error(f"{path} exists already (--force overwrites it)")
         return EXIT_USAGE
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text_atomically(path, text)
     except OSError as exc:
         echo_error(f"cannot write {path}: {exc}")
         return EXIT_USAGE
@@ -339,7 +406,7 @@ def config_init(settings: Settings, *, user: bool, force: bool, to_stdout: bool)
 def config_validate(settings: Settings) -> int:
     """``lich config validate``: config errors (file and ``$.path``), plugin and provider checks."""
     from lich.agent import build_tool_registry
-    from lich.config import no_model_message
+    from lich.config import ConfigError, no_model_message
     from lich.providers import ProviderRegistry
 
     loaded = _load(settings)
@@ -356,13 +423,11 @@ def config_validate(settings: Settings) -> int:
     for report in host.failures:
         text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"
         (errors if config.strict_plugins else warnings).append(text)
-    kinds = registry.kinds()
     for i, provider in enumerate(config.providers):
-        if provider.kind not in kinds:
-            errors.append(
-                f"$.providers[{i}].kind: provider kind {provider.kind!r} is not registered by "
-                f"any loaded plugin (registered kinds: {', '.join(kinds) or 'none'})"
-            )
+        try:
+            registry.resolve(provider, i)
+        except ConfigError as exc:
+            errors.extend(exc.problems)
     if len(config.providers) > 1 and not host.has_impls("lich_make_router"):
         errors.append("$.providers: several providers but no router plugin is loaded; "
                       "enable the 'failover' plugin")

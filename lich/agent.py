@@ -46,7 +46,7 @@ from lich.loop import (
     seed_system_prompt,
 )
 from lich.plugins import PluginHost
-from lich.providers import ProviderRegistry, build_chat, build_providers
+from lich.providers import ProviderRegistry, build_chat, build_providers, secret_env_names
 from lich.sessions import SessionStore, SessionWriter
 from lich.tools import ToolExecutor, ToolRegistry
 from lich.types import (
@@ -194,20 +194,23 @@ class Agent:
         self.host = host
         self.tools = build_tool_registry(host, config)
         self.providers: list[Provider] = []
+        # The kinds are registered even with an injected chat function: their default key
+        # variables are what the tools must never reveal.
+        self.provider_kinds = ProviderRegistry()
+        host.register_providers(self.provider_kinds)
         if chat is None:
-            registry = ProviderRegistry()
-            host.register_providers(registry)
             # Strict mode first: a provider kind missing because its plugin failed is
             # reported as that plugin failure, not as a config error.
             if config.strict_plugins:
                 host.raise_if_failed()
-            self.providers = build_providers(config, registry)
+            self.providers = build_providers(config, self.provider_kinds)
             chat = build_chat(config, host, self.providers)
         if config.strict_plugins:
             host.raise_if_failed()
         self.chat: ChatFn = chat
         self.executor = ToolExecutor(
-            self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools
+            self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools,
+            secret_env_names=secret_env_names(config, self.provider_kinds),
         )
         self.sessions = SessionStore(config.session_dir)
 

@@ -28,9 +28,6 @@ from lich import serialization
 
 __all__ = [
     "BUILTIN_PLUGINS",
-    "DEFAULT_BASE_URLS",
-    "DEFAULT_KEY_ENVS",
-    "PROVIDER_KINDS",
     "ConfigError",
     "LichConfig",
     "LoadedConfig",
@@ -49,17 +46,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "failover",
     "gateway",
 )
-PROVIDER_KINDS = ("openai_compat", "anthropic", "ollama")
-DEFAULT_BASE_URLS = {
-    "openai_compat": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-    "ollama": "http://localhost:11434",
-}
-DEFAULT_KEY_ENVS: dict[str, str | None] = {
-    "openai_compat": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "ollama": None,
-}
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
 
@@ -96,17 +82,19 @@ def _nonempty(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         raise ValueError(f"{attribute.name}: must not be empty")
 
 
-@frozen
+@frozen(kw_only=True)
 class ProviderConfig:
     """One ``[[providers]]`` entry.
 
-    ``kind`` names a provider kind some loaded plugin registered
-    (``openai_compat``, ``anthropic``, ``ollama`` ship with lich).
+    ``kind`` names a provider kind some loaded plugin registered; left out,
+    it is the first kind registered. ``base_url`` and ``api_key_env`` left out
+    take the kind's own defaults (see :class:`lich.providers.ProviderDefaults`):
+    a default key variable is sent to the kind's well-known host only.
     ``api_key_env`` is the *name* of the environment variable that holds the
     key. ``options`` carries provider-specific extras.
     """
 
-    kind: str = field(validator=_nonempty)
+    kind: str | None = field(default=None, validator=attrs.validators.optional(_nonempty))
     name: str = field(validator=_nonempty)
     model: str = field(validator=_nonempty)
     base_url: str | None = None
@@ -117,10 +105,6 @@ class ProviderConfig:
     max_tokens: int | None = field(default=None, validator=_positive)
     headers: Mapping[str, str] = field(factory=dict)
     options: Mapping[str, Any] = field(factory=dict)
-
-    def resolved_base_url(self) -> str:
-        """``base_url``, or the kind's well-known default."""
-        return (self.base_url or DEFAULT_BASE_URLS.get(self.kind, "")).rstrip("/")
 
 
 def _tools_enabled(value: Any) -> tuple[str, ...] | None:
@@ -413,16 +397,9 @@ def _apply_provider_overrides(
         if "model" not in values:
             # A kind or URL alone does not make a provider; the "no model" error says what to set.
             return None
-        kind = values.get("kind", "openai_compat")
-        raw["providers"] = [
-            {
-                "kind": kind,
-                "name": "default",
-                "model": values["model"],
-                "base_url": values.get("base_url"),
-                "api_key_env": values.get("api_key_env", DEFAULT_KEY_ENVS.get(kind)),
-            }
-        ]
+        # Only what was given: the kind's own defaults (and the key rule that goes with
+        # them) apply to the rest when the provider is built. No kind: the first registered.
+        raw["providers"] = [{"name": "default", **values}]
         return source
     if not isinstance(providers, list) or not isinstance(providers[0], Mapping):
         return None  # structure() reports the bad shape with its path
@@ -430,7 +407,7 @@ def _apply_provider_overrides(
     if "kind" in values and values["kind"] != first.get("kind"):
         # A new kind keeps nothing endpoint-specific from the old one.
         first.pop("base_url", None)
-        first["api_key_env"] = DEFAULT_KEY_ENVS.get(values["kind"])
+        first.pop("api_key_env", None)
     first.update(values)
     raw["providers"] = [first, *providers[1:]]
     return source

@@ -19,7 +19,7 @@ Rules that hold for every hook:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lich.hooks import hookspec
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig
     from lich.events import Envelope
+    from lich.gateway.registry import AdapterRegistry
     from lich.hooks import Block, Rewrite, RunInfo, RunOutcome
     from lich.providers import ProviderRegistry
     from lich.tools import ToolRegistry
@@ -46,8 +47,9 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
     Fires once per agent assembly, after every plugin of the config is loaded.
 
     :param registry: call ``registry.register(tool)`` for each :class:`lich.Tool`.
-        A tool whose name is taken is reported (``duplicate_tool: <name>``) and
-        skipped; the first registration wins.
+        A tool whose name is taken is reported on the later plugin's load report
+        (``duplicate_tool: <name> (already registered by <plugin>); skipped``)
+        and skipped; the first registration wins.
     :param config: the effective configuration (``config.tools`` holds the
         ``[tools.<name>]`` tables, ``config.plugin_settings`` the plugins' own).
     :return: nothing. ``tools_enabled`` / ``tools_disabled`` are applied to
@@ -62,14 +64,25 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Add provider kinds.
 
-    :param registry: call ``registry.register(kind, factory)``; ``factory``
-        takes a :class:`lich.config.ProviderConfig` and returns a
-        :class:`lich.types.Provider`. A kind registered twice is reported and
-        the later one skipped.
+    :param registry: call ``registry.register(kind, factory, defaults=...)``;
+        ``factory`` takes a :class:`lich.config.ProviderConfig` and returns a
+        :class:`lich.types.Provider`. ``defaults`` is a
+        :class:`lich.providers.ProviderDefaults`: the kind's well-known
+        ``base_url``, the ``key_env`` its key is read from when the config names
+        none, and the ``key_hosts`` that default key may be sent to (the host of
+        ``base_url`` unless given). The factory receives the config with those
+        defaults applied: a ``base_url`` the config left out is the default, and
+        ``api_key_env`` is the default variable only when the endpoint is one of
+        ``key_hosts`` — a key the config did not name never goes to another host.
+        A kind registered twice is reported
+        (``duplicate_provider_kind: <kind> (already registered by <plugin>);
+        skipped``) and the later one skipped.
     :return: nothing.
 
-    A ``providers`` entry whose ``kind`` no loaded plugin registered is a
-    configuration error naming the plugin to enable.
+    A ``providers`` entry without ``kind`` gets the first kind of the provider
+    plugin listed first in ``plugins``. One whose ``kind`` no loaded plugin
+    registered is a configuration error naming the plugin to enable. Every
+    registered ``key_env`` counts as a secret: tools never show it to a model.
     """
 
 
@@ -79,12 +92,15 @@ def lich_make_router(providers: list[Provider], config: LichConfig) -> ChatFn | 
 
     :param providers: the configured providers, built, in config order.
     :param config: the effective configuration.
-    :return: a ``ChatFn``, or ``None`` to let the next implementation decide.
+    :return: a ``ChatFn`` (an async callable), or ``None`` to let the next
+        implementation decide.
 
     ``firstresult``: the first non-``None`` answer wins. The ``failover``
     plugin implements it (``trylast``), so a third-party router takes over by
     implementing it too. With no implementation and a single provider, that
-    provider is called directly; with several it is a configuration error.
+    provider is called directly; with several it is a configuration error. An
+    answer that is not callable fails its plugin (phase ``register``, on its
+    load report) and the next implementation decides.
     """
 
 
@@ -100,11 +116,15 @@ def lich_register_commands(cli: click.Group) -> None:
 
 
 @hookspec
-def lich_register_gateway_adapters(registry: Any) -> None:
+def lich_register_gateway_adapters(registry: AdapterRegistry) -> None:
     """Add gateway platforms.
 
-    :param registry: a :class:`lich.gateway.AdapterRegistry`; call
-        ``registry.register(name, factory)``.
+    :param registry: call ``registry.register(name, factory)``; ``factory``
+        takes a :class:`lich.gateway.AdapterContext` and returns a
+        :class:`lich.gateway.Adapter`. A name registered twice is reported
+        (``duplicate_gateway_platform: <name> (already registered by
+        <plugin>); skipped``) and the later one skipped, so a third-party
+        plugin (registered first) can replace a builtin platform.
 
     Fires when ``lich gateway`` starts. The builtin ``gateway`` plugin
     registers ``webhook``, ``telegram``, ``discord`` and ``twitch`` this way.

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig
     from lich.events import Envelope
+    from lich.gateway.registry import AdapterRegistry
     from lich.providers import ProviderRegistry
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider
@@ -55,6 +56,7 @@ __all__ = [
     "PluginLoadError",
     "ToolDecision",
     "available_plugins",
+    "installed_entry_points",
 ]
 
 log = logging.getLogger("lich.plugins")
@@ -458,17 +460,17 @@ class PluginHost:
     def register_providers(self, registry: ProviderRegistry) -> None:
         """Call ``lich_register_providers``; a plugin whose hook raises is unloaded whole."""
         registry.on_duplicate = self._warn
+        registry.plugin_order = self.plugin_names()
         self._track(registry.remove_plugin)
         self._register_each(
             "lich_register_providers", {"registry": registry}, registry, registry.remove_plugin
         )
 
-    def register_gateway_adapters(self, registry: Any) -> None:
+    def register_gateway_adapters(self, registry: AdapterRegistry) -> None:
         """Call ``lich_register_gateway_adapters``; a failing plugin is unloaded whole."""
         # As for tools and provider kinds: a platform name registered twice is reported
         # on the later plugin's load report and skipped, not a reason to unload it.
-        if hasattr(registry, "on_duplicate"):
-            registry.on_duplicate = self._warn
+        registry.on_duplicate = self._warn
         self._track(registry.remove_plugin)
         self._register_each(
             "lich_register_gateway_adapters", {"registry": registry}, registry,
@@ -506,8 +508,17 @@ class PluginHost:
                     f"$.plugins: lich_make_router of plugin {impl.plugin_name!r} failed: "
                     f"{_describe(exc, self.hook_timeout_s)}"
                 ]) from exc
-            if result is not None:
-                return result  # type: ignore[no-any-return]
+            if result is None:
+                continue
+            if not callable(result):
+                # Caught here, with the plugin's name, rather than as a bare TypeError at
+                # the first model call; the next router (or none) decides instead.
+                self._forget_everywhere(impl.plugin_name)
+                self._fail_loaded(impl.plugin_name, "register", TypeError(
+                    f"lich_make_router returned {type(result).__name__}, not a chat function "
+                    "(an async callable (messages, tools, options) -> ChatResult)"))
+                continue
+            return result  # type: ignore[no-any-return]
         return None
 
     # ---------------------------------------------------------------- run time
@@ -674,6 +685,11 @@ def _entry_points(refresh: bool = False) -> dict[str, importlib.metadata.EntryPo
     if _EP_CACHE is None or refresh:
         _EP_CACHE = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     return _EP_CACHE
+
+
+def installed_entry_points() -> frozenset[str]:
+    """Names of the installed entry points of the group ``lich`` (metadata only, cached)."""
+    return frozenset(_entry_points())
 
 
 def _distribution_of(module: str) -> tuple[str | None, str | None]:

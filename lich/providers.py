@@ -1,87 +1,204 @@
 """Provider kinds as registered by plugins, and the chat function built from them.
 
-The core knows no provider by name: ``openai_compat``, ``anthropic`` and
-``ollama`` are kinds that their plugins register through
-``lich_register_providers``; the failover router is whatever
-``lich_make_router`` returns.
+The core knows no provider: every kind — the builtin ones included — is
+registered by its plugin through ``lich_register_providers``, together with
+its :class:`ProviderDefaults` (the well-known base URL, the environment
+variable its key is read from by default, and the hosts that default key may
+be sent to). The failover router is whatever ``lich_make_router`` returns.
+
+The key rule lives here, once, for every kind: a key variable the config did
+not name in ``api_key_env`` is only ever sent to its kind's well-known hosts.
+A ``base_url`` pointing anywhere else gets no key unless the config names one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
+from urllib.parse import urlsplit
+
+import attrs
+from attrs import field, frozen
 
 from lich.config import ConfigError, LichConfig, ProviderConfig, no_model_message
+from lich.registry import Registry
 from lich.types import ChatFn, Provider
 
 if TYPE_CHECKING:
     from lich.plugins import PluginHost
 
-__all__ = ["ProviderFactory", "ProviderRegistry", "build_chat", "build_providers"]
+__all__ = [
+    "ProviderDefaults",
+    "ProviderFactory",
+    "ProviderKind",
+    "ProviderRegistry",
+    "build_chat",
+    "build_providers",
+    "host_of",
+    "secret_env_names",
+]
 
 ProviderFactory: TypeAlias = Callable[[ProviderConfig], Provider]
 
-# Which plugin ships which builtin kind, for the "enable the plugin" hint.
-_BUILTIN_KIND_PLUGIN = {"openai_compat": "openai_compat", "anthropic": "anthropic",
-                        "ollama": "ollama"}
+
+def host_of(url: str | None) -> str:
+    """The lower-case host name of ``url`` ('' when there is none)."""
+    if not url:
+        return ""
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:  # a malformed URL (bad port, bad IPv6 literal) has no trusted host
+        return ""
 
 
-class ProviderRegistry:
-    """Provider kinds: kind name → factory, each attributed to its plugin."""
+def _hosts(value: Iterable[str] | None) -> tuple[str, ...]:
+    return tuple(h.lower() for h in value) if value is not None else ()
+
+
+@frozen
+class ProviderDefaults:
+    """What a provider kind assumes when a ``[[providers]]`` entry leaves it out.
+
+    :param base_url: the kind's well-known endpoint, used when ``base_url`` is not set.
+    :param key_env: the environment variable holding the key by default
+        (``api_key_env`` not set), e.g. ``"EXAMPLE_API_KEY"``.
+    :param key_hosts: the hosts ``key_env`` may be sent to; by default the host
+        of ``base_url``. Any other host gets the default key only when the
+        config names the variable itself in ``api_key_env``.
+    """
+
+    base_url: str | None = None
+    key_env: str | None = None
+    key_hosts: tuple[str, ...] = field(converter=_hosts)
+
+    @key_hosts.default
+    def _key_hosts_default(self) -> tuple[str, ...]:
+        host = host_of(self.base_url)
+        return (host,) if host else ()
+
+    def is_key_host(self, base_url: str | None) -> bool:
+        """Whether ``base_url`` points at a host the default key may be sent to."""
+        host = host_of(base_url)
+        return bool(host) and host in self.key_hosts
+
+    def resolve(self, config: ProviderConfig) -> ProviderConfig:
+        """``config`` with the base URL and the key variable this kind will use.
+
+        ``api_key_env`` stays as the config named it; when it is not named, the
+        default ``key_env`` is filled in only for a well-known host. Resolving a
+        resolved config changes nothing.
+        """
+        base_url = (config.base_url or self.base_url or "").rstrip("/") or None
+        key_env = config.api_key_env
+        if not key_env and self.key_env and self.is_key_host(base_url):
+            key_env = self.key_env
+        if base_url == config.base_url and key_env == config.api_key_env:
+            return config
+        return attrs.evolve(config, base_url=base_url, api_key_env=key_env)
+
+
+@frozen
+class ProviderKind:
+    """One registered kind: its factory, its defaults and the plugin that registered it."""
+
+    name: str
+    factory: ProviderFactory
+    defaults: ProviderDefaults = ProviderDefaults()
+
+
+class ProviderRegistry(Registry[ProviderKind]):
+    """Provider kinds: kind name → :class:`ProviderKind`, each attributed to its plugin."""
+
+    what = "provider_kind"
 
     def __init__(self) -> None:
-        self._factories: dict[str, tuple[ProviderFactory, str | None]] = {}
-        self.current_plugin: str | None = None
-        self.on_duplicate: Callable[[str, str], None] | None = None
+        super().__init__()
+        #: The plugins in the order the config lists them (set by the plugin host):
+        #: the default kind is the first kind of the first of them that registers one.
+        self.plugin_order: list[str] = []
 
-    def register(self, kind: str, factory: ProviderFactory) -> None:
-        """Register ``factory`` for ``kind``. A kind registered twice keeps the first."""
-        if not isinstance(kind, str) or not kind:
-            raise TypeError("provider kind must be a non-empty string")
+    def register(
+        self, kind: str, factory: ProviderFactory, *, defaults: ProviderDefaults | None = None
+    ) -> None:
+        """Register ``factory`` for ``kind`` with the kind's ``defaults``.
+
+        A kind registered twice keeps the first registration; the later one is
+        reported on its plugin's load report (``duplicate_provider_kind``).
+        """
         if not callable(factory):
             raise TypeError(f"provider factory for {kind!r} is not callable")
-        if kind in self._factories:
-            message = f"duplicate_provider_kind: {kind}"
-            if self.on_duplicate is not None and self.current_plugin is not None:
-                self.on_duplicate(self.current_plugin, f"{message} (skipped)")
-                return
-            raise ValueError(message)
-        self._factories[kind] = (factory, self.current_plugin)
+        if defaults is not None and not isinstance(defaults, ProviderDefaults):
+            raise TypeError(
+                f"defaults for provider kind {kind!r} must be a lich.providers.ProviderDefaults"
+            )
+        self._add(kind, ProviderKind(kind, factory, defaults or ProviderDefaults()))
 
     def kinds(self) -> list[str]:
-        """Registered kinds, in registration order."""
-        return list(self._factories)
+        """Registered kinds, in the order their plugins are listed in ``plugins``.
 
-    def plugin_of(self, kind: str) -> str | None:
-        """The plugin that registered ``kind``."""
-        entry = self._factories.get(kind)
-        return entry[1] if entry else None
+        (Registration itself runs later plugins first, so that one can take a name
+        before a builtin does.) Outside the plugin host: registration order.
+        """
+        rank = {plugin: i for i, plugin in enumerate(self.plugin_order)}
+        last = len(rank)
+        return sorted(self._items, key=lambda n: rank.get(self._owners[n] or "", last))
 
-    def remove_plugin(self, plugin: str) -> list[str]:
-        """Forget every kind ``plugin`` registered."""
-        gone = [k for k, (_, owner) in self._factories.items() if owner == plugin]
-        for k in gone:
-            del self._factories[k]
-        return gone
+    def ordered(self) -> list[ProviderKind]:
+        """The registered kinds themselves, in the order of :meth:`kinds`."""
+        return [self._items[n] for n in self.kinds()]
+
+    def default_kind(self) -> str | None:
+        """The kind a provider without ``kind`` gets: the first of :meth:`kinds`."""
+        return next(iter(self.kinds()), None)
+
+    def key_envs(self) -> frozenset[str]:
+        """Every default key variable a registered kind reads (for scrubbing and redaction)."""
+        return frozenset(k.defaults.key_env for k in self._items.values() if k.defaults.key_env)
+
+    def resolve(self, config: ProviderConfig, index: int = 0) -> ProviderConfig:
+        """``config`` with its kind, base URL and key variable as they will be used.
+
+        :raises ConfigError: the kind is not registered.
+        """
+        kind_name = config.kind or self.default_kind()
+        kind = self._items.get(kind_name) if kind_name else None
+        if kind is None:
+            raise ConfigError([self._unknown_kind(config.kind, index)])
+        # No base URL is no error here: a kind need not speak HTTP at all.
+        return kind.defaults.resolve(
+            config if config.kind else attrs.evolve(config, kind=kind.name)
+        )
+
+    def _unknown_kind(self, kind: str | None, index: int) -> str:
+        known = ", ".join(self.kinds()) or "none"
+        if not kind:
+            return (f"$.providers[{index}].kind: no provider kind is registered by any loaded "
+                    "plugin; enable a provider plugin (add it to `plugins` in the config)")
+        from lich.plugins import installed_entry_points
+
+        # By convention a provider plugin's entry point is named after its kind: point at
+        # the installed one rather than guessing.
+        plugin = f"the {kind!r} plugin" if kind in installed_entry_points() else (
+            "the plugin that provides it")
+        return (f"$.providers[{index}].kind: provider kind {kind!r} is not registered by any "
+                f"loaded plugin; enable {plugin} (add it to `plugins` in the config) "
+                f"(registered kinds: {known})")
 
     def create(self, config: ProviderConfig, index: int = 0) -> Provider:
         """Build the provider for ``config``; :class:`ConfigError` if its kind is unknown."""
-        entry = self._factories.get(config.kind)
-        if entry is None:
-            plugin = _BUILTIN_KIND_PLUGIN.get(config.kind)
-            hint = (
-                f"enable the {plugin!r} plugin (add it to `plugins` in the config)"
-                if plugin
-                else "enable the plugin that provides it"
-            )
-            known = ", ".join(self.kinds()) or "none"
-            raise ConfigError(
-                [
-                    f"$.providers[{index}].kind: provider kind {config.kind!r} is not registered "
-                    f"by any loaded plugin; {hint} (registered kinds: {known})"
-                ]
-            )
-        return entry[0](config)
+        resolved = self.resolve(config, index)
+        kind = self._items[resolved.kind or ""]
+        return kind.factory(resolved)
+
+
+def secret_env_names(config: LichConfig, registry: ProviderRegistry) -> frozenset[str]:
+    """The environment variables that hold provider keys: never shown to a model.
+
+    Every default key variable of a registered kind, and every ``api_key_env``
+    the config names.
+    """
+    named = {p.api_key_env for p in config.providers if p.api_key_env}
+    return registry.key_envs() | named
 
 
 def build_providers(config: LichConfig, registry: ProviderRegistry) -> list[Provider]:

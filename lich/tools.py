@@ -30,6 +30,7 @@ from lich._threads import run_in_daemon_thread
 from lich.cancel import Cancelled, CancelToken, race
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError, truncate_text
 from lich.hooks import RunInfo
+from lich.registry import DuplicateNameError, Registry
 from lich.types import ToolCall, ToolDefinition, ToolResult
 
 __all__ = [
@@ -56,6 +57,9 @@ class ToolContext:
     extra environment lich passes to tools; ``cancel`` fires when the run is
     cancelled or the call exceeds its timeout (async tools are also cancelled
     as tasks; tools in a worker thread should poll ``cancel.cancelled``).
+    ``secret_env_names`` are the environment variables holding provider keys
+    (every registered kind's default key variable and every ``api_key_env``
+    of the config): a tool must never show their values to the model.
     """
 
     work_dir: Path
@@ -64,6 +68,7 @@ class ToolContext:
     settings: Mapping[str, Any] = field(factory=dict)
     run: RunInfo | None = None
     call_id: str = ""
+    secret_env_names: frozenset[str] = frozenset()
 
 
 @frozen
@@ -220,82 +225,51 @@ async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
     target.cancel()
 
 
-class DuplicateToolError(ValueError):
+class DuplicateToolError(DuplicateNameError):
     """``duplicate_tool: <name>`` — a tool of that name is registered already."""
 
 
-class ToolRegistry:
+class ToolRegistry(Registry[Tool]):
     """The tools an agent offers, in registration order.
 
     While a plugin's ``lich_register_tools`` runs, the host sets
     :attr:`current_plugin` so every tool is attributed to its plugin.
     """
 
+    what = "tool"
+
     def __init__(self) -> None:
-        self._tools: dict[str, Tool] = {}
-        self.current_plugin: str | None = None
-        # Set by the plugin host: a duplicate is then reported and skipped, not raised.
-        self.on_duplicate: Callable[[str, str], None] | None = None
+        super().__init__()
         self._definitions: tuple[ToolDefinition, ...] | None = None
+
+    def _changed(self) -> None:
+        self._definitions = None
 
     def register(self, item: Tool) -> None:
         """Add ``item``; raises :class:`DuplicateToolError` if its name is taken."""
         if not isinstance(item, Tool):
             raise TypeError(f"registry.register() takes a lich.Tool, got {type(item).__name__}")
-        if item.name in self._tools:
-            message = f"duplicate_tool: {item.name}"
-            if self.on_duplicate is not None and self.current_plugin is not None:
-                self.on_duplicate(self.current_plugin, f"{message} (skipped)")
-                return
-            raise DuplicateToolError(message)
         if item.plugin is None and self.current_plugin is not None:
             item = attrs.evolve(item, plugin=self.current_plugin)
-        self._tools[item.name] = item
-        self._definitions = None
+        try:
+            self._add(item.name, item)
+        except DuplicateNameError as exc:
+            raise DuplicateToolError(str(exc)) from None
 
-    def get(self, name: str) -> Tool | None:
-        """The tool called ``name``, if any."""
-        return self._tools.get(name)
-
-    def has(self, name: str) -> bool:
-        """Whether a tool called ``name`` is registered."""
-        return name in self._tools
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    def __iter__(self) -> Any:
-        return iter(self._tools.values())
-
-    def list(self) -> list[Tool]:
+    def list(self) -> builtins.list[Tool]:
         """All tools in registration order."""
-        return list(self._tools.values())
-
-    def names(self) -> builtins.list[str]:
-        """All tool names in registration order."""
-        return list(self._tools)
+        return self.items()
 
     def definitions(self) -> tuple[ToolDefinition, ...]:
         """What the model is told; cached until the registry changes."""
         if self._definitions is None:
-            self._definitions = tuple(t.definition() for t in self._tools.values())
+            self._definitions = tuple(t.definition() for t in self._items.values())
         return self._definitions
-
-    def remove_plugin(self, plugin: str) -> builtins.list[str]:
-        """Remove every tool ``plugin`` registered; returns their names."""
-        gone = [n for n, t in self._tools.items() if t.plugin == plugin]
-        for n in gone:
-            del self._tools[n]
-        if gone:
-            self._definitions = None
-        return gone
 
     def filter(self, enabled: Iterable[str] | None, disabled: Iterable[str] = ()) -> None:
         """Keep only ``enabled`` (all when ``None``) minus ``disabled``."""
-        keep = set(self._tools) if enabled is None else set(enabled)
-        keep -= set(disabled)
-        self._tools = {n: t for n, t in self._tools.items() if n in keep}
-        self._definitions = None
+        keep = set(self._items) if enabled is None else set(enabled)
+        self._keep(keep - set(disabled))
 
 
 class ToolExecutor:
@@ -315,11 +289,13 @@ class ToolExecutor:
         work_dir: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
+        secret_env_names: frozenset[str] = frozenset(),
     ) -> None:
         self.registry = registry
         self.work_dir = Path(work_dir)
         self.env = dict(env or {})
         self.tool_settings = tool_settings or {}
+        self.secret_env_names = secret_env_names
 
     def limits(self, item: Tool) -> tuple[float, int]:
         """The effective ``(timeout_s, max_output_chars)`` of ``item``."""
@@ -358,6 +334,7 @@ class ToolExecutor:
             settings=self.tool_settings.get(item.name, {}),
             run=run,
             call_id=call.id,
+            secret_env_names=self.secret_env_names,
         )
         deadline = asyncio.timeout(timeout_s)
         try:

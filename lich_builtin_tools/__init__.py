@@ -71,8 +71,8 @@ def builtin_tools(
     """The builtin tools for ``config``, in registration order.
 
     :param config: the agent's configuration: its ``work_dir`` is where the docs
-        root is looked for, and its providers' key variables are scrubbed from
-        ``terminal`` and redacted by ``env_get``.
+        root is looked for. (The providers' key variables that ``terminal`` scrubs
+        and ``env_get`` redacts come with each call, in ``ctx.secret_env_names``.)
     :param net: the SSRF guard / HTTP runner of the web tools (tests inject a
         resolver or transport through it).
     :param docs_resolver: ``(work_dir, env) -> Path | None``; the docs tools are
@@ -101,14 +101,14 @@ def builtin_tools(
         write_file_tool,
         edit_file_tool,
         list_dir_tool,
-        make_terminal_tool(config),
+        make_terminal_tool(),
         grep_files_tool,
         fetch_url,
         web_search,
         http_request,
         process_list_tool,
         disk_usage_tool,
-        make_env_get_tool(config),
+        make_env_get_tool(),
     ]
     resolver = docs_resolver or default_resolver
     work_dir = getattr(config, "work_dir", None) or os.getcwd()

@@ -107,25 +107,6 @@ def is_secret_name(name: str) -> bool:
     return any(fnmatch.fnmatchcase(upper, p) for p in _SECRET_PATTERNS)
 
 
-def provider_key_envs(*configs: Any) -> set[str]:
-    """Every env var name a provider of these configs reads its key from.
-
-    A provider without ``api_key_env`` reads its kind's default variable
-    (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``), so that one counts too.
-    """
-    from lich.config import DEFAULT_KEY_ENVS
-
-    names: set[str] = set()
-    for config in configs:
-        for provider in getattr(config, "providers", None) or ():
-            env_name = getattr(provider, "api_key_env", None) or DEFAULT_KEY_ENVS.get(
-                getattr(provider, "kind", ""), None
-            )
-            if env_name:
-                names.add(env_name)
-    return names
-
-
 def scrub_env(
     env: Mapping[str, str], provider_keys: Iterable[str], pass_env: Iterable[str]
 ) -> dict[str, str]:

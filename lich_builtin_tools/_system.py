@@ -20,7 +20,6 @@ from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     output_cap,
-    provider_key_envs,
     resolve_path,
     schema,
     time_cap_s,
@@ -172,14 +171,12 @@ disk_usage_tool = Tool(
 # ---------------------------------------------------------------- env_get
 
 
-def make_env_get_tool(config: Any = None) -> Tool:
-    """The ``env_get`` tool; the providers' key variables of ``config`` are always redacted."""
-    config_keys = provider_key_envs(config)
+def make_env_get_tool() -> Tool:
+    """The ``env_get`` tool; provider key variables (``ctx.secret_env_names``) stay redacted."""
 
     def env_get(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         env = {**os.environ, **ctx.env}
-        run_config = ctx.run.config if ctx.run is not None else None
-        secret_names = config_keys | provider_key_envs(run_config)
+        secret_names = ctx.secret_env_names
         raw_keys = args.get("keys")
         keys = (
             [k for k in raw_keys if isinstance(k, str) and k][:ENV_MAX_KEYS]

@@ -32,7 +32,6 @@ from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     output_cap,
-    provider_key_envs,
     schema,
     scrub_env,
     string_list_setting,
@@ -109,9 +108,9 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def make_terminal_tool(config: Any = None) -> Tool:
-    """The ``terminal`` tool; ``config`` names the providers whose key variables are scrubbed."""
-    config_keys = provider_key_envs(config)
+def make_terminal_tool() -> Tool:
+    """The ``terminal`` tool: provider key variables (``ctx.secret_env_names``) and
+    secret-looking names are scrubbed from the command's environment."""
 
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         command = require_string_arg(args, "command")
@@ -119,9 +118,7 @@ def make_terminal_tool(config: Any = None) -> Tool:
         timeout_ms = min(max(1, int(requested_ms)), MAX_TIMEOUT_MS)
         timeout_s = min(timeout_ms / 1000, time_cap_s(ctx, MAX_TIMEOUT_MS / 1000))
         pass_env = string_list_setting(ctx, "terminal", "pass_env")
-        run_config = ctx.run.config if ctx.run is not None else None
-        secrets = config_keys | provider_key_envs(run_config)
-        env = scrub_env({**os.environ, **ctx.env}, secrets, pass_env)
+        env = scrub_env({**os.environ, **ctx.env}, ctx.secret_env_names, pass_env)
         cap = output_cap(ctx, OUTPUT_CAP_CHARS)
         return await run_command(command, str(ctx.work_dir), env, timeout_s, cap)
 

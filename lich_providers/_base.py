@@ -17,7 +17,10 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import attrs
+
 from lich.events import TextDelta
+from lich.providers import ProviderDefaults
 from lich.types import ChatOptions, ChatResult, Message, ProviderError, ToolDefinition
 from lich_providers._http import HttpClient, cut
 
@@ -146,6 +149,9 @@ class HttpProvider:
     kind: ClassVar[str]
     path: ClassVar[str]
     overflow: ClassVar[re.Pattern[str]]
+    #: The kind's defaults, registered with it; a provider built directly (tests,
+    #: scripts) resolves its config with them just as the registry does.
+    defaults: ClassVar[ProviderDefaults]
 
     def __init__(
         self,
@@ -154,11 +160,14 @@ class HttpProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        if config.kind is None:
+            config = attrs.evolve(config, kind=self.kind)
+        config = self.defaults.resolve(config)
         self.config = config
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.http = HttpClient(
             provider=config.name,
-            base_url=config.resolved_base_url(),
+            base_url=config.base_url or "",
             overflow=self.overflow,
             timeout_s=config.timeout_s,
             transport=transport,
@@ -229,6 +238,11 @@ class HttpProvider:
         raise NotImplementedError
 
     # -- the call ------------------------------------------------------------------
+
+    @property
+    def at_key_host(self) -> bool:
+        """Whether the endpoint is one of the kind's well-known hosts (where its key is due)."""
+        return self.defaults.is_key_host(self.config.base_url)
 
     def missing_key(self, var: str, why: str = "") -> ProviderError:
         """The ``auth`` error for a required key that is not set."""

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lich.hooks import hookimpl
+from lich.providers import ProviderDefaults
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -52,6 +53,7 @@ __all__ = ["AnthropicProvider", "lich_register_providers"]
 
 API_VERSION = "2023-06-01"
 DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
+DEFAULTS = ProviderDefaults(base_url="https://api.anthropic.com", key_env=DEFAULT_KEY_ENV)
 DEFAULT_MAX_TOKENS = 4096
 
 # The statuses behind the error types the API reports inside a stream (or a body).
@@ -87,14 +89,21 @@ class AnthropicProvider(HttpProvider):
     kind = "anthropic"
     path = "/v1/messages"
     overflow = re.compile(r"context|token|maximum", re.I)
+    defaults = DEFAULTS
 
     def auth_headers(self) -> dict[str, str]:
-        """``x-api-key`` and ``anthropic-version``; ``auth`` error when the key is not set."""
-        var = self.config.api_key_env or DEFAULT_KEY_ENV
-        key = read_key(self.env, var)
-        if key is None:
-            raise self.missing_key(var)
-        headers = {"x-api-key": key}
+        """``x-api-key`` and ``anthropic-version``; ``auth`` error when a named key is not set.
+
+        ANTHROPIC_API_KEY is read for api.anthropic.com only; another host (a proxy,
+        a compatible server) gets the variable ``api_key_env`` names, or no key.
+        """
+        var = self.config.api_key_env
+        headers: dict[str, str] = {}
+        if var is not None:
+            key = read_key(self.env, var)
+            if key is None:
+                raise self.missing_key(var)
+            headers["x-api-key"] = key
         # A configured version header (e.g. to try a newer API) is left alone.
         if not any(h.lower() == "anthropic-version" for h in self.config.headers):
             headers["anthropic-version"] = API_VERSION
@@ -311,4 +320,4 @@ def _turn(m: Message) -> dict[str, Any] | None:
 @hookimpl
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Register the ``anthropic`` provider kind."""
-    registry.register("anthropic", AnthropicProvider)
+    registry.register("anthropic", AnthropicProvider, defaults=DEFAULTS)

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lich.hooks import hookimpl
+from lich.providers import ProviderDefaults
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OllamaProvider", "lich_register_providers", "synthesize_tool_call_id"]
 
+# No default key: a key (a proxy, Ollama's cloud) is only ever one the config names.
+DEFAULTS = ProviderDefaults(base_url="http://localhost:11434")
 _counter = itertools.count(1)
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -103,6 +106,7 @@ class OllamaProvider(HttpProvider):
     kind = "ollama"
     path = "/api/chat"
     overflow = re.compile(r"context|token|maximum|too long", re.I)
+    defaults = DEFAULTS
 
     def __init__(
         self,
@@ -256,4 +260,4 @@ def _wire_message(m: Message) -> dict[str, Any] | None:
 @hookimpl
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Register the ``ollama`` provider kind."""
-    registry.register("ollama", OllamaProvider)
+    registry.register("ollama", OllamaProvider, defaults=DEFAULTS)

@@ -16,9 +16,9 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from lich.hooks import hookimpl
+from lich.providers import ProviderDefaults
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -50,6 +50,7 @@ __all__ = ["OpenAICompatProvider", "lich_register_providers"]
 
 WELL_KNOWN_HOST = "api.openai.com"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+DEFAULTS = ProviderDefaults(base_url=f"https://{WELL_KNOWN_HOST}/v1", key_env=DEFAULT_KEY_ENV)
 
 
 def _text(content: Any) -> str:
@@ -84,21 +85,19 @@ class OpenAICompatProvider(HttpProvider):
     kind = "openai_compat"
     path = "/chat/completions"
     overflow = re.compile(r"context|token|length", re.I)
-
-    def _key_env(self) -> tuple[str | None, bool]:
-        well_known = urlsplit(self.config.resolved_base_url()).hostname == WELL_KNOWN_HOST
-        # OPENAI_API_KEY is only a default for OpenAI itself: it is never sent to
-        # another host unless the config names it.
-        var = self.config.api_key_env or (DEFAULT_KEY_ENV if well_known else None)
-        return var, well_known
+    defaults = DEFAULTS
 
     def auth_headers(self) -> dict[str, str]:
-        """``authorization: Bearer`` when a key resolves; ``auth`` when api.openai.com has none."""
-        var, required = self._key_env()
+        """``authorization: Bearer`` when a key resolves; ``auth`` when api.openai.com has none.
+
+        Which variable is read was settled when the config was resolved: OPENAI_API_KEY
+        only for api.openai.com, any other host only what ``api_key_env`` names.
+        """
+        var = self.config.api_key_env
         key = read_key(self.env, var)
         if key is not None:
             return {"authorization": f"Bearer {key}"}
-        if required:
+        if self.at_key_host:
             raise self.missing_key(var or DEFAULT_KEY_ENV, f" ({WELL_KNOWN_HOST} needs a key)")
         return {}
 
@@ -288,4 +287,4 @@ def _repr(data: Any) -> str:
 @hookimpl
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Register the ``openai_compat`` provider kind."""
-    registry.register("openai_compat", OpenAICompatProvider)
+    registry.register("openai_compat", OpenAICompatProvider, defaults=DEFAULTS)

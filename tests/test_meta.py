@@ -322,7 +322,8 @@ async def test_hook_lich_register_providers(tmp_path: Path) -> None:
     assert kind.built[0].closed
     # A kind registered twice keeps the first; the second plugin gets a warning.
     impostor = next(r for r in agent.host.reports if r.plugin == "impostor")
-    assert impostor.warnings == ("duplicate_provider_kind: fake (skipped)",)
+    assert impostor.warnings == (
+        "duplicate_provider_kind: fake (already registered by fake_kind); skipped",)
     # A kind nobody registered is a configuration error naming the path.
     unknown = make_test_config(tmp_path, providers=(
         ProviderConfig(kind="nope", name="x", model="m"),

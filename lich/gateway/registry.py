@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from attrs import field, frozen
 
+from lich.registry import Registry
+
 if TYPE_CHECKING:
     from lich.gateway.bus import GatewayBus
     from lich.gateway.config import GatewayConfig
@@ -83,14 +85,10 @@ class AdapterContext:
 AdapterFactory: TypeAlias = Callable[[AdapterContext], Adapter]
 
 
-class AdapterRegistry:
+class AdapterRegistry(Registry[AdapterFactory]):
     """Gateway platforms: name → factory, each attributed to the plugin that registered it."""
 
-    def __init__(self) -> None:
-        self._factories: dict[str, tuple[AdapterFactory, str | None]] = {}
-        self.current_plugin: str | None = None
-        # Set by the plugin host: a duplicate is then reported and skipped, not raised.
-        self.on_duplicate: Callable[[str, str], None] | None = None
+    what = "gateway_platform"
 
     def register(self, name: str, factory: AdapterFactory) -> None:
         """Register ``factory`` for platform ``name``.
@@ -100,45 +98,17 @@ class AdapterRegistry:
         the later registration is reported (``duplicate_gateway_platform``) on
         its plugin's load report and skipped.
 
-        :raises ValueError: for a duplicate outside the plugin host.
+        :raises lich.registry.DuplicateNameError: (a ``ValueError``) for a
+            duplicate outside the plugin host.
         :raises TypeError: for an empty name or a factory that is not callable.
         """
-        if not isinstance(name, str) or not name.strip():
-            raise TypeError("gateway platform name must be a non-empty string")
         if not callable(factory):
             raise TypeError(f"gateway adapter factory for {name!r} is not callable")
-        if name in self._factories:
-            owner = self._factories[name][1] or "?"
-            message = f"duplicate_gateway_platform: {name} (already registered by {owner})"
-            if self.on_duplicate is not None and self.current_plugin is not None:
-                self.on_duplicate(self.current_plugin, f"{message}; skipped")
-                return
-            raise ValueError(message)
-        self._factories[name] = (factory, self.current_plugin)
-
-    def names(self) -> list[str]:
-        """Registered platform names, in registration order."""
-        return list(self._factories)
-
-    def has(self, name: str) -> bool:
-        """Whether ``name`` is registered."""
-        return name in self._factories
-
-    def plugin_of(self, name: str) -> str | None:
-        """The plugin that registered ``name``."""
-        entry = self._factories.get(name)
-        return entry[1] if entry else None
+        self._add(name, factory)
 
     def create(self, context: AdapterContext) -> Adapter:
         """Build the adapter for ``context.name``; :class:`KeyError` if it is not registered."""
-        entry = self._factories.get(context.name)
-        if entry is None:
+        factory = self.get(context.name)
+        if factory is None:
             raise KeyError(context.name)
-        return entry[0](context)
-
-    def remove_plugin(self, plugin: str) -> list[str]:
-        """Forget every platform ``plugin`` registered; returns their names."""
-        gone = [n for n, (_, owner) in self._factories.items() if owner == plugin]
-        for n in gone:
-            del self._factories[n]
-        return gone
+        return factory(context)

@@ -733,7 +733,7 @@ def _model_and_provider(agent: Agent) -> tuple[str, str]:
     if agent.config.providers:
         first = agent.config.providers[0]
         model = model or first.model
-        provider = first.kind
+        provider = first.kind or agent.provider_kinds.default_kind() or ""
         if len(providers) > 1:
             provider += f" +{len(providers) - 1}"
     if not model:

@@ -53,7 +53,7 @@ def test_every_commented_setting_in_the_template_is_valid(work: Path, lich: Any)
 
     config = load_config(work_dir=work, config_path=str(path)).config
 
-    assert [p.name for p in config.providers] == ["main", "local"]
+    assert [p.name for p in config.providers] == ["main", "fallback"]
     assert config.tools["terminal"]["timeout_s"] == 300
     assert config.plugin_settings["my_plugin"] == {"greeting": "hello"}
 
@@ -318,3 +318,27 @@ def test_tui_without_textual_says_how_to_install_it(
     assert result.exit_code == 2
     assert "pip install 'lich[tui]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("model", [
+    "plain", 'quote"d', "back\\slash", "new\nline", "tab\there", "del\x7fchar", "nul\x00x",
+    "bell\x07", "ünï©ødé ✓", "emoji 🦜", "'single'", "#hash", "a = b", "[table]", "\u2028sep",
+])
+def test_config_init_writes_any_value_as_toml_that_reads_back(
+    work: Path, lich: Any, model: str
+) -> None:
+    """The whole template round-trips: every value it writes reads back as itself."""
+    import tomllib
+
+    url = "http://127.0.0.1:9/v1?x=" + model.replace("\x00", "")
+    result = lich("config", "init", "--model", model, "--base-url", url,
+                  "--api-key-env", "MY_" + "KEY")
+    assert result.exit_code == 0, result.stderr
+    text = (work / ".lich" / "config.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)  # a file tomllib rejects is the bug this guards against
+    (provider,) = data["providers"]
+    assert provider == {"kind": "openai_compat", "name": "main", "model": model,
+                        "base_url": url, "api_key_env": "MY_KEY"}
+    # And lich itself loads it to the same values.
+    (loaded,) = load_config(work_dir=work, env={}).config.providers
+    assert (loaded.model, loaded.base_url) == (model, url)

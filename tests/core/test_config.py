@@ -20,6 +20,8 @@ from lich.config import (
     load_config,
     user_config_path,
 )
+from lich.plugins import PluginHost
+from lich.providers import ProviderRegistry
 
 PROVIDER = '[[providers]]\nkind = "openai_compat"\nname = "main"\nmodel = "m1"\n'
 
@@ -100,7 +102,7 @@ def test_toml_file_in_the_work_dir(tmp_path: Path, home: Path) -> None:
     config = loaded.config
     assert loaded.file == str(path)
     assert loaded.sources["max_turns"] == "file"
-    assert config.providers == (ProviderConfig("openai_compat", "main", "m1"),)
+    assert config.providers == (ProviderConfig(kind="openai_compat", name="main", model="m1"),)
     assert config.max_turns == 7
     assert config.plugins == ("builtin_tools", "./mine.py")
     assert config.tools_enabled == ("read_file",)
@@ -242,20 +244,38 @@ def test_env_provider_when_no_file_names_one(tmp_path: Path, home: Path) -> None
     )
     (provider,) = loaded.config.providers
     assert provider == ProviderConfig(
-        "ollama", "default", "llama3", base_url="http://127.0.0.1:9", api_key_env="OLLAMA_KEY"
+        kind="ollama", name="default", model="llama3", base_url="http://127.0.0.1:9",
+        api_key_env="OLLAMA_KEY",
     )
     assert loaded.sources["providers"] == "env"
 
 
-def test_env_provider_defaults(tmp_path: Path, home: Path) -> None:
+def _builtin_kinds() -> ProviderRegistry:
+    host = PluginHost()
+    host.load(["openai_compat", "anthropic", "ollama"])
+    registry = ProviderRegistry()
+    host.register_providers(registry)
+    return registry
+
+
+def test_env_provider_leaves_the_defaults_to_the_kind(tmp_path: Path, home: Path) -> None:
+    # The config only records what was given: the kind's plugin supplies the rest.
     (provider,) = load(tmp_path, env={"LICH_MODEL": "gpt-x"}).providers
-    assert provider.kind == "openai_compat"
-    assert provider.api_key_env == "OPENAI_API_KEY"
-    assert provider.resolved_base_url() == "https://api.openai.com/v1"
+    assert (provider.kind, provider.base_url, provider.api_key_env) == (None, None, None)
+    kinds = _builtin_kinds()
+    resolved = kinds.resolve(provider)
+    assert resolved.kind == "openai_compat"  # the first provider plugin of the list
+    assert resolved.api_key_env == "OPENAI_API_KEY"
+    assert resolved.base_url == "https://api.openai.com/v1"
     env = {"LICH_MODEL": "c", "LICH_PROVIDER_KIND": "anthropic"}
     (anthropic,) = load(tmp_path, env=env).providers
+    anthropic = kinds.resolve(anthropic)
     assert anthropic.api_key_env == "ANTHROPIC_API_KEY"
-    assert anthropic.resolved_base_url() == "https://api.anthropic.com"
+    assert anthropic.base_url == "https://api.anthropic.com"
+    # Another host: the default key variable is not filled in.
+    env = {"LICH_MODEL": "c", "LICH_BASE_URL": "http://127.0.0.1:9/v1"}
+    (local,) = load(tmp_path, env=env).providers
+    assert kinds.resolve(local).api_key_env is None
 
 
 def test_a_kind_alone_does_not_make_a_provider(tmp_path: Path, home: Path) -> None:
@@ -278,7 +298,7 @@ def test_env_and_flags_override_the_first_provider_of_the_file(tmp_path: Path, h
     switched = load(tmp_path, env={"LICH_PROVIDER_KIND": "ollama"})
     first = switched.providers[0]
     assert (first.kind, first.base_url, first.api_key_env) == ("ollama", None, None)
-    assert first.resolved_base_url() == "http://localhost:11434"
+    assert _builtin_kinds().resolve(first).base_url == "http://localhost:11434"
 
 
 def test_strict_plugins_and_log_level_from_env(tmp_path: Path, home: Path) -> None:

@@ -251,7 +251,8 @@ def test_duplicate_tool_is_reported_and_skipped_first_registration_wins(work: Pa
     assert registry.get("fixture_echo").plugin == "dup_tool_plugin"  # type: ignore[union-attr]
     good = next(r for r in host.reports if r.plugin == "good_plugin")
     assert good.status == "loaded"  # the rest of the plugin is fine
-    assert good.warnings == ("duplicate_tool: fixture_echo (skipped)",)
+    assert good.warnings == (
+        "duplicate_tool: fixture_echo (already registered by dup_tool_plugin); skipped",)
     dup = next(r for r in host.reports if r.plugin == "dup_tool_plugin")
     assert dup.warnings == ()
 

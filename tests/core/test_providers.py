@@ -41,7 +41,7 @@ class FakeKind:
 
 
 def provider(name: str = "main", kind: str = "fake") -> ProviderConfig:
-    return ProviderConfig(kind, name, f"model-{name}")
+    return ProviderConfig(kind=kind, name=name, model=f"model-{name}")
 
 
 def test_registry_registers_attributes_and_forgets_kinds() -> None:
@@ -145,3 +145,58 @@ def test_builtin_provider_plugins_register_their_kinds() -> None:
     host.register_providers(registry)
     assert sorted(registry.kinds()) == ["anthropic", "ollama", "openai_compat"]
     assert registry.plugin_of("ollama") == "ollama"
+
+
+def test_a_router_that_returns_no_chat_function_is_a_load_failure(tmp_path: Path) -> None:
+    class Broken:
+        @hookimpl
+        def lich_make_router(self) -> object:
+            return "not a chat function"
+
+    class Good:
+        @hookimpl
+        def lich_make_router(self, providers: list[Provider]) -> ChatFn:
+            return providers[0].chat
+
+    host = PluginHost()
+    host.register_object(FakeKind(), "fake_kind")
+    host.register_object(Good(), "good_router")
+    host.register_object(Broken(), "broken_router")  # registered last: asked first
+    registry = ProviderRegistry()
+    host.register_providers(registry)
+    config = LichConfig(work_dir=str(tmp_path), providers=[provider("a"), provider("b")])
+    providers = build_providers(config, registry)
+
+    chat = build_chat(config, host, providers)
+
+    assert chat == providers[0].chat  # the next router decided
+    (report,) = [r for r in host.reports if r.plugin == "broken_router"]
+    assert (report.status, report.phase) == ("failed", "register")
+    assert report.error_type == "TypeError"
+    assert "lich_make_router returned str, not a chat function" in (report.error_message or "")
+    assert "broken_router" not in host.plugin_names()
+
+    # Alone, it leaves no router: several providers are then the usual config error,
+    # and strict mode names the plugin.
+    alone = PluginHost()
+    alone.register_object(FakeKind(), "fake_kind")
+    alone.register_object(Broken(), "broken_router")
+    with pytest.raises(ConfigError, match="no router plugin is loaded"):
+        build_chat(config, alone, providers)
+    assert [r.plugin for r in alone.failures] == ["broken_router"]
+
+
+async def test_an_agent_with_a_broken_router_fails_at_assembly_not_at_the_first_call(
+    tmp_path: Path,
+) -> None:
+    class Broken:
+        @hookimpl
+        def lich_make_router(self) -> object:
+            return 42
+
+    config = LichConfig(work_dir=str(tmp_path), plugins=(), strict_plugins=True,
+                        providers=[provider("a")])
+    from lich.plugins import PluginLoadError
+
+    with pytest.raises(PluginLoadError, match="broken_router"):
+        Agent(config, plugins=[("fake_kind", FakeKind()), ("broken_router", Broken())])

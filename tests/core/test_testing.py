@@ -273,7 +273,7 @@ async def test_agent_end_to_end_through_the_server_and_a_real_provider(
         config = make_test_config(
             tmp_path,
             plugins=("openai_compat", str(FIXTURES / "good_plugin.py")),
-            providers=[ProviderConfig("openai_compat", "local", "scripted",
+            providers=[ProviderConfig(kind="openai_compat", name="local", model="scripted",
                                       base_url=server.base_url)],
             stream=stream,
         )

@@ -236,7 +236,7 @@ def test_registry_attributes_tools_to_the_registering_plugin() -> None:
     seen: list[tuple[str, str]] = []
     registry.on_duplicate = lambda plugin, msg: seen.append((plugin, msg))
     registry.register(_plain("a", output="second"))  # reported, skipped: the first one wins
-    assert seen == [("p2", "duplicate_tool: a (skipped)")]
+    assert seen == [("p2", "duplicate_tool: a (already registered by p1); skipped")]
     assert registry.get("a") is not None
     assert registry.get("a").plugin == "p1"
     assert registry.remove_plugin("p1") == ["a"]

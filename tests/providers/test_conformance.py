@@ -486,10 +486,20 @@ KEY_CASES: list[tuple[str, dict[str, Any], dict[str, str], tuple[str, str] | str
      {}, None),
     ("openai_compat", {"base_url": "http://127.0.0.1:1234/v1", "api_key_env": "LOCAL_KEY"},
      {"LOCAL_KEY": "lk"}, ("authorization", "Bearer lk")),
-    # anthropic: always required
+    # anthropic: required for api.anthropic.com, and wherever api_key_env names one
     ("anthropic", {}, {"ANTHROPIC_API_KEY": "sk-ant"}, ("x-api-key", "sk-ant")),
     ("anthropic", {}, {}, "ANTHROPIC_API_KEY"),
-    ("anthropic", {"base_url": "http://127.0.0.1:9/"}, {}, "ANTHROPIC_API_KEY"),
+    # another host never receives ANTHROPIC_API_KEY unless the config names it
+    ("anthropic", {"base_url": "http://127.0.0.1:9/"}, {"ANTHROPIC_API_KEY": "sk-ant"}, None),
+    ("anthropic", {"base_url": "http://127.0.0.1:9/", "api_key_env": "ANTHROPIC_API_KEY"},
+     {"ANTHROPIC_API_KEY": "sk-ant"}, ("x-api-key", "sk-ant")),
+    ("anthropic", {"base_url": "http://127.0.0.1:9/", "api_key_env": "PROXY_KEY"}, {},
+     "PROXY_KEY"),
+    # a look-alike host is another host
+    ("openai_compat", {"base_url": "https://api.openai.com.evil.test/v1"},
+     {"OPENAI_API_KEY": "sk-1"}, None),
+    ("anthropic", {"base_url": "https://evil.test/api.anthropic.com"},
+     {"ANTHROPIC_API_KEY": "sk-ant"}, None),
     ("anthropic", {"api_key_env": "CLAUDE_KEY"}, {"ANTHROPIC_API_KEY": "sk-ant"}, "CLAUDE_KEY"),
     ("anthropic", {"api_key_env": "CLAUDE_KEY"}, {"CLAUDE_KEY": "ck"}, ("x-api-key", "ck")),
     # ollama: never required; a Bearer token when one resolves
@@ -522,6 +532,20 @@ async def test_key_rules(
         name, value = expected
         assert headers[name] == value
         assert not (secrets - {name}) & set(headers.keys())
+    await provider.aclose()
+
+
+async def test_user_info_naming_the_well_known_host_is_not_that_host() -> None:
+    # https://api.anthropic.com@evil.test goes to evil.test (httpx turns the user info
+    # into Basic credentials of its own); the key must not go with it.
+    wire = Wire("anthropic", [Reply("ok")])
+    provider = make_provider("anthropic", wire, env={"ANTHROPIC_API_KEY": "sk-ant"},
+                             base_url="https://api.anthropic.com@evil.test")
+    await provider.chat([UserMessage("hi")], [], ChatOptions())
+    (request,) = wire.requests
+    assert request.url.host == "evil.test"
+    assert "x-api-key" not in request.headers
+    assert all("sk-ant" not in value for value in request.headers.values())
     await provider.aclose()
 
 

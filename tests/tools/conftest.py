@@ -4,6 +4,7 @@ loopback HTTP servers (127.0.0.1 only; nothing else is ever contacted)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -18,6 +19,8 @@ import pytest
 from lich.cancel import CancelToken
 from lich.config import LichConfig
 from lich.hooks import RunInfo
+from lich.plugins import PluginHost
+from lich.providers import ProviderRegistry, secret_env_names
 from lich.tools import ToolExecutor, ToolRegistry
 from lich.types import ToolCall, ToolResult
 from lich_builtin_tools import builtin_tools
@@ -146,6 +149,16 @@ def http_server() -> Iterator[Callable[..., LoopbackServer]]:
         server.stop()
 
 
+@functools.cache
+def provider_kinds() -> ProviderRegistry:
+    """The kinds the builtin provider plugins register (their default key variables)."""
+    host = PluginHost()
+    host.load(["openai_compat", "anthropic", "ollama"])
+    registry = ProviderRegistry()
+    host.register_providers(registry)
+    return registry
+
+
 class Runner:
     """Runs builtin tools through a real :class:`ToolExecutor` in one work dir."""
 
@@ -178,7 +191,8 @@ class Runner:
         if settings is not None:
             tool_settings[name] = dict(settings)
         executor = ToolExecutor(self.registry(), work_dir=self.work_dir, env=self.env,
-                                tool_settings=tool_settings)
+                                tool_settings=tool_settings,
+                                secret_env_names=secret_env_names(self.config, provider_kinds()))
         run = None
         if run_config is not None:
             run = RunInfo("run1", "sess1", "input", str(self.work_dir), run_config)

@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lich.agent import Agent
 from lich.cancel import CancelToken
 from lich.config import LichConfig, ProviderConfig
+from lich.hooks import hookimpl
+from lich.providers import ProviderDefaults, ProviderRegistry
+from lich.testing import ScriptedChat
 from lich.tools import ToolContext
+from lich.types import ToolCall
 from lich_builtin_tools import _terminal
 from lich_builtin_tools._terminal import make_terminal_tool
 
@@ -226,7 +232,6 @@ async def test_secrets_are_scrubbed_from_the_environment(
         "MY_SECRET_THING": "secret-value-4",
         "lower_api_key": "lower-value-5",
         "CUSTOM_LLM_CREDS": "provider-value-6",  # only secret because a provider names it
-        "RUN_ONLY_CREDS": "run-value-7",  # named by the run's config
         "PASSED_TOKEN": "passed-value-8",  # secret-looking, but allowed by pass_env
     }
     for name, value in secrets.items():
@@ -238,13 +243,7 @@ async def test_secrets_are_scrubbed_from_the_environment(
                                   api_key_env="CUSTOM_LLM_CREDS"),),
     )
     run.env = {"CONTEXT_TOKEN": "context-value-9"}
-    run_config = LichConfig(
-        work_dir=str(run.work_dir), plugins=(),
-        providers=(ProviderConfig(kind="anthropic", name="a", model="m",
-                                  api_key_env="RUN_ONLY_CREDS"),),
-    )
-    result = await run("terminal", {"command": "env"}, settings={"pass_env": ["PASSED_TOKEN"]},
-                       run_config=run_config)
+    result = await run("terminal", {"command": "env"}, settings={"pass_env": ["PASSED_TOKEN"]})
     assert result.ok
     for name, value in secrets.items():
         if name == "PASSED_TOKEN":
@@ -258,3 +257,37 @@ async def test_secrets_are_scrubbed_from_the_environment(
 async def test_bad_pass_env_setting_is_a_clear_error(run: Runner) -> None:
     result = await run("terminal", {"command": "true"}, settings={"pass_env": "GITHUB_TOKEN"})
     assert result.error == "invalid_setting: [tools.terminal] pass_env must be a list of strings"
+
+
+class _ZetaProvider:
+    """A third-party provider kind whose default key variable looks like nothing secret."""
+
+    name = "zeta"
+    model = "z"
+
+    async def chat(self, *args: Any) -> Any:
+        raise AssertionError("never called")
+
+
+class _ZetaPlugin:
+    @hookimpl
+    def lich_register_providers(self, registry: ProviderRegistry) -> None:
+        registry.register("zeta", lambda config: _ZetaProvider(),
+                          defaults=ProviderDefaults(base_url="https://zeta.invalid",
+                                                    key_env="ZETA_CREDS"))
+
+
+async def test_a_third_party_kinds_default_key_is_scrubbed_too(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry, not a list in the core, says which variables hold provider keys."""
+    monkeypatch.setenv("ZETA_CREDS", "zeta-value-1")
+    monkeypatch.setenv("ZETA_PLAIN", "zeta-plain")
+    config = LichConfig(work_dir=str(work), plugins=("builtin_tools",))
+    agent = Agent(config, plugins=[("zeta", _ZetaPlugin())], chat=ScriptedChat())
+    terminal = await agent.executor.execute(ToolCall("c1", "terminal", {"command": "env"}))
+    assert "zeta-value-1" not in terminal.output
+    assert "ZETA_PLAIN=zeta-plain" in terminal.output
+    env_get = await agent.executor.execute(
+        ToolCall("c2", "env_get", {"keys": ["ZETA_CREDS"], "reveal": True}))
+    assert env_get.output == "ZETA_CREDS=<redacted: 12 chars>"
