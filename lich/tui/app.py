@@ -14,7 +14,7 @@ Importing this module imports Textual; :func:`lich.tui.run_tui` does so lazily.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar
 
 import attrs
@@ -29,8 +29,10 @@ from textual.widgets import Input, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from lich import __version__
+from lich._slash import SLASH_COMMANDS, SlashInput
 from lich.agent import Agent, RunResult
 from lich.cancel import CancelToken
+from lich.config import ConfigError, config_with
 from lich.events import (
     CompressEnd,
     Envelope,
@@ -45,6 +47,7 @@ from lich.events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from lich.plugins import PluginLoadError
 from lich.sessions import SessionNotFound, repair_dangling_tool_calls
 from lich.tui import format as fmt
 from lich.tui import state as st
@@ -58,6 +61,12 @@ TRANSCRIPT_CAP = 300
 """Widgets kept in the transcript; older ones are dropped (the session file keeps all)."""
 
 SPINNER_INTERVAL_S = 0.08
+
+KEYS_HELP = (
+    "keys: Enter send · Up/Down older/newer input · Esc cancel the run · "
+    "Ctrl+O expand the newest tool output · Ctrl+Q quit"
+)
+"""The last line of ``/help``: the keys (the commands come from the shared table)."""
 
 
 class AgentEventMessage(TextualMessage):
@@ -502,7 +511,7 @@ class LichApp(App[int]):
         text = raw.strip()
         if not text:
             return
-        command = fmt.parse_command(text)
+        command = SLASH_COMMANDS.parse(text, "tui")
         if command is not None:
             self.input_history.push(text)
             self.prompt.value = ""
@@ -662,34 +671,97 @@ class LichApp(App[int]):
 
     # -------------------------------------------------------------- commands
 
-    async def run_command(self, command: fmt.Command) -> None:
-        """Run a slash command (client side; never sent to the model)."""
-        name, args = command.name, command.args
-        if name == "exit":
-            await self.action_quit()
-        elif name == "help":
-            for line in fmt.HELP_LINES:
-                await self.notice(line)
-        elif name == "model":
+    def slash_handlers(self) -> dict[str, Callable[[str], Awaitable[None]]]:
+        """The handler of each slash command, by its name in the shared table
+        (:data:`lich._slash.SLASH_COMMANDS`); a handler gets the argument, or ``""``."""
+        return {
+            "help": self._slash_help,
+            "model": self._slash_model,
+            "usage": self._slash_usage,
+            "clear": self._slash_clear,
+            "sessions": self._slash_sessions,
+            "resume": self._slash_resume,
+            "new": self._slash_new,
+            "exit": self._slash_exit,
+        }
+
+    async def run_command(self, command: SlashInput) -> None:
+        """Run a slash command (client side; never sent to the model).
+
+        An unknown command is an error notice, a missing argument a warning.
+        """
+        if command.command is None or command.error is not None:
+            level: fmt.NoticeLevel = "error" if command.command is None else "warn"
+            await self.notice(f"· {command.error or f'unknown command /{command.typed}'}", level)
+            return
+        await self.slash_handlers()[command.command.name](command.args)
+
+    async def _refused_while_busy(self, what: str) -> bool:
+        """True (after saying so) when a run is in flight: ``what`` changes the conversation."""
+        if self.busy:
+            await self.notice(f"· busy: {what} waits until the run ends (Esc cancels it)", "warn")
+        return self.busy
+
+    async def _slash_exit(self, _args: str) -> None:
+        await self.action_quit()
+
+    async def _slash_help(self, _args: str) -> None:
+        for line in (*SLASH_COMMANDS.help_lines("tui"), KEYS_HELP):
+            await self.notice(line)
+
+    async def _slash_model(self, args: str) -> None:
+        if not args:
             await self.notice(fmt.model_line(self.model_name, self.provider_name))
-        elif name == "usage":
-            await self.notice(fmt.usage_line(self.ui.total_usage))
-        elif name == "clear":
-            await self.clear_transcript()
-        elif name == "sessions":
-            for line in fmt.session_list_lines(self.agent.sessions.list(), self.session_id):
-                await self.notice(line)
-        elif name in ("new", "resume") and self.busy:
-            await self.notice(f"· busy: /{name} waits until the run ends (Esc cancels it)", "warn")
-        elif name == "new":
+        elif not await self._refused_while_busy("/model NAME"):
+            await self.switch_model(args)
+
+    async def _slash_usage(self, _args: str) -> None:
+        await self.notice(fmt.usage_line(self.ui.total_usage))
+
+    async def _slash_clear(self, _args: str) -> None:
+        await self.clear_transcript()
+
+    async def _slash_sessions(self, _args: str) -> None:
+        for line in fmt.session_list_lines(self.agent.sessions.list(), self.session_id):
+            await self.notice(line)
+
+    async def _slash_resume(self, args: str) -> None:
+        # The table requires the argument: the parser has refused a bare /resume already.
+        if not await self._refused_while_busy("/resume"):
+            await self.resume_session(args)
+
+    async def _slash_new(self, _args: str) -> None:
+        if not await self._refused_while_busy("/new"):
             await self.new_session()
-        elif name == "resume":
-            if not args:
-                await self.notice("· usage: /resume ID|latest (see /sessions)", "warn")
-            else:
-                await self.resume_session(args)
-        else:
-            await self.notice(f"· unknown command: /{name} (try /help)", "error")
+
+    async def switch_model(self, model: str) -> bool:
+        """Switch the first provider to ``model`` for the rest of this TUI (``/model NAME``).
+
+        The agent is rebuilt on the same plugin host; the conversation goes on.
+        An agent given a chat function has no provider to switch.
+        """
+        agent = self.agent
+        if not agent.providers:
+            await self.notice(
+                "· cannot switch models: this agent was given a chat function, not providers",
+                "error",
+            )
+            return False
+        first = attrs.evolve(agent.config.providers[0], model=model)
+        config = config_with(agent.config, providers=(first, *agent.config.providers[1:]))
+        try:
+            switched = Agent(config, host=agent.host)
+        except (ConfigError, PluginLoadError) as exc:
+            await self.add_block(fmt.error_notice(f"cannot switch to {model!r}: {exc}"))
+            return False
+        if self.owns_agent:
+            await agent.aclose()
+        # The app built the new agent, so it is the app's to close.
+        self.agent, self.owns_agent = switched, True
+        self.model_name, self.provider_name = _model_and_provider(switched)
+        self._refresh_status()
+        await self.notice(f"· model: {model} (provider {first.name})")
+        return True
 
     async def new_session(self) -> None:
         """Start a new conversation (``/new``)."""

@@ -1,5 +1,5 @@
-"""Pure formatting for the TUI: blocks, previews, notices, the status line,
-slash commands and the input history. No Textual import: all of it is
+"""Pure formatting for the TUI: blocks, previews, notices, the status line
+and the input history. No Textual import: all of it is
 unit-tested on its own, and the app only arranges what these return.
 """
 
@@ -28,16 +28,12 @@ from lich.types import (
 __all__ = [
     "ARGS_PREVIEW_CHARS",
     "ERROR_PREVIEW_CHARS",
-    "HELP_LINES",
     "HISTORY_BLOCK_CAP",
     "INPUT_HISTORY_CAP",
     "OUTPUT_PREVIEW_CHARS",
-    "QUIT_ALIASES",
-    "SLASH_COMMANDS",
     "SPINNER_FRAMES",
     "AssistantBlock",
     "Block",
-    "Command",
     "InputHistory",
     "NoticeBlock",
     "NoticeLevel",
@@ -53,7 +49,6 @@ __all__ = [
     "format_usage",
     "history_blocks",
     "model_line",
-    "parse_command",
     "parse_tool_message_content",
     "preview",
     "retry_notice",
@@ -71,24 +66,6 @@ ERROR_PREVIEW_CHARS = 300
 HISTORY_BLOCK_CAP = 50
 INPUT_HISTORY_CAP = 100
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-
-SLASH_COMMANDS: dict[str, str] = {
-    "help": "show commands and keys",
-    "model": "show the model and provider",
-    "usage": "show the tokens used in this TUI session",
-    "clear": "clear the screen (the conversation is kept)",
-    "sessions": "list recent sessions",
-    "resume": "resume a session: /resume ID|latest",
-    "new": "start a new conversation",
-    "exit": "quit (also /quit, /q)",
-}
-QUIT_ALIASES = frozenset({"exit", "quit", "q"})
-
-HELP_LINES: tuple[str, ...] = (
-    "commands: " + " ".join(f"/{name}" for name in SLASH_COMMANDS),
-    *(f"  /{name:<9} {text}" for name, text in SLASH_COMMANDS.items()),
-    "keys: Enter send · Up/Down older/newer input · Esc cancel the run · Ctrl+Q quit",
-)
 
 _WS = re.compile(r"\s+")
 
@@ -327,40 +304,6 @@ def session_list_lines(
     if len(sessions) > cap:
         lines.append(f"  … {len(sessions) - cap} older")
     return lines
-
-
-# ---------------------------------------------------------------------------
-# Slash commands
-# ---------------------------------------------------------------------------
-
-
-@frozen
-class Command:
-    """A slash command: its canonical ``name`` (``exit`` for ``/quit``) and the rest."""
-
-    name: str
-    args: str = ""
-
-    @property
-    def known(self) -> bool:
-        """Whether the TUI has this command."""
-        return self.name in SLASH_COMMANDS
-
-
-def parse_command(text: str) -> Command | None:
-    """The command in ``text``, or ``None`` when it is a message for the model.
-
-    Only input that starts with ``/`` (after trimming) is a command; a slash in
-    the middle of a message is just text. ``/`` alone is the unknown command ``""``.
-    """
-    stripped = text.strip()
-    if not stripped.startswith("/"):
-        return None
-    name, _, args = stripped[1:].partition(" ")
-    name = name.lower()
-    if name in QUIT_ALIASES:
-        name = "exit"
-    return Command(name, args.strip())
 
 
 # ---------------------------------------------------------------------------

@@ -13,11 +13,12 @@ import pytest
 from textual.widgets import Markdown, Static
 from tui_support import GatedChat, ToolsPlugin, make_agent, send, wait_for
 
+from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
 from lich.config import LichConfig, ProviderConfig
 from lich.events import Failover, Retry, StreamReset, TextDelta
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
-from lich.tui.app import LichApp, ToolView
+from lich.tui.app import KEYS_HELP, LichApp, ToolView
 from lich.types import ToolCall, UserMessage
 
 SIZE = (80, 24)
@@ -301,7 +302,7 @@ async def test_slash_commands(tmp_path: Path) -> None:
         await send(pilot, "/sessions")
         assert "· no sessions yet" in notices(app)
         await send(pilot, "/bogus")
-        assert "· unknown command: /bogus (try /help)" in notices(app)
+        assert "· unknown command /bogus (/help lists the commands)" in notices(app)
         assert scripted.calls == []  # commands never reach the model
 
         await send(pilot, "question")
@@ -326,6 +327,83 @@ async def test_slash_commands(tmp_path: Path) -> None:
         await send(pilot, "/exit")
         await wait_for(pilot, lambda: app.return_code is not None, "exit")
     assert app.return_value == 0
+
+
+async def test_help_is_generated_from_the_shared_table(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, [])
+    app = LichApp(agent)
+    assert set(app.slash_handlers()) == {c.name for c in SLASH_COMMANDS.for_front_end("tui")}
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/help")
+        assert notices(app) == [*SLASH_COMMANDS.help_lines("tui"), KEYS_HELP]
+
+
+async def test_unknown_commands_and_missing_arguments(tmp_path: Path) -> None:
+    agent, scripted = make_agent(tmp_path, [])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/sesions")
+        await send(pilot, "/resume")
+        errors = app.transcript.query(".notice.error").results(Static)
+        warnings = app.transcript.query(".notice.warn").results(Static)
+        assert [str(w.render()) for w in errors] == [
+            "· unknown command /sesions: did you mean /sessions? (/help lists them)"
+        ]
+        assert [str(w.render()) for w in warnings] == [
+            "· usage: /resume ID|latest — continue a recorded session (/sessions lists them)"
+        ]
+        assert app.prompt.value == ""  # a command is taken even when it is refused
+        assert scripted.calls == []
+        await send(pilot, "/Q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit")
+
+
+async def test_model_name_switches_the_first_provider(
+    tmp_path: Path, lich_scripted_server: Any
+) -> None:
+    server = lich_scripted_server(["one", "two"])
+    provider = ProviderConfig(
+        kind="openai_compat", name="local", model="scripted-1", base_url=server.base_url
+    )
+    config = make_test_config(tmp_path, plugins=("openai_compat",), providers=(provider,))
+    first_agent = Agent(config)
+    app = LichApp(first_agent, owns_agent=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: not app.busy, "first run")
+        await send(pilot, "/model other-model")
+        assert "· model: other-model (provider local)" in notices(app)
+        assert app.agent is not first_agent
+        assert "other-model (openai_compat)" in str(app.query_one("#status", Static).render())
+        await send(pilot, "again")
+        await wait_for(pilot, lambda: not app.busy, "second run")
+        await send(pilot, "/model")
+        assert "· model: other-model · provider: openai_compat" in notices(app)
+    assert [r.model for r in server.model.requests] == ["scripted-1", "other-model"]
+    # The conversation went on across the switch.
+    assert [m.content for m in server.model.requests[1].messages if m.role == "user"] == [
+        "hello", "again"
+    ]
+
+
+async def test_model_name_is_refused_without_providers_or_while_busy(tmp_path: Path) -> None:
+    gated = GatedChat(ScriptedChat(["done"]))
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/model other")
+        assert notices(app)[-1] == (
+            "· cannot switch models: this agent was given a chat function, not providers"
+        )
+        await send(pilot, "work")
+        await wait_for(pilot, gated.streamed.is_set, "model call")
+        await send(pilot, "/model other")
+        assert notices(app)[-1] == (
+            "· busy: /model NAME waits until the run ends (Esc cancels it)"
+        )
+        assert app.agent is agent
+        gated.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "run end")
 
 
 async def test_new_and_resume_are_refused_while_busy(tmp_path: Path) -> None:

@@ -155,36 +155,6 @@ def test_session_list_lines(tmp_path: Path) -> None:
     assert lines[-1] == "  … 2 older"
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("hello", None),
-        ("  what is a/b? ", None),
-        ("use /help please", None),
-        ("/help", fmt.Command("help")),
-        ("  /resume   latest  ", fmt.Command("resume", "latest")),
-        ("/RESUME abc", fmt.Command("resume", "abc")),
-        ("/quit", fmt.Command("exit")),
-        ("/q", fmt.Command("exit")),
-        ("/exit", fmt.Command("exit")),
-        ("/", fmt.Command("")),
-        ("/nope x", fmt.Command("nope", "x")),
-    ],
-)
-def test_parse_command(text: str, expected: fmt.Command | None) -> None:
-    assert fmt.parse_command(text) == expected
-
-
-def test_command_known() -> None:
-    assert fmt.Command("help").known
-    assert not fmt.Command("nope").known
-    assert set(fmt.SLASH_COMMANDS) == {
-        "help", "model", "usage", "clear", "sessions", "resume", "new", "exit"
-    }
-    assert len(fmt.HELP_LINES) > 1
-    assert all(f"/{name}" in fmt.HELP_LINES[0] for name in fmt.SLASH_COMMANDS)
-
-
 def test_input_history_up_is_older_down_is_newer() -> None:
     history = fmt.InputHistory(["one", "two", "three"])
     assert history.newer() is None  # not recalling
