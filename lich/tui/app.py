@@ -51,6 +51,7 @@ from lich.plugins import PluginLoadError
 from lich.sessions import SessionNotFound, repair_dangling_tool_calls
 from lich.tui import format as fmt
 from lich.tui import state as st
+from lich.tui.input_history import InputHistory
 from lich.types import Message, ToolCall, ToolResult, UserMessage
 
 __all__ = ["AgentEventMessage", "LichApp", "LogNotice", "RunFinished", "ToolView"]
@@ -231,7 +232,7 @@ class PromptInput(Input):
         Binding("down", "history_newer", "Newer input", show=False),
     ]
 
-    def __init__(self, history: fmt.InputHistory, **kwargs: object) -> None:
+    def __init__(self, history: InputHistory, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.history = history
 
@@ -306,7 +307,7 @@ class LichApp(App[int]):
         self.provider_name = provider if provider is not None else default_provider
         self.ui = st.UiState(session_id=agent.sessions.new_id())
         self.history: list[Message] = []
-        self.input_history = fmt.InputHistory()
+        self.input_history = InputHistory()
         self.runs_started = 0
         self._run: _Run | None = None
         self._frame = 0
