@@ -18,7 +18,9 @@ from lich.agent import Agent
 from lich.config import LichConfig, ProviderConfig
 from lich.events import Failover, Retry, StreamReset, TextDelta
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
-from lich.tui.app import KEYS_HELP, LichApp, ToolView
+from lich.tui.app import LichApp
+from lich.tui.commands import KEYS_HELP
+from lich.tui.widgets import ToolView
 from lich.types import ToolCall, UserMessage
 
 SIZE = (80, 24)
@@ -150,11 +152,13 @@ async def test_escape_cancels_a_slow_run(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: len(scripted.calls) == 1, "model call started")
         assert app.busy
         assert app.prompt.has_class("busy")
+        assert app.prompt.border_title == "… busy — Esc cancels"
         await pilot.press("escape")
         await wait_for(pilot, lambda: not app.busy, "cancelled run to end")
         assert app.ui.last_error == "run cancelled"
         assert any("cancelled" in n for n in notices(app))
         assert not app.prompt.has_class("busy")
+        assert app.prompt.border_title == "› ready"
         assert "too late" not in app.transcript_text()
         # the transcript stays valid: the run ended aborted and the input is recorded
         assert [r["stopped_reason"] for r in run_end_records(app)] == ["aborted"]
@@ -332,7 +336,7 @@ async def test_slash_commands(tmp_path: Path) -> None:
 async def test_help_is_generated_from_the_shared_table(tmp_path: Path) -> None:
     agent, _ = make_agent(tmp_path, [])
     app = LichApp(agent)
-    assert set(app.slash_handlers()) == {c.name for c in SLASH_COMMANDS.for_front_end("tui")}
+    assert set(app.commands.handlers()) == {c.name for c in SLASH_COMMANDS.for_front_end("tui")}
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "/help")
         assert notices(app) == [*SLASH_COMMANDS.help_lines("tui"), KEYS_HELP]
@@ -474,13 +478,11 @@ async def test_status_bar_fits_80_columns(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: not app.busy, "run end")
 
 
-async def test_transcript_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lich.tui.app as app_module
-
-    monkeypatch.setattr(app_module, "TRANSCRIPT_CAP", 5)
+async def test_transcript_is_capped(tmp_path: Path) -> None:
     agent, _ = make_agent(tmp_path, [])
     app = LichApp(agent)
     async with app.run_test(size=SIZE) as pilot:
+        app.transcript.cap = 5
         for i in range(8):
             await app.notice(f"· note {i}")
         await pilot.pause()
