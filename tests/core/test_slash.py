@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from lich._slash import FRONT_ENDS, SLASH_COMMANDS, FrontEnd, SlashCommand, SlashTable
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # A table with a command in only one front end, to see what the other one says.
 PARTIAL = SlashTable(
@@ -175,3 +179,15 @@ def test_the_table_imports_nothing_heavy() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(("doc", "section"), [("tui.md", "## Slash commands"),
+                                              ("cli.md", "## `lich chat`")])
+def test_the_docs_list_every_command_and_alias(doc: str, section: str) -> None:
+    text = (DOCS / doc).read_text(encoding="utf-8")
+    body = text[text.index(section):]
+    body = body[: body.find("\n## ", len(section))]
+    rows = [line for line in body.splitlines() if line.startswith("| `/")]
+    documented = {name for row in rows for name in re.findall(r"`/([a-z]+)", row.split(" | ")[0])}
+    expected = {name for c in SLASH_COMMANDS.commands for name in c.names}
+    assert documented == expected
