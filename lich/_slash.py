@@ -199,7 +199,7 @@ class SlashTable:
     def unknown_message(self, typed: str, front_end: FrontEnd) -> str:
         """What to tell the user about ``/typed``, which ``front_end`` does not have."""
         other = self._by_name.get(typed)
-        if other is not None:
+        if other is not None and front_end not in other.front_ends:
             where = " and ".join(_FRONT_END_NAMES[f] for f in FRONT_ENDS if f in other.front_ends)
             return f"/{typed} is not available in {_FRONT_END_NAMES[front_end]} (only in {where})"
         guess = self.suggest(typed, front_end)
