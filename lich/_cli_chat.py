@@ -3,7 +3,8 @@
 Each line is one run of the agent on the same session, with the history of
 the previous runs. Ctrl-C cancels the run in flight (the chat goes on); at
 the prompt it clears the line (terminal) or ends the chat (piped input).
-Slash commands manage the session; ``/help`` lists them.
+Slash commands manage the session; they come from the table in
+:mod:`lich._slash`, shared with the TUI, and ``/help`` lists them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from lich._cli_app import (
 from lich._cli_options import Settings
 from lich._cli_render import HumanRenderer, make_err_console
 from lich._cli_run import describe_provider_error, run_agent
+from lich._slash import SLASH_COMMANDS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,17 +39,10 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.types import Message, Usage
 
-__all__ = ["COMMANDS", "ChatSession", "chat"]
+__all__ = ["KEYS_HELP", "ChatSession", "chat"]
 
-COMMANDS = {
-    "/help": "this list",
-    "/exit, /quit": "leave the chat (Ctrl-D does too)",
-    "/usage": "tokens used in this chat and by the last run",
-    "/model [NAME]": "show the model, or switch the first provider to NAME",
-    "/sessions": "recent sessions",
-    "/resume ID|latest": "continue a recorded session",
-    "/new": "start a new session (forget this conversation)",
-}
+KEYS_HELP = "  Ctrl-C cancels a running answer; Ctrl-D leaves."
+"""The last line of ``/help``: the keys (the commands come from the shared table)."""
 
 
 class _LineReader:
@@ -174,29 +169,46 @@ class ChatSession:
 
     # -------------------------------------------------------------- commands
 
-    async def command(self, line: str) -> bool:
-        """Handle a slash command; True when the chat should end."""
-        name, _, arg = line.partition(" ")
-        arg = arg.strip()
-        handlers: dict[str, Callable[[str], Awaitable[bool]]] = {
-            "/exit": self._exit, "/quit": self._exit, "/help": self._help,
-            "/usage": self._usage, "/model": self._model, "/sessions": self._sessions,
-            "/resume": self._resume, "/new": self._new,
+    def handlers(self) -> dict[str, Callable[[str], Awaitable[bool]]]:
+        """The handler of each slash command, by its name in the shared table.
+
+        A handler gets the argument (``""`` when none was given) and returns True
+        when the chat should end.
+        """
+        return {
+            "help": self._help, "model": self._model, "usage": self._usage,
+            "clear": self._clear, "sessions": self._sessions, "resume": self._resume,
+            "new": self._new, "exit": self._exit,
         }
-        handler = handlers.get(name)
-        if handler is None:
-            echo_error(f"unknown command {name}; /help lists the commands")
+
+    async def command(self, line: str) -> bool:
+        """Handle a slash command line; True when the chat should end.
+
+        An unknown command, or one missing its argument, is reported and the chat goes on.
+
+        :raises ValueError: ``line`` is not a slash command.
+        """
+        parsed = SLASH_COMMANDS.parse(line, "chat")
+        if parsed is None:
+            raise ValueError(f"not a slash command: {line!r}")
+        if parsed.command is None or parsed.error is not None:
+            echo_error(parsed.error or f"unknown command /{parsed.typed}")
             return False
-        return await handler(arg)
+        return await self.handlers()[parsed.command.name](parsed.args)
 
     async def _exit(self, _arg: str) -> bool:
         return True
 
     async def _help(self, _arg: str) -> bool:
-        width = max(len(k) for k in COMMANDS)
-        for key, text in COMMANDS.items():
-            self.say(f"  {key.ljust(width)}  {text}", "")
-        self.say("  Ctrl-C cancels a running answer; Ctrl-D leaves.", "")
+        for line in SLASH_COMMANDS.help_lines("chat"):
+            self.say(line, "")
+        self.say(KEYS_HELP, "")
+        return False
+
+    async def _clear(self, _arg: str) -> bool:
+        # Like Ctrl-L: only the screen is cleared. Rich writes no control codes
+        # when stderr is not a terminal, so piped output is left alone.
+        self.err.clear()
         return False
 
     async def _usage(self, _arg: str) -> bool:
@@ -239,9 +251,7 @@ class ChatSession:
         return False
 
     async def _resume(self, arg: str) -> bool:
-        if not arg:
-            echo_error("/resume needs a session id or 'latest' (/sessions lists them)")
-            return False
+        # The table requires the argument: parse() has refused a bare /resume already.
         self.resume(arg)
         return False
 
@@ -348,7 +358,7 @@ def chat(settings: Settings) -> int:
                 line = line.strip()
                 if not line:
                     continue  # an empty line is not a question (and does not end the chat)
-                if line.startswith("/"):
+                if SLASH_COMMANDS.is_command(line):
                     if await state.command(line):
                         break
                     continue

@@ -3,8 +3,14 @@
 Importing this package is cheap and does not import Textual: only
 :func:`run_tui` does, and a missing Textual is a :class:`TuiUnavailableError`
 naming the ``pip install`` that fixes it. The state machine
-(:mod:`lich.tui.state`) and the formatting helpers (:mod:`lich.tui.format`)
-need no Textual either.
+(:mod:`lich.tui.state`), the formatting helpers (:mod:`lich.tui.format`) and
+the input history (:mod:`lich.tui.input_history`) need no Textual either.
+
+The app is :mod:`lich.tui.app` (runs, events, sessions), with its widgets in
+:mod:`lich.tui.widgets` (one module each), what the slash commands of
+:mod:`lich._slash` do in the TUI in :mod:`lich.tui.commands`, the run's
+Textual messages in :mod:`lich.tui.messages` and the routing of log warnings
+in :mod:`lich.tui.log_capture`.
 """
 
 from __future__ import annotations

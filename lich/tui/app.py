@@ -2,35 +2,32 @@
 
 One :class:`LichApp` drives one :class:`~lich.agent.Agent`. Each message runs
 ``agent.run`` in a Textual worker on the app's own event loop; the run's
-events come back as Textual messages, in order, and are turned into
-transcript widgets (streamed markdown, tool blocks, notices) and state
-transitions (:mod:`lich.tui.state`). Esc cancels the run through its
+events come back as Textual messages (:mod:`lich.tui.messages`), in order,
+and become transcript content (:mod:`lich.tui.widgets`) and state transitions
+(:mod:`lich.tui.state`). Esc cancels the run through its
 :class:`~lich.cancel.CancelToken`, so the run ends ``aborted`` with a valid
-transcript. Formatting lives in :mod:`lich.tui.format`.
+transcript. Formatting lives in :mod:`lich.tui.format`; the slash commands
+come from the table shared with ``lich chat`` (:mod:`lich._slash`).
 
 Importing this module imports Textual; :func:`lich.tui.run_tui` does so lazily.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import ClassVar
 
 import attrs
-from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
-from textual.message import Message as TextualMessage
-from textual.widget import Widget
-from textual.widgets import Input, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import Input, Static
 
 from lich import __version__
-from lich.agent import Agent, RunResult
+from lich._slash import SLASH_COMMANDS, SlashInput
+from lich.agent import Agent
 from lich.cancel import CancelToken
+from lich.config import ConfigError, config_with
 from lich.events import (
     CompressEnd,
     Envelope,
@@ -45,66 +42,29 @@ from lich.events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from lich.plugins import PluginLoadError
 from lich.sessions import SessionNotFound, repair_dangling_tool_calls
-from lich.tui import format as fmt
 from lich.tui import state as st
-from lich.types import Message, ToolCall, ToolResult, UserMessage
+from lich.tui.commands import TuiCommands
+from lich.tui.format.blocks import Block, NoticeBlock, NoticeLevel, UserBlock, history_blocks
+from lich.tui.format.notices import (
+    compress_notice,
+    error_notice,
+    failover_notice,
+    retry_notice,
+    run_end_notice,
+)
+from lich.tui.format.status import status_parts
+from lich.tui.input_history import InputHistory
+from lich.tui.log_capture import LogCapture
+from lich.tui.messages import AgentEventMessage, LogNotice, RunFinished
+from lich.tui.widgets import PromptInput, StatusBar, Transcript
+from lich.tui.widgets._text import plain
+from lich.types import Message, UserMessage
 
-__all__ = ["AgentEventMessage", "LichApp", "LogNotice", "RunFinished", "ToolView"]
-
-log = logging.getLogger("lich.tui")
-
-TRANSCRIPT_CAP = 300
-"""Widgets kept in the transcript; older ones are dropped (the session file keeps all)."""
+__all__ = ["LichApp"]
 
 SPINNER_INTERVAL_S = 0.08
-
-
-class AgentEventMessage(TextualMessage):
-    """An agent event, delivered to the app in emission order."""
-
-    def __init__(self, serial: int, envelope: Envelope) -> None:
-        super().__init__()
-        self.serial = serial
-        self.envelope = envelope
-
-
-class RunFinished(TextualMessage):
-    """``agent.run`` returned (``result``) or raised (``error``); posted after its events."""
-
-    def __init__(
-        self, serial: int, result: RunResult | None, error: BaseException | None
-    ) -> None:
-        super().__init__()
-        self.serial = serial
-        self.result = result
-        self.error = error
-
-
-class LogNotice(TextualMessage):
-    """A warning logged by lich while the TUI owns the terminal."""
-
-    def __init__(self, text: str, level: fmt.NoticeLevel) -> None:
-        super().__init__()
-        self.text = text
-        self.level = level
-
-
-class _NoticeHandler(logging.Handler):
-    """Routes ``lich`` warnings into the transcript: a write to the terminal's stderr
-    would tear the screen. ``post_message`` is thread-safe (tools log from threads)."""
-
-    def __init__(self, app: LichApp) -> None:
-        super().__init__(logging.WARNING)
-        self.app = app
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = fmt.preview(record.getMessage(), fmt.ERROR_PREVIEW_CHARS)
-            level: fmt.NoticeLevel = "error" if record.levelno >= logging.ERROR else "warn"
-            self.app.post_message(LogNotice(f"· {record.levelname.lower()}: {text}", level))
-        except Exception:
-            self.handleError(record)
 
 
 @attrs.define
@@ -116,129 +76,6 @@ class _Run:
     session_id: str
     cancel: CancelToken = attrs.field(factory=CancelToken)
     error_shown: bool = False
-
-
-def _plain(text: str, style: str = "") -> Text:
-    return Text(text, style=style, no_wrap=False)
-
-
-class ToolResultLine(Static, can_focus=True):
-    """A tool's outcome line; Enter, Space or a click shows or hides the full output."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter,space", "toggle_output", "Show/hide output", show=False),
-    ]
-
-    def action_toggle_output(self) -> None:
-        """Toggle the owning :class:`ToolView`."""
-        view = self.parent
-        if isinstance(view, ToolView):
-            view.toggle()
-
-    def on_click(self) -> None:
-        """A click toggles too."""
-        self.action_toggle_output()
-
-
-class ToolView(Widget):
-    """One tool call: ``● name(args)``, then ``└ ok|error (preview)``, and the full
-    output (hidden until expanded)."""
-
-    DEFAULT_CSS = """
-    ToolView { height: auto; padding: 0 0 0 2; }
-    ToolView > .call { color: $accent; }
-    ToolView > ToolResultLine { padding: 0 0 0 2; color: $text-muted; }
-    ToolView > ToolResultLine.ok { color: $success; }
-    ToolView > ToolResultLine.error { color: $error; }
-    ToolView > ToolResultLine:focus { text-style: reverse; }
-    ToolView > .output { display: none; padding: 0 0 0 4; color: $text-muted; }
-    ToolView.expanded > .output { display: block; }
-    """
-
-    def __init__(self, call: ToolCall, result: ToolResult | None = None) -> None:
-        super().__init__()
-        self.call = call
-        self.result = result
-        self._call_line = Static(_plain(fmt.tool_call_line(call)), classes="call", markup=False)
-        self._result_line = ToolResultLine("", markup=False)
-        self._output = Static("", classes="output", markup=False)
-
-    def compose(self) -> ComposeResult:
-        yield self._call_line
-        yield self._result_line
-        yield self._output
-
-    def on_mount(self) -> None:
-        """Show the result given at construction (resumed history)."""
-        self._show()
-
-    @property
-    def expanded(self) -> bool:
-        """Whether the full output is shown."""
-        return self.has_class("expanded")
-
-    def toggle(self) -> None:
-        """Show or hide the full output."""
-        self.set_class(not self.expanded, "expanded")
-        self._show()
-
-    def finish(self, call: ToolCall, result: ToolResult) -> None:
-        """The call ended: show its outcome (``call`` carries the final arguments)."""
-        self.call = call
-        self.result = result
-        self._call_line.update(_plain(fmt.tool_call_line(call)))
-        self._show()
-
-    @property
-    def summary(self) -> str:
-        """The two visible lines, as text."""
-        return f"{fmt.tool_call_line(self.call)}\n{fmt.tool_result_line(self.result)}"
-
-    def _show(self) -> None:
-        result = self.result
-        line = fmt.tool_result_line(result)
-        if result is not None:
-            if self._has_more(result):
-                line += " [-]" if self.expanded else " [+]"
-            self._result_line.set_class(result.ok, "ok")
-            self._result_line.set_class(not result.ok, "error")
-            full = result.output or "(no output)"
-            if result.error:
-                full = f"error: {result.error}\n{full}"
-            self._output.update(_plain(full))
-        self._result_line.update(_plain(line))
-
-    @staticmethod
-    def _has_more(result: ToolResult) -> bool:
-        text = result.output.strip()
-        return "\n" in text or len(text) > fmt.OUTPUT_PREVIEW_CHARS
-
-
-class PromptInput(Input):
-    """The message input: Up recalls older entries, Down newer ones."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "history_older", "Older input", show=False),
-        Binding("down", "history_newer", "Newer input", show=False),
-    ]
-
-    def __init__(self, history: fmt.InputHistory, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.history = history
-
-    def _recall(self, text: str | None) -> None:
-        if text is None:
-            return
-        self.value = text
-        self.cursor_position = len(text)
-
-    def action_history_older(self) -> None:
-        """Up: an older input."""
-        self._recall(self.history.older(self.value))
-
-    def action_history_newer(self) -> None:
-        """Down: a newer input (past the newest, the text typed before recalling)."""
-        self._recall(self.history.newer())
 
 
 class LichApp(App[int]):
@@ -255,6 +92,7 @@ class LichApp(App[int]):
 
     TITLE = "lich"
     ENABLE_COMMAND_PALETTE = False
+    # The look of the whole screen in one place; ToolView styles its own parts.
     CSS = """
     Screen { layout: vertical; }
     #header { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
@@ -286,9 +124,7 @@ class LichApp(App[int]):
     ) -> None:
         super().__init__()
         self.capture_logs = capture_logs
-        self._log_handler: _NoticeHandler | None = None
-        self._log_propagate = True
-        self._log_saved: list[logging.Handler] = []
+        self._log_capture = LogCapture(self)
         self.agent = agent
         self.owns_agent = owns_agent
         self._resume_ref = resume
@@ -297,25 +133,22 @@ class LichApp(App[int]):
         self.provider_name = provider if provider is not None else default_provider
         self.ui = st.UiState(session_id=agent.sessions.new_id())
         self.history: list[Message] = []
-        self.input_history = fmt.InputHistory()
+        self.input_history = InputHistory()
         self.runs_started = 0
         self._run: _Run | None = None
         self._frame = 0
-        self._markdown: Markdown | None = None
-        self._stream: MarkdownStream | None = None
-        self._streamed = ""
-        self._tool_views: dict[str, ToolView] = {}
+        self.commands = TuiCommands(self)
 
     # ----------------------------------------------------------------- layout
 
     def compose(self) -> ComposeResult:
         yield Static(
-            _plain(f"lich {__version__} — Enter send · Esc cancel · /help · Ctrl+Q quit"),
+            plain(f"lich {__version__} — Enter send · Esc cancel · /help · Ctrl+Q quit"),
             id="header",
             markup=False,
         )
-        yield VerticalScroll(id="transcript")
-        yield Static("", id="status", markup=False)
+        yield Transcript(id="transcript")
+        yield StatusBar(id="status")
         yield PromptInput(
             self.input_history,
             placeholder="Message lich (/help for commands)",
@@ -324,13 +157,11 @@ class LichApp(App[int]):
 
     async def on_mount(self) -> None:
         """Focus the input, start the spinner and resume a session if asked."""
-        self.transcript.anchor()
-        self.prompt.border_title = "› ready"
         self.prompt.focus()
         self.set_interval(SPINNER_INTERVAL_S, self._tick)
         self._refresh_status()
         if self.capture_logs:
-            self._start_log_capture()
+            self._log_capture.start()
         for report in self.agent.host.failures:
             verb = "was skipped" if report.status == "skipped" else "failed to load"
             await self.notice(
@@ -345,40 +176,18 @@ class LichApp(App[int]):
         """Cancel a run still in flight; close the agent when the app owns it."""
         if self._run is not None:
             self._run.cancel.cancel()
-        self._stop_log_capture()
+        self._log_capture.stop()
         if self.owns_agent:
             await self.agent.aclose()
-
-    def _start_log_capture(self) -> None:
-        # The handlers already there (the CLI's stderr handler) are set aside until exit.
-        logger = logging.getLogger("lich")
-        self._log_handler = _NoticeHandler(self)
-        self._log_propagate = logger.propagate
-        self._log_saved = list(logger.handlers)
-        for handler in self._log_saved:
-            logger.removeHandler(handler)
-        logger.addHandler(self._log_handler)
-        logger.propagate = False
-
-    def _stop_log_capture(self) -> None:
-        if self._log_handler is None:
-            return
-        logger = logging.getLogger("lich")
-        logger.removeHandler(self._log_handler)
-        for handler in self._log_saved:
-            logger.addHandler(handler)
-        logger.propagate = self._log_propagate
-        self._log_handler = None
-        self._log_saved = []
 
     @on(LogNotice)
     async def _on_log_notice(self, message: LogNotice) -> None:
         await self.notice(message.text, message.level)
 
     @property
-    def transcript(self) -> VerticalScroll:
+    def transcript(self) -> Transcript:
         """The scrolling transcript."""
-        return self.query_one("#transcript", VerticalScroll)
+        return self.query_one("#transcript", Transcript)
 
     @property
     def prompt(self) -> PromptInput:
@@ -397,49 +206,19 @@ class LichApp(App[int]):
 
     def transcript_text(self) -> str:
         """The transcript as plain text (tests, debugging)."""
-        lines: list[str] = []
-        for child in self.transcript.children:
-            if isinstance(child, Markdown):
-                lines.append(child.source)
-            elif isinstance(child, ToolView):
-                lines.append(child.summary)
-            elif isinstance(child, Static):
-                lines.append(str(child.render()))
-        return "\n".join(lines)
+        return self.transcript.text()
 
-    # ---------------------------------------------------------------- blocks
-
-    async def _mount(self, widget: Widget) -> None:
-        transcript = self.transcript
-        await transcript.mount(widget)
-        extra = len(transcript.children) - TRANSCRIPT_CAP
-        if extra > 0:
-            await transcript.remove_children(list(transcript.children[:extra]))
-
-    async def add_block(self, block: fmt.Block) -> None:
+    async def add_block(self, block: Block) -> None:
         """Append one block to the transcript."""
-        if isinstance(block, fmt.UserBlock):
-            text = Text("you › ", style="bold")
-            text.append(block.text)
-            await self._mount(Static(text, classes="user", markup=False))
-        elif isinstance(block, fmt.AssistantBlock):
-            await self._mount(Markdown(block.text, classes="assistant"))
-        elif isinstance(block, fmt.ToolBlock):
-            await self._mount(ToolView(block.call, block.result))
-        else:
-            await self._mount(
-                Static(_plain(block.text), classes=f"notice {block.level}", markup=False)
-            )
+        await self.transcript.add_block(block)
 
-    async def notice(self, text: str, level: fmt.NoticeLevel = "info") -> None:
+    async def notice(self, text: str, level: NoticeLevel = "info") -> None:
         """Append a notice line."""
-        await self.add_block(fmt.NoticeBlock(text, level))
+        await self.add_block(NoticeBlock(text, level))
 
     async def clear_transcript(self) -> None:
         """Remove every block (the conversation itself is kept)."""
-        await self._end_stream(None)
-        self._tool_views.clear()
-        await self.transcript.remove_children()
+        await self.transcript.clear()
 
     # ------------------------------------------------------------ status bar
 
@@ -449,7 +228,7 @@ class LichApp(App[int]):
 
     def _refresh_status(self) -> None:
         ui = self.ui
-        parts = fmt.status_parts(
+        parts = status_parts(
             model=self.model_name,
             provider=self.provider_name,
             turns=ui.turns_used,
@@ -463,26 +242,15 @@ class LichApp(App[int]):
             session_id=ui.session_id,
         )
         try:
-            status = self.query_one("#status", Static)
+            status = self.query_one("#status", StatusBar)
         except Exception:  # not composed yet / shutting down
             return
-        width = max(10, (status.size.width or self.size.width) - 2)
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for i, part in enumerate(fmt.fit_status(parts, width)):
-            if i:
-                text.append(fmt.SEPARATOR, style="dim")
-            text.append(part.text, style=part.style)
-        status.update(text)
+        status.show(parts)
 
     def _tick(self) -> None:
         if self.ui.busy:
             self._frame += 1
             self._refresh_status()
-
-    def _set_busy(self, busy: bool) -> None:
-        prompt = self.prompt
-        prompt.set_class(busy, "busy")
-        prompt.border_title = "… busy — Esc cancels" if busy else "› ready"
 
     def on_resize(self) -> None:
         """Refit the status line."""
@@ -502,17 +270,15 @@ class LichApp(App[int]):
         text = raw.strip()
         if not text:
             return
-        command = fmt.parse_command(text)
+        command = SLASH_COMMANDS.parse(text, "tui")
         if command is not None:
-            self.input_history.push(text)
-            self.prompt.value = ""
+            self.prompt.take(text)
             await self.run_command(command)
             return
         if self.busy:
             await self.notice("· busy: a run is in progress (Esc cancels it)", "warn")
             return
-        self.input_history.push(text)
-        self.prompt.value = ""
+        self.prompt.take(text)
         await self.start_run(text)
 
     async def start_run(self, text: str) -> None:
@@ -523,8 +289,8 @@ class LichApp(App[int]):
         run = _Run(self.runs_started, text, self.session_id)
         self._run = run
         self._set_state(st.start_run(self.ui))
-        self._set_busy(True)
-        await self.add_block(fmt.UserBlock(text))
+        self.prompt.set_busy(True)
+        await self.add_block(UserBlock(text))
         self.run_worker(self._drive(run), name="lich-run", group="lich-run", exit_on_error=False)
 
     async def _drive(self, run: _Run) -> None:
@@ -554,9 +320,7 @@ class LichApp(App[int]):
 
     def action_toggle_last_tool(self) -> None:
         """Ctrl+O: show or hide the newest tool block's full output."""
-        views = list(self.transcript.query(ToolView))
-        if views:
-            views[-1].toggle()
+        self.transcript.toggle_last_tool()
 
     async def action_quit(self) -> None:
         """Quit, cancelling a run in flight first."""
@@ -572,38 +336,33 @@ class LichApp(App[int]):
         if run is None or message.serial != run.serial:
             return  # a run that is already settled
         event = message.envelope.event
+        transcript = self.transcript
         self._set_state(st.apply_event(self.ui, event))
         if isinstance(event, LlmStart):
-            await self._end_stream(None)
+            await transcript.end_answer(None)
         elif isinstance(event, TextDelta):
-            await self._stream_text(event.text)
+            await transcript.stream_text(event.text)
         elif isinstance(event, StreamReset):
-            await self._discard_stream()
+            await transcript.discard_answer()
         elif isinstance(event, LlmEnd):
-            await self._end_stream(event.result.message.content)
+            await transcript.end_answer(event.result.message.content)
         elif isinstance(event, ToolCallStart):
-            view = ToolView(event.call)
-            self._tool_views[event.call.id] = view
-            await self._mount(view)
+            await transcript.start_tool(event.call)
         elif isinstance(event, ToolCallEnd):
-            existing = self._tool_views.pop(event.call.id, None)
-            if existing is None or not existing.is_attached:
-                await self._mount(ToolView(event.call, event.result))
-            else:
-                existing.finish(event.call, event.result)
+            await transcript.finish_tool(event.call, event.result)
         elif isinstance(event, CompressEnd):
-            await self.add_block(fmt.compress_notice(event))
+            await self.add_block(compress_notice(event))
         elif isinstance(event, Retry):
-            await self.add_block(fmt.retry_notice(event))
+            await self.add_block(retry_notice(event))
         elif isinstance(event, Failover):
-            await self.add_block(fmt.failover_notice(event))
+            await self.add_block(failover_notice(event))
         elif isinstance(event, ErrorEvent):
             run.error_shown = True
-            await self.add_block(fmt.error_notice(event.message))
+            await self.add_block(error_notice(event.message))
         elif isinstance(event, RunEnd):
-            await self._end_stream(None)
+            await transcript.end_answer(None)
             if not (event.stopped_reason == "error" and run.error_shown):
-                end = fmt.run_end_notice(event)
+                end = run_end_notice(event)
                 if end is not None:
                     run.error_shown = run.error_shown or end.level == "error"
                     await self.add_block(end)
@@ -613,83 +372,54 @@ class LichApp(App[int]):
         run = self._run
         if run is None or message.serial != run.serial:
             return
-        await self._end_stream(None)
-        self._tool_views.clear()
+        await self.transcript.end_answer(None)
+        self.transcript.forget_tools()
         if message.result is not None:
             self.history = list(message.result.messages)
         elif message.error is not None:
             error = f"{type(message.error).__name__}: {message.error}"
             if not run.error_shown:
-                await self.add_block(fmt.error_notice(error))
+                await self.add_block(error_notice(error))
             self._set_state(st.apply_run_error(self.ui, error))
         if self.ui.busy:  # no run_end arrived (should not happen): settle anyway
             self._set_state(st.apply_run_error(self.ui, "run ended without run_end"))
         self._run = None
-        self._set_busy(False)
+        self.prompt.set_busy(False)
 
-    # ------------------------------------------------------- streamed answer
+    # ------------------------------------------- what the slash commands do
 
-    async def _stream_text(self, text: str) -> None:
-        if not text:
-            return
-        if self._markdown is None:
-            self._markdown = Markdown(classes="assistant")
-            await self._mount(self._markdown)
-            self._stream = Markdown.get_stream(self._markdown)
-        self._streamed += text
-        assert self._stream is not None
-        await self._stream.write(text)
-
-    async def _discard_stream(self) -> None:
-        markdown = self._markdown
-        await self._end_stream(None)
-        if markdown is not None:
-            await markdown.remove()
-
-    async def _end_stream(self, final_text: str | None) -> None:
-        """Close the streamed answer; ``final_text`` is the answer as the model returned it
-        (shown whole when nothing was streamed, e.g. a non-streaming provider)."""
-        stream, markdown, streamed = self._stream, self._markdown, self._streamed
-        self._stream, self._markdown, self._streamed = None, None, ""
-        if stream is not None:
-            await stream.stop()
-        if final_text is None or not final_text.strip():
-            return
-        if markdown is None:
-            await self._mount(Markdown(final_text, classes="assistant"))
-        elif streamed != final_text:
-            await markdown.update(final_text)
-
-    # -------------------------------------------------------------- commands
-
-    async def run_command(self, command: fmt.Command) -> None:
+    async def run_command(self, command: SlashInput) -> None:
         """Run a slash command (client side; never sent to the model)."""
-        name, args = command.name, command.args
-        if name == "exit":
-            await self.action_quit()
-        elif name == "help":
-            for line in fmt.HELP_LINES:
-                await self.notice(line)
-        elif name == "model":
-            await self.notice(fmt.model_line(self.model_name, self.provider_name))
-        elif name == "usage":
-            await self.notice(fmt.usage_line(self.ui.total_usage))
-        elif name == "clear":
-            await self.clear_transcript()
-        elif name == "sessions":
-            for line in fmt.session_list_lines(self.agent.sessions.list(), self.session_id):
-                await self.notice(line)
-        elif name in ("new", "resume") and self.busy:
-            await self.notice(f"· busy: /{name} waits until the run ends (Esc cancels it)", "warn")
-        elif name == "new":
-            await self.new_session()
-        elif name == "resume":
-            if not args:
-                await self.notice("· usage: /resume ID|latest (see /sessions)", "warn")
-            else:
-                await self.resume_session(args)
-        else:
-            await self.notice(f"· unknown command: /{name} (try /help)", "error")
+        await self.commands.run(command)
+
+    async def switch_model(self, model: str) -> bool:
+        """Switch the first provider to ``model`` for the rest of this TUI (``/model NAME``).
+
+        The agent is rebuilt on the same plugin host; the conversation goes on.
+        An agent given a chat function has no provider to switch.
+        """
+        agent = self.agent
+        if not agent.providers:
+            await self.notice(
+                "· cannot switch models: this agent was given a chat function, not providers",
+                "error",
+            )
+            return False
+        first = attrs.evolve(agent.config.providers[0], model=model)
+        config = config_with(agent.config, providers=(first, *agent.config.providers[1:]))
+        try:
+            switched = Agent(config, host=agent.host)
+        except (ConfigError, PluginLoadError) as exc:
+            await self.add_block(error_notice(f"cannot switch to {model!r}: {exc}"))
+            return False
+        if self.owns_agent:
+            await agent.aclose()
+        # The app built the new agent, so it is the app's to close.
+        self.agent, self.owns_agent = switched, True
+        self.model_name, self.provider_name = _model_and_provider(switched)
+        self._refresh_status()
+        await self.notice(f"· model: {model} (provider {first.name})")
+        return True
 
     async def new_session(self) -> None:
         """Start a new conversation (``/new``)."""
@@ -705,13 +435,13 @@ class LichApp(App[int]):
             session_id = store.resolve(ref)
             contents = store.read(session_id)
         except (SessionNotFound, ValueError, OSError) as exc:
-            await self.add_block(fmt.error_notice(f"cannot resume {ref!r}: {exc}"))
+            await self.add_block(error_notice(f"cannot resume {ref!r}: {exc}"))
             return False
         messages = repair_dangling_tool_calls(contents.messages)
         self.history = messages
         self._set_state(st.new_session(self.ui, session_id))
         await self.clear_transcript()
-        for block in fmt.history_blocks(messages):
+        for block in history_blocks(messages):
             await self.add_block(block)
         self.input_history.add_older(m.content for m in messages if isinstance(m, UserMessage))
         count = sum(1 for m in messages if not _is_system(m))

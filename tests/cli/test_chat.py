@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+import pytest
+from rich.console import Console
+
+from lich._cli_chat import KEYS_HELP, ChatSession
+from lich._cli_options import Settings
+from lich._slash import SLASH_COMMANDS
+from lich.agent import Agent
 from lich.sessions import SessionStore
-from lich.testing import Fail, Reply, ScriptRequest
+from lich.testing import Fail, Reply, ScriptedChat, ScriptRequest, make_test_config
 
 from .conftest import run_lich, write_config
 
@@ -76,7 +84,7 @@ def test_chat_slash_commands(work: Path, scripted: Any, lich: Any) -> None:
     assert "this chat: 1 runs" in err  # /usage
     assert "model: scripted-model (provider scripted, kind openai_compat)" in err
     assert "new session" in err
-    assert "unknown command /bogus" in err
+    assert "unknown command /bogus (/help lists the commands)" in err
     # /new forgot the first conversation.
     assert server.user_messages(1) == ["fresh start"]
     assert "Noted: fresh start" in result.stdout
@@ -161,3 +169,62 @@ def test_chat_usage_counts_tokens(work: Path, scripted: Any, lich: Any) -> None:
     assert result.exit_code == 0
     assert "this chat: 2 runs, 30 prompt + 5 completion = 35 tokens" in result.stderr
     assert "last run: 20 prompt + 3 completion = 23 tokens" in result.stderr
+
+
+def _session(tmp_path: Path, console: Console) -> ChatSession:
+    """A chat session on a scripted model, its stderr going to ``console``."""
+    config = make_test_config(tmp_path)
+    agent = Agent(config, chat=ScriptedChat([]))
+    return ChatSession(Settings(), config, agent, console)
+
+
+def test_chat_help_is_generated_from_the_shared_table(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    server = scripted()
+    write_config(work, server.base_url)
+
+    result = lich("chat", input="/help\n")
+
+    assert result.exit_code == 0, result.stderr
+    expected = [*SLASH_COMMANDS.help_lines("chat"), KEYS_HELP]
+    assert result.stderr.splitlines() == expected
+
+
+def test_chat_has_a_handler_for_every_command_of_the_table(tmp_path: Path) -> None:
+    session = _session(tmp_path, Console(file=io.StringIO()))
+    assert set(session.handlers()) == {c.name for c in SLASH_COMMANDS.for_front_end("chat")}
+
+
+def test_chat_unknown_commands_and_missing_arguments(work: Path, scripted: Any, lich: Any) -> None:
+    server = scripted()
+    write_config(work, server.base_url)
+
+    result = lich("chat", input="/sesions\n/resume\n/\n/q\nnever sent\n")
+
+    assert result.exit_code == 0, result.stderr
+    err = result.stderr
+    assert "unknown command /sesions: did you mean /sessions? (/help lists them)" in err
+    assert "usage: /resume ID|latest — continue a recorded session" in err
+    assert "unknown command / (/help lists the commands)" in err
+    assert server.requests == []  # /q quit before the last line, and commands never reach it
+
+
+async def test_chat_clear_clears_a_terminal_and_leaves_piped_output_alone(
+    tmp_path: Path,
+) -> None:
+    terminal = io.StringIO()
+    session = _session(tmp_path, Console(file=terminal, force_terminal=True))
+    assert await session.command("/clear") is False  # the chat goes on
+    assert "\x1b[2J" in terminal.getvalue()
+
+    piped = io.StringIO()
+    session = _session(tmp_path, Console(file=piped, force_terminal=False))
+    assert await session.command("/CLEAR") is False
+    assert piped.getvalue() == ""
+
+
+async def test_chat_command_refuses_text_that_is_not_a_command(tmp_path: Path) -> None:
+    session = _session(tmp_path, Console(file=io.StringIO()))
+    with pytest.raises(ValueError, match="not a slash command"):
+        await session.command("hello")

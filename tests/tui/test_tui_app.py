@@ -13,11 +13,14 @@ import pytest
 from textual.widgets import Markdown, Static
 from tui_support import GatedChat, ToolsPlugin, make_agent, send, wait_for
 
+from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
 from lich.config import LichConfig, ProviderConfig
 from lich.events import Failover, Retry, StreamReset, TextDelta
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
-from lich.tui.app import LichApp, ToolView
+from lich.tui.app import LichApp
+from lich.tui.commands import KEYS_HELP
+from lich.tui.widgets import ToolView
 from lich.types import ToolCall, UserMessage
 
 SIZE = (80, 24)
@@ -149,11 +152,13 @@ async def test_escape_cancels_a_slow_run(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: len(scripted.calls) == 1, "model call started")
         assert app.busy
         assert app.prompt.has_class("busy")
+        assert app.prompt.border_title == "… busy — Esc cancels"
         await pilot.press("escape")
         await wait_for(pilot, lambda: not app.busy, "cancelled run to end")
         assert app.ui.last_error == "run cancelled"
         assert any("cancelled" in n for n in notices(app))
         assert not app.prompt.has_class("busy")
+        assert app.prompt.border_title == "› ready"
         assert "too late" not in app.transcript_text()
         # the transcript stays valid: the run ended aborted and the input is recorded
         assert [r["stopped_reason"] for r in run_end_records(app)] == ["aborted"]
@@ -301,7 +306,7 @@ async def test_slash_commands(tmp_path: Path) -> None:
         await send(pilot, "/sessions")
         assert "· no sessions yet" in notices(app)
         await send(pilot, "/bogus")
-        assert "· unknown command: /bogus (try /help)" in notices(app)
+        assert "· unknown command /bogus (/help lists the commands)" in notices(app)
         assert scripted.calls == []  # commands never reach the model
 
         await send(pilot, "question")
@@ -326,6 +331,83 @@ async def test_slash_commands(tmp_path: Path) -> None:
         await send(pilot, "/exit")
         await wait_for(pilot, lambda: app.return_code is not None, "exit")
     assert app.return_value == 0
+
+
+async def test_help_is_generated_from_the_shared_table(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, [])
+    app = LichApp(agent)
+    assert set(app.commands.handlers()) == {c.name for c in SLASH_COMMANDS.for_front_end("tui")}
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/help")
+        assert notices(app) == [*SLASH_COMMANDS.help_lines("tui"), KEYS_HELP]
+
+
+async def test_unknown_commands_and_missing_arguments(tmp_path: Path) -> None:
+    agent, scripted = make_agent(tmp_path, [])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/sesions")
+        await send(pilot, "/resume")
+        errors = app.transcript.query(".notice.error").results(Static)
+        warnings = app.transcript.query(".notice.warn").results(Static)
+        assert [str(w.render()) for w in errors] == [
+            "· unknown command /sesions: did you mean /sessions? (/help lists them)"
+        ]
+        assert [str(w.render()) for w in warnings] == [
+            "· usage: /resume ID|latest — continue a recorded session (/sessions lists them)"
+        ]
+        assert app.prompt.value == ""  # a command is taken even when it is refused
+        assert scripted.calls == []
+        await send(pilot, "/Q")
+        await wait_for(pilot, lambda: app.return_code is not None, "exit")
+
+
+async def test_model_name_switches_the_first_provider(
+    tmp_path: Path, lich_scripted_server: Any
+) -> None:
+    server = lich_scripted_server(["one", "two"])
+    provider = ProviderConfig(
+        kind="openai_compat", name="local", model="scripted-1", base_url=server.base_url
+    )
+    config = make_test_config(tmp_path, plugins=("openai_compat",), providers=(provider,))
+    first_agent = Agent(config)
+    app = LichApp(first_agent, owns_agent=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: not app.busy, "first run")
+        await send(pilot, "/model other-model")
+        assert "· model: other-model (provider local)" in notices(app)
+        assert app.agent is not first_agent
+        assert "other-model (openai_compat)" in str(app.query_one("#status", Static).render())
+        await send(pilot, "again")
+        await wait_for(pilot, lambda: not app.busy, "second run")
+        await send(pilot, "/model")
+        assert "· model: other-model · provider: openai_compat" in notices(app)
+    assert [r.model for r in server.model.requests] == ["scripted-1", "other-model"]
+    # The conversation went on across the switch.
+    assert [m.content for m in server.model.requests[1].messages if m.role == "user"] == [
+        "hello", "again"
+    ]
+
+
+async def test_model_name_is_refused_without_providers_or_while_busy(tmp_path: Path) -> None:
+    gated = GatedChat(ScriptedChat(["done"]))
+    agent, _ = make_agent(tmp_path, chat=gated)
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/model other")
+        assert notices(app)[-1] == (
+            "· cannot switch models: this agent was given a chat function, not providers"
+        )
+        await send(pilot, "work")
+        await wait_for(pilot, gated.streamed.is_set, "model call")
+        await send(pilot, "/model other")
+        assert notices(app)[-1] == (
+            "· busy: /model NAME waits until the run ends (Esc cancels it)"
+        )
+        assert app.agent is agent
+        gated.gate.set()
+        await wait_for(pilot, lambda: not app.busy, "run end")
 
 
 async def test_new_and_resume_are_refused_while_busy(tmp_path: Path) -> None:
@@ -396,13 +478,11 @@ async def test_status_bar_fits_80_columns(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: not app.busy, "run end")
 
 
-async def test_transcript_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lich.tui.app as app_module
-
-    monkeypatch.setattr(app_module, "TRANSCRIPT_CAP", 5)
+async def test_transcript_is_capped(tmp_path: Path) -> None:
     agent, _ = make_agent(tmp_path, [])
     app = LichApp(agent)
     async with app.run_test(size=SIZE) as pilot:
+        app.transcript.cap = 5
         for i in range(8):
             await app.notice(f"· note {i}")
         await pilot.pause()

@@ -245,7 +245,7 @@ def test_new_session_resets_the_conversation_fields_only() -> None:
 
 def test_state_and_format_modules_do_not_import_textual() -> None:
     code = (
-        "import sys, lich.tui, lich.tui.state, lich.tui.format\n"
+        "import sys, lich.tui, lich.tui.state, lich.tui.format, lich.tui.input_history\n"
         "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if 'textual' in m)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,0 +1,71 @@
+"""The notices a run's events produce: compression, retries, failovers, budget, errors, the end."""
+
+from __future__ import annotations
+
+from lich.events import CompressEnd, Failover, Retry, RunEnd
+from lich.tui.format.blocks import NoticeBlock
+from lich.tui.format.text import format_usage, preview
+
+__all__ = [
+    "ERROR_PREVIEW_CHARS",
+    "budget_notice",
+    "compress_notice",
+    "error_notice",
+    "failover_notice",
+    "retry_notice",
+    "run_end_notice",
+]
+
+ERROR_PREVIEW_CHARS = 300
+
+
+def compress_notice(event: CompressEnd) -> NoticeBlock:
+    """What a finished compression looks like."""
+    if event.ok and event.summary_chars:
+        return NoticeBlock(
+            f"· context compressed (summary {format_usage(event.summary_chars)} chars, "
+            f"~{format_usage(event.estimated_tokens)} tokens now)"
+        )
+    return NoticeBlock("· context compression did not help; continuing", "warn")
+
+
+def retry_notice(event: Retry) -> NoticeBlock:
+    """A provider is retried in place."""
+    why = f": {preview(event.message, ERROR_PREVIEW_CHARS)}" if event.message else ""
+    return NoticeBlock(
+        f"· retrying {event.provider} in {event.delay_s:.1f}s "
+        f"(attempt {event.attempt}, {event.kind}{why})",
+        "warn",
+    )
+
+
+def failover_notice(event: Failover) -> NoticeBlock:
+    """The router moved to the next provider."""
+    why = f": {preview(event.message, ERROR_PREVIEW_CHARS)}" if event.message else ""
+    return NoticeBlock(
+        f"· {event.from_provider} failed ({event.kind}{why}); failing over to {event.to_provider}",
+        "warn",
+    )
+
+
+def budget_notice() -> NoticeBlock:
+    """The run used all its turns."""
+    return NoticeBlock("· budget exhausted (turn cap reached)", "warn")
+
+
+def error_notice(message: str) -> NoticeBlock:
+    """An error, cut to a readable length."""
+    return NoticeBlock(f"· error: {preview(message, ERROR_PREVIEW_CHARS)}", "error")
+
+
+def run_end_notice(event: RunEnd) -> NoticeBlock | None:
+    """The notice closing a run that did not simply answer (``None`` for ``final``)."""
+    if event.stopped_reason == "aborted":
+        return NoticeBlock(
+            "· cancelled — the run was stopped; the conversation is kept up to this point", "warn"
+        )
+    if event.stopped_reason == "budget":
+        return budget_notice()
+    if event.stopped_reason == "error":
+        return error_notice(event.error or "run failed")
+    return None

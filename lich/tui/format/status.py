@@ -1,0 +1,128 @@
+"""The status line: its segments, and how they shorten to fit the terminal's width."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from attrs import frozen
+
+from lich.tui.format.text import format_usage
+
+__all__ = ["SEPARATOR", "SPINNER_FRAMES", "StatusPart", "fit_status", "status_parts"]
+
+SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+SEPARATOR = " · "
+
+
+@frozen
+class StatusPart:
+    """One segment of the status line and its Rich style."""
+
+    key: str
+    text: str
+    style: str = ""
+
+
+def status_parts(
+    *,
+    model: str,
+    provider: str,
+    turns: int,
+    tokens: int,
+    phase: str,
+    frame: int = 0,
+    active_tool: str | None = None,
+    cancelling: bool = False,
+    compress_count: int = 0,
+    budget_exhausted: bool = False,
+    session_id: str | None = None,
+) -> list[StatusPart]:
+    """The status line's segments, in order: model, turns, tokens, phase, compressions,
+    budget, session. ``frame`` picks the spinner frame for a busy phase."""
+    spinner = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
+    label = model or "?"
+    if provider:
+        label += f" ({provider})"
+    parts = [
+        StatusPart("model", label, "bold"),
+        StatusPart("turns", f"turns {turns}"),
+        StatusPart("tokens", f"tokens {format_usage(tokens)}"),
+    ]
+    if cancelling:
+        parts.append(StatusPart("phase", f"{spinner} cancelling", "bold yellow"))
+    elif phase == "tool":
+        tool = f" {active_tool}" if active_tool else ""
+        parts.append(StatusPart("phase", f"{spinner} tool{tool}", "bold cyan"))
+    elif phase == "thinking":
+        parts.append(StatusPart("phase", f"{spinner} thinking", "bold green"))
+    else:
+        parts.append(StatusPart("phase", "idle", "dim"))
+    if compress_count:
+        parts.append(StatusPart("compressed", f"compressed {compress_count}"))
+    if budget_exhausted:
+        parts.append(StatusPart("budget", "budget exhausted", "bold red"))
+    if session_id:
+        parts.append(StatusPart("session", f"session {session_id}", "dim"))
+    return parts
+
+
+def _width(parts: Sequence[StatusPart]) -> int:
+    return sum(len(p.text) for p in parts) + len(SEPARATOR) * max(0, len(parts) - 1)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:
+    """``parts`` shortened until they fit ``width`` columns.
+
+    Shortening order: the session id keeps its last 8 characters (the random
+    part), labels get terse, the model name is clipped, the running tool's
+    name goes, and finally the line is cut.
+    """
+    out = list(parts)
+
+    def replace(key: str, text: str) -> None:
+        for i, p in enumerate(out):
+            if p.key == key:
+                out[i] = StatusPart(p.key, text, p.style)
+
+    def text_of(key: str) -> str | None:
+        return next((p.text for p in out if p.key == key), None)
+
+    steps: list[tuple[str, Callable[[str], str]]] = [
+        ("session", lambda t: "session …" + t.removeprefix("session ")[-8:]),
+        ("session", lambda t: "…" + t.removeprefix("session …")),
+        ("turns", lambda t: "t" + t.removeprefix("turns ")),
+        ("tokens", lambda t: "tok " + t.removeprefix("tokens ")),
+        ("compressed", lambda t: "cmp " + t.removeprefix("compressed ")),
+        ("model", lambda t: _clip(t, 24)),
+        ("phase", lambda t: " ".join(t.split(" ")[:2])),  # drop the tool name
+        ("model", lambda t: _clip(t, 12)),
+        ("budget", lambda t: "budget!"),
+        ("model", lambda t: _clip(t, 8)),
+    ]
+    for key, shorten in steps:
+        if _width(out) <= width:
+            return out
+        current = text_of(key)
+        if current is not None:
+            replace(key, shorten(current))
+    if _width(out) <= width:
+        return out
+    # Still too wide: keep whole parts from the left, clip the one that crosses the edge.
+    kept: list[StatusPart] = []
+    used = 0
+    for p in out:
+        sep = len(SEPARATOR) if kept else 0
+        room = width - used - sep
+        if room <= 0:
+            break
+        if len(p.text) > room:
+            kept.append(StatusPart(p.key, _clip(p.text, room), p.style))
+            break
+        kept.append(p)
+        used += sep + len(p.text)
+    return kept

@@ -1,0 +1,108 @@
+"""A tool call in the transcript: its call line, its result line, its full output."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widget import Widget
+from textual.widgets import Static
+
+from lich.tui.format.tools import OUTPUT_PREVIEW_CHARS, tool_call_line, tool_result_line
+from lich.tui.widgets._text import plain
+from lich.types import ToolCall, ToolResult
+
+__all__ = ["ToolResultLine", "ToolView"]
+
+
+class ToolResultLine(Static, can_focus=True):
+    """A tool's outcome line; Enter, Space or a click shows or hides the full output."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter,space", "toggle_output", "Show/hide output", show=False),
+    ]
+
+    def action_toggle_output(self) -> None:
+        """Toggle the owning :class:`ToolView`."""
+        view = self.parent
+        if isinstance(view, ToolView):
+            view.toggle()
+
+    def on_click(self) -> None:
+        """A click toggles too."""
+        self.action_toggle_output()
+
+
+class ToolView(Widget):
+    """One tool call: ``● name(args)``, then ``└ ok|error (preview)``, and the full
+    output (hidden until expanded)."""
+
+    DEFAULT_CSS = """
+    ToolView { height: auto; padding: 0 0 0 2; }
+    ToolView > .call { color: $accent; }
+    ToolView > ToolResultLine { padding: 0 0 0 2; color: $text-muted; }
+    ToolView > ToolResultLine.ok { color: $success; }
+    ToolView > ToolResultLine.error { color: $error; }
+    ToolView > ToolResultLine:focus { text-style: reverse; }
+    ToolView > .output { display: none; padding: 0 0 0 4; color: $text-muted; }
+    ToolView.expanded > .output { display: block; }
+    """
+
+    def __init__(self, call: ToolCall, result: ToolResult | None = None) -> None:
+        super().__init__()
+        self.call = call
+        self.result = result
+        self._call_line = Static(plain(tool_call_line(call)), classes="call", markup=False)
+        self._result_line = ToolResultLine("", markup=False)
+        self._output = Static("", classes="output", markup=False)
+
+    def compose(self) -> ComposeResult:
+        yield self._call_line
+        yield self._result_line
+        yield self._output
+
+    def on_mount(self) -> None:
+        """Show the result given at construction (resumed history)."""
+        self._show()
+
+    @property
+    def expanded(self) -> bool:
+        """Whether the full output is shown."""
+        return self.has_class("expanded")
+
+    def toggle(self) -> None:
+        """Show or hide the full output."""
+        self.set_class(not self.expanded, "expanded")
+        self._show()
+
+    def finish(self, call: ToolCall, result: ToolResult) -> None:
+        """The call ended: show its outcome (``call`` carries the final arguments)."""
+        self.call = call
+        self.result = result
+        self._call_line.update(plain(tool_call_line(call)))
+        self._show()
+
+    @property
+    def summary(self) -> str:
+        """The two visible lines, as text."""
+        return f"{tool_call_line(self.call)}\n{tool_result_line(self.result)}"
+
+    def _show(self) -> None:
+        result = self.result
+        line = tool_result_line(result)
+        if result is not None:
+            if self._has_more(result):
+                line += " [-]" if self.expanded else " [+]"
+            self._result_line.set_class(result.ok, "ok")
+            self._result_line.set_class(not result.ok, "error")
+            full = result.output or "(no output)"
+            if result.error:
+                full = f"error: {result.error}\n{full}"
+            self._output.update(plain(full))
+        self._result_line.update(plain(line))
+
+    @staticmethod
+    def _has_more(result: ToolResult) -> bool:
+        text = result.output.strip()
+        return "\n" in text or len(text) > OUTPUT_PREVIEW_CHARS
