@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from lich._schema import Param
     from lich.agent import Agent, RunResult
     from lich.cancel import CancelToken
     from lich.config import ConfigError, LichConfig, ProviderConfig, load_config
@@ -57,6 +58,7 @@ _EXPORTS = {
     "LichConfig": "lich.config",
     "LoadReport": "lich.plugins",
     "Message": "lich.types",
+    "Param": "lich._schema",
     "PluginHost": "lich.plugins",
     "PluginLoadError": "lich.plugins",
     "Provider": "lich.types",
@@ -99,6 +101,7 @@ __all__ = [
     "LichConfig",
     "LoadReport",
     "Message",
+    "Param",
     "PluginHost",
     "PluginLoadError",
     "Provider",

@@ -17,7 +17,6 @@ import inspect
 import json
 import logging
 import os
-import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias, overload
@@ -135,41 +134,30 @@ def tool(
 
     The function's name is the tool name, the first paragraph of its docstring
     the description (``:param x:`` lines or an ``Args:`` block describe the
-    parameters), and its annotated parameters the JSON Schema. A parameter
-    annotated :class:`ToolContext` (or named ``ctx``) receives the context.
-    Arguments are checked against the schema before the call
-    (``missing_arg: x``, ``invalid_arg: x: expected integer, got string``).
-    Return a ``str`` (the output), a :class:`ToolResult`, or anything JSON-able.
+    parameters, as does ``Annotated[T, "text"]`` or ``Annotated[T, lich.Param(...)]``),
+    and its annotated parameters the JSON Schema: ``str``, ``int``, ``float``,
+    ``bool``, ``Literal``, ``Enum``, ``date``, ``datetime``, ``Path``, lists,
+    sets, tuples, ``dict[str, T]``, ``TypedDict``, attrs classes and
+    dataclasses, unions and ``Optional`` of these, and ``Any`` (or no
+    annotation) for any JSON value. Another type is a :class:`TypeError` here,
+    naming the parameter. A parameter annotated :class:`ToolContext` (or named
+    ``ctx``) receives the context.
+
+    Arguments are checked against the schema before the call (``missing_arg:
+    x``, ``invalid_arg: x: expected integer, got string``) and converted to
+    the annotated types: the function gets an ``Enum`` member, a ``date``, a
+    ``Path``, a ``tuple``, never the raw JSON string or list. Return a ``str``
+    (the output), a :class:`ToolResult`, or anything JSON-able.
 
     Usable bare (``@tool``) or with options (``@tool(timeout_s=5)``)."""
 
     def build(func: Callable[..., Any]) -> Tool:
-        schema = _schema.schema_for_signature(func, _is_context_param)
-        # The same resolved hints the schema used, so a string annotation
-        # ("ToolContext", "lich.ToolContext") is recognised either way.
-        hints = typing.get_type_hints(func)
-        ctx_name = next(
-            (
-                n
-                for n in inspect.signature(func).parameters
-                if _is_context_param(n, hints.get(n))
-            ),
-            None,
-        )
+        signature = _schema.compile_signature(func, _is_context_param)
         is_coro = inspect.iscoroutinefunction(func)
 
         def call_kwargs(args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-            problem = _schema.validate_args(args, schema)
-            if problem:
-                raise ToolError(problem)
-            kwargs = dict(args)
-            for key, value in kwargs.items():
-                # The validator accepts 3.0 for an integer (JSON has one number type);
-                # the function, annotated int, gets 3.
-                prop = schema["properties"].get(key, {})
-                if isinstance(value, float) and prop.get("type") == "integer":
-                    kwargs[key] = int(value)
-            if ctx_name:
+            kwargs = signature.bind(args)  # raises ToolError for a bad argument
+            for ctx_name in signature.skipped:
                 kwargs[ctx_name] = ctx
             return kwargs
 
@@ -190,7 +178,7 @@ def tool(
         return Tool(
             name=name or func.__name__,
             description=description or _schema.doc_summary(func.__doc__) or (name or func.__name__),
-            parameters=schema,
+            parameters=signature.schema,
             execute=execute,
             timeout_s=timeout_s,
             max_output_chars=max_output_chars,

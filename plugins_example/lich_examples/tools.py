@@ -11,6 +11,11 @@ refuses ``ATTACH``, so a query cannot reach a database outside the work dir).
 ``json_query`` selects from a JSON file with a small path language
 (see :mod:`lich_examples._jsonpath` and ``docs/plugins.md``).
 
+Both are ``@tool`` functions: the decorator builds the JSON Schema from the
+annotations and checks the arguments before the call, so the bodies only
+enforce what a schema cannot say (the configured ceilings, read-only SQL,
+paths inside the work dir).
+
 Per-tool settings live in the ``[tools.<name>]`` tables of the config; the
 executor applies ``timeout_s`` and ``max_output_chars`` there, and these tools
 read their own keys from the same table::
@@ -35,19 +40,18 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from lich import Tool, ToolError, ToolResult, hookimpl
-from lich.guards import optional_int_arg, require_string_arg, resolve_in_root
+# ToolContext and Param are needed at run time: @tool reads the annotations.
+from lich import Param, ToolContext, ToolError, ToolResult, hookimpl, tool
+from lich.guards import resolve_in_root
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from lich import LichConfig, ToolContext, ToolRegistry
+    from lich import LichConfig, ToolRegistry
 
 __all__ = [
-    "JSON_QUERY",
-    "SQLITE_QUERY",
     "json_query",
     "lich_register_tools",
     "sqlite_query",
@@ -189,31 +193,48 @@ def _cell(value: Any, max_chars: int) -> Any:
     return value
 
 
-def sqlite_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+@tool(
+    description=(
+        "Run one read-only SQL statement (SELECT, WITH, EXPLAIN, VALUES or a schema PRAGMA "
+        "such as table_info) on a SQLite database file inside the work dir. Returns JSON "
+        "with columns and rows; use ? placeholders with params for values. Writes, ATTACH "
+        "and settings changes are refused. List tables with: SELECT name FROM sqlite_master "
+        "WHERE type='table'."
+    ),
+    timeout_s=SQLITE_TIMEOUT_S,
+    max_output_chars=MAX_OUTPUT_CHARS,
+)
+def sqlite_query(
+    path: str,
+    sql: str,
+    params: list[str | int | float | bool | None] | None = None,
+    max_rows: Annotated[
+        int,
+        Param(
+            f"Return at most this many rows (at most {SQLITE_MAX_ROWS} unless the "
+            "configuration says otherwise).",
+            minimum=1,
+        ),
+    ] = SQLITE_DEFAULT_ROWS,
+    *,
+    ctx: ToolContext,
+) -> ToolResult:
     """Run one read-only SQL statement on a SQLite file inside the work dir.
 
     Returns ``{"columns": [...], "rows": [[...]], "row_count": N, "truncated": null}``
     as JSON; ``truncated`` is ``"max_rows"`` when more rows exist and
     ``"max_output_chars"`` when the output cap stopped it.
+
+    :param path: The database file, relative to the work dir.
+    :param sql: One read-only SQL statement.
+    :param params: Values bound to the statement's ? placeholders, in order.
     """
     import sqlite3
 
-    raw_path = require_string_arg(args, "path")
-    sql = require_string_arg(args, "sql")
-    params = args.get("params", [])
-    if params is None:
-        params = []
-    if not isinstance(params, list) or not all(
-        p is None or isinstance(p, str | int | float | bool) for p in params
-    ):
-        raise ToolError(
-            "invalid_arg: params: expected an array of strings, numbers, booleans or nulls"
-        )
     settings = ctx.settings
+    # The configured ceiling clamps the argument rather than refusing it.
     row_cap = max(1, _setting_int(settings, "max_rows", SQLITE_MAX_ROWS))
-    max_rows = optional_int_arg(
-        args, "max_rows", min(SQLITE_DEFAULT_ROWS, row_cap), lo=1, hi=row_cap
-    )
+    max_rows = min(max_rows, row_cap)
     max_cell = max(1, _setting_int(settings, "max_cell_chars", SQLITE_MAX_CELL_CHARS))
     max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
     timeout_s = _setting_float(settings, "timeout_s", SQLITE_TIMEOUT_S)
@@ -225,21 +246,21 @@ def sqlite_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "read_only: only SELECT, WITH, EXPLAIN, VALUES and read-only PRAGMA statements "
             f"are allowed, got {shown}"
         )
-    path = _input_file(ctx, raw_path)
-    with open(path, "rb") as fh:
+    db_file = _input_file(ctx, path)
+    with open(db_file, "rb") as fh:
         header = fh.read(len(_SQLITE_HEADER))
     if header and header != _SQLITE_HEADER:
-        raise ToolError(f"not_a_database: {raw_path} is not a SQLite database")
+        raise ToolError(f"not_a_database: {path} is not a SQLite database")
 
     from urllib.parse import quote
 
-    uri = f"file:{quote(str(path))}?mode=ro"
+    uri = f"file:{quote(str(db_file))}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
     except sqlite3.Error as exc:
-        raise ToolError(f"sqlite_error: cannot open {raw_path}: {exc}") from exc
+        raise ToolError(f"sqlite_error: cannot open {path}: {exc}") from exc
     try:
-        return _run_query(conn, sql, params, max_rows, max_cell, max_chars, timeout_s, ctx)
+        return _run_query(conn, sql, params or [], max_rows, max_cell, max_chars, timeout_s, ctx)
     finally:
         conn.close()
 
@@ -313,67 +334,50 @@ def _run_query(
     return ToolResult(ok=True, output=_json_dumps(body))
 
 
-SQLITE_QUERY = Tool(
-    name="sqlite_query",
-    description=(
-        "Run one read-only SQL statement (SELECT, WITH, EXPLAIN, VALUES or a schema PRAGMA "
-        "such as table_info) on a SQLite database file inside the work dir. Returns JSON "
-        "with columns and rows; use ? placeholders with params for values. Writes, ATTACH "
-        "and settings changes are refused. List tables with: SELECT name FROM sqlite_master "
-        "WHERE type='table'."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "path": {
-                "type": "string",
-                "description": "The database file, relative to the work dir.",
-            },
-            "sql": {"type": "string", "description": "One read-only SQL statement."},
-            "params": {
-                "type": "array",
-                "description": "Values bound to the statement's ? placeholders, in order.",
-            },
-            "max_rows": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": SQLITE_MAX_ROWS,
-                "default": SQLITE_DEFAULT_ROWS,
-                "description": "Return at most this many rows.",
-            },
-        },
-        "required": ["path", "sql"],
-        "additionalProperties": False,
-    },
-    execute=sqlite_query,
-    timeout_s=SQLITE_TIMEOUT_S,
-    max_output_chars=MAX_OUTPUT_CHARS,
-)
-
-
 # ---------------------------------------------------------------------------
 # json_query
 # ---------------------------------------------------------------------------
 
 
-def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+@tool(
+    description=(
+        "Select values from a JSON file inside the work dir with a path expression. "
+        "Syntax: $ is the document; .name or [\"name\"] a member; [0] an index ([-1] the "
+        "last); [1:3] a slice; [*] or .* every item; ..name that member at any depth; "
+        "[?expr] keeps items matching expr, e.g. [?@.age >= 18], [?@.tags] "
+        "(exists), [?@.name == \"ada\"], joined with && and ||. Returns JSON "
+        "with each match's path and value."
+    ),
+    timeout_s=JSON_TIMEOUT_S,
+    max_output_chars=MAX_OUTPUT_CHARS,
+)
+def json_query(
+    path: str,
+    query: str = "$",
+    max_results: Annotated[
+        int,
+        Param(
+            f"Return at most this many matches (at most {JSON_MAX_RESULTS} unless the "
+            "configuration says otherwise).",
+            minimum=1,
+        ),
+    ] = JSON_DEFAULT_RESULTS,
+    *,
+    ctx: ToolContext,
+) -> ToolResult:
     """Select values from a JSON file inside the work dir with a path expression.
 
     Returns ``{"count": N, "results": [{"path": "$.a[0]", "value": ...}], "truncated": null}``.
+
+    :param path: The JSON file, relative to the work dir.
+    :param query: The path expression, e.g. $.users[?@.active].email
     """
     from lich_examples import _jsonpath
 
-    raw_path = require_string_arg(args, "path")
-    query = args.get("query", "$")
-    if query is None:
-        query = "$"
-    if not isinstance(query, str):
-        raise ToolError("invalid_arg: query: expected a string")
     settings = ctx.settings
+    # The configured ceiling clamps the argument rather than refusing it.
     result_cap = max(1, _setting_int(settings, "max_results", JSON_MAX_RESULTS))
-    max_results = optional_int_arg(
-        args, "max_results", min(JSON_DEFAULT_RESULTS, result_cap), lo=1, hi=result_cap
-    )
+    max_results = min(max_results, result_cap)
     max_bytes = max(1, _setting_int(settings, "max_file_bytes", JSON_MAX_FILE_BYTES))
     max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
     try:
@@ -381,14 +385,14 @@ def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     except _jsonpath.PathSyntaxError as exc:
         raise ToolError(f"invalid_query: {exc}") from exc
 
-    path = _input_file(ctx, raw_path)
-    size = os.path.getsize(path)
+    json_file = _input_file(ctx, path)
+    size = os.path.getsize(json_file)
     if size > max_bytes:
-        raise ToolError(f"file_too_large: {raw_path} is {size} bytes (limit {max_bytes})")
+        raise ToolError(f"file_too_large: {path} is {size} bytes (limit {max_bytes})")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = json_file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ToolError(f"invalid_json: {raw_path} is not UTF-8 text ({exc.reason})") from exc
+        raise ToolError(f"invalid_json: {path} is not UTF-8 text ({exc.reason})") from exc
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -426,41 +430,6 @@ def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult(ok=True, output=_json_dumps(body))
 
 
-JSON_QUERY = Tool(
-    name="json_query",
-    description=(
-        "Select values from a JSON file inside the work dir with a path expression. "
-        "Syntax: $ is the document; .name or [\"name\"] a member; [0] an index ([-1] the "
-        "last); [1:3] a slice; [*] or .* every item; ..name that member at any depth; "
-        "[?expr] keeps items matching expr, e.g. [?@.age >= 18], [?@.tags] "
-        "(exists), [?@.name == \"ada\"], joined with && and ||. Returns JSON "
-        "with each match's path and value."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "The JSON file, relative to the work dir."},
-            "query": {
-                "type": "string",
-                "default": "$",
-                "description": "The path expression, e.g. $.users[?@.active].email",
-            },
-            "max_results": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": JSON_MAX_RESULTS,
-                "default": JSON_DEFAULT_RESULTS,
-                "description": "Return at most this many matches.",
-            },
-        },
-        "required": ["path"],
-        "additionalProperties": False,
-    },
-    execute=json_query,
-    timeout_s=JSON_TIMEOUT_S,
-    max_output_chars=MAX_OUTPUT_CHARS,
-)
-
 # Integer settings each tool reads from its [tools.<name>] table.
 _INT_SETTINGS = {
     "sqlite_query": ("max_rows", "max_cell_chars", "max_output_chars"),
@@ -490,5 +459,5 @@ def _check_settings(config: LichConfig | None) -> None:
 def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
     """Register ``sqlite_query`` and ``json_query`` (after checking their settings)."""
     _check_settings(config)
-    registry.register(SQLITE_QUERY)
-    registry.register(JSON_QUERY)
+    registry.register(sqlite_query)
+    registry.register(json_query)

@@ -7,8 +7,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from lich_examples._jsonpath import PathSyntaxError, compile_path
+from lich_examples.tools import json_query, sqlite_query
 
 from .conftest import build_agent, plan, run_plan, tool_results
 
@@ -146,6 +148,43 @@ async def test_sqlite_query_caps_rows_and_output(tmp_path: Path) -> None:
     # The argument cannot lift the configured ceiling.
     assert clamped["row_count"] == 20
     assert clamped["truncated"] == "max_rows"
+
+
+def test_the_schemas_are_valid_closed_and_bound_the_limits() -> None:
+    for item in (sqlite_query, json_query):
+        jsonschema.Draft202012Validator.check_schema(dict(item.parameters))
+        assert item.parameters["additionalProperties"] is False
+    sql_props = sqlite_query.parameters["properties"]
+    assert list(sql_props) == ["path", "sql", "params", "max_rows"]
+    assert sqlite_query.parameters["required"] == ["path", "sql"]
+    assert sql_props["max_rows"]["minimum"] == 1
+    assert sql_props["max_rows"]["default"] == 100
+    assert {s["type"] for s in sql_props["params"]["items"]["anyOf"]} == {
+        "string", "integer", "number", "boolean", "null"
+    }
+    json_props = json_query.parameters["properties"]
+    assert list(json_props) == ["path", "query", "max_results"]
+    assert json_props["query"]["default"] == "$"
+    assert json_props["max_results"]["minimum"] == 1
+
+
+async def test_arguments_are_checked_before_the_query_runs(tmp_path: Path) -> None:
+    make_db(tmp_path / "app.db")
+    answers = await sql(
+        tmp_path,
+        {"path": "app.db", "sql": "SELECT ?", "params": [{"a": 1}]},
+        {"path": "app.db", "sql": "SELECT 1", "max_rows": 0},
+        {"path": "app.db", "sql": "SELECT 1", "max_rows": "5"},
+        {"path": "app.db", "sql": "SELECT ?, ?", "params": [3, None], "max_rows": None},
+    )
+    errors = [json.loads(a.content).get("error") for a in answers[:3]]
+    assert errors == [
+        "invalid_arg: params[0]: expected string, integer, number, boolean or null, got object",
+        "invalid_arg: max_rows: must be >= 1, got 0",
+        "invalid_arg: max_rows: expected integer, got string",
+    ]
+    # An int stays an int (not 3.0), and a null max_rows is the default.
+    assert json.loads(answers[3].content)["rows"] == [[3, None]]
 
 
 async def test_sqlite_query_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
