@@ -418,6 +418,8 @@ def config_validate(settings: Settings) -> int:
     warnings: list[str] = []
     registry = ProviderRegistry()
     with quiet_plugin_log():
+        # The plugins' own settings first: what a run would reject (lich_check_config).
+        errors.extend(host.check_config(config))
         host.register_providers(registry)
         tools = build_tool_registry(host, config)
     for report in host.failures:

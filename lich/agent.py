@@ -18,7 +18,7 @@ from attrs import frozen
 
 from lich import serialization
 from lich.cancel import Cancelled, CancelToken, race
-from lich.config import LichConfig
+from lich.config import ConfigError, LichConfig
 from lich.events import (
     CompressEnd,
     Envelope,
@@ -192,6 +192,11 @@ class Agent:
             for name, plugin in plugins:
                 host.register_object(plugin, name)
         self.host = host
+        # Every plugin's settings, checked before anything is built: a run rejects
+        # exactly what `lich config validate` reports.
+        problems = host.check_config(config)
+        if problems:
+            raise ConfigError(problems)
         self.tools = build_tool_registry(host, config)
         self.providers: list[Provider] = []
         # The kinds are registered even with an injected chat function: their default key

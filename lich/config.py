@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import attrs
 from attrs import field, frozen
-from cattrs.gen import make_dict_structure_fn, override
 
-from lich import serialization
+from lich._converter import PARSE
+from lich.settings import (
+    ConfigError,
+    between,
+    greater_than,
+    non_empty,
+    setting,
+    structure_settings,
+)
 
 __all__ = [
     "BUILTIN_PLUGINS",
@@ -50,36 +56,25 @@ LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
 
 
-class ConfigError(ValueError):
-    """The configuration is unusable. ``problems`` are ``"$.path: message"`` lines."""
-
-    def __init__(self, problems: Sequence[str], file: str | None = None) -> None:
-        self.problems = list(problems)
-        self.file = file
-        where = f"{file}: " if file else ""
-        if len(self.problems) == 1:
-            text = f"{where}{self.problems[0]}"
-        else:
-            text = f"{where}invalid configuration:\n" + "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(text)
+def _tools_enabled(value: Any) -> tuple[str, ...] | None:
+    if value is None or value == "all":
+        return None
+    return tuple(value)
 
 
-def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise ValueError(f"{attribute.name}: must be greater than 0, got {value}")
+def _parse_tools_enabled(value: Any) -> tuple[str, ...] | None:
+    if value is None or value == "all":
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError('expected "all" or a list of tool names')
+    return tuple(value)
 
 
-def _in_range(lo: float, hi: float) -> Any:
-    def check(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-        if value is not None and not lo <= value <= hi:
-            raise ValueError(f"{attribute.name}: must be between {lo} and {hi}, got {value}")
-
-    return check
-
-
-def _nonempty(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not value.strip():
-        raise ValueError(f"{attribute.name}: must not be empty")
+def _unique_provider_names(providers: Any) -> None:
+    names = [p.name for p in providers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate provider name(s): {', '.join(dupes)}")
 
 
 @frozen(kw_only=True)
@@ -94,23 +89,17 @@ class ProviderConfig:
     key. ``options`` carries provider-specific extras.
     """
 
-    kind: str | None = field(default=None, validator=attrs.validators.optional(_nonempty))
-    name: str = field(validator=_nonempty)
-    model: str = field(validator=_nonempty)
+    kind: str | None = setting(None, check=non_empty)
+    name: str = setting(check=non_empty)
+    model: str = setting(check=non_empty)
     base_url: str | None = None
     api_key_env: str | None = None
-    timeout_s: float | None = field(default=None, validator=_positive)
+    timeout_s: float | None = setting(None, check=greater_than(0))
     think: bool | None = None
     keep_alive: str | None = None
-    max_tokens: int | None = field(default=None, validator=_positive)
+    max_tokens: int | None = setting(None, check=greater_than(0))
     headers: Mapping[str, str] = field(factory=dict)
     options: Mapping[str, Any] = field(factory=dict)
-
-
-def _tools_enabled(value: Any) -> tuple[str, ...] | None:
-    if value is None or value == "all":
-        return None
-    return tuple(value)
 
 
 @frozen
@@ -120,24 +109,26 @@ class LichConfig:
     which an agent needs before it can call a model.
     """
 
-    providers: tuple[ProviderConfig, ...] = field(default=(), converter=tuple)
+    providers: tuple[ProviderConfig, ...] = setting(
+        factory=tuple, check=_unique_provider_names)
     system_prompt: str | None = None
-    max_turns: int = field(default=25, validator=_in_range(1, 10_000))
+    max_turns: int = setting(25, check=between(1, 10_000))
     work_dir: str = field(factory=os.getcwd)
-    tools_enabled: tuple[str, ...] | None = field(default=None, converter=_tools_enabled)
-    tools_disabled: tuple[str, ...] = field(default=(), converter=tuple)
-    temperature: float | None = field(default=None, validator=_in_range(0, 2))
-    max_tokens: int | None = field(default=None, validator=_positive)
-    context_budget_tokens: int = field(default=100_000, validator=_positive)
-    compress_threshold: float = field(default=0.8, validator=_in_range(0.1, 0.95))
+    tools_enabled: tuple[str, ...] | None = field(
+        default=None, converter=_tools_enabled, metadata={PARSE: _parse_tools_enabled})
+    tools_disabled: tuple[str, ...] = ()
+    temperature: float | None = setting(None, check=between(0, 2))
+    max_tokens: int | None = setting(None, check=greater_than(0))
+    context_budget_tokens: int = setting(100_000, check=greater_than(0))
+    compress_threshold: float = setting(0.8, check=between(0.1, 0.95))
     session_dir: str = ""
     persist_sessions: bool = True
-    plugins: tuple[str, ...] = field(default=BUILTIN_PLUGINS, converter=tuple)
+    plugins: tuple[str, ...] = BUILTIN_PLUGINS
     log_level: LogLevel = "info"
     tools: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     plugin_settings: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     stream: bool = True
-    hook_timeout_s: float = field(default=10.0, validator=_positive)
+    hook_timeout_s: float = setting(10.0, check=greater_than(0))
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
 
@@ -147,71 +138,10 @@ class LichConfig:
             object.__setattr__(
                 self, "session_dir", str(Path(self.work_dir) / ".lich" / "sessions")
             )
-        names = [p.name for p in self.providers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"providers: duplicate provider name(s): {', '.join(dupes)}")
 
     def tool_settings(self, name: str) -> Mapping[str, Any]:
         """The ``[tools.<name>]`` table, or an empty mapping."""
         return self.tools.get(name, {})
-
-
-def _structure_tools_enabled(value: Any, _: Any) -> tuple[str, ...] | None:
-    if value is None or value == "all":
-        return None
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise TypeError('expected "all" or a list of tool names')
-    return tuple(value)
-
-
-def _structure_name_list(value: Any, _: Any) -> tuple[str, ...]:
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise TypeError("expected a list of strings")
-    return tuple(value)
-
-
-def _structure_providers(value: Any, _: Any) -> tuple[ProviderConfig, ...]:
-    # Without this a table (or a string) would be iterated as if it were the array.
-    if not isinstance(value, list | tuple):
-        raise TypeError("expected an array of [[providers]] tables")
-    return serialization.converter.structure(value, tuple[ProviderConfig, ...])
-
-
-_structure_provider_fields = make_dict_structure_fn(ProviderConfig, serialization.converter)
-
-
-def _structure_provider(value: Any, cls: Any) -> ProviderConfig:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected a provider table, got {type(value).__name__}")
-    return _structure_provider_fields(value, cls)
-
-
-serialization.converter.register_structure_hook(ProviderConfig, _structure_provider)
-
-
-def _structure_tables(value: Any, _: Any) -> dict[str, dict[str, Any]]:
-    if not isinstance(value, Mapping):
-        raise TypeError("expected a table")
-    for key, table in value.items():
-        if not isinstance(table, Mapping):
-            raise TypeError(f"{key}: expected a table, got {type(table).__name__}")
-    return {str(k): dict(v) for k, v in value.items()}
-
-
-serialization.converter.register_structure_hook(
-    LichConfig,
-    make_dict_structure_fn(
-        LichConfig,
-        serialization.converter,
-        providers=override(struct_hook=_structure_providers),
-        tools_enabled=override(struct_hook=_structure_tools_enabled),
-        tools_disabled=override(struct_hook=_structure_name_list),
-        plugins=override(struct_hook=_structure_name_list),
-        tools=override(struct_hook=_structure_tables),
-        plugin_settings=override(struct_hook=_structure_tables),
-    ),
-)
 
 
 @frozen
@@ -346,29 +276,10 @@ def load_config(
     if problems:
         raise ConfigError(problems, file_name)
     try:
-        config = serialization.converter.structure(raw, LichConfig)
-    except Exception as exc:
-        raise ConfigError(_problems(exc), file_name) from exc
+        config = structure_settings(raw, LichConfig)
+    except ConfigError as exc:
+        raise ConfigError(exc.problems, file_name) from exc
     return LoadedConfig(config=config, file=file_name, sources=sources)
-
-
-_FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
-
-
-def _problems(exc: BaseException) -> list[str]:
-    out: list[str] = []
-    for line in serialization.describe_errors(exc):
-        message, _, path = line.rpartition(" @ ")
-        if message.startswith("unknown key(s): "):
-            keys = message.removeprefix("unknown key(s): ").split(", ")
-            out.extend(f"{path}.{k}: unknown key" for k in keys)
-        else:
-            # Validators prefix their message with the field name: make it part of the path.
-            m = _FIELD_PREFIX.match(message)
-            if m:
-                path, message = f"{path}.{m.group(1)}", m.group(2)
-            out.append(f"{path}: {message}")
-    return out
 
 
 def _apply_provider_overrides(

@@ -105,6 +105,24 @@ def lich_make_router(providers: list[Provider], config: LichConfig) -> ChatFn | 
 
 
 @hookspec
+def lich_check_config(config: LichConfig) -> None:
+    """Check this plugin's settings in ``config``; raise if they are wrong.
+
+    :param config: the effective configuration (``config.plugin_settings``,
+        ``config.tools`` and any table the plugin owns).
+    :raises lich.config.ConfigError: listing every problem as ``"$.path: message"``
+        (:func:`lich.settings.structure_settings` builds exactly that).
+    :return: nothing.
+
+    Fires when an agent is assembled (before any model call) and in ``lich
+    config validate``, so a config a run would reject is never reported as
+    valid. Every implementation is called and all their problems are reported
+    together. An implementation that raises anything but ``ConfigError`` fails
+    its plugin (phase ``validate``), which is unloaded.
+    """
+
+
+@hookspec
 def lich_register_commands(cli: click.Group) -> None:
     """Add click commands to the ``lich`` command line.
 

@@ -477,6 +477,25 @@ class PluginHost:
             registry.remove_plugin,
         )
 
+    def check_config(self, config: LichConfig) -> list[str]:
+        """``lich_check_config`` of every plugin: the problems they report, in plugin order.
+
+        A plugin whose check raises anything but :class:`lich.config.ConfigError`
+        fails (phase ``validate``) and is unloaded.
+        """
+        from lich.settings import ConfigError
+
+        problems: list[str] = []
+        for impl in self._impls("lich_check_config"):
+            try:
+                _call_sync(impl, {"config": config})
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+            except Exception as exc:
+                self._forget_everywhere(impl.plugin_name)
+                self._fail_loaded(impl.plugin_name, "validate", exc)
+        return problems
+
     def register_commands(self, cli: click.Group) -> None:
         """Call ``lich_register_commands``; a plugin whose hook raises has its commands removed."""
         for impl in self._impls("lich_register_commands"):

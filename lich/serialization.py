@@ -1,10 +1,11 @@
-"""The one cattrs converter: every JSON form of lich's data goes through here.
+"""The JSON forms of lich's data: messages, events, envelopes.
 
 Messages are a tagged union on ``role``, events on ``type`` (each class carries
 its tag as a ``Literal`` field with a default, so the tag is written out and
 read back like any other field). Sessions, ``--json`` output, the gateway's
 server-sent events and the scripted test server all use these functions, so
-there is one JSON shape per type.
+there is one JSON shape per type. They go through the one private converter
+(:mod:`lich._converter`), as the settings do.
 """
 
 from __future__ import annotations
@@ -13,24 +14,18 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
-import cattrs
-from cattrs.gen import make_dict_unstructure_fn, override
-
 from lich import events as ev
+from lich._converter import converter, describe_errors
 from lich.types import (
     AssistantMessage,
     Message,
     SystemMessage,
-    ToolCall,
     ToolMessage,
-    ToolResult,
     UserMessage,
 )
 
 __all__ = [
     "SerializationError",
-    "converter",
-    "describe_errors",
     "envelope_to_dict",
     "event_from_dict",
     "event_to_dict",
@@ -46,76 +41,6 @@ T = TypeVar("T")
 
 class SerializationError(ValueError):
     """A JSON object is not a valid lich record; the message says why."""
-
-
-converter = cattrs.Converter(forbid_extra_keys=True)
-
-
-# Strict scalars: JSON and TOML already carry types, so a string where a number
-# belongs (or 1.5 where an int belongs) is an error to report, not to coerce.
-def _strict(kind: type[Any], accept: tuple[type[Any], ...]) -> None:
-    def hook(value: Any, _: Any) -> Any:
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {_NAMES[kind]}, got boolean")
-        if not isinstance(value, accept):
-            raise TypeError(f"expected {_NAMES[kind]}, got {_json_type(value)}")
-        if kind is float:
-            return float(value)
-        return value
-
-    converter.register_structure_hook(kind, hook)
-
-
-_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return _NAMES.get(type(value), type(value).__name__)
-
-
-_strict(str, (str,))
-_strict(int, (int,))
-_strict(float, (int, float))
-_strict(bool, (bool,))
-
-# Small outputs: the empty defaults of the common types are left out.
-converter.register_unstructure_hook(
-    ToolCall,
-    make_dict_unstructure_fn(
-        ToolCall, converter, args_error=override(omit_if_default=True)
-    ),
-)
-converter.register_unstructure_hook(
-    AssistantMessage,
-    make_dict_unstructure_fn(
-        AssistantMessage, converter, tool_calls=override(omit_if_default=True)
-    ),
-)
-converter.register_unstructure_hook(
-    ToolMessage,
-    make_dict_unstructure_fn(ToolMessage, converter, is_error=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(
-    ToolResult,
-    make_dict_unstructure_fn(ToolResult, converter, error=override(omit_if_default=True)),
-)
-
-# Tool arguments are arbitrary JSON: pass them through untouched.
-converter.register_structure_hook_func(
-    lambda t: t == dict[str, Any], lambda value, _: _json_object(value)
-)
-
-
-def _json_object(value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
-    return dict(value)
 
 
 _MESSAGE_BY_ROLE: dict[str, type[Any]] = {
@@ -196,25 +121,6 @@ def envelope_to_dict(envelope: ev.Envelope) -> dict[str, Any]:
     }
     out.update(converter.unstructure(envelope.event))
     return out
-
-
-def describe_errors(exc: BaseException) -> list[str]:
-    """Flatten a cattrs validation error into ``"<message> @ $.path"`` lines."""
-    if isinstance(exc, cattrs.BaseValidationError):
-        return cattrs.transform_error(exc, path="$", format_exception=_format_exception)
-    return [f"{exc} @ $"]
-
-
-def _format_exception(exc: BaseException, type_: type[Any] | None) -> str:
-    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
-        return "unknown key(s): " + ", ".join(sorted(exc.extra_fields))
-    if isinstance(exc, KeyError):
-        return "required key missing"
-    if typing.get_origin(type_) is typing.Literal:
-        return "must be one of " + ", ".join(repr(v) for v in typing.get_args(type_))
-    if isinstance(exc, TypeError | ValueError) and str(exc):
-        return str(exc)
-    return cattrs.v.format_exception(exc, type_)
 
 
 def _describe(exc: BaseException, cls: type[Any]) -> str:

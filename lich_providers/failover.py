@@ -30,6 +30,7 @@ import attrs
 
 from lich.events import Event, Failover, Retry, StreamReset, TextDelta
 from lich.hooks import hookimpl
+from lich.settings import at_least, setting, structure_settings
 from lich.types import (
     ChatOptions,
     ChatResult,
@@ -50,9 +51,12 @@ __all__ = [
     "DEFAULT_RETRY_AFTER_CAP_S",
     "RETRYABLE_KINDS",
     "FailoverRouter",
+    "FailoverSettings",
     "classify_error",
     "compute_backoff",
+    "lich_check_config",
     "lich_make_router",
+    "router_settings",
 ]
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -206,37 +210,35 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…"
 
 
-_SETTINGS: dict[str, tuple[type, float]] = {
-    "max_attempts": (int, 1),
-    "base_delay_s": (float, 0),
-    "max_delay_s": (float, 0),
-    "retry_after_cap_s": (float, 0),
-}
+@attrs.frozen
+class FailoverSettings:
+    """``[plugin_settings.failover]``."""
+
+    max_attempts: int = setting(DEFAULT_MAX_ATTEMPTS, check=at_least(1),
+                                help="tries per provider before failing over")
+    base_delay_s: float = setting(DEFAULT_BASE_DELAY_S, check=at_least(0),
+                                  help="first backoff wait; doubles per attempt")
+    max_delay_s: float = setting(DEFAULT_MAX_DELAY_S, check=at_least(0),
+                                 help="longest backoff wait")
+    retry_after_cap_s: float = setting(DEFAULT_RETRY_AFTER_CAP_S, check=at_least(0),
+                                       help="longest Retry-After honoured")
 
 
-def router_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``[plugin_settings.failover]`` checked; :class:`lich.config.ConfigError` when wrong."""
-    from lich.config import ConfigError
+SETTINGS_PATH = "$.plugin_settings.failover"
 
-    problems: list[str] = []
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        where = f"$.plugin_settings.failover.{key}"
-        if key not in _SETTINGS:
-            problems.append(f"{where}: unknown key (known: {', '.join(_SETTINGS)})")
-            continue
-        typ, lowest = _SETTINGS[key]
-        ok_type = isinstance(value, int) if typ is int else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok_type:
-            problems.append(f"{where}: expected a{'n integer' if typ is int else ' number'}, "
-                            f"got {value!r}")
-        elif value < lowest or value != value:
-            problems.append(f"{where}: must be at least {lowest:g}, got {value!r}")
-        else:
-            out[key] = typ(value)
-    if problems:
-        raise ConfigError(problems)
-    return out
+
+def router_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``[plugin_settings.failover]`` checked, as keyword arguments of :class:`FailoverRouter`.
+
+    :raises lich.config.ConfigError: naming every bad ``$.plugin_settings.failover`` key.
+    """
+    return attrs.asdict(structure_settings(settings, FailoverSettings, SETTINGS_PATH))
+
+
+@hookimpl
+def lich_check_config(config: LichConfig) -> None:
+    """Check ``[plugin_settings.failover]`` before any run (and in ``lich config validate``)."""
+    router_settings(config.plugin_settings.get("failover"))
 
 
 @hookimpl(trylast=True)

@@ -168,6 +168,47 @@ def test_config_validate(work: Path, lich: Any, scripted: Any) -> None:
     assert f"{path}: $.colour: unknown key" in unknown_key.stderr
 
 
+def test_config_validate_checks_plugin_settings_as_a_run_does(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    """A config that every run rejects is never reported as ok."""
+    server = scripted(["never"])
+    path = write_config(work, server.base_url, extra=(
+        "[plugin_settings.failover]\nmax_attempts = 0\nbase_delay = 1\n"))
+
+    validate = lich("config", "validate")
+    run = lich("run", "hello")
+
+    assert validate.exit_code == 2
+    assert f"{path}: $.plugin_settings.failover.max_attempts: must be at least 1, got 0" in (
+        validate.stderr)
+    assert "$.plugin_settings.failover.base_delay: unknown key (did you mean 'base_delay_s'?)" in (
+        validate.stderr)
+    assert run.exit_code == 2
+    assert "$.plugin_settings.failover.max_attempts: must be at least 1" in run.stderr
+    assert server.requests == []  # rejected before any model call
+
+
+def test_a_plugin_whose_check_crashes_fails_its_load_report(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    (work / "checker.py").write_text(
+        "from lich import hookimpl\n\n"
+        "@hookimpl\n"
+        "def lich_check_config(config):\n"
+        "    raise RuntimeError('checker bug')\n",
+        encoding="utf-8",
+    )
+    server = scripted()
+    write_config(work, server.base_url, plugins=["openai_compat", "checker.py"])
+
+    result = lich("config", "validate")
+
+    assert result.exit_code == 0, result.stderr  # a broken plugin warns, as at load time
+    assert "checker.py" in result.stderr
+    assert "RuntimeError: checker bug" in result.stderr
+
+
 def test_config_validate_json_file(work: Path, lich: Any, tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"providers": [{"kind": "openai_compat", "name": "a", "model": 5}]}',

@@ -86,6 +86,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_register_tools": ["registry", "config"],
         "lich_register_providers": ["registry"],
         "lich_make_router": ["providers", "config"],
+        "lich_check_config": ["config"],
         "lich_register_commands": ["cli"],
         "lich_register_gateway_adapters": ["registry"],
         "lich_run_start": ["run"],
@@ -439,3 +440,50 @@ async def test_async_event_observers_are_awaited_before_the_run_returns(tmp_path
     result, events = await run_collecting(agent)
     assert sorted(seen) == sorted(e.type for e in events)
     assert result.stopped_reason == "final"
+
+
+def test_hook_check_config(tmp_path: Path) -> None:
+    """Every plugin's problems are reported together, before anything runs; a check that
+    crashes fails its own plugin only."""
+    from lich.settings import ConfigError
+
+    class Picky:
+        @hookimpl
+        def lich_check_config(self, config: Any) -> None:
+            raise ConfigError([f"$.plugin_settings.picky.level: got {config.max_turns}"])
+
+    class AlsoPicky:
+        @hookimpl
+        def lich_check_config(self) -> None:
+            raise ConfigError(["$.plugin_settings.also: one", "$.plugin_settings.also: two"])
+
+    class Crashes:
+        @hookimpl
+        def lich_check_config(self) -> None:
+            raise RuntimeError("bug in the check")
+
+    class Fine:
+        @hookimpl
+        def lich_check_config(self) -> None:
+            return None
+
+    host = PluginHost()
+    for name, plugin in (("picky", Picky()), ("also", AlsoPicky()), ("crashes", Crashes()),
+                         ("fine", Fine())):
+        host.register_object(plugin, name)
+    config = make_test_config(tmp_path, max_turns=7)
+
+    found = host.check_config(config)
+
+    assert sorted(found) == ["$.plugin_settings.also: one", "$.plugin_settings.also: two",
+                             "$.plugin_settings.picky.level: got 7"]
+    (crashed,) = host.failures
+    assert (crashed.plugin, crashed.phase, crashed.error_type) == (
+        "crashes", "validate", "RuntimeError")
+    assert host.check_config(config) == found  # the crashed plugin is gone, the rest stays
+
+    chat = ScriptedChat(["never"])
+    with pytest.raises(ConfigError) as info:
+        Agent(config, plugins=[("picky", Picky())], chat=chat)
+    assert info.value.problems == ["$.plugin_settings.picky.level: got 7"]
+    assert chat.requests == []

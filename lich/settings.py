@@ -1,0 +1,250 @@
+"""Settings: the one way lich and its plugins turn a raw table into checked values.
+
+A plugin describes its settings as a frozen attrs class, its fields typed and,
+where a type alone does not say enough, declared with :func:`setting` (a check
+of the value, or a parser for a shape of its own). :func:`structure_settings`
+then builds the class from the raw table of the config and reports **every**
+problem at once, each with its ``$.path``, as a :class:`ConfigError`::
+
+    from attrs import frozen
+    from lich.settings import at_least, setting, structure_settings
+
+    @frozen
+    class GreeterSettings:
+        greeting: str = "hello"
+        repeat: int = setting(1, check=at_least(1))
+        shout: bool = False
+
+    settings = structure_settings(
+        config.plugin_settings.get("greeter", {}), GreeterSettings,
+        "$.plugin_settings.greeter",
+    )
+
+Types are strict, as JSON and TOML are typed: a string is no number, ``1.5``
+is no integer, ``true`` is no number, a string is no array. Unknown keys are
+errors (with the closest known key as a hint). A plugin that checks its
+settings in ``lich_check_config`` gets them reported by ``lich config
+validate`` as well as before any run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, overload
+from urllib.parse import urlsplit
+
+import attrs
+import cattrs
+from cattrs.errors import IterableValidationError, IterableValidationNote
+
+from lich._converter import CHECK, PARSE, converter, describe_errors, json_type_name
+
+__all__ = [
+    "ConfigError",
+    "at_least",
+    "at_most",
+    "between",
+    "each",
+    "greater_than",
+    "json_type_name",
+    "non_empty",
+    "one_of",
+    "setting",
+    "structure_settings",
+    "url",
+]
+
+T = TypeVar("T")
+Check = Callable[[Any], None]
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable. ``problems`` are ``"$.path: message"`` lines."""
+
+    def __init__(self, problems: Sequence[str], file: str | None = None) -> None:
+        self.problems = list(problems)
+        self.file = file
+        where = f"{file}: " if file else ""
+        if len(self.problems) == 1:
+            text = f"{where}{self.problems[0]}"
+        else:
+            text = f"{where}invalid configuration:\n" + "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(text)
+
+
+def structure_settings(raw: Any, cls: type[T], path: str = "$") -> T:
+    """Build ``cls`` (an attrs class) from the raw table ``raw``.
+
+    :param raw: the table as read from TOML or JSON (``None`` counts as empty).
+    :param cls: the settings class; nested attrs classes are nested tables.
+    :param path: where ``raw`` sits in the config, for the messages
+        (``"$.plugin_settings.my_plugin"``).
+    :raises ConfigError: listing every problem as ``"<path>.<key>: <message>"``.
+    """
+    try:
+        return converter.structure({} if raw is None else raw, cls)
+    except Exception as exc:  # cattrs raises exception groups and plain errors alike
+        raise ConfigError(describe_errors(exc, path)) from exc
+
+
+@overload
+def setting(default: T, *, check: Check | None = ..., parse: Callable[[Any], T] | None = ...,
+            help: str = ...) -> T: ...
+
+
+@overload
+def setting(*, factory: Callable[[], T], check: Check | None = ...,
+            parse: Callable[[Any], T] | None = ..., help: str = ...) -> T: ...
+
+
+@overload
+def setting(*, check: Check | None = ..., parse: Callable[[Any], Any] | None = ...,
+            help: str = ...) -> Any: ...
+
+
+def setting(
+    default: Any = attrs.NOTHING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    check: Check | None = None,
+    parse: Callable[[Any], Any] | None = None,
+    help: str = "",
+) -> Any:
+    """An attrs field for a settings class.
+
+    :param default: the value when the key is absent (no default: the key is required).
+    :param factory: makes the default instead (for mutable defaults).
+    :param check: called with the structured value; raises ``ValueError`` with a
+        message (``"must be at least 1, got 0"``) when it is wrong. It also
+        guards direct construction of the class.
+    :param parse: turns the raw value into the field's value itself, instead of
+        structuring it by the field's type; raises ``TypeError``/``ValueError``
+        with a message (see :func:`each` for arrays).
+    :param help: one line describing the setting (for documentation).
+    """
+    metadata: dict[str, Any] = {"help": help}
+    validator = None
+    if check is not None:
+        metadata[CHECK] = check
+        validator = _as_validator(check)
+    if parse is not None:
+        metadata[PARSE] = parse
+    if factory is not None:
+        return attrs.field(factory=factory, validator=validator, metadata=metadata)
+    return attrs.field(default=default, validator=validator, metadata=metadata)
+
+
+def _as_validator(check: Check) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def validate(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        try:
+            check(value)
+        except ValueError as exc:
+            # Named, so that a direct construction says which field; structure_settings
+            # moves the name into the path.
+            raise ValueError(f"{attribute.name}: {exc}") from None
+
+    return validate
+
+
+# -------------------------------------------------------------------- checks
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bounded(test: Callable[[float], bool], words: str) -> Check:
+    def check(value: Any) -> None:
+        if value is None:
+            return
+        if _number(value) and (math.isnan(value) or not test(value)):
+            raise ValueError(f"must be {words}, got {value!r}")
+
+    return check
+
+
+def at_least(lo: float) -> Check:
+    """The number is ``>= lo`` (``None`` passes: make the field optional for that)."""
+    return _bounded(lambda v: v >= lo, f"at least {lo:g}")
+
+
+def at_most(hi: float) -> Check:
+    """The number is ``<= hi``."""
+    return _bounded(lambda v: v <= hi, f"at most {hi:g}")
+
+
+def greater_than(lo: float) -> Check:
+    """The number is ``> lo``."""
+    return _bounded(lambda v: v > lo, f"greater than {lo:g}")
+
+
+def between(lo: float, hi: float) -> Check:
+    """The number is within ``[lo, hi]``."""
+    return _bounded(lambda v: lo <= v <= hi, f"between {lo:g} and {hi:g}")
+
+
+def non_empty(value: Any) -> None:
+    """The string (or collection) is not empty or blank."""
+    if value is None:
+        return
+    if (isinstance(value, str) and not value.strip()) or (
+        not isinstance(value, str) and hasattr(value, "__len__") and len(value) == 0
+    ):
+        raise ValueError("must not be empty")
+
+
+def one_of(*choices: Any) -> Check:
+    """The value is one of ``choices``."""
+
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise ValueError(
+                f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}"
+            )
+
+    return check
+
+
+def url(*schemes: str) -> Check:
+    """The string is an absolute URL with one of ``schemes`` (``url("http", "https")``)."""
+
+    def check(value: Any) -> None:
+        if value is None:
+            return
+        try:
+            parts = urlsplit(value)
+            ok = parts.scheme in schemes and bool(parts.netloc)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"expected a {' or '.join(schemes)} URL, got {value!r}")
+
+    return check
+
+
+# ------------------------------------------------------------------- parsers
+
+
+def each(item: Callable[[Any], Any], *, into: Callable[[Iterable[Any]], Any] = tuple,
+         what: str = "an array") -> Callable[[Any], Any]:
+    """A parser for an array whose items ``item`` parses; every bad item is reported
+    with its index (``$.path[2]: ...``). ``into`` collects the parsed items."""
+
+    def parse(value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected {what}, got {json_type_name(value)}")
+        out: list[Any] = []
+        errors: list[Exception] = []
+        for i, raw in enumerate(value):
+            try:
+                out.append(item(raw))
+            except (TypeError, ValueError, cattrs.BaseValidationError) as exc:
+                exc.__notes__ = [*getattr(exc, "__notes__", []),
+                                 IterableValidationNote(f"item @ index {i}", i, Any)]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError("invalid items", errors, list[Any])
+        return into(out)
+
+    return parse
