@@ -613,7 +613,7 @@ def _register_extra_dialects() -> None:
     # The Anthropic and Ollama dialects live in their own module, which imports
     # this one; importing it here (at the end, once every name exists) makes
     # ScriptedServer(..., dialects=("anthropic",)) work without further setup.
-    from lich._scripted_dialects import AnthropicDialect, OllamaDialect
+    from lich.testing.dialects import AnthropicDialect, OllamaDialect
 
     DIALECTS.update({"anthropic": AnthropicDialect(), "ollama": OllamaDialect()})
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from lich._scripted import (
+from lich.testing.scripted import (
     DIALECTS,
     Fail,
     Reply,

@@ -1,4 +1,4 @@
-"""More wire dialects for :class:`lich._scripted.ScriptedServer`: Anthropic and Ollama.
+"""More wire dialects for :class:`lich.testing.ScriptedServer`: Anthropic and Ollama.
 
 * ``anthropic``: the Messages API, ``POST /v1/messages``; server-sent events
   when the request says ``"stream": true``; errors as
@@ -13,7 +13,7 @@ must not be empty, a tool result must answer a known ``tool_use``, Ollama
 tool arguments must be objects), so an end-to-end run through them catches a
 provider that builds a request the real service would refuse.
 
-:mod:`lich._scripted` registers them in ``DIALECTS`` at import.
+:mod:`lich.testing.scripted` registers them in ``DIALECTS`` at import.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from lich._scripted import Fail, Reply, ScriptRequest, default_usage
+from lich.testing.scripted import Fail, Reply, ScriptRequest, default_usage
 from lich.types import (
     AssistantMessage,
     Message,
