@@ -43,13 +43,11 @@ def _no_proxy_for_loopback() -> None:
 
 def demo(settings: Settings) -> int:
     """Run the demo; returns the exit code."""
-    # lich._scripted, not lich.testing: the latter is a pytest plugin and imports pytest,
-    # which a fresh install without the test extra does not have.
     from lich._cli_render import HumanRenderer, JsonRenderer, make_err_console
     from lich._cli_run import execute
-    from lich._scripted import ScriptedModel, ScriptedServer, demo_responder
     from lich.config import BUILTIN_PLUGINS, ConfigError, LichConfig, ProviderConfig
     from lich.plugins import PluginLoadError
+    from lich.testing import ScriptedModel, ScriptedServer, demo_responder
 
     err = make_err_console()
     setup_logging(settings.log_level, err)

@@ -121,9 +121,9 @@ def test_every_hook_spec_is_documented_with_its_exact_signature() -> None:
         assert re.search(rf"^#+ .*`{name}`", docs, re.M), f"no section heading for {name}"
     # And the docs name no hook that does not exist (a renamed or removed spec); the
     # testing kit's fixtures (lich_agent_factory, ...) are the only other lich_ names.
-    import lich.testing
+    import lich.testing.plugin
 
-    mentioned = set(re.findall(r"\b(lich_[a-z_]+)\(", docs)) - set(lich.testing.__all__)
+    mentioned = set(re.findall(r"\b(lich_[a-z_]+)\(", docs)) - set(lich.testing.plugin.__all__)
     assert mentioned <= set(hook_specs()), mentioned - set(hook_specs())
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import lich.testing
+import lich.testing.plugin
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 EXAMPLE = re.compile(r"<!-- example: (\S+\.py) -->\n```python\n(.*?)\n```", re.S)
@@ -29,7 +30,8 @@ def _test_count(code: str) -> int:
 
 def test_the_doc_describes_every_public_name_of_the_kit() -> None:
     text = DOC.read_text(encoding="utf-8")
-    missing = [name for name in lich.testing.__all__ if f"`{name}" not in text]
+    names = [*lich.testing.__all__, *lich.testing.plugin.__all__]
+    missing = [name for name in names if f"`{name}" not in text]
     assert missing == []
 
 

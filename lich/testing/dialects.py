@@ -1,5 +1,8 @@
-"""More wire dialects for :class:`lich._scripted.ScriptedServer`: Anthropic and Ollama.
+"""The wire dialects of :class:`lich.testing.ScriptedServer`: OpenAI, Anthropic, Ollama.
 
+* ``openai``: chat completions, ``POST /v1/chat/completions`` (and
+  ``/chat/completions``); server-sent events when the request says
+  ``"stream": true``; errors as the scripted body.
 * ``anthropic``: the Messages API, ``POST /v1/messages``; server-sent events
   when the request says ``"stream": true``; errors as
   ``{"type": "error", "error": {"type", "message"}}``.
@@ -8,12 +11,14 @@
   Like the real server, it says ``done_reason: "stop"`` even when the answer
   calls tools.
 
-Both parse strictly where the real APIs are strict (an Anthropic text block
-must not be empty, a tool result must answer a known ``tool_use``, Ollama
-tool arguments must be objects), so an end-to-end run through them catches a
-provider that builds a request the real service would refuse.
+The Anthropic and Ollama dialects parse strictly where the real APIs are
+strict (an Anthropic text block must not be empty, a tool result must answer
+a known ``tool_use``, Ollama tool arguments must be objects), so an
+end-to-end run through them catches a provider that builds a request the
+real service would refuse.
 
-:mod:`lich._scripted` registers them in ``DIALECTS`` at import.
+:data:`DIALECTS` is the registry by name; a dialect added there can be served
+with ``ScriptedServer(..., dialects=("mine",))``.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from lich._scripted import Fail, Reply, ScriptRequest, default_usage
+from lich.testing.scripted import Fail, Reply, ScriptRequest, default_usage, finish_reason
 from lich.types import (
     AssistantMessage,
     Message,
@@ -33,7 +38,168 @@ from lich.types import (
     UserMessage,
 )
 
-__all__ = ["AnthropicDialect", "OllamaDialect", "fail_message"]
+__all__ = [
+    "DIALECTS",
+    "AnthropicDialect",
+    "Dialect",
+    "OllamaDialect",
+    "OpenAIDialect",
+    "fail_message",
+]
+
+
+class Dialect(Protocol):
+    """How one wire format is parsed and answered by :class:`~lich.testing.ScriptedServer`."""
+
+    name: str
+    paths: tuple[str, ...]
+
+    def parse(self, body: Any) -> ScriptRequest:
+        """The request as lich messages."""
+        ...
+
+    def respond(self, request: ScriptRequest, reply: Reply) -> tuple[int, dict[str, str], bytes]:
+        """A non-streaming answer: status, headers, body."""
+        ...
+
+    def stream(self, request: ScriptRequest, reply: Reply) -> Iterator[bytes]:
+        """A streaming answer, as the body's pieces."""
+        ...
+
+    def error_body(self, fail: Fail) -> bytes:
+        """The body of a scripted failure."""
+        ...
+
+
+class OpenAIDialect:
+    """OpenAI chat completions: ``POST /v1/chat/completions`` (and ``/chat/completions``)."""
+
+    name = "openai"
+    paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
+    content_type = "text/event-stream"
+
+    def parse(self, body: Any) -> ScriptRequest:
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            raise ValueError("messages must be an array")
+        names: dict[str, str] = {}
+        messages: list[Message] = []
+        for item in body["messages"]:
+            role = item.get("role")
+            content = item.get("content") or ""
+            if isinstance(content, list):  # content parts
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if role == "system":
+                messages.append(SystemMessage(content))
+            elif role == "user":
+                messages.append(UserMessage(content))
+            elif role == "assistant":
+                calls = []
+                for tc in item.get("tool_calls") or []:
+                    fn = tc.get("function", {})
+                    try:
+                        args = json.loads(fn.get("arguments") or "{}")
+                    except ValueError:
+                        args = {}
+                    names[tc.get("id", "")] = fn.get("name", "")
+                    calls.append(ToolCall(tc.get("id", ""), fn.get("name", ""), args))
+                messages.append(AssistantMessage(content, tuple(calls)))
+            elif role == "tool":
+                call_id = item.get("tool_call_id", "")
+                messages.append(ToolMessage(call_id, names.get(call_id, ""), content))
+            else:
+                raise ValueError(f"unknown role {role!r}")
+        tools = tuple(
+            t.get("function", {}).get("name", "")
+            for t in body.get("tools") or []
+            if isinstance(t, dict)
+        )
+        return ScriptRequest(
+            tuple(messages), tools, str(body.get("model", "")), bool(body.get("stream")),
+            self.name, body,
+        )
+
+    def _usage(self, request: ScriptRequest, reply: Reply) -> dict[str, int]:
+        chars = sum(len(m.content) for m in request.messages)
+        u = default_usage(chars, reply)
+        return {
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens,
+        }
+
+    def respond(self, request: ScriptRequest, reply: Reply) -> tuple[int, dict[str, str], bytes]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.args)},
+                }
+                for c in reply.tool_calls
+            ]
+        body = {
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(reply)}],
+            "usage": self._usage(request, reply),
+        }
+        return 200, {"content-type": "application/json"}, json.dumps(body).encode()
+
+    def stream(self, request: ScriptRequest, reply: Reply) -> Iterator[bytes]:
+        def event(payload: Any) -> bytes:
+            return f"data: {json.dumps(payload)}\n\n".encode()
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return event(
+                {
+                    "id": "chatcmpl-scripted",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": request.model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
+            )
+
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in reply.stream_pieces():
+            yield chunk({"content": piece})
+        for i, c in enumerate(reply.tool_calls):
+            args = json.dumps(c.args)
+            half = len(args) // 2
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": args[:half]},
+                        }
+                    ]
+                }
+            )
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
+        yield chunk({}, finish_reason(reply))
+        raw = request.raw if isinstance(request.raw, dict) else {}
+        if (raw.get("stream_options") or {}).get("include_usage"):
+            yield event(
+                {
+                    "id": "chatcmpl-scripted",
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": self._usage(request, reply),
+                }
+            )
+        yield b"data: [DONE]\n\n"
+
+    def error_body(self, fail: Fail) -> bytes:
+        return fail.body.encode() if isinstance(fail.body, str) else json.dumps(fail.body).encode()
+
+
+
 
 
 def fail_message(fail: Fail) -> str:
@@ -338,3 +504,10 @@ class OllamaDialect:
         if isinstance(fail.body, dict) and isinstance(fail.body.get("error"), str):
             return json.dumps(fail.body).encode()
         return json.dumps({"error": fail_message(fail)}).encode()
+
+
+DIALECTS: dict[str, Dialect] = {
+    "openai": OpenAIDialect(),
+    "anthropic": AnthropicDialect(),
+    "ollama": OllamaDialect(),
+}

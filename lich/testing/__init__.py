@@ -1,0 +1,53 @@
+"""Testing kit for plugin authors: a scripted model, in process or over HTTP, and recorders.
+
+Importable without pytest (``lich demo`` and ``python -m lich.testing serve``
+use it on installs without the test extra). What it gives you:
+
+* :class:`ScriptedChat` — an in-process chat function answering from a script;
+* :class:`ScriptedServer` — the same script served over HTTP on 127.0.0.1
+  (OpenAI, Anthropic and Ollama wire dialects, streaming or not), for
+  end-to-end runs through a real provider;
+* :class:`HookRecorder` — a plugin that records every run-time hook call;
+* :func:`make_test_config` — a config rooted in a temporary directory.
+
+The pytest fixtures (``lich_scripted_server``, ``lich_agent_factory``,
+``lich_hook_recorder``) are in :mod:`lich.testing.plugin`, which pytest
+loads by itself. The modules: :mod:`~lich.testing.scripted` (steps, the model,
+responders), :mod:`~lich.testing.dialects` (wire formats),
+:mod:`~lich.testing.server` (HTTP), :mod:`~lich.testing.helpers`. See
+``docs/testing.md``.
+"""
+
+from lich.testing.dialects import DIALECTS, Dialect
+from lich.testing.helpers import HookRecorder, make_test_config
+from lich.testing.scripted import (
+    Fail,
+    Reply,
+    Responder,
+    ScriptedChat,
+    ScriptedModel,
+    ScriptRequest,
+    Step,
+    demo_responder,
+    echo_responder,
+    tool_loop_responder,
+)
+from lich.testing.server import ScriptedServer
+
+__all__ = [
+    "DIALECTS",
+    "Dialect",
+    "Fail",
+    "HookRecorder",
+    "Reply",
+    "Responder",
+    "ScriptRequest",
+    "ScriptedChat",
+    "ScriptedModel",
+    "ScriptedServer",
+    "Step",
+    "demo_responder",
+    "echo_responder",
+    "make_test_config",
+    "tool_loop_responder",
+]

@@ -1,0 +1,65 @@
+"""Helpers for tests of plugins that need no test framework: a hook recorder, a test config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lich.hooks import hookimpl
+
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+
+__all__ = ["HookRecorder", "make_test_config"]
+
+
+class HookRecorder:
+    """A plugin that records run-time hook calls as ``(hook_name, kwargs)`` in :attr:`calls`.
+
+    Register it as an in-process plugin: ``Agent(config, plugins=[("recorder", rec)])``.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def names(self) -> list[str]:
+        """The hook names in call order."""
+        return [name for name, _ in self.calls]
+
+    def events(self) -> list[str]:
+        """The types of the events seen by ``lich_event``."""
+        return [kw["event"].type for name, kw in self.calls if name == "lich_event"]
+
+    @hookimpl
+    def lich_run_start(self, run: Any) -> None:
+        self.calls.append(("lich_run_start", {"run": run}))
+
+    @hookimpl
+    def lich_before_tool_call(self, call: Any, run: Any) -> None:
+        self.calls.append(("lich_before_tool_call", {"call": call, "run": run}))
+
+    @hookimpl
+    def lich_after_tool_call(self, call: Any, result: Any, run: Any) -> None:
+        self.calls.append(("lich_after_tool_call", {"call": call, "result": result, "run": run}))
+
+    @hookimpl
+    def lich_run_end(self, run: Any, outcome: Any) -> None:
+        self.calls.append(("lich_run_end", {"run": run, "outcome": outcome}))
+
+    @hookimpl
+    def lich_event(self, event: Any) -> None:
+        self.calls.append(("lich_event", {"event": event}))
+
+
+def make_test_config(work_dir: Path, **overrides: Any) -> LichConfig:
+    """A :class:`lich.config.LichConfig` rooted in ``work_dir`` (sessions under ``.lich``).
+
+    ``plugins`` defaults to none: name the ones the test needs.
+    """
+    # Imported here so that `import lich.testing` stays light (the config module pulls
+    # in TOML parsing and discovery that a scripted server alone never needs).
+    from lich.config import LichConfig
+
+    values: dict[str, Any] = {"work_dir": str(work_dir), "plugins": (), "stream": False}
+    values.update(overrides)
+    return LichConfig(**values)
