@@ -31,9 +31,10 @@ import re
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from lich.backoff import Backoff
 from lich.gateway._base import ChatAdapterBase
 from lich.gateway._format import log_event, split_text
-from lich.gateway._pacing import Backoff, KeyedPacer, sleep_or_stop
+from lich.gateway._pacing import KeyedPacer, adapter_backoff, sleep_or_stop
 from lich.gateway.bus import InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
 
@@ -153,7 +154,7 @@ class DiscordAdapter(ChatAdapterBase):
         from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
         s = self.settings
-        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        backoff = adapter_backoff(s.backoff_min_s, s.backoff_max_s)
         while not self._stop.is_set():
             delay: float
             try:
@@ -368,7 +369,7 @@ class DiscordAdapter(ChatAdapterBase):
         if self._rest is None:
             return False
         s = self.settings
-        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        backoff = adapter_backoff(s.backoff_min_s, s.backoff_max_s)
         body = {"content": chunk, "allowed_mentions": {"parse": []}}
         attempt = 0
         while True:

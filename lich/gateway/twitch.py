@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from attrs import field, frozen
 
+from lich.backoff import Backoff
 from lich.gateway._base import ChatAdapterBase
 from lich.gateway._format import flatten_line, log_event, split_text
-from lich.gateway._pacing import Backoff, SlidingWindow, sleep_or_stop
+from lich.gateway._pacing import SlidingWindow, adapter_backoff, sleep_or_stop
 from lich.gateway.bus import InboundMessage
 from lich.gateway.config import TwitchSettings
 from lich.gateway.registry import AdapterContext, GatewayError
@@ -180,7 +181,7 @@ class TwitchAdapter(ChatAdapterBase):
     async def _connection_loop(self) -> None:
         from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
+        backoff = adapter_backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
         while not self._stop.is_set():
             try:
                 await self._connect_once(backoff)
