@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from lich.guards import truncate_text
 from lich.types import ProviderError, ProviderErrorKind
 
 if TYPE_CHECKING:
@@ -109,10 +110,9 @@ def _shared_ssl_context() -> ssl.SSLContext:
 
 
 def cut(text: str, limit: int = MAX_ERROR_BODY) -> str:
-    """``text`` cut to ``limit`` characters, marked when something was dropped."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… [{len(text) - limit} chars omitted]"
+    """``text`` cut to ``limit`` characters (500 by default), marked when something
+    was dropped: the inline :func:`lich.guards.truncate_text`."""
+    return truncate_text(text, limit, style="inline")
 
 
 def kind_for_status(status: int, body: str, overflow: re.Pattern[str]) -> ProviderErrorKind:

@@ -32,6 +32,7 @@ import attrs
 
 from lich.backoff import JITTER_KINDS, Backoff, Jitter
 from lich.events import Event, Failover, Retry, StreamReset, TextDelta
+from lich.guards import truncate_text
 from lich.hooks import hookimpl
 from lich.types import (
     ChatOptions,
@@ -202,8 +203,10 @@ class FailoverRouter:
     def _all_failed(self, failures: Sequence[tuple[str, int, ProviderError]]) -> ProviderError:
         last = failures[-1][2]
         attempts = tuple((name, n, e.kind, e.message) for name, n, e in failures)
-        listing = "; ".join(f"{name} attempt {n}: {e.kind}: {_short(e.message)}"
-                            for name, n, e in failures)
+        listing = "; ".join(
+            f"{name} attempt {n}: {e.kind}: {truncate_text(e.message, 200, style='inline')}"
+            for name, n, e in failures
+        )
         count = len(self.providers)
         return ProviderError(
             last.kind,
@@ -214,10 +217,6 @@ class FailoverRouter:
             retry_after=last.retry_after,
             attempts=attempts,
         )
-
-
-def _short(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 _SETTINGS: dict[str, tuple[type, float]] = {

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeAlias
 from attrs import frozen
 
 from lich.events import CompressEnd, Failover, Retry, RunEnd
+from lich.guards import truncate_text
 from lich.sessions import SessionInfo
 from lich.types import (
     AssistantMessage,
@@ -101,11 +102,7 @@ _WS = re.compile(r"\s+")
 def preview(text: str, limit: int) -> str:
     """``text`` on one line (whitespace runs become one space), cut at ``limit``
     characters with a note of how many were left out."""
-    flat = _WS.sub(" ", text).strip()
-    if len(flat) <= limit:
-        return flat
-    omitted = len(flat) - limit
-    return f"{flat[:limit]}… [{omitted} chars omitted]"
+    return truncate_text(_WS.sub(" ", text).strip(), limit, style="inline")
 
 
 def format_args(args: dict[str, Any]) -> str:
@@ -520,7 +517,7 @@ def _width(parts: Sequence[StatusPart]) -> int:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+    return truncate_text(text, limit, style="ellipsis")
 
 
 def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:

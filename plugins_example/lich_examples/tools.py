@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lich import Tool, ToolError, ToolResult, hookimpl
-from lich.guards import optional_int_arg, require_string_arg, resolve_in_root
+from lich.guards import optional_int_arg, require_string_arg, resolve_in_root, truncate_text
 
 if TYPE_CHECKING:
     import sqlite3
@@ -92,12 +92,6 @@ def _input_file(ctx: ToolContext, raw: str) -> Path:
 
 def _json_dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}…[+{len(text) - limit} chars]"
 
 
 # ---------------------------------------------------------------------------
@@ -185,7 +179,7 @@ def _cell(value: Any, max_chars: int) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str):
-        return _cut(value, max_chars)
+        return truncate_text(value, max_chars, style="inline")
     return value
 
 
