@@ -14,6 +14,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
+from lich.types import json_type_name
+
 __all__ = ["doc_summary", "param_docs", "schema_for_signature", "validate_args"]
 
 _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -121,17 +123,8 @@ def _type_error(value: Any, expected: str) -> str | None:
     if expected == "integer" and isinstance(value, float) and value.is_integer():
         return None
     if not isinstance(value, allowed):
-        return f"expected {expected}, got {_json_type_name(value)}"
+        return f"expected {expected}, got {json_type_name(value)}"
     return None
-
-
-def _json_type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    for name, kinds in _JSON_TYPES.items():
-        if isinstance(value, kinds) and not (isinstance(value, bool) and name != "boolean"):
-            return name
-    return type(value).__name__
 
 
 def _check(value: Any, schema: Mapping[str, Any], where: str) -> str | None:

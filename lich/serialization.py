@@ -25,6 +25,7 @@ from lich.types import (
     ToolMessage,
     ToolResult,
     UserMessage,
+    json_type_name,
 )
 
 __all__ = [
@@ -58,7 +59,7 @@ def _strict(kind: type[Any], accept: tuple[type[Any], ...]) -> None:
         if isinstance(value, bool) and kind is not bool:
             raise TypeError(f"expected {_NAMES[kind]}, got boolean")
         if not isinstance(value, accept):
-            raise TypeError(f"expected {_NAMES[kind]}, got {_json_type(value)}")
+            raise TypeError(f"expected {_NAMES[kind]}, got {json_type_name(value)}")
         if kind is float:
             return float(value)
         return value
@@ -67,16 +68,6 @@ def _strict(kind: type[Any], accept: tuple[type[Any], ...]) -> None:
 
 
 _NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return _NAMES.get(type(value), type(value).__name__)
 
 
 _strict(str, (str,))
