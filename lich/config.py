@@ -30,7 +30,6 @@ __all__ = [
     "BUILTIN_PLUGINS",
     "DEFAULT_BASE_URLS",
     "DEFAULT_KEY_ENVS",
-    "PROVIDER_KINDS",
     "ConfigError",
     "LichConfig",
     "LoadedConfig",
@@ -49,7 +48,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "failover",
     "gateway",
 )
-PROVIDER_KINDS = ("openai_compat", "anthropic", "ollama")
 DEFAULT_BASE_URLS = {
     "openai_compat": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",

@@ -31,11 +31,6 @@ class ChatAdapterBase:
         self._stop = asyncio.Event()
         self.secrets: list[str] = []
 
-    @property
-    def stopping(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stop.is_set()
-
     def warn_if_default_deny(self) -> None:
         """Log, at start, that an empty allowlist lets nobody in."""
         if not self.allowlist.configured:
