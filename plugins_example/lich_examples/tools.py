@@ -8,8 +8,9 @@ keep it read-only: the file is opened with ``mode=ro``, ``PRAGMA query_only``
 is set, and an authorizer refuses every action that is not a read (which also
 refuses ``ATTACH``, so a query cannot reach a database outside the work dir).
 
-``json_query`` selects from a JSON file with a small path language
-(see :mod:`lich_examples._jsonpath` and ``docs/plugins.md``).
+``json_query`` selects from a JSON file with an RFC 9535 JSONPath query, through
+the ``jsonpath-rfc9535`` package this distribution depends on (as any
+third-party tool package would; see ``docs/plugins.md``).
 
 Per-tool settings live in the ``[tools.<name>]`` tables of the config; the
 executor applies ``timeout_s`` and ``max_output_chars`` there, and these tools
@@ -33,7 +34,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,8 @@ from lich.guards import optional_int_arg, require_string_arg, resolve_in_root, t
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from jsonpath_rfc9535 import JSONPathQuery
 
     from lich import LichConfig, ToolContext, ToolRegistry
 
@@ -61,6 +64,7 @@ JSON_TIMEOUT_S = 20.0
 JSON_DEFAULT_RESULTS = 50
 JSON_MAX_RESULTS = 1000
 JSON_MAX_FILE_BYTES = 10_000_000
+_MAX_QUERY_CHARS = 2000
 MAX_OUTPUT_CHARS = 20_000
 # Room left under the output cap for the JSON envelope around the rows.
 _ENVELOPE_CHARS = 300
@@ -355,7 +359,7 @@ def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
     Returns ``{"count": N, "results": [{"path": "$.a[0]", "value": ...}], "truncated": null}``.
     """
-    from lich_examples import _jsonpath
+    import jsonpath_rfc9535 as jsonpath
 
     raw_path = require_string_arg(args, "path")
     query = args.get("query", "$")
@@ -370,10 +374,14 @@ def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     )
     max_bytes = max(1, _setting_int(settings, "max_file_bytes", JSON_MAX_FILE_BYTES))
     max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
+    if len(query) > _MAX_QUERY_CHARS:
+        raise ToolError(f"invalid_query: longer than {_MAX_QUERY_CHARS} characters")
     try:
-        compiled = _jsonpath.compile_path(query)
-    except _jsonpath.PathSyntaxError as exc:
+        compiled = jsonpath.compile(query)
+    except jsonpath.JSONPathError as exc:
         raise ToolError(f"invalid_query: {exc}") from exc
+    except RecursionError as exc:
+        raise ToolError("invalid_query: nested too deeply") from exc
 
     path = _input_file(ctx, raw_path)
     size = os.path.getsize(path)
@@ -396,7 +404,7 @@ def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     used = _ENVELOPE_CHARS
     truncated: str | None = None
     count = 0
-    for where, value in compiled.find(document):
+    for where, value in _matches(compiled, document):
         count += 1
         if truncated is not None:
             continue  # keep counting so the model knows how many there are
@@ -420,15 +428,28 @@ def json_query(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult(ok=True, output=_json_dumps(body))
 
 
+def _matches(query: JSONPathQuery, document: Any) -> Iterator[tuple[str, Any]]:
+    """Each match's normalized path (``$['users'][0]``) and value, lazily: past the
+    caps they are only counted."""
+    import jsonpath_rfc9535 as jsonpath
+
+    try:
+        for node in query.finditer(document):
+            yield node.path(), node.value
+    except jsonpath.JSONPathError as exc:  # e.g. ".." deeper than the library recurses
+        raise ToolError(f"query_failed: {exc}") from exc
+
+
 JSON_QUERY = Tool(
     name="json_query",
     description=(
-        "Select values from a JSON file inside the work dir with a path expression. "
-        "Syntax: $ is the document; .name or [\"name\"] a member; [0] an index ([-1] the "
-        "last); [1:3] a slice; [*] or .* every item; ..name that member at any depth; "
-        "[?expr] keeps items matching expr, e.g. [?@.age >= 18], [?@.tags] "
-        "(exists), [?@.name == \"ada\"], joined with && and ||. Returns JSON "
-        "with each match's path and value."
+        "Select values from a JSON file inside the work dir with an RFC 9535 JSONPath "
+        "query. Syntax: $ is the document (every query starts with it); .name or "
+        "[\"name\"] a member; [0] an index ([-1] the last); [1:3] a slice; [*] or .* "
+        "every item; ..name that member at any depth; [?expr] keeps items matching expr, "
+        "e.g. [?@.age >= 18], [?@.tags] (exists), [?@.name == \"ada\"], joined with && "
+        "and ||, with length(), count(), match(), search() and value(). Returns JSON "
+        "with each match's normalized path and value."
     ),
     parameters={
         "type": "object",
@@ -437,7 +458,7 @@ JSON_QUERY = Tool(
             "query": {
                 "type": "string",
                 "default": "$",
-                "description": "The path expression, e.g. $.users[?@.active].email",
+                "description": "The JSONPath query, e.g. $.users[?@.active].email",
             },
             "max_results": {
                 "type": "integer",
