@@ -30,6 +30,7 @@ from lich._cli_app import (
     setup_logging,
 )
 from lich._cli_options import Settings
+from lich.guards import truncate_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -621,8 +622,7 @@ def sessions_path(settings: Settings, ref: str | None) -> int:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.rstrip()
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more chars]"
+    return truncate_text(text.rstrip(), limit, style="inline")
 
 
 def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:

@@ -62,17 +62,14 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING
 
 
 class _CliLogHandler(logging.Handler):
-    """``[lich:<level>] message`` on stderr; through the rich console when one is live,
+    """One line a record on stderr; through the rich console when one is live,
     so log lines land above a spinner instead of through it."""
 
     console: Any = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            level = record.levelname.lower()
-            line = f"[lich:{'warn' if level == 'warning' else level}] {record.getMessage()}"
-            if record.exc_info and record.levelno <= logging.DEBUG:
-                line += "\n" + logging.Formatter().formatException(record.exc_info)
+            line = self.format(record)
             console = self.console
             if console is not None and console.is_terminal:
                 from rich.text import Text
@@ -86,14 +83,38 @@ class _CliLogHandler(logging.Handler):
             self.handleError(record)
 
 
-def setup_logging(level: str | None, console: Any = None) -> None:
-    """Send the ``lich`` loggers to stderr at ``level`` (default ``info``)."""
+class _CliFormatter(logging.Formatter):
+    """``[lich:<level>] message``; a traceback only at ``debug``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = record.levelname.lower()
+        line = f"[lich:{'warn' if level == 'warning' else level}] {record.getMessage()}"
+        if record.exc_info and record.levelno <= logging.DEBUG:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+# A long-running service (``lich gateway``): timestamped, and the rest of the line is
+# the logfmt its events are written in.
+_SERVICE_FORMAT = "%(asctime)s level=%(levelname)s %(message)s"
+
+
+def setup_logging(level: str | None, console: Any = None, *, service: bool = False) -> None:
+    """Send the ``lich`` loggers to stderr at ``level`` (default ``info``).
+
+    :param console: the rich console of the run's output, when there is one.
+    :param service: timestamped ``<time> level=<LEVEL> <message>`` lines (the
+        gateway's) instead of ``[lich:<level>] <message>``.
+
+    Replaces the handler an earlier call installed, so no line is printed twice.
+    """
     logger = logging.getLogger("lich")
     for handler in list(logger.handlers):
         if isinstance(handler, _CliLogHandler):
             logger.removeHandler(handler)
     handler = _CliLogHandler()
     handler.console = console
+    handler.setFormatter(logging.Formatter(_SERVICE_FORMAT) if service else _CliFormatter())
     logger.addHandler(handler)
     logger.setLevel(_LEVELS.get((level or "info").lower(), logging.INFO))
 

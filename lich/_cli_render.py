@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
+from lich.guards import truncate_text
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
@@ -38,23 +40,22 @@ def _short(value: Any, limit: int) -> str:
         text = json.dumps(value, ensure_ascii=False)  # quotes strings, escapes newlines
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return truncate_text(text, limit, style="ellipsis")
 
 
 def args_preview(args: Mapping[str, Any], limit: int = 100, per_value: int = 40) -> str:
     """``key="value", n=3`` with long values cut, one line, at most ``limit`` characters."""
     parts = [f"{k}={_short(v, per_value)}" for k, v in args.items()]
-    text = ", ".join(parts)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return truncate_text(", ".join(parts), limit, style="ellipsis")
 
 
 def error_preview(result: ToolResult, limit: int = 160) -> str:
     """The first line of a failed result's error, cut to ``limit``."""
     text = (result.error or result.output or "error").strip()
     first = text.splitlines()[0] if text else "error"
-    if len(first) > limit or "\n" in text:
-        first = first[: limit - 1] + "…"
-    return first
+    if "\n" in text:
+        first += "…"  # more lines follow
+    return truncate_text(first, limit, style="ellipsis")
 
 
 def call_preview(call: ToolCall) -> str:

@@ -37,7 +37,7 @@ from cattrs.cols import (
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from lich.types import AssistantMessage, ToolCall, ToolMessage, ToolResult
+from lich.types import AssistantMessage, ToolCall, ToolMessage, ToolResult, json_type_name
 
 __all__ = ["CHECK", "PARSE", "converter", "describe_errors", "json_type_name"]
 
@@ -46,30 +46,6 @@ CHECK = "lich.settings.check"
 PARSE = "lich.settings.parse"
 
 converter = cattrs.Converter(forbid_extra_keys=True)
-
-
-def json_type_name(value: Any) -> str:
-    """The JSON name of ``value``'s type: ``null``, ``boolean``, ``integer``, ``number``,
-    ``string``, ``array`` or ``object`` (the Python type's name for anything else).
-
-    The one helper every error message about a wrong type uses: settings, tool
-    arguments, provider responses.
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return type(value).__name__
 
 
 # ------------------------------------------------------------------ scalars
@@ -102,6 +78,24 @@ def _object(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"expected a JSON object, got {json_type_name(value)}")
     return dict(value)
+
+
+def _literal_factory(t: Any) -> Callable[[Any, Any], Any]:
+    choices = typing.get_args(t)
+    listed = ", ".join(repr(c) for c in choices)
+
+    def hook(value: Any, _: Any) -> Any:
+        # 1 == True and 1.0 == 1: compare the type too, so `true` is no choice of 1.
+        if not any(value == c and type(value) is type(c) for c in choices):
+            raise ValueError(f"must be one of {listed}, got {value!r}")
+        return value
+
+    return hook
+
+
+converter.register_structure_hook_factory(
+    lambda t: typing.get_origin(t) is typing.Literal, _literal_factory
+)
 
 
 # -------------------------------------------------------------- collections
@@ -263,8 +257,6 @@ def _message(exc: BaseException, type_: Any) -> str:
         return f"{_UNKNOWN}{' '.join(sorted(exc.extra_fields))}\x00{' '.join(known)}"
     if isinstance(exc, KeyError):
         return "required key missing"
-    if typing.get_origin(type_) is typing.Literal:
-        return "must be one of " + ", ".join(repr(v) for v in typing.get_args(type_))
     if isinstance(exc, TypeError | ValueError) and str(exc):
         return str(exc)
     return cattrs.v.format_exception(exc, type_)

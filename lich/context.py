@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from attrs import field, frozen
 
+from lich.guards import truncate_text
 from lich.types import (
     AssistantMessage,
     ChatFn,
@@ -179,10 +180,7 @@ def _transcript(messages: Sequence[Message]) -> str:
             line += f" tool_calls={json.dumps(calls, ensure_ascii=False)}"
         lines.append(line)
     text = "\n".join(lines)
-    if len(text) > TRANSCRIPT_MAX_CHARS:
-        omitted = len(text) - TRANSCRIPT_MAX_CHARS
-        text = f"{text[:TRANSCRIPT_MAX_CHARS]}\n[... truncated, {omitted} chars omitted ...]"
-    return text
+    return truncate_text(text, TRANSCRIPT_MAX_CHARS)
 
 
 async def compress_messages(

@@ -12,14 +12,14 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_CHARS",
     "DEFAULT_TOOL_TIMEOUT_S",
     "MAX_PATH_CHARS",
     "ToolError",
-    "clamp_output",
+    "TruncateStyle",
     "is_within",
     "optional_bool_arg",
     "optional_int_arg",
@@ -39,15 +39,30 @@ class ToolError(Exception):
     """A tool failure the model should read: its message starts with a code."""
 
 
-def truncate_text(text: str, max_chars: int) -> str:
-    """Keep the first ``max_chars`` characters and say how many were cut."""
-    if len(text) <= max_chars:
+TruncateStyle: TypeAlias = Literal["block", "inline", "ellipsis"]
+
+
+def truncate_text(text: str, max_chars: int, *, style: TruncateStyle = "block") -> str:
+    """``text`` cut to ``max_chars`` characters, marked when anything was cut.
+
+    The one truncation of lich and its plugins; the style says for what:
+
+    * ``"block"`` (output a model reads): the first ``max_chars`` characters,
+      then ``[... truncated, N chars omitted ...]`` on a line of its own;
+    * ``"inline"`` (one-line messages: error bodies, previews): the first
+      ``max_chars`` characters, then ``… [N chars omitted]``;
+    * ``"ellipsis"`` (a column on a screen): at most ``max_chars`` characters
+      in all (but at least the mark), the last one ``…``.
+    """
+    limit = max(0, max_chars)
+    if len(text) <= limit:
         return text
-    omitted = len(text) - max_chars
-    return f"{text[:max_chars]}\n[... truncated, {omitted} chars omitted ...]"
-
-
-clamp_output = truncate_text
+    if style == "ellipsis":
+        return text[: max(0, limit - 1)] + "…"
+    omitted = len(text) - limit
+    if style == "inline":
+        return f"{text[:limit]}… [{omitted} chars omitted]"
+    return f"{text[:limit]}\n[... truncated, {omitted} chars omitted ...]"
 
 
 def require_string_arg(args: Mapping[str, Any], key: str) -> str:

@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -655,10 +655,6 @@ class PluginHost:
         _, late = await asyncio.wait(pending, timeout=self.hook_timeout_s)
         for task in late:
             task.cancel()
-
-    def iter_reports(self) -> Iterator[LoadReport]:
-        """The load reports in load order."""
-        return iter(self.reports)
 
 
 def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:

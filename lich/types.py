@@ -38,6 +38,7 @@ __all__ = [
     "ToolResult",
     "Usage",
     "UserMessage",
+    "json_type_name",
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -45,6 +46,28 @@ FinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "error", "unkn
 ProviderErrorKind: TypeAlias = Literal[
     "auth", "rate_limit", "overflow", "bad_request", "network", "unknown"
 ]
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of ``value``'s type, for error messages ("expected a string,
+    got integer"): ``null``, ``boolean``, ``integer``, ``number``, ``string``,
+    ``array`` (a list or tuple), ``object`` (a mapping); anything else is named
+    by its Python class."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
 
 
 def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:

@@ -1,4 +1,5 @@
-"""Helpers shared by the builtin tools: schemas, settings, limits, secrets, paths.
+"""Helpers shared by the builtin tools: schemas, settings, limits, secrets, paths,
+child processes.
 
 Nothing here imports anything heavier than the standard library and the lich
 core, so importing a tool module stays cheap.
@@ -6,10 +7,13 @@ core, so importing a tool module stays cheap.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fnmatch
 import math
 import os
 import re
+import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,3 +185,39 @@ def parse_charset(content_type: str) -> str:
         except LookupError:
             pass
     return "utf-8"
+
+
+# How long a killed child may take to exit before we stop waiting for it.
+REAP_GRACE_S = 5.0
+
+
+def kill_process(proc: asyncio.subprocess.Process, *, group: bool = False) -> None:
+    """``SIGKILL`` ``proc``, or with ``group`` its whole process group (``proc`` must
+    lead one: ``start_new_session=True``). One that is already gone is no error.
+
+    The group is killed even when its leader has exited: what it left running
+    in the background is still in the group.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif proc.returncode is None:
+            proc.kill()
+
+
+async def reap(
+    proc: asyncio.subprocess.Process, *, group: bool = False, grace_s: float = REAP_GRACE_S
+) -> int | None:
+    """Kill ``proc`` (see :func:`kill_process`) and wait, at most ``grace_s``, for it
+    to exit, so no zombie or open transport is left behind; its exit code, or
+    ``None`` when it did not exit in time (stuck in the kernel: the signal lands
+    when it can).
+
+    Safe in a ``finally`` or an ``except CancelledError`` of a cancelled task: the
+    wait is shielded, so reaping is not cut short by the cancellation already
+    under way; a further cancellation ends the wait and is raised.
+    """
+    kill_process(proc, group=group)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proc.wait()), grace_s)
+    return proc.returncode

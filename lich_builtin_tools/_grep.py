@@ -8,7 +8,6 @@ the search runs in a worker process killed at a deadline (the time budget,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import subprocess
@@ -22,6 +21,7 @@ from lich.types import ToolResult
 from lich_builtin_tools._common import (
     SKIP_NAMES,
     real_root,
+    reap,
     resolve_path,
     schema,
     setting,
@@ -121,11 +121,7 @@ async def _run_worker(spec: dict[str, Any], budget_s: float) -> tuple[list[str],
         pass
     finally:
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            # Reap it even when we are being cancelled, so no zombie or open transport stays.
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), 5)
+            await reap(proc)  # also when we are being cancelled
     return hits, finished
 
 

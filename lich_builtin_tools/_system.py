@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import subprocess
@@ -20,6 +19,7 @@ from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     output_cap,
+    reap,
     resolve_path,
     schema,
     time_cap_s,
@@ -110,10 +110,7 @@ async def _du(directory: str, names: list[str], seconds: float) -> dict[str, int
             out, _ = await proc.communicate()
     finally:
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), 5)
+            await reap(proc)
     sizes: dict[str, int] = {}
     for record in out.split(b"\x00"):
         size, sep, name = record.partition(b"\t")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +30,9 @@ from lich.guards import ToolError, optional_number_arg, require_string_arg, trun
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
+    kill_process,
     output_cap,
+    reap,
     schema,
     scrub_env,
     string_list_setting,
@@ -54,7 +55,6 @@ _PIPE_GRACE_S = 0.5
 # (a half-alive ``server &``), so the pipe is drained until the job closes it;
 # the transport closes itself at EOF and the reader leaves this set.
 _DETACHED: set[_CappedPipe] = set()
-_REAP_GRACE_S = 5.0
 
 
 class _CappedPipe(asyncio.Protocol):
@@ -101,11 +101,6 @@ class _CappedPipe(asyncio.Protocol):
 
 def _factory(reader: _CappedPipe) -> Callable[[], _CappedPipe]:
     return lambda: reader
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def make_terminal_tool() -> Tool:
@@ -200,23 +195,18 @@ async def run_command(
                 finished = True
         except TimeoutError:
             timed_out = True
-            _kill_group(proc.pid)
-            try:
-                code = await asyncio.wait_for(proc.wait(), _REAP_GRACE_S)
-            except TimeoutError:
-                code = -1  # stuck in the kernel; SIGKILL will land when it can
+            reaped = await reap(proc, group=True)
+            code = -1 if reaped is None else reaped  # None: stuck in the kernel
             await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
     except asyncio.CancelledError:
         # The executor gave up on us (its own timeout) or the run was cancelled:
         # kill the group, reap bash (bounded), and let the cancellation go on.
         if proc is not None:
-            _kill_group(proc.pid)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_GRACE_S)
+            await reap(proc, group=True)
         raise
     finally:
         if proc is not None and proc.returncode is None:
-            _kill_group(proc.pid)  # any other way out must not leave the command running
+            kill_process(proc, group=True)  # any other way out must not leave it running
         for fd in unowned:
             with contextlib.suppress(OSError):
                 os.close(fd)

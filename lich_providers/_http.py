@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from lich.guards import truncate_text
 from lich.types import ProviderError, ProviderErrorKind
 
 if TYPE_CHECKING:
@@ -109,10 +110,9 @@ def _shared_ssl_context() -> ssl.SSLContext:
 
 
 def cut(text: str, limit: int = MAX_ERROR_BODY) -> str:
-    """``text`` cut to ``limit`` characters, marked when something was dropped."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… [{len(text) - limit} chars omitted]"
+    """``text`` cut to ``limit`` characters (500 by default), marked when something
+    was dropped: the inline :func:`lich.guards.truncate_text`."""
+    return truncate_text(text, limit, style="inline")
 
 
 def kind_for_status(status: int, body: str, overflow: re.Pattern[str]) -> ProviderErrorKind:
@@ -339,6 +339,17 @@ class HttpClient:
         """The absolute URL of ``path``."""
         return f"{self.base_url}{path}"
 
+    async def _post(
+        self, client: httpx.AsyncClient, path: str, body: Mapping[str, Any],
+        headers: Mapping[str, str] | None,
+    ) -> httpx.Response:
+        # Streamed, so every caller reads the body through its own cap.
+        request = client.build_request(
+            "POST", self.url(path), content=encode_body(body),
+            headers={"content-type": "application/json", **(headers or {})},
+        )
+        return await client.send(request, stream=True)
+
     def _error(self, response: httpx.Response, body: str) -> ProviderError:
         return error_for_status(
             self.provider, response.status_code, response.headers, body, self.overflow
@@ -369,11 +380,7 @@ class HttpClient:
             async with asyncio.timeout(self.timeout_s):
                 client, slots = await self._checkout()
                 try:
-                    request = client.build_request(
-                        "POST", self.url(path), content=encode_body(body),
-                        headers={"content-type": "application/json", **(headers or {})},
-                    )
-                    response = await client.send(request, stream=True)
+                    response = await self._post(client, path, body, headers)
                     try:
                         if response.is_success:
                             raw = await _read_capped(response, self.max_response_bytes)
@@ -419,11 +426,7 @@ class HttpClient:
                 # The lane is held until the stream is closed (the finally below).
                 client, slots = await self._checkout()
                 try:
-                    request = client.build_request(
-                        "POST", self.url(path), content=encode_body(body),
-                        headers={"content-type": "application/json", **(headers or {})},
-                    )
-                    response = await client.send(request, stream=True)
+                    response = await self._post(client, path, body, headers)
                 except BaseException:
                     self._checkin(client, slots)
                     raise

@@ -1,7 +1,8 @@
 """The ``failover`` router plugin: walk the providers in config order.
 
 Per provider, ``rate_limit`` and ``network`` failures are retried in place (at
-most ``max_attempts`` attempts) after a deterministic backoff; a server's
+most ``max_attempts`` attempts) after a backoff (deterministic unless
+``jitter`` is set; :mod:`lich.backoff`); a server's
 ``Retry-After`` is a floor for that delay, capped at ``retry_after_cap_s``.
 ``auth``, ``overflow``, ``bad_request`` and ``unknown`` move on to the next
 provider at once. When every provider failed, one :class:`ProviderError`
@@ -16,19 +17,22 @@ the call at once, wherever it lands (a provider call, a backoff sleep), with
 no retry and no failover.
 
 Settings (``[plugin_settings.failover]``): ``max_attempts`` (3),
-``base_delay_s`` (0.5), ``max_delay_s`` (8), ``retry_after_cap_s`` (30).
+``base_delay_s`` (0.5), ``max_delay_s`` (8), ``retry_after_cap_s`` (30),
+``jitter`` (``"none"``; or ``"full"``, ``"equal"``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from lich.backoff import Backoff, Jitter
 from lich.events import Event, Failover, Retry, StreamReset, TextDelta
+from lich.guards import truncate_text
 from lich.hooks import hookimpl
 from lich.settings import at_least, setting, structure_settings
 from lich.types import (
@@ -75,18 +79,19 @@ def compute_backoff(
     base_s: float = DEFAULT_BASE_DELAY_S,
     max_s: float = DEFAULT_MAX_DELAY_S,
 ) -> float:
-    """The delay in seconds after failed attempt number ``attempt`` (1-based).
+    """The deterministic delay in seconds after failed attempt number ``attempt`` (1-based).
 
-    ``min(floor(base·2^attempt) + floor(base·attempt/2), max)`` computed in
-    milliseconds: deterministic on purpose (no jitter), so it can be asserted
-    exactly. Defaults give 1.25 s after attempt 1 and 2.5 s after attempt 2.
+    ``min(base·2^attempt + base·attempt/2, max)`` in whole milliseconds (lich-ts's
+    schedule, through :class:`lich.backoff.Backoff`): 1.25 s after attempt 1 and
+    2.5 s after attempt 2 with the defaults; the cap for any attempt number.
     """
-    base_ms = base_s * 1000
-    # 2**64 steps is far past any cap, and from 2**1024 on the float would overflow
-    # (a large max_attempts setting must not crash the router).
-    exponential = math.floor(base_ms * float(2 ** min(attempt, 64)))
-    jitter = math.floor(base_ms * attempt / 2)
-    return float(min(exponential + jitter, max_s * 1000)) / 1000
+    return _schedule(base_s, max_s).delay(attempt)
+
+
+def _schedule(
+    base_s: float, max_s: float, jitter: Jitter = "none", rng: random.Random | None = None
+) -> Backoff:
+    return Backoff(base_s, max_s, step_s=base_s / 2, jitter=jitter, rng=rng)
 
 
 def classify_error(exc: BaseException, provider: str) -> ProviderError:
@@ -123,6 +128,10 @@ class FailoverRouter:
     """A :data:`lich.types.ChatFn` over several providers; see the module docstring.
 
     :param providers: in the order they are tried.
+    :param jitter: ``"none"`` (the default: the documented delays exactly),
+        ``"full"`` or ``"equal"`` (see :mod:`lich.backoff`) to spread the retries of
+        many conversations that hit the same rate limit at once.
+    :param rng: where jitter draws from (tests pass a seeded :class:`random.Random`).
     :param sleep: the backoff sleep (``asyncio.sleep``); tests pass a recorder.
     """
 
@@ -134,6 +143,8 @@ class FailoverRouter:
         base_delay_s: float = DEFAULT_BASE_DELAY_S,
         max_delay_s: float = DEFAULT_MAX_DELAY_S,
         retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S,
+        jitter: Jitter = "none",
+        rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
     ) -> None:
         if not providers:
@@ -145,12 +156,16 @@ class FailoverRouter:
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
         self.retry_after_cap_s = retry_after_cap_s
+        self.jitter: Jitter = jitter
+        self._rng = rng
         self.sleep = sleep or asyncio.sleep
 
     def delay_for(self, error: ProviderError, attempt: int) -> float:
-        """The wait after failed attempt ``attempt``: the backoff, or the server's
-        ``Retry-After`` when it is longer (but never more than the cap)."""
-        delay = compute_backoff(attempt, self.base_delay_s, self.max_delay_s)
+        """The wait after failed attempt ``attempt``: the backoff (jittered when
+        configured), or the server's ``Retry-After`` when it is longer (but never
+        more than the cap)."""
+        schedule = _schedule(self.base_delay_s, self.max_delay_s, self.jitter, self._rng)
+        delay = schedule.delay(attempt)
         if error.retry_after is not None:
             delay = max(delay, min(error.retry_after, self.retry_after_cap_s))
         return delay
@@ -192,8 +207,10 @@ class FailoverRouter:
     def _all_failed(self, failures: Sequence[tuple[str, int, ProviderError]]) -> ProviderError:
         last = failures[-1][2]
         attempts = tuple((name, n, e.kind, e.message) for name, n, e in failures)
-        listing = "; ".join(f"{name} attempt {n}: {e.kind}: {_short(e.message)}"
-                            for name, n, e in failures)
+        listing = "; ".join(
+            f"{name} attempt {n}: {e.kind}: {truncate_text(e.message, 200, style='inline')}"
+            for name, n, e in failures
+        )
         count = len(self.providers)
         return ProviderError(
             last.kind,
@@ -204,10 +221,6 @@ class FailoverRouter:
             retry_after=last.retry_after,
             attempts=attempts,
         )
-
-
-def _short(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 @attrs.frozen
@@ -222,6 +235,7 @@ class FailoverSettings:
                                  help="longest backoff wait")
     retry_after_cap_s: float = setting(DEFAULT_RETRY_AFTER_CAP_S, check=at_least(0),
                                        help="longest Retry-After honoured")
+    jitter: Jitter = "none"  # spread retries: "none", "full" or "equal"
 
 
 SETTINGS_PATH = "$.plugin_settings.failover"

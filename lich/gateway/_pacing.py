@@ -1,40 +1,27 @@
-"""Timing helpers for the adapters: reconnect backoff, per-chat send pacing, rate windows."""
+"""Timing helpers for the adapters: their backoff, per-chat send pacing, rate windows."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
-import random
 import time
 from collections.abc import AsyncIterator
 
-__all__ = ["Backoff", "KeyedPacer", "SlidingWindow", "sleep_or_stop"]
+from lich.backoff import Backoff
+
+__all__ = ["KeyedPacer", "SlidingWindow", "adapter_backoff", "sleep_or_stop"]
 
 
-class Backoff:
-    """Exponential backoff from ``min_s`` doubling to ``max_s``, with a little jitter.
+def adapter_backoff(min_s: float, max_s: float) -> Backoff:
+    """The adapters' reconnect and send backoff: ``min_s`` doubling to ``max_s``,
+    with equal jitter (each wait in the upper half of its step).
 
-    :meth:`next_delay` gives the next wait; :meth:`reset` after a success.
+    Many bots, or one bot's many sends, dropped by the same outage should not
+    all come back at the same instant; the lower bound of half the step keeps
+    a flapping connection from being retried hot.
     """
-
-    def __init__(self, min_s: float, max_s: float, *, jitter: float = 0.1) -> None:
-        self.min_s = max(0.0, min_s)
-        self.max_s = max(self.min_s, max_s)
-        self.jitter = jitter
-        self.failures = 0
-
-    def next_delay(self) -> float:
-        """The wait before the next attempt (and count one more failure)."""
-        base = min(self.max_s, self.min_s * float(2 ** min(self.failures, 30)))
-        self.failures += 1
-        if base <= 0:
-            return 0.0
-        return min(self.max_s, base * (1 + random.uniform(0, self.jitter)))
-
-    def reset(self) -> None:
-        """Back to ``min_s`` (after a successful attempt)."""
-        self.failures = 0
+    return Backoff(min_s, max_s, jitter="equal")
 
 
 async def sleep_or_stop(delay_s: float, stop: asyncio.Event) -> bool:

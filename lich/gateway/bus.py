@@ -186,10 +186,6 @@ class GatewayBus:
         """The conversations in memory, least recently used first."""
         return list(self._conversations)
 
-    def session_id_for(self, platform: str, chat_id: str) -> str:
-        """The session id of a conversation."""
-        return conversation_session_id(platform, chat_id)
-
     def history_of(self, platform: str, chat_id: str) -> list[Message] | None:
         """The in-memory history of a conversation (``None`` when not loaded)."""
         conv = self._conversations.get((platform, chat_id))

@@ -11,46 +11,14 @@ Exit codes: 0 after a graceful stop, 1 when no platform could start,
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from typing import Any
 
 import click
 
 from lich._cli_options import config_options, get_settings
 
-__all__ = ["gateway_command", "setup_logging"]
-
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-           "warning": logging.WARNING, "error": logging.ERROR}
-
-
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A stream handler on whatever ``sys.stderr`` is when a line is written
-    (tests and click's runner swap it)."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
-
-
-def setup_logging(level: str | None) -> None:
-    """Send lich's log lines to stderr, timestamped, one structured line per event.
-
-    Replaces the handlers on the ``lich`` logger so no line is printed twice.
-    """
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s %(message)s"))
-    logger = logging.getLogger("lich")
-    for old in list(logger.handlers):
-        logger.removeHandler(old)
-    logger.addHandler(handler)
-    logger.setLevel(_LEVELS.get((level or "info").lower(), logging.INFO))
+__all__ = ["gateway_command"]
 
 
 @click.command("gateway")
@@ -84,6 +52,7 @@ def gateway_command(
         echo_error,
         host_for,
         load_settings_config,
+        setup_logging,
         warn_plugin_failures,
     )
     from lich.config import ConfigError
@@ -115,7 +84,7 @@ def gateway_command(
     if changes:
         gateway = with_overrides(gateway, **changes)
 
-    setup_logging(settings.log_level or config.log_level)
+    setup_logging(settings.log_level or config.log_level, service=True)
     host = host_for(settings, config)
     if config.strict_plugins and host.failures:
         echo_error(str(PluginLoadError(host.failures)))

@@ -29,6 +29,7 @@ import attrs
 from attrs import field, frozen
 
 from lich.config import ConfigError
+from lich.types import json_type_name
 
 __all__ = [
     "BUILTIN_PLATFORMS",
@@ -188,21 +189,8 @@ _MISSING = object()
 
 
 def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "table"
-    if isinstance(value, list | tuple):
-        return "array"
-    return type(value).__name__
+    # A config file's mappings are TOML tables.
+    return "table" if isinstance(value, Mapping) else json_type_name(value)
 
 
 def _string(*, nonempty: bool = False) -> Checker:

@@ -31,9 +31,10 @@ import re
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from lich.gateway._base import ChatAdapterBase
+from lich.backoff import Backoff
+from lich.gateway._base import Reconnect, WebsocketAdapterBase
 from lich.gateway._format import log_event, split_text
-from lich.gateway._pacing import Backoff, KeyedPacer, sleep_or_stop
+from lich.gateway._pacing import KeyedPacer, adapter_backoff
 from lich.gateway.bus import InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
 
@@ -66,17 +67,17 @@ HELLO_TIMEOUT_S = 30.0
 _Next = Literal["resume", "identify"]
 
 
-class _Fatal(Exception):
+class _Fatal(GatewayError):
     """The gateway refused us in a way reconnecting will not fix."""
 
 
-class _Reconnect(Exception):
+class _Reconnect(Reconnect):
     def __init__(self, how: _Next, reason: str) -> None:
-        super().__init__(reason)
+        super().__init__(reason, mode=how)
         self.how = how
 
 
-class DiscordAdapter(ChatAdapterBase):
+class DiscordAdapter(WebsocketAdapterBase):
     """The ``discord`` platform.
 
     ``ready`` is set while a session is identified or resumed, and cleared when
@@ -94,12 +95,7 @@ class DiscordAdapter(ChatAdapterBase):
         self.session_id: str | None = None
         self.resume_url: str | None = None
         self.seq: int | None = None
-        self.ready = asyncio.Event()
-        self.connections = 0
-        self.failure: str | None = None
         self._acked = True
-        self._ws: Any = None
-        self._runner: asyncio.Task[None] | None = None
         self._rest: httpx.AsyncClient | None = None
         self._pacer = KeyedPacer(0.0)
 
@@ -117,22 +113,17 @@ class DiscordAdapter(ChatAdapterBase):
             timeout=httpx.Timeout(30.0, connect=10.0),
         )
         self.warn_if_default_deny()
-        self._runner = asyncio.create_task(self._connection_loop(), name="lich-discord")
+        backoff = adapter_backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
+        # READY/RESUMED reset the backoff, so a healthy session reconnects at once-ish
+        # while a server that keeps dropping us is not hammered.
+        self.start_connection(lambda: self._connect_once(self._url(), backoff), backoff)
         log_event(self.log, logging.INFO, "adapter_started", platform=PLATFORM,
                   gateway=self.settings.gateway_url)
 
     async def stop(self) -> None:
         """Close the gateway connection, deliver the replies in flight, close REST."""
         self._stop.set()
-        if self._ws is not None:
-            try:
-                await self._ws.close(1000, "lich gateway stopping")
-            except Exception:
-                pass
-        if self._runner is not None:
-            self._runner.cancel()
-            await asyncio.gather(self._runner, return_exceptions=True)
-            self._runner = None
+        await self.close_connection(1000, "lich gateway stopping")
         await self.wait_tasks(self.context.config.grace_s + 30.0)
         if self._rest is not None:
             await self._rest.aclose()
@@ -148,49 +139,6 @@ class DiscordAdapter(ChatAdapterBase):
             query = urlsplit(self.settings.gateway_url).query
             return self.resume_url.rstrip("/") + "/" + (f"?{query}" if query else "")
         return self.settings.gateway_url
-
-    async def _connection_loop(self) -> None:
-        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-
-        s = self.settings
-        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
-        while not self._stop.is_set():
-            delay: float
-            try:
-                await self._connect_once(self._url(), backoff)
-                delay = 0.0
-            except _Fatal as exc:
-                self.failure = str(exc)
-                log_event(self.log, logging.ERROR, "adapter_failed", platform=PLATFORM,
-                          error=str(exc))
-                return
-            except _Reconnect as exc:
-                if exc.how == "identify":
-                    self._forget_session()
-                # READY/RESUMED reset the backoff, so a healthy session reconnects at once-ish
-                # while a server that keeps dropping us is not hammered.
-                delay = backoff.next_delay()
-                log_event(self.log, logging.INFO, "reconnecting", platform=PLATFORM,
-                          reason=str(exc), mode=exc.how)
-            except InvalidURI as exc:
-                self.failure = str(exc)
-                log_event(self.log, logging.ERROR, "adapter_failed", platform=PLATFORM,
-                          error=str(exc))
-                return
-            except Exception as exc:  # a drop, a bad payload, a bug: reconnect, never die
-                if not isinstance(exc, OSError | ConnectionClosed | InvalidHandshake
-                                  | TimeoutError | ValueError):
-                    self.log.debug("discord connection failed unexpectedly", exc_info=True)
-                delay = backoff.next_delay()
-                log_event(self.log, logging.WARNING, "connection_lost", platform=PLATFORM,
-                          error=self.redact(f"{type(exc).__name__}: {exc}"),
-                          retry_in_s=round(delay, 2))
-            finally:
-                self._ws = None
-                # Not ready until the next READY/RESUMED: waiters see the drop.
-                self.ready.clear()
-            if await sleep_or_stop(delay, self._stop):
-                return
 
     async def _connect_once(self, url: str, backoff: Backoff) -> None:
         from websockets.asyncio.client import connect
@@ -234,8 +182,10 @@ class DiscordAdapter(ChatAdapterBase):
         if code in FATAL_CLOSE_CODES:
             raise _Fatal(f"discord closed the gateway with {code}: {reason or 'no reason'}"
                          " (check the token and the intents)")
-        how: _Next = "identify" if code in FRESH_SESSION_CLOSE_CODES else "resume"
-        raise _Reconnect(how, f"connection closed ({code})")
+        if code in FRESH_SESSION_CLOSE_CODES:
+            self._forget_session()
+            raise _Reconnect("identify", f"connection closed ({code})")
+        raise _Reconnect("resume", f"connection closed ({code})")
 
     async def _identify_or_resume(self, ws: Any) -> None:
         self._acked = True
@@ -368,7 +318,7 @@ class DiscordAdapter(ChatAdapterBase):
         if self._rest is None:
             return False
         s = self.settings
-        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        backoff = adapter_backoff(s.backoff_min_s, s.backoff_max_s)
         body = {"content": chunk, "allowed_mentions": {"parse": []}}
         attempt = 0
         while True:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lich.gateway._base import ChatAdapterBase
 from lich.gateway._format import log_event, split_text, utf16_len
-from lich.gateway._pacing import Backoff, KeyedPacer, sleep_or_stop
+from lich.gateway._pacing import KeyedPacer, adapter_backoff, sleep_or_stop
 from lich.gateway.bus import InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
 
@@ -148,7 +148,7 @@ class TelegramAdapter(ChatAdapterBase):
     async def _poll_loop(self) -> None:
         assert self._client is not None
         s = self.settings
-        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        backoff = adapter_backoff(s.backoff_min_s, s.backoff_max_s)
         while not self._stop.is_set():
             params: dict[str, Any] = {"timeout": s.poll_timeout_s}
             if self.offset is not None:
@@ -231,7 +231,7 @@ class TelegramAdapter(ChatAdapterBase):
         if self._client is None:
             return False
         s = self.settings
-        backoff = Backoff(s.backoff_min_s, s.backoff_max_s)
+        backoff = adapter_backoff(s.backoff_min_s, s.backoff_max_s)
         attempt = 0
         while True:
             try:

@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from attrs import field, frozen
 
-from lich.gateway._base import ChatAdapterBase
+from lich.backoff import Backoff
+from lich.gateway._base import Reconnect, WebsocketAdapterBase
 from lich.gateway._format import flatten_line, log_event, split_text
-from lich.gateway._pacing import Backoff, SlidingWindow, sleep_or_stop
+from lich.gateway._pacing import SlidingWindow, adapter_backoff
 from lich.gateway.bus import InboundMessage
 from lich.gateway.config import TwitchSettings
 from lich.gateway.registry import AdapterContext, GatewayError
@@ -113,7 +114,7 @@ class _Outgoing:
         self.done = done
 
 
-class TwitchAdapter(ChatAdapterBase):
+class TwitchAdapter(WebsocketAdapterBase):
     """The ``twitch`` platform. ``ready`` is set when the server welcomed the bot."""
 
     name = PLATFORM
@@ -126,17 +127,12 @@ class TwitchAdapter(ChatAdapterBase):
         self.secrets = [token, self.token]
         self.nick = (self.settings.nick or context.secret(self.settings.nick_env)).lower()
         self.channels = self.settings.channels
-        self.ready = asyncio.Event()
-        self.connections = 0
-        self.failure: str | None = None
         self._closing = False
         self._outbox: collections.deque[_Outgoing] = collections.deque()
         self._outbox_ready = asyncio.Event()
         self._limiter = SlidingWindow(
             self.settings.rate_limit_messages, self.settings.rate_limit_window_s
         )
-        self._ws: Any = None
-        self._runner: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Check the token, nick and channels, and start the connection."""
@@ -150,7 +146,8 @@ class TwitchAdapter(ChatAdapterBase):
         if missing:
             raise GatewayError("twitch needs " + ", ".join(missing))
         self.warn_if_default_deny()
-        self._runner = asyncio.create_task(self._connection_loop(), name="lich-twitch")
+        backoff = adapter_backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
+        self.start_connection(lambda: self._connect_once(backoff), backoff)
         log_event(self.log, logging.INFO, "adapter_started", platform=PLATFORM,
                   url=self.settings.url, channels=",".join(self.channels))
 
@@ -160,15 +157,7 @@ class TwitchAdapter(ChatAdapterBase):
         await self.wait_tasks(self.context.config.grace_s + 30.0)
         self._stop.set()
         self._outbox_ready.set()
-        if self._ws is not None:
-            try:
-                await self._ws.close(1000)
-            except Exception:
-                pass
-        if self._runner is not None:
-            self._runner.cancel()
-            await asyncio.gather(self._runner, return_exceptions=True)
-            self._runner = None
+        await self.close_connection(1000)
         while self._outbox:
             item = self._outbox.popleft()
             if not item.done.done():
@@ -176,40 +165,6 @@ class TwitchAdapter(ChatAdapterBase):
         log_event(self.log, logging.INFO, "adapter_stopped", platform=PLATFORM)
 
     # ------------------------------------------------------------ connection
-
-    async def _connection_loop(self) -> None:
-        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-
-        backoff = Backoff(self.settings.backoff_min_s, self.settings.backoff_max_s)
-        while not self._stop.is_set():
-            try:
-                await self._connect_once(backoff)
-                reason = "connection closed"
-            except GatewayError as exc:
-                self.failure = str(exc)
-                log_event(self.log, logging.ERROR, "adapter_failed", platform=PLATFORM,
-                          error=str(exc))
-                return
-            except InvalidURI as exc:
-                self.failure = str(exc)
-                log_event(self.log, logging.ERROR, "adapter_failed", platform=PLATFORM,
-                          error=str(exc))
-                return
-            except Exception as exc:  # a drop, a bad line, a bug: reconnect, never die
-                if not isinstance(exc, OSError | ConnectionClosed | InvalidHandshake
-                                  | TimeoutError):
-                    self.log.debug("twitch connection failed unexpectedly", exc_info=True)
-                reason = self.redact(f"{type(exc).__name__}: {exc}")
-            finally:
-                self._ws = None
-                self.ready.clear()
-            if self._stop.is_set():
-                return
-            delay = backoff.next_delay()
-            log_event(self.log, logging.WARNING, "connection_lost", platform=PLATFORM,
-                      error=reason, retry_in_s=round(delay, 2))
-            if await sleep_or_stop(delay, self._stop):
-                return
 
     async def _connect_once(self, backoff: Backoff) -> None:
         from websockets.asyncio.client import connect
@@ -229,15 +184,15 @@ class TwitchAdapter(ChatAdapterBase):
                 async for frame in ws:
                     text = frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
                     for line in text.split("\r\n"):
-                        if line and await self._on_line(ws, line, backoff):
-                            return  # the server asked us to reconnect
+                        if line:
+                            await self._on_line(ws, line, backoff)
             except ConnectionClosed:
                 pass
             finally:
                 writer.cancel()
                 await asyncio.gather(writer, return_exceptions=True)
 
-    async def _on_line(self, ws: Any, line: str, backoff: Backoff) -> bool:
+    async def _on_line(self, ws: Any, line: str, backoff: Backoff) -> None:
         parsed = parse_irc_line(line)
         if parsed.kind == "ping":
             await ws.send(f"PONG {parsed.text}")
@@ -246,16 +201,13 @@ class TwitchAdapter(ChatAdapterBase):
             self.ready.set()
             log_event(self.log, logging.INFO, "connected", platform=PLATFORM, nick=self.nick)
         elif parsed.kind == "reconnect":
-            log_event(self.log, logging.INFO, "reconnecting", platform=PLATFORM,
-                      reason="server asked to reconnect")
-            return True
+            raise Reconnect("server asked to reconnect")
         elif parsed.kind == "notice":
             if any(marker in parsed.text.lower() for marker in _LOGIN_FAILED):
                 raise GatewayError(f"twitch refused the login: {parsed.text}")
             log_event(self.log, logging.INFO, "notice", platform=PLATFORM, text=parsed.text)
         elif parsed.kind == "privmsg":
             self._on_privmsg(parsed)
-        return False
 
     def _on_privmsg(self, line: IrcLine) -> None:
         if self._closing or line.user == self.nick:

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lich import Block, hookimpl
+from lich.guards import truncate_text
 
 if TYPE_CHECKING:
     from lich import LichConfig, RunInfo, RunOutcome, ToolCall, ToolRegistry
@@ -219,8 +220,8 @@ def _redacted(name: str, patterns: tuple[str, ...]) -> bool:
 
 
 def _clip(value: Any, limit: int) -> Any:
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]}…[+{len(value) - limit} chars]"
+    if isinstance(value, str):
+        return truncate_text(value, limit, style="inline")
     if isinstance(value, list):
         return [_clip(v, limit) for v in value]
     if isinstance(value, dict):

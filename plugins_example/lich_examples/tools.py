@@ -8,8 +8,9 @@ keep it read-only: the file is opened with ``mode=ro``, ``PRAGMA query_only``
 is set, and an authorizer refuses every action that is not a read (which also
 refuses ``ATTACH``, so a query cannot reach a database outside the work dir).
 
-``json_query`` selects from a JSON file with a small path language
-(see :mod:`lich_examples._jsonpath` and ``docs/plugins.md``).
+``json_query`` selects from a JSON file with an RFC 9535 JSONPath query, through
+the ``jsonpath-rfc9535`` package this distribution depends on (as any
+third-party tool package would; see ``docs/plugins.md``).
 
 Both are ``@tool`` functions: the decorator builds the JSON Schema from the
 annotations and checks the arguments before the call, so the bodies only
@@ -38,16 +39,18 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 # ToolContext and Param are needed at run time: @tool reads the annotations.
 from lich import Param, ToolContext, ToolError, ToolResult, hookimpl, tool
-from lich.guards import resolve_in_root
+from lich.guards import resolve_in_root, truncate_text
 
 if TYPE_CHECKING:
     import sqlite3
+
+    from jsonpath_rfc9535 import JSONPathQuery
 
     from lich import LichConfig, ToolRegistry
 
@@ -65,6 +68,7 @@ JSON_TIMEOUT_S = 20.0
 JSON_DEFAULT_RESULTS = 50
 JSON_MAX_RESULTS = 1000
 JSON_MAX_FILE_BYTES = 10_000_000
+_MAX_QUERY_CHARS = 2000
 MAX_OUTPUT_CHARS = 20_000
 # Room left under the output cap for the JSON envelope around the rows.
 _ENVELOPE_CHARS = 300
@@ -96,12 +100,6 @@ def _input_file(ctx: ToolContext, raw: str) -> Path:
 
 def _json_dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}…[+{len(text) - limit} chars]"
 
 
 # ---------------------------------------------------------------------------
@@ -189,7 +187,7 @@ def _cell(value: Any, max_chars: int) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str):
-        return _cut(value, max_chars)
+        return truncate_text(value, max_chars, style="inline")
     return value
 
 
@@ -341,12 +339,13 @@ def _run_query(
 
 @tool(
     description=(
-        "Select values from a JSON file inside the work dir with a path expression. "
-        "Syntax: $ is the document; .name or [\"name\"] a member; [0] an index ([-1] the "
-        "last); [1:3] a slice; [*] or .* every item; ..name that member at any depth; "
-        "[?expr] keeps items matching expr, e.g. [?@.age >= 18], [?@.tags] "
-        "(exists), [?@.name == \"ada\"], joined with && and ||. Returns JSON "
-        "with each match's path and value."
+        "Select values from a JSON file inside the work dir with an RFC 9535 JSONPath "
+        "query. Syntax: $ is the document (every query starts with it); .name or "
+        "[\"name\"] a member; [0] an index ([-1] the last); [1:3] a slice; [*] or .* "
+        "every item; ..name that member at any depth; [?expr] keeps items matching expr, "
+        "e.g. [?@.age >= 18], [?@.tags] (exists), [?@.name == \"ada\"], joined with && "
+        "and ||, with length(), count(), match(), search() and value(). Returns JSON "
+        "with each match's normalized path and value."
     ),
     timeout_s=JSON_TIMEOUT_S,
     max_output_chars=MAX_OUTPUT_CHARS,
@@ -365,14 +364,15 @@ def json_query(
     *,
     ctx: ToolContext,
 ) -> ToolResult:
-    """Select values from a JSON file inside the work dir with a path expression.
+    """Select values from a JSON file inside the work dir with an RFC 9535 JSONPath query.
 
-    Returns ``{"count": N, "results": [{"path": "$.a[0]", "value": ...}], "truncated": null}``.
+    Returns ``{"count": N, "results": [{"path": "$['a'][0]", "value": ...}],
+    "truncated": null}``.
 
     :param path: The JSON file, relative to the work dir.
-    :param query: The path expression, e.g. $.users[?@.active].email
+    :param query: The JSONPath query, e.g. $.users[?@.active].email
     """
-    from lich_examples import _jsonpath
+    import jsonpath_rfc9535 as jsonpath
 
     settings = ctx.settings
     # The configured ceiling clamps the argument rather than refusing it.
@@ -380,10 +380,14 @@ def json_query(
     max_results = min(max_results, result_cap)
     max_bytes = max(1, _setting_int(settings, "max_file_bytes", JSON_MAX_FILE_BYTES))
     max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
+    if len(query) > _MAX_QUERY_CHARS:
+        raise ToolError(f"invalid_query: longer than {_MAX_QUERY_CHARS} characters")
     try:
-        compiled = _jsonpath.compile_path(query)
-    except _jsonpath.PathSyntaxError as exc:
+        compiled = jsonpath.compile(query)
+    except jsonpath.JSONPathError as exc:
         raise ToolError(f"invalid_query: {exc}") from exc
+    except RecursionError as exc:
+        raise ToolError("invalid_query: nested too deeply") from exc
 
     json_file = _input_file(ctx, path)
     size = os.path.getsize(json_file)
@@ -406,7 +410,7 @@ def json_query(
     used = _ENVELOPE_CHARS
     truncated: str | None = None
     count = 0
-    for where, value in compiled.find(document):
+    for where, value in _matches(compiled, document):
         count += 1
         if truncated is not None:
             continue  # keep counting so the model knows how many there are
@@ -428,6 +432,18 @@ def json_query(
         results.append(item)
     body = {"count": count, "results": results, "truncated": truncated}
     return ToolResult(ok=True, output=_json_dumps(body))
+
+
+def _matches(query: JSONPathQuery, document: Any) -> Iterator[tuple[str, Any]]:
+    """Each match's normalized path (``$['users'][0]``) and value, lazily: past the
+    caps they are only counted."""
+    import jsonpath_rfc9535 as jsonpath
+
+    try:
+        for node in query.finditer(document):
+            yield node.path(), node.value
+    except jsonpath.JSONPathError as exc:  # e.g. ".." deeper than the library recurses
+        raise ToolError(f"query_failed: {exc}") from exc
 
 
 # Integer settings each tool reads from its [tools.<name>] table.

@@ -23,6 +23,7 @@ from lich.types import (
     ToolResult,
     Usage,
     UserMessage,
+    json_type_name,
 )
 
 CALL = ToolCall("c1", "read_file", {"path": "a.txt", "nested": {"k": [1, 2.5, None, True]}})
@@ -191,3 +192,12 @@ def test_messages_are_frozen_and_args_are_copied() -> None:
     assert call.args == {"a": 1}
     with pytest.raises(AttributeError):
         call.name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [(None, "null"), (True, "boolean"), (3, "integer"), (2.5, "number"), ("x", "string"),
+     ([1], "array"), ((1,), "array"), ({"a": 1}, "object"), (b"x", "bytes")],
+)
+def test_json_type_name(value: object, name: str) -> None:
+    assert json_type_name(value) == name

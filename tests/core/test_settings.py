@@ -101,7 +101,7 @@ def test_every_problem_of_nested_classes_is_listed_with_its_path() -> None:
     })
     assert sorted(found) == sorted([
         "$.plugin_settings.p.name: must not be empty",
-        "$.plugin_settings.p.mode: must be one of 'fast', 'safe'",
+        "$.plugin_settings.p.mode: must be one of 'fast', 'safe', got 'reckless'",
         "$.plugin_settings.p.level: must be one of 'info', 'debug', got 'loud'",
         "$.plugin_settings.p.count: must be at least 1, got 0",
         "$.plugin_settings.p.tags: expected an array, got string",

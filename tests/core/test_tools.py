@@ -463,6 +463,23 @@ def test_truncate_text_marker() -> None:
     assert truncate_text("abcdef", 2) == "ab\n[... truncated, 4 chars omitted ...]"
 
 
+@pytest.mark.parametrize(
+    ("text", "limit", "style", "expected"),
+    [
+        ("abcdef", 6, "inline", "abcdef"),
+        ("abcdef", 2, "inline", "ab… [4 chars omitted]"),
+        ("abcdef", 6, "ellipsis", "abcdef"),
+        ("abcdef", 4, "ellipsis", "abc…"),  # the mark counts: four characters in all
+        ("abcdef", 1, "ellipsis", "…"),
+        ("abcdef", 0, "ellipsis", "…"),
+        ("abcdef", -3, "block", "\n[... truncated, 6 chars omitted ...]"),
+        ("", 0, "inline", ""),
+    ],
+)
+def test_truncate_text_styles(text: str, limit: int, style: Any, expected: str) -> None:
+    assert truncate_text(text, limit, style=style) == expected
+
+
 def test_argument_helpers() -> None:
     args = {"s": "x", "empty": "", "n": 2.7, "b": True, "ns": "3", "inf": float("inf")}
     assert require_string_arg(args, "s") == "x"

@@ -1,4 +1,4 @@
-"""The adapters' timing helpers: backoff, stop-aware sleeps, per-chat pacing, rate windows.
+"""The adapters' timing helpers: their backoff, stop-aware sleeps, per-chat pacing, rate windows.
 
 Spacing is read from the clock the helper itself consulted when it let a
 caller through (no assertion depends on how fast the machine is).
@@ -11,25 +11,26 @@ import itertools
 
 import pytest
 
-from lich.gateway._pacing import Backoff, KeyedPacer, SlidingWindow, sleep_or_stop
+from lich.gateway._pacing import KeyedPacer, SlidingWindow, adapter_backoff, sleep_or_stop
 
 
-def test_backoff_doubles_to_the_cap_and_resets():
-    backoff = Backoff(0.5, 3.0, jitter=0.0)
-    assert [backoff.next_delay() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
-    assert backoff.failures == 5
+def test_the_adapters_backoff_is_jittered_within_the_upper_half_of_each_step():
+    backoff = adapter_backoff(1.0, 4.0)
+    assert backoff.jitter == "equal"
+    delays = [backoff.next_delay() for _ in range(5)]
+    for delay, ceiling in zip(delays, (1.0, 2.0, 4.0, 4.0, 4.0), strict=True):
+        assert ceiling / 2 - 0.001 <= delay <= ceiling
     backoff.reset()
-    assert backoff.next_delay() == 0.5
+    assert 0.5 - 0.001 <= backoff.next_delay() <= 1.0
 
 
-def test_backoff_jitter_stays_within_bounds():
-    backoff = Backoff(1.0, 4.0, jitter=0.1)
-    for base in (1.0, 2.0, 4.0, 4.0):
-        assert base <= backoff.next_delay() <= min(4.0, base * 1.1)
+def test_the_adapters_backoff_spreads_bots_dropped_together():
+    delays = {adapter_backoff(1.0, 60.0).delay(4) for _ in range(50)}
+    assert len(delays) > 10  # not all at the same instant
 
 
-def test_backoff_from_zero_never_waits():
-    backoff = Backoff(0.0, 0.0)
+def test_the_adapters_backoff_from_zero_never_waits():
+    backoff = adapter_backoff(0.0, 0.0)
     assert [backoff.next_delay() for _ in range(3)] == [0.0, 0.0, 0.0]
 
 

@@ -104,7 +104,7 @@ async def test_audit_redacts_secrets_and_clips_long_arguments(tmp_path: Path) ->
     assert record["args"]["user"] == "ada"
     assert record["args"]["password"] == "<redacted>"
     assert record["args"]["api_key"] == "<redacted>"
-    assert record["args"]["note"] == "x" * 10 + "…[+40 chars]"
+    assert record["args"]["note"] == "x" * 10 + "… [40 chars omitted]"
     assert record["output_preview"] == ""
     assert "hunter2" not in (tmp_path / ".lich" / "audit.jsonl").read_text()
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from lich_examples._jsonpath import PathSyntaxError, compile_path
 from lich_examples.tools import json_query, sqlite_query
 
 from .conftest import build_agent, plan, run_plan, tool_results
@@ -242,18 +242,18 @@ async def test_json_query_selects_by_path(tmp_path: Path) -> None:
         tmp_path,
         {"path": "data.json", "query": "$.users[?@.active && @.age >= 18].name"},
         {"path": "data.json", "query": "$..name"},
-        {"path": "data.json", "query": "users[-1]"},
+        {"path": "data.json", "query": "$.users[-1]"},
         {"path": "data.json"},
     )
     assert active == {
         "count": 2,
-        "results": [{"path": "$.users[0].name", "value": "ada"},
-                    {"path": "$.users[2].name", "value": "cy"}],
+        "results": [{"path": "$['users'][0]['name']", "value": "ada"},
+                    {"path": "$['users'][2]['name']", "value": "cy"}],
         "truncated": None,
     }
     assert [r["value"] for r in deep["results"]] == ["ada", "bob", "cy", "root"]
-    assert deep["results"][3]["path"] == "$.meta.owner.name"
-    assert last["results"] == [{"path": "$.users[2]", "value": DOC["users"][2]}]
+    assert deep["results"][3]["path"] == "$['meta']['owner']['name']"
+    assert last["results"] == [{"path": "$['users'][2]", "value": DOC["users"][2]}]
     assert whole["results"] == [{"path": "$", "value": DOC}]
 
 
@@ -266,16 +266,21 @@ async def test_json_query_errors_are_clear(
     outside.write_text("{}")
     assert outside.parent.parent == tmp_path.parent
     relative = f"../{outside.parent.name}/x.json"
-    bad_query, broken, escape, absolute, too_big = await jq(
+    bad_query, no_root, long_query, broken, escape, absolute, too_big = await jq(
         tmp_path,
         {"path": "data.json", "query": "$.users[?@.age = 3]"},
+        {"path": "data.json", "query": "users[0]"},
+        {"path": "data.json", "query": "$" + ".a" * 1000},
         {"path": "broken.json"},
         {"path": relative},
         {"path": str(outside)},
         {"path": "data.json", "query": "$"},
         tools={"json_query": {"max_file_bytes": 50}},
     )
-    assert bad_query["error"].startswith("invalid_query: use '==' to compare at position 15")
+    assert bad_query["error"] == (
+        "invalid_query: unexpected filter selector token '=', line 1, column 15")
+    assert no_root["error"] == "invalid_query: expected '$', found 'u', line 1, column 0"
+    assert long_query["error"] == "invalid_query: longer than 2000 characters"
     assert broken["error"] == "invalid_json: Expecting value (line 2, column 3)"
     assert escape["error"].startswith("path_escape: ")
     assert absolute["error"].startswith("path_escape: ")
@@ -298,14 +303,27 @@ async def test_json_query_caps_results_but_counts_them_all(tmp_path: Path) -> No
     assert huge["results"][0]["value_preview"].startswith('[{"id":0},{"id":1}')
 
 
-# --------------------------------------------------------------------------- the path language
+# --------------------------------------------------------------------------- the query language
+
+
+async def test_json_query_reports_what_the_library_cannot_evaluate(tmp_path: Path) -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(150):  # past the library's recursion limit for ".."
+        node["a"] = {}
+        node = node["a"]
+    (tmp_path / "deep.json").write_text(json.dumps(deep))
+    (nested,) = await jq(tmp_path, {"path": "deep.json", "query": "$..a"})
+    assert nested["error"].startswith("query_failed: recursion limit exceeded")
+    (parens,) = await jq(tmp_path, {"path": "deep.json", "query": "$[?" + "(" * 990 + "@.a"
+                                    + ")" * 990 + "]"})
+    assert parens["error"] == "invalid_query: nested too deeply"
 
 
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
         ("$", [DOC]),
-        ("", [DOC]),
         ("$.meta.count", [3]),
         ('$.meta["owner"].name', ["root"]),
         ("$.users[0:2].name", ["ada", "bob"]),
@@ -321,17 +339,21 @@ async def test_json_query_caps_results_but_counts_them_all(tmp_path: Path) -> No
         ("$.users[?@.age == '36']", []),
         ("$.users[?@.active == 1]", []),
         ("$.meta.*", [3, {"name": "root"}]),
+        ("$.users[?length(@.tags) > 0].name", ["ada"]),
+        ("$.users[?match(@.name, 'a.*')].age", [36]),
     ],
 )
-def test_path_language(query: str, expected: list[Any]) -> None:
-    assert [value for _, value in compile_path(query).find(DOC)] == expected
+async def test_json_query_speaks_rfc_9535(tmp_path: Path, query: str, expected: list[Any]) -> None:
+    (tmp_path / "data.json").write_text(json.dumps(DOC))
+    (answer,) = await jq(tmp_path, {"path": "data.json", "query": query})
+    assert [r["value"] for r in answer["results"]] == expected
+    assert answer["count"] == len(expected)
 
 
-@pytest.mark.parametrize(
-    "query",
-    ["$.", "$[", "$.users[", "$.users[?@.age = 1]", "$[?3 == 3]", "$[1:2:0]", "$['open",
-     "$.users[?@..name]", "$.a b", "$[?@.a == ]"],
-)
-def test_path_language_reports_syntax_errors_with_a_position(query: str) -> None:
-    with pytest.raises(PathSyntaxError, match=r"at position \d+"):
-        compile_path(query)
+async def test_malformed_queries_are_refused_naming_the_place(tmp_path: Path) -> None:
+    (tmp_path / "data.json").write_text(json.dumps(DOC))
+    queries = ["", "$.", "$[", "$.users[", "$.users[?@.age = 1]", "$['open", "$.a b",
+               "$[?@.a == ]", "$[?@.* == 1]", "users"]
+    answers = await jq(tmp_path, *({"path": "data.json", "query": q} for q in queries))
+    for query, answer in zip(queries, answers, strict=True):
+        assert re.fullmatch(r"invalid_query: .+, line 1, column \d+", answer["error"]), query

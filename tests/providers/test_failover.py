@@ -4,6 +4,7 @@ Retry-After cap, mid-stream failover and the all-failed error."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -467,6 +468,33 @@ async def test_cancel_mid_stream_with_a_real_provider() -> None:
 # ---------------------------------------------------------------------------
 
 
+async def test_jitter_spreads_retries_of_conversations_failing_together() -> None:
+    # Many conversations hitting one rate-limited provider at the same moment.
+    rng = random.Random(11)
+    delays: list[float] = []
+    for _ in range(40):
+        r, sleeps = router(FakeProvider("p", err("rate_limit"), ok("p")), jitter="full", rng=rng)
+        await call(r)
+        delays += sleeps.delays
+    assert all(0 <= d <= 1.25 for d in delays)  # never above the deterministic delay
+    assert len(set(delays)) > 30
+
+
+async def test_equal_jitter_waits_at_least_half_and_a_retry_after_still_floors_it() -> None:
+    p = FakeProvider("p", err("rate_limit"), err("rate_limit", retry_after=7), ok("p"))
+    r, sleeps = router(p, jitter="equal", rng=random.Random(3))
+    await call(r)
+    assert 0.625 <= sleeps.delays[0] <= 1.25
+    assert sleeps.delays[1] == 7
+
+
+async def test_without_jitter_the_delays_are_the_documented_ones() -> None:
+    r, sleeps = router(FakeProvider("p", err("network"), err("network"), ok("p")),
+                       rng=random.Random(1))
+    await call(r)
+    assert sleeps.delays == [1.25, 2.5]
+
+
 def _config(**settings: Any) -> LichConfig:
     return LichConfig(
         providers=(ProviderConfig(kind="openai_compat", name="a", model="m"),),
@@ -481,6 +509,10 @@ def test_hook_builds_a_router_with_settings() -> None:
     assert isinstance(r, FailoverRouter)
     assert (r.max_attempts, r.base_delay_s, r.max_delay_s, r.retry_after_cap_s) == (5, 0.01, 8.0,
                                                                                     2.0)
+    assert r.jitter == "none"
+    jittered = lich_make_router([p], _config(jitter="full"))
+    assert isinstance(jittered, FailoverRouter)
+    assert jittered.jitter == "full"
     assert lich_make_router([], _config()) is None
 
 
@@ -490,6 +522,9 @@ def test_hook_builds_a_router_with_settings() -> None:
      ({"max_attempts": 1.5}, "$.plugin_settings.failover.max_attempts: expected an integer"),
      ({"base_delay_s": "fast"}, "$.plugin_settings.failover.base_delay_s: expected a number"),
      ({"retry_after_cap_s": -1}, "$.plugin_settings.failover.retry_after_cap_s: must be at"),
+     ({"jitter": "lots"}, "$.plugin_settings.failover.jitter: must be one of 'none', 'full', "
+                          "'equal', got 'lots'"),
+     ({"jitter": True}, "$.plugin_settings.failover.jitter: must be one of"),
      ({"max_retries": 2}, "$.plugin_settings.failover.max_retries: unknown key")],
 )
 def test_bad_settings_are_config_errors(settings: dict[str, Any], problem: str) -> None:

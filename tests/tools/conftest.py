@@ -217,15 +217,30 @@ def run(work: Path) -> Runner:
     return Runner(work)
 
 
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as dead)."""
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid,
+    pgrp, ...), or ``None`` when the process is gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode()
     except OSError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X")
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as dead)."""
+    return _stat_fields(pid) is not None
+
+
+def live_processes() -> Iterator[tuple[int, list[str]]]:
+    """Every live process (zombies left out): its pid and :func:`_stat_fields`."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields is not None:
+                yield int(entry.name), fields
 
 
 def wait_until_dead(pids: list[int], within_s: float = 10.0) -> list[int]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 
 from lich_builtin_tools import _grep
 
-from .conftest import Runner
+from .conftest import Runner, live_processes
 
 
 def _tree(work: Path) -> None:
@@ -104,17 +105,12 @@ async def test_catastrophic_backtracking_returns_within_the_bound(
 
 def _worker_processes() -> list[int]:
     mine = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for pid, fields in live_processes():
+        if int(fields[1]) != os.getpid():
             continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if b"_grep_worker.py" in cmdline and int(fields[1]) == os.getpid() and fields[0] != "Z":
-            mine.append(int(entry.name))
+        with contextlib.suppress(OSError):
+            if b"_grep_worker.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                mine.append(pid)
     return mine
 
 

@@ -20,7 +20,7 @@ from lich.types import ToolCall
 from lich_builtin_tools import _terminal
 from lich_builtin_tools._terminal import make_terminal_tool
 
-from .conftest import Runner, kill_quietly, process_alive, wait_until_dead
+from .conftest import Runner, kill_quietly, live_processes, process_alive, wait_until_dead
 
 # Records bash's pid and a backgrounded child's, then blocks in a foreground child:
 # the shape of "sleep 100 & sleep 100".
@@ -33,18 +33,7 @@ def _pids(work: Path) -> list[int]:
 
 def _group_members(pgid: int) -> list[int]:
     """Live processes whose process group is ``pgid`` (read from /proc)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return [pid for pid, fields in live_processes() if int(fields[2]) == pgid]
 
 
 async def _appears(path: Path, within_s: float = 30.0) -> None:

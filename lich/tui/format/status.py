@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from attrs import frozen
 
+from lich.guards import truncate_text
 from lich.tui.format.text import format_usage
 
 __all__ = ["SEPARATOR", "SPINNER_FRAMES", "StatusPart", "fit_status", "status_parts"]
@@ -72,7 +73,7 @@ def _width(parts: Sequence[StatusPart]) -> int:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+    return truncate_text(text, limit, style="ellipsis")
 
 
 def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:

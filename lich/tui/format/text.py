@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from lich.guards import truncate_text
+
 __all__ = ["format_args", "format_usage", "preview"]
 
 _WS = re.compile(r"\s+")
@@ -14,11 +16,7 @@ _WS = re.compile(r"\s+")
 def preview(text: str, limit: int) -> str:
     """``text`` on one line (whitespace runs become one space), cut at ``limit``
     characters with a note of how many were left out."""
-    flat = _WS.sub(" ", text).strip()
-    if len(flat) <= limit:
-        return flat
-    omitted = len(flat) - limit
-    return f"{flat[:limit]}… [{omitted} chars omitted]"
+    return truncate_text(_WS.sub(" ", text).strip(), limit, style="inline")
 
 
 def format_args(args: dict[str, Any]) -> str:
