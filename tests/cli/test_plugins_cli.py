@@ -11,6 +11,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lich.config import BUILTIN_PLUGINS
 from lich.testing import Reply, ScriptRequest
 from lich.types import ToolCall
@@ -276,16 +278,40 @@ def test_plugins_available_table(work: Path, lich: Any) -> None:
     assert "yes" in result.stdout
 
 
-def test_help_with_a_broken_config_still_works(work: Path, lich: Any) -> None:
-    (work / ".lich").mkdir()
-    (work / ".lich" / "config.toml").write_text("bogus = 1\n", encoding="utf-8")
+@pytest.mark.parametrize("columns", ["40", "80", "200"])
+def test_help_with_a_broken_config_still_works(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    # The message names a file whose path is as long as the temp dir makes it: at no
+    # terminal width may --help wrap it (it used to, whenever the path ended near the edge).
+    monkeypatch.setenv("COLUMNS", columns)
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("bogus = 1\n", encoding="utf-8")
 
     result = lich("--help")
 
     assert result.exit_code == 0
     assert "chat" in result.stdout
-    assert "unavailable: ConfigError" in result.stdout
-    assert "$.bogus: unknown key" in result.stdout
+    assert f"  unavailable: ConfigError: {config}: $.bogus: unknown key\n" in result.stdout
+
+
+def test_help_keeps_each_problem_of_a_broken_config_on_its_own_line(
+    work: Path, lich: Any
+) -> None:
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("bogus = 1\nfoo = 2\n", encoding="utf-8")
+
+    result = lich("--help")
+
+    assert result.exit_code == 0
+    section = result.stdout.split("Plugin commands:\n", 1)[1]
+    assert section.startswith(
+        f"  unavailable: ConfigError: {config}: invalid configuration:\n"
+        "    $.bogus: unknown key\n"
+        "    $.foo: unknown key\n"
+    )
 
 
 def test_piped_plugins_table_keeps_long_paths_and_errors_whole(work: Path, lich: Any) -> None:
