@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
 from lich.events import CompressEnd, Failover, Retry, RunEnd
 from lich.sessions import SessionInfo
@@ -266,6 +267,24 @@ def test_fit_status_cuts_when_nothing_else_helps() -> None:
     fitted = fmt.fit_status(parts, 10)
     assert len(_line(fitted)) <= 10
     assert fitted[0].text.endswith("…")
+
+
+@pytest.mark.parametrize("width", [10, 24, 40, 78])
+def test_fit_status_measures_wide_characters_in_cells(width: int) -> None:
+    # Each CJK character and each of these emoji takes two terminal cells.
+    parts = fmt.status_parts(
+        model="通义千问-大模型-超长的名字-🚀🚀", provider="本地", turns=3, tokens=42,
+        phase="tool", active_tool="写文件_📝", session_id="20250101-120000-会话标识",
+    )
+    assert cell_len(_line(parts)) > len(_line(parts))  # the case this is about
+    fitted = fmt.fit_status(parts, width)
+    assert cell_len(_line(fitted)) <= width
+
+
+def test_fit_status_keeps_a_wide_line_that_fits_in_cells_whole() -> None:
+    parts = fmt.status_parts(model="模型", provider="", turns=1, tokens=5, phase="idle")
+    assert fmt.fit_status(parts, cell_len(_line(parts))) == parts
+    assert fmt.fit_status(parts, cell_len(_line(parts)) - 1) != parts
 
 
 def test_input_history_add_older_goes_behind_current_entries() -> None:
