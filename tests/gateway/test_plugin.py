@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from lich_env import lich_env
 
 from lich.gateway.registry import (
     AdapterContext,
@@ -238,7 +238,7 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
             '[gateway]\nplatforms = ["webhook"]\ngrace_s = 20\n'
             '[gateway.webhook]\nport = 0\n'
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
+        env = lich_env()
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "lich", "--work-dir", str(tmp_path), "gateway",
             cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,

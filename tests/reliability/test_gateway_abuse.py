@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
@@ -30,6 +29,7 @@ import pytest
 from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lich_env import lich_env
 
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest
 from lich.types import ToolCall
@@ -130,10 +130,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         f"rate_limit_messages = 1000\n{backoff}",
         encoding="utf-8",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
-    env.update(LICH_GATEWAY_TOKEN=TOKEN, LICH_TELEGRAM_BOT_TOKEN=TG_TOKEN,
-               LICH_DISCORD_BOT_TOKEN=DC_TOKEN, LICH_TWITCH_OAUTH_TOKEN=TW_TOKEN,
-               HOME=str(tmp_path))
+    env = lich_env(tmp_path, LICH_GATEWAY_TOKEN=TOKEN, LICH_TELEGRAM_BOT_TOKEN=TG_TOKEN,
+                   LICH_DISCORD_BOT_TOKEN=DC_TOKEN, LICH_TWITCH_OAUTH_TOKEN=TW_TOKEN)
     plugins = [a for entry in ZOO_ENTRIES for a in ("--plugin", entry)]
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lich", "--work-dir", str(work), *plugins, "gateway",
