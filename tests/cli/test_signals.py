@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+from lich._wait import wait_for
 from lich.sessions import read_session_file
 from lich.testing import Reply, ScriptRequest
 
@@ -31,14 +31,6 @@ def _blocking_responder(release: threading.Event) -> Any:
         return Reply(f"answer to {request.last_user()}")
 
     return respond
-
-
-def _wait_for(predicate: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -62,7 +54,7 @@ def test_sigint_mid_run_exits_130_and_keeps_the_transcript(
         first = json.loads(proc.stdout.readline())
         assert first["type"] == "run_start"
         # Wait until the model call is in flight, then press Ctrl-C.
-        _wait_for(lambda: len(server.requests) == 1)
+        wait_for(lambda: len(server.requests) == 1, what="the model call to be in flight")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -103,7 +95,7 @@ def test_sigint_in_chat_cancels_the_answer_not_the_chat(
         assert proc.stdin is not None
         proc.stdin.write("slow one\n")
         proc.stdin.flush()
-        _wait_for(lambda: len(server.requests) == 1)
+        wait_for(lambda: len(server.requests) == 1, what="the model call to be in flight")
         proc.send_signal(signal.SIGINT)
         proc.stdin.write("quick one\n")
         proc.stdin.flush()
@@ -130,7 +122,7 @@ def test_sigterm_cancels_like_ctrl_c_and_exits_143(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ))
     try:
-        _wait_for(lambda: len(server.requests) == 1)
+        wait_for(lambda: len(server.requests) == 1, what="the model call to be in flight")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

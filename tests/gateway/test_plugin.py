@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from lich_env import lich_env
 
+from lich._wait import async_wait_for
 from lich.gateway.registry import (
     AdapterContext,
     AdapterRegistry,
@@ -28,7 +29,6 @@ from lich.plugins import PluginHost, available_plugins
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest
 
 from .conftest import events, gateway_responder
-from .fakes import wait_for
 
 
 def test_the_gateway_is_a_builtin_entry_point():
@@ -253,16 +253,16 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
 
         reader = asyncio.create_task(read_stderr())
         try:
-            listening = await wait_for(
+            listening = await async_wait_for(
                 lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None),
-                limit_s=60, what=f"the webhook to listen; stderr so far: {lines}")
+                timeout=60, what=lambda: f"the webhook to listen; stderr so far: {lines}")
             port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
             async with httpx.AsyncClient(timeout=60) as client:
                 url = f"http://127.0.0.1:{port}"
                 request = asyncio.create_task(
                     client.post(f"{url}/message", json={"text": "slow job", "chat_id": "t"}))
-                await wait_for(lambda: any("event=message_in" in ln for ln in lines),
-                               limit_s=30, what="the message to arrive")
+                await async_wait_for(lambda: any("event=message_in" in ln for ln in lines),
+                                     timeout=30, what="the message to arrive")
                 process.send_signal(signal.SIGTERM)
                 response = await asyncio.wait_for(request, 60)
             assert response.status_code == 200, response.text

@@ -26,11 +26,12 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse, wait_for
+from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lich_env import lich_env
 
+from lich._wait import async_wait_for
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest
 from lich.types import ToolCall
 
@@ -96,12 +97,12 @@ class Gateway:
         self.telegram.push(TG_CHAT, 1, tag)
         await self.discord.message(DC_CHANNEL, "1234", tag, mention=True)
         await self.twitch.say(TW_CHANNEL, "alice", tag)
-        await wait_for(lambda: f"echo: {tag}" in self.telegram.texts_to(TG_CHAT), 30,
-                       f"telegram to answer {tag!r}; stderr: {self.lines[-20:]}")
-        await wait_for(lambda: f"echo: {tag}" in self.discord.contents_to(DC_CHANNEL), 30,
-                       f"discord to answer {tag!r}; stderr: {self.lines[-20:]}")
-        await wait_for(lambda: f"echo: {tag}" in self.twitch.texts_to(TW_CHANNEL), 30,
-                       f"twitch to answer {tag!r}; stderr: {self.lines[-20:]}")
+        await async_wait_for(lambda: f"echo: {tag}" in self.telegram.texts_to(TG_CHAT), 30,
+                             lambda: f"telegram to answer {tag!r}; stderr: {self.lines[-20:]}")
+        await async_wait_for(lambda: f"echo: {tag}" in self.discord.contents_to(DC_CHANNEL), 30,
+                             lambda: f"discord to answer {tag!r}; stderr: {self.lines[-20:]}")
+        await async_wait_for(lambda: f"echo: {tag}" in self.twitch.texts_to(TW_CHANNEL), 30,
+                             lambda: f"twitch to answer {tag!r}; stderr: {self.lines[-20:]}")
 
 
 @pytest.fixture
@@ -146,15 +147,15 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
 
     reader = asyncio.create_task(read_stderr())
     try:
-        listening = await wait_for(
+        listening = await async_wait_for(
             lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None), 60,
-            f"the webhook to listen; stderr: {lines}")
+            lambda: f"the webhook to listen; stderr: {lines}")
         port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
-        await wait_for(lambda: any("event=gateway_ready" in ln for ln in lines), 60,
-                       f"the gateway to be ready; stderr: {lines}")
-        await wait_for(lambda: discord.ready.is_set(), 30, "discord READY")
-        await wait_for(lambda: any(ln.startswith("JOIN #") for ln in twitch.lines), 30,
-                       "twitch JOIN")
+        await async_wait_for(lambda: any("event=gateway_ready" in ln for ln in lines), 60,
+                             lambda: f"the gateway to be ready; stderr: {lines}")
+        await async_wait_for(lambda: discord.ready.is_set(), 30, "discord READY")
+        await async_wait_for(lambda: any(ln.startswith("JOIN #") for ln in twitch.lines), 30,
+                             "twitch JOIN")
         yield Gateway(process, lines, port, telegram, discord, twitch)
     finally:
         if process.returncode is None:
@@ -372,8 +373,9 @@ async def malformed_telegram(gw: Gateway) -> int:
 
     fake._get_updates = garbled  # type: ignore[method-assign]
     try:
-        await wait_for(lambda: not answers, 30,
-                       f"telegram to poll through the bad answers; stderr: {gw.lines[-20:]}")
+        await async_wait_for(
+            lambda: not answers, 30,
+            lambda: f"telegram to poll through the bad answers; stderr: {gw.lines[-20:]}")
     finally:
         fake._get_updates = original  # type: ignore[method-assign]
     return count

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import attrs
 import pytest
 
+from lich._wait import DEFAULT_TIMEOUT_S, WaitTimeout, wait_for
 from lich.cancel import CancelToken
 from lich.config import LichConfig
 from lich.hooks import RunInfo
@@ -214,14 +214,11 @@ def process_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_until_dead(pids: list[int], within_s: float = 10.0) -> list[int]:
+def wait_until_dead(pids: list[int], within_s: float = DEFAULT_TIMEOUT_S) -> list[int]:
     """Poll until every pid is dead; returns those still alive after ``within_s``."""
-    deadline = time.monotonic() + within_s
-    alive = [p for p in pids if process_alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if process_alive(p)]
-    return alive
+    with contextlib.suppress(WaitTimeout):
+        wait_for(lambda: not any(process_alive(p) for p in pids), within_s, interval=0.05)
+    return [p for p in pids if process_alive(p)]
 
 
 def kill_quietly(pids: list[int]) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lich._wait import async_wait_for
 from lich.cancel import CancelToken
 from lich.config import LichConfig, ProviderConfig
 from lich.tools import ToolContext
@@ -41,12 +42,9 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-async def _appears(path: Path, within_s: float = 30.0) -> None:
-    for _ in range(int(within_s / 0.02)):
-        if await asyncio.to_thread(path.exists):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} never appeared")
+async def _appears(path: Path) -> None:
+    await async_wait_for(lambda: asyncio.to_thread(path.exists), what=f"{path} to appear",
+                         interval=0.02)
 
 
 async def test_echo_sees_the_tool_env_and_reports_exit_0(run: Runner) -> None:
@@ -138,14 +136,11 @@ async def test_task_cancellation_from_outside_kills_the_group(work: Path) -> Non
         kill_quietly(pids)
 
 
-async def _drained(within_s: float = 30.0) -> None:
+async def _drained() -> None:
     """Wait until no background job's pipe is still being drained (so none outlives the
     test's event loop as an unclosed transport)."""
-    for _ in range(int(within_s / 0.02)):
-        if not _terminal._DETACHED:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("a background job's pipes were never closed")
+    await async_wait_for(lambda: not _terminal._DETACHED,
+                         what="the background job's pipes to close", interval=0.02)
 
 
 async def test_background_job_does_not_hold_the_call_open(run: Runner, work: Path) -> None:
