@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -70,9 +69,7 @@ async def test_missing_command(run: Runner) -> None:
 
 
 async def test_timeout_kills_the_whole_process_group(run: Runner, work: Path) -> None:
-    started = time.monotonic()
     result = await run("terminal", {"command": SLEEPERS, "timeout_ms": 1500})
-    assert time.monotonic() - started < 60  # generous: only detects a hang
     pids = _pids(work)
     try:
         assert result.error == "timeout"
@@ -144,13 +141,13 @@ async def _drained() -> None:
 
 
 async def test_background_job_does_not_hold_the_call_open(run: Runner, work: Path) -> None:
-    started = time.monotonic()
-    result = await run("terminal", {"command": "sleep 30 & echo $! > bg.pid; echo started"})
+    # A call held open by the job would return only when it ends, long after pytest's
+    # timeout: the job still running when the call returns shows it was not waited for.
+    result = await run("terminal", {"command": "sleep 600 & echo $! > bg.pid; echo started"})
     pid = int((work / "bg.pid").read_text())
     try:
         assert result.ok
         assert "started" in result.output
-        assert time.monotonic() - started < 20
         # Left running: the group is killed only on timeout or cancellation.
         assert process_alive(pid)
         assert len(_terminal._DETACHED) == 2  # its stdout and stderr, still drained
