@@ -296,7 +296,7 @@ async def test_cancel_at_random_points_leaves_a_valid_transcript_and_nothing_beh
         assert live_processes_with(outcome["marker"]) == [], label
         if point == "sync_tool":
             # The worker thread is told (ctx.cancel) and stops, rather than napping on.
-            done = await asyncio.to_thread(outcome["plugin"].sync_done.wait, 5)
+            done = await asyncio.to_thread(outcome["plugin"].sync_done.wait, CANCEL_BOUND_S)
             assert done, f"{label}: the sync tool never saw its cancel"
         TALLY[f"cancellations at {point}"] += 1
         TALLY["cancellations survived"] += 1
