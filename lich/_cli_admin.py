@@ -34,6 +34,7 @@ from lich.guards import truncate_text
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
     from lich.plugins import PluginHost
@@ -72,6 +73,42 @@ def _add_row(table: Any, *cells: Any) -> None:
     from rich.text import Text
 
     table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """Print ``table`` without cutting what users copy out of it.
+
+    Columns made with ``no_wrap=True`` hold paths, error messages, module names: such
+    a cell is never wrapped or cut. The other columns may wrap, at spaces only. When
+    the console is too narrow for that (a narrow terminal; pipes are wide, see
+    :func:`_out_console`), each row is printed as a record of ``column: value`` lines
+    instead, which the terminal may fold but which stay whole when copied.
+    """
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    # Measured as if the console were unbounded, so that no width clamps the result.
+    unbounded = console.options.update_width(1_000_000)
+    for column in table.columns:
+        if column.no_wrap:
+            column.min_width = max(
+                Measurement.get(console, unbounded, cell).maximum
+                for cell in (column.header, *column.cells)
+            )
+    if Measurement.get(console, unbounded, table).minimum <= console.width:
+        console.print(table)
+        return
+    headers = [str(column.header) for column in table.columns]
+    rows = zip(*(list(column.cells) for column in table.columns), strict=True)
+    for n, values in enumerate(rows):
+        if n:
+            console.print()
+        for i, (header, value) in enumerate(zip(headers, values, strict=True)):
+            text = value.copy() if isinstance(value, Text) else Text(str(value))
+            if not text.plain:
+                continue
+            label = Text(f"{header}: " if i == 0 else f"  {header}: ", style="bold")
+            console.print(label.append_text(text), soft_wrap=True)
 
 
 def _print_json(data: Any) -> None:
@@ -181,12 +218,13 @@ def config_show(settings: Settings, as_json: bool) -> int:
         _print_json({"file": loaded.file,
                      "values": {k: {"value": v, "source": s} for k, v, s in rows}})
         return EXIT_OK
-    from rich.table import Table
+    from rich.table import Column, Table
 
     console = _out_console()
     console.print(f"config file: {loaded.file or 'none (defaults, environment and flags only)'}",
-                  markup=False)
-    table = Table("key", "value", "source", box=None, pad_edge=False)
+                  markup=False, soft_wrap=True)
+    table = Table(Column("key", no_wrap=True), "value", Column("source", no_wrap=True),
+                  box=None, pad_edge=False)
     for key, value, source in rows:
         if key == "providers":
             if not value:
@@ -200,7 +238,7 @@ def config_show(settings: Settings, as_json: bool) -> int:
                 _add_row(table, f"providers[{i}]", text, source)
             continue
         _add_row(table, key, _show_value(value), source)
-    console.print(table)
+    _print_table(console, table)
     return EXIT_OK
 
 
@@ -480,21 +518,23 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
     if as_json:
         _print_json([{**serialization.unstructure(r), "ok": r.ok} for r in reports])
     else:
-        from rich.table import Table
+        from rich.table import Column, Table
         from rich.text import Text
 
-        table = Table("entry", "plugin", "version", "status", "hooks", "error")
+        whole = ("entry", "plugin", "version", "status")
+        table = Table(*(Column(h, no_wrap=True) for h in whole), "hooks",
+                      Column("error", no_wrap=True))
         for r in reports:
             style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
             hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
             _add_row(table, r.entry, r.plugin or "", r.version or "",
                      Text(r.status, style=style), hooks, r.describe_error())
         console = _out_console()
-        console.print(table)
+        _print_table(console, table)
         failed = len(host.failures)
         if failed:
             console.print(f"{failed} of {len(reports)} plugin entries did not load.",
-                          markup=False)
+                          markup=False, soft_wrap=True)
     if config.strict_plugins and host.failures:
         return EXIT_USAGE
     return EXIT_OK
@@ -518,13 +558,14 @@ def plugins_available(settings: Settings, as_json: bool) -> int:
     if as_json:
         _print_json(rows)
         return EXIT_OK
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("name", "distribution", "version", "module", "enabled")
+    table = Table(*(Column(h, no_wrap=True)
+                    for h in ("name", "distribution", "version", "module", "enabled")))
     for row in rows:
         _add_row(table, row["name"], row["distribution"] or "", row["version"] or "",
                       row["value"], "yes" if row["enabled"] else "")
-    _out_console().print(table)
+    _print_table(_out_console(), table)
     return EXIT_OK
 
 
@@ -560,13 +601,14 @@ def tools_list(settings: Settings, as_json: bool) -> int:
     if not tools:
         click.echo("no tools enabled (see `lich plugins`)", err=True)
         return EXIT_OK
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("tool", "plugin", "description", box=None, pad_edge=False)
+    table = Table(Column("tool", no_wrap=True), Column("plugin", no_wrap=True), "description",
+                  box=None, pad_edge=False)
     for t in tools:
         first = t.description.strip().splitlines()[0] if t.description.strip() else ""
         _add_row(table, t.name, t.plugin or "", first)
-    _out_console().print(table)
+    _print_table(_out_console(), table)
     return EXIT_OK
 
 
@@ -593,13 +635,14 @@ def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
     if not sessions:
         click.echo(f"no sessions in {store.directory}", err=True)
         return EXIT_OK
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("session", "modified", "size", "first message", box=None, pad_edge=False)
+    table = Table(*(Column(h, no_wrap=True) for h in ("session", "modified", "size")),
+                  "first message", box=None, pad_edge=False)
     for s in sessions:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))
         _add_row(table, s.session_id, when, f"{s.size:,}", s.title)
-    _out_console().print(table)
+    _print_table(_out_console(), table)
     return EXIT_OK
 
 

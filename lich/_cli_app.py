@@ -46,7 +46,8 @@ EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 
 def echo_error(message: str) -> None:
-    """``lich: error: <message>`` on stderr (every line of a multi-line message indented)."""
+    """``lich: error: <message>`` on stderr, never wrapped: the message holds paths and
+    ``$.path`` problems to copy (a multi-line message keeps its own lines)."""
     click.echo(f"lich: error: {message}", err=True)
 
 

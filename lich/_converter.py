@@ -93,9 +93,12 @@ def _literal_factory(t: Any) -> Callable[[Any, Any], Any]:
     return hook
 
 
-converter.register_structure_hook_factory(
-    lambda t: typing.get_origin(t) is typing.Literal, _literal_factory
-)
+def _is_literal(t: Any) -> bool:
+    origin: Any = typing.get_origin(t)
+    return origin is typing.Literal
+
+
+converter.register_structure_hook_factory(_is_literal, _literal_factory)
 
 
 # -------------------------------------------------------------- collections

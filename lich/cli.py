@@ -120,7 +120,11 @@ class LichGroup(click.Group):
                     formatter.write_dl(rows)
         if self.plugin_problem:
             with formatter.section("Plugin commands"):
-                formatter.write_text(f"unavailable: {self.plugin_problem}")
+                # Written as is, not through write_text: rewrapping would cut the file path
+                # and the "$.path: message" lines the user has to read and copy.
+                indent = " " * formatter.current_indent
+                for line in f"unavailable: {self.plugin_problem}".splitlines():
+                    formatter.write(f"{indent}{line}\n")
 
 
 def _launch_tui(ctx: click.Context) -> int:

@@ -8,7 +8,9 @@ use it on installs without the test extra). What it gives you:
   (OpenAI, Anthropic and Ollama wire dialects, streaming or not), for
   end-to-end runs through a real provider;
 * :class:`HookRecorder` — a plugin that records every run-time hook call;
-* :func:`make_test_config` — a config rooted in a temporary directory.
+* :func:`make_test_config` — a config rooted in a temporary directory;
+* :func:`wait_for` / :func:`async_wait_for` — poll a condition with a bound
+  instead of sleeping (the failure says what was awaited and what was seen).
 
 The pytest fixtures (``lich_scripted_server``, ``lich_agent_factory``,
 ``lich_hook_recorder``) are in :mod:`lich.testing.plugin`, which pytest
@@ -33,8 +35,10 @@ from lich.testing.scripted import (
     tool_loop_responder,
 )
 from lich.testing.server import ScriptedServer
+from lich.testing.wait import DEFAULT_TIMEOUT_S, WaitTimeout, async_wait_for, wait_for
 
 __all__ = [
+    "DEFAULT_TIMEOUT_S",
     "DIALECTS",
     "Dialect",
     "Fail",
@@ -46,8 +50,11 @@ __all__ = [
     "ScriptedModel",
     "ScriptedServer",
     "Step",
+    "WaitTimeout",
+    "async_wait_for",
     "demo_responder",
     "echo_responder",
     "make_test_config",
     "tool_loop_responder",
+    "wait_for",
 ]

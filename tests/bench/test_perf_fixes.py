@@ -20,6 +20,7 @@ import pytest
 
 from lich._threads import run_in_daemon_thread
 from lich.config import ProviderConfig
+from lich.testing import async_wait_for
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -107,10 +108,7 @@ async def test_requests_in_flight_are_capped_before_the_pool() -> None:
 
     client = _http_client(httpx.MockTransport(handler))
     calls = [asyncio.ensure_future(client.post_json("/x", {})) for _ in range(MAX_CONNECTIONS + 25)]
-    for _ in range(500):
-        if in_flight == MAX_CONNECTIONS:
-            break
-        await asyncio.sleep(0.01)
+    await async_wait_for(lambda: in_flight == MAX_CONNECTIONS, what="a full pool of requests")
     await asyncio.sleep(0.05)  # give any excess caller the chance to get through
     assert in_flight == MAX_CONNECTIONS
     gate.set()

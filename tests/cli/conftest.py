@@ -15,25 +15,20 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from lich_env import is_personal
 
 from lich.cli import build_cli
 from lich.testing import ScriptedModel, ScriptedServer, Step
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "lich" / "schemas" / "events.schema.json"
 
-_ENV_VARS = (
-    "LICH_MODEL", "LICH_PROVIDER_KIND", "LICH_BASE_URL", "LICH_API_KEY_ENV",
-    "LICH_STRICT_PLUGINS", "LICH_LOG_LEVEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
-    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
-)
-
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No LICH_* variables or keys from the developer's shell, no user config, and the
     ``lich`` logger put back as it was (the CLI sets its level and handler)."""
-    for var in _ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
+    for var in [name for name in os.environ if is_personal(name)]:
+        monkeypatch.delenv(var)
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))

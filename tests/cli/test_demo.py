@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from lich_env import lich_env
 
 from lich.sessions import read_session_file
 
@@ -70,8 +71,7 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
     # A fresh `pip install -e '.[all]'` has no pytest: the demo must not need it.
     (guard / "pytest.py").write_text(
         "raise ImportError('pytest is not installed on a fresh machine')\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("LICH_") and not k.endswith("_API_KEY")}
+    env = lich_env()
     env.update({
         "PYTHONPATH": os.pathsep.join(filter(None, [str(guard), env.get("PYTHONPATH")])),
         "LICH_TEST_NET_LOG": str(tmp_path / "net.log"),

@@ -11,6 +11,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+from rich.cells import cell_len
+
 from lich.config import BUILTIN_PLUGINS
 from lich.testing import Reply, ScriptRequest
 from lich.types import ToolCall
@@ -276,16 +279,40 @@ def test_plugins_available_table(work: Path, lich: Any) -> None:
     assert "yes" in result.stdout
 
 
-def test_help_with_a_broken_config_still_works(work: Path, lich: Any) -> None:
-    (work / ".lich").mkdir()
-    (work / ".lich" / "config.toml").write_text("bogus = 1\n", encoding="utf-8")
+@pytest.mark.parametrize("columns", ["40", "80", "200"])
+def test_help_with_a_broken_config_still_works(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    # The message names a file whose path is as long as the temp dir makes it: at no
+    # terminal width may --help wrap it (it used to, whenever the path ended near the edge).
+    monkeypatch.setenv("COLUMNS", columns)
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("bogus = 1\n", encoding="utf-8")
 
     result = lich("--help")
 
     assert result.exit_code == 0
     assert "chat" in result.stdout
-    assert "unavailable: ConfigError" in result.stdout
-    assert "$.bogus: unknown key" in result.stdout
+    assert f"  unavailable: ConfigError: {config}: $.bogus: unknown key\n" in result.stdout
+
+
+def test_help_keeps_each_problem_of_a_broken_config_on_its_own_line(
+    work: Path, lich: Any
+) -> None:
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("bogus = 1\nfoo = 2\n", encoding="utf-8")
+
+    result = lich("--help")
+
+    assert result.exit_code == 0
+    section = result.stdout.split("Plugin commands:\n", 1)[1]
+    assert section.startswith(
+        f"  unavailable: ConfigError: {config}: invalid configuration:\n"
+        "    $.bogus: unknown key\n"
+        "    $.foo: unknown key\n"
+    )
 
 
 def test_piped_plugins_table_keeps_long_paths_and_errors_whole(work: Path, lich: Any) -> None:
@@ -301,3 +328,101 @@ def test_piped_plugins_table_keeps_long_paths_and_errors_whole(work: Path, lich:
     assert result.exit_code == 0, result.output
     assert str(plugin) in result.output
     assert "RuntimeError: boom " + "x" * 150 in result.output
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def on_a_terminal(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    """Make rich take stdout for a ``columns``-wide terminal (without colours)."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")  # a "dumb" terminal is 80 wide, always
+    monkeypatch.setenv("COLUMNS", str(columns))
+
+
+def screen_lines(output: str) -> list[str]:
+    return [ANSI.sub("", line) for line in output.splitlines()]
+
+
+def _config_with_exploding_plugin(work: Path, name: str, message: str) -> None:
+    (work / name).write_text(f"raise RuntimeError({message!r})\n", encoding="utf-8")
+    (work / ".lich").mkdir()
+    (work / ".lich" / "config.toml").write_text(
+        f'plugins = ["builtin_tools", "{name}"]\n', encoding="utf-8")
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_plugins_table_on_a_terminal_never_wraps_a_path_or_an_error(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    on_a_terminal(monkeypatch, columns)
+    deep = work.joinpath(*(["a_rather_long_directory_name"] * 3))
+    deep.mkdir(parents=True)
+    plugin = deep / "explodes_at_import.py"
+    plugin.write_text("raise RuntimeError('boom ' + 'x' * 100)\n", encoding="utf-8")
+
+    result = lich("--plugin", str(plugin), "plugins")
+
+    assert result.exit_code == 0, result.output
+    lines = screen_lines(result.stdout)
+    assert any(line.endswith(str(plugin)) for line in lines), lines
+    assert any(line.endswith("import: RuntimeError: boom " + "x" * 100) for line in lines)
+
+
+def test_plugins_table_is_a_table_when_it_fits_and_records_when_it_does_not(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _config_with_exploding_plugin(work, "boom.py", "boom")
+
+    on_a_terminal(monkeypatch, 150)
+    wide = screen_lines(lich("plugins").stdout)
+    on_a_terminal(monkeypatch, 40)
+    narrow = screen_lines(lich("plugins").stdout)
+
+    assert re.search(r"entry\W+plugin\W+version\W+status\W+hooks\W+error", wide[1]), wide
+    assert all(len(line) <= 150 for line in wide)
+    assert any(re.search(r"boom\.py\W+boom\W+failed\W+import: RuntimeError: boom\W", line)
+               for line in wide), wide
+    assert narrow[:4] == ["entry: builtin_tools", "  plugin: builtin_tools",
+                          narrow[2], "  status: loaded"]
+    assert narrow[2].startswith("  version: ")
+    failed = narrow[narrow.index("entry: boom.py"):]
+    assert failed == ["entry: boom.py", "  plugin: boom", "  status: failed",
+                      "  error: import: RuntimeError: boom",
+                      "1 of 2 plugin entries did not load."]
+
+
+@pytest.mark.parametrize(("columns", "as_table"), [(40, False), (200, True)])
+def test_plugins_table_measures_wide_characters_in_terminal_cells(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, columns: int, as_table: bool
+) -> None:
+    # CJK characters and most emoji take two terminal cells: a table measured in
+    # characters would run past the edge, and the terminal would cut or fold it.
+    message = "插件炸了 💥 " + "错误" * 12
+    _config_with_exploding_plugin(work, "插件.py", message)
+    on_a_terminal(monkeypatch, columns)
+
+    lines = screen_lines(lich("plugins").stdout)
+
+    if as_table:
+        assert any(re.match(r"┃ entry\W+plugin", line) for line in lines), lines
+        assert all(cell_len(line) <= columns for line in lines), lines
+        assert any(f"│ import: RuntimeError: {message} │" in line for line in lines), lines
+    else:
+        assert "entry: 插件.py" in lines
+        assert f"  error: import: RuntimeError: {message}" in lines
+
+
+def test_config_show_on_a_narrow_terminal_keeps_the_file_path_whole(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('session_dir = "' + "s" * 60 + '"\n', encoding="utf-8")
+    on_a_terminal(monkeypatch, 40)
+
+    lines = screen_lines(lich("config", "show").stdout)
+
+    assert f"config file: {config}" in lines
+    assert any(line.endswith(str(work / ("s" * 60))) for line in lines), lines

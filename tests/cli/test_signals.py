@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import jsonschema
 import pytest
 
 from lich.sessions import read_session_file
-from lich.testing import Reply, ScriptRequest
+from lich.testing import Reply, ScriptRequest, wait_for
 
 from .conftest import SCHEMA_PATH, lich_command, write_config
 
@@ -31,14 +30,6 @@ def _blocking_responder(release: threading.Event) -> Any:
         return Reply(f"answer to {request.last_user()}")
 
     return respond
-
-
-def _wait_for(predicate: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -62,7 +53,7 @@ def test_sigint_mid_run_exits_130_and_keeps_the_transcript(
         first = json.loads(proc.stdout.readline())
         assert first["type"] == "run_start"
         # Wait until the model call is in flight, then press Ctrl-C.
-        _wait_for(lambda: len(server.requests) == 1)
+        wait_for(lambda: len(server.requests) == 1, what="the model call to be in flight")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -103,7 +94,7 @@ def test_sigint_in_chat_cancels_the_answer_not_the_chat(
         assert proc.stdin is not None
         proc.stdin.write("slow one\n")
         proc.stdin.flush()
-        _wait_for(lambda: len(server.requests) == 1)
+        wait_for(lambda: len(server.requests) == 1, what="the model call to be in flight")
         proc.send_signal(signal.SIGINT)
         proc.stdin.write("quick one\n")
         proc.stdin.flush()
@@ -130,7 +121,7 @@ def test_sigterm_cancels_like_ctrl_c_and_exits_143(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ))
     try:
-        _wait_for(lambda: len(server.requests) == 1)
+        wait_for(lambda: len(server.requests) == 1, what="the model call to be in flight")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -16,7 +16,7 @@ import pytest
 from lich._threads import run_in_daemon_thread
 from lich.agent import Agent
 from lich.hooks import hookimpl
-from lich.testing import Reply, ScriptedChat, make_test_config
+from lich.testing import Reply, ScriptedChat, async_wait_for, make_test_config
 from lich.tools import Tool, ToolExecutor, ToolRegistry
 from lich.types import ToolCall, ToolMessage
 
@@ -65,13 +65,11 @@ async def test_a_cancelled_caller_leaves_the_worker_to_finish_and_serve_again() 
 
     # The worker goes back to the idle list (once its late, no-op _settle is done) and
     # answers later calls correctly. Polled, with a generous bound: no timing assumed.
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    answers: list[int] = []
-    while ident[0] not in answers and loop.time() < deadline:
-        answers.append(await asyncio.wait_for(run_in_daemon_thread(threading.get_ident), 10))
-        await asyncio.sleep(0.01)
-    assert ident[0] in answers
+    async def served_by_that_worker() -> bool:
+        answer = await asyncio.wait_for(run_in_daemon_thread(threading.get_ident), 10)
+        return answer == ident[0]
+
+    await async_wait_for(served_by_that_worker, what="the worker to be idle again")
 
 
 async def test_a_timed_out_call_raising_later_is_not_an_unretrieved_error() -> None:

@@ -29,22 +29,6 @@ DROP = object()
 """Handler answer: close the connection without a response."""
 
 
-async def wait_for(predicate: Callable[[], Any], limit_s: float = 30.0, what: str = "") -> Any:
-    """Poll ``predicate`` until it is truthy; fail (not hang) after a generous ``limit_s``.
-
-    The bound only detects hangs: a loaded machine may take many times longer
-    than an idle one, so it is far above what any condition here needs.
-    """
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.01)
-
-
 class HttpRequest:
     """One request as the fake saw it."""
 

@@ -22,7 +22,7 @@ from lich.gateway.bus import (
     cap_history,
 )
 from lich.sessions import SessionStore
-from lich.testing import Fail, ScriptedChat
+from lich.testing import Fail, ScriptedChat, async_wait_for
 from lich.types import (
     AssistantMessage,
     Message,
@@ -33,7 +33,6 @@ from lich.types import (
 )
 
 from .conftest import NOTES, GatedChat, events, gateway_responder
-from .fakes import wait_for
 
 
 def msg(text: str, chat: str = "c1", user: str = "u1", platform: str = "test") -> InboundMessage:
@@ -62,7 +61,7 @@ async def test_conversations_run_in_parallel_and_each_stays_in_order(
     chat = GatedChat()
     bus = make_bus(chat)
     first = asyncio.create_task(bus.handle(msg("hold a", chat="A")))
-    await wait_for(lambda: "hold a" in chat.started, what="A's first run to start")
+    await async_wait_for(lambda: "hold a" in chat.started, what="A's first run to start")
     second = asyncio.create_task(bus.handle(msg("a-second", chat="A")))
     # Another conversation is answered while A's first run is still open...
     other = await asyncio.wait_for(bus.handle(msg("b-only", chat="B")), 15)
@@ -95,9 +94,9 @@ async def test_queue_limit_answers_busy_instead_of_queueing(make_bus: Callable[.
     chat = GatedChat()
     bus = make_bus(chat, queue_limit=2)
     running = asyncio.create_task(bus.handle(msg("hold q", chat="Q")))
-    await wait_for(lambda: "hold q" in chat.started)
+    await async_wait_for(lambda: "hold q" in chat.started)
     waiting = asyncio.create_task(bus.handle(msg("next", chat="Q")))
-    await wait_for(lambda: bus.in_flight == 2, what="the second message to queue")
+    await async_wait_for(lambda: bus.in_flight == 2, what="the second message to queue")
     busy = await bus.handle(msg("one too many", chat="Q"))
     assert busy.kind == "busy"
     assert busy.text == BUSY_TEXT
@@ -130,7 +129,7 @@ async def test_a_busy_conversation_is_never_evicted(make_bus: Callable[..., Gate
     chat = GatedChat()
     bus = make_bus(chat, max_conversations=1)
     held = asyncio.create_task(bus.handle(msg("hold x", chat="busy")))
-    await wait_for(lambda: "hold x" in chat.started)
+    await async_wait_for(lambda: "hold x" in chat.started)
     assert (await bus.handle(msg("hi", chat="other"))).kind == "reply"
     assert ("test", "busy") in bus.conversation_keys()
     chat.gate("x").set()
@@ -228,7 +227,7 @@ async def test_drain_waits_for_runs_in_flight(make_bus: Callable[..., GatewayBus
     chat = GatedChat()
     bus = make_bus(chat)
     held = asyncio.create_task(bus.handle(msg("hold d")))
-    await wait_for(lambda: "hold d" in chat.started)
+    await async_wait_for(lambda: "hold d" in chat.started)
     drain = asyncio.create_task(bus.drain(15))
     await asyncio.sleep(0.05)
     assert not drain.done()  # waiting for the run, not cutting it short
@@ -242,7 +241,7 @@ async def test_drain_cancels_runs_after_the_grace_period(make_bus: Callable[...,
     chat = GatedChat()
     bus = make_bus(chat)
     held = asyncio.create_task(bus.handle(msg("hold forever")))
-    await wait_for(lambda: "hold forever" in chat.started)
+    await async_wait_for(lambda: "hold forever" in chat.started)
     assert await asyncio.wait_for(bus.drain(0.1), 15) is False
     reply = await held
     assert reply.kind == "aborted"

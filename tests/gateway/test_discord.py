@@ -10,9 +10,10 @@ import pytest
 
 from lich.gateway.discord import DiscordAdapter
 from lich.gateway.runner import GatewayRunner
+from lich.testing import async_wait_for
 
 from .conftest import NOTES, events
-from .fakes import BOT_ID, FakeDiscord, HttpResponse, wait_for
+from .fakes import BOT_ID, FakeDiscord, HttpResponse
 
 TOKEN = "discord-bot-token-xyz"
 ALICE = "111"
@@ -42,7 +43,7 @@ async def start(start_gateway: Any, fake: FakeDiscord, **overrides: Any) -> Disc
         ["discord"], {"discord": table}, env={"LICH_DISCORD_BOT_TOKEN": TOKEN}
     )
     adapter: DiscordAdapter = runner.adapter("discord")
-    await wait_for(lambda: adapter.ready.is_set() and fake.ready.is_set(), what="READY")
+    await async_wait_for(lambda: adapter.ready.is_set() and fake.ready.is_set(), what="READY")
     return adapter
 
 
@@ -53,7 +54,7 @@ async def test_mention_runs_a_tool_and_the_reply_is_posted(start_gateway: Any, f
     assert identify["intents"] == (1 << 9) | (1 << 12) | (1 << 15)
     assert adapter.bot_id == BOT_ID
     await fake.message(CHANNEL, ALICE, "read notes.txt", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL), what="the reply")
+    await async_wait_for(lambda: fake.contents_to(CHANNEL), what="the reply")
     assert fake.contents_to(CHANNEL) == [f"the file says: {NOTES.strip()}"]
     posted = fake.posted[0]
     assert posted["headers"]["authorization"] == f"Bot {TOKEN}"
@@ -67,14 +68,14 @@ async def test_guild_messages_without_a_mention_and_bot_messages_are_ignored(
     await fake.message(CHANNEL, ALICE, "just chatting")
     await fake.message(CHANNEL, "222", "a bot", mention=True, bot=True)
     await fake.message(CHANNEL, ALICE, "hey", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
     assert fake.contents_to(CHANNEL) == ["you said: hey | earlier: -"]
 
 
 async def test_mentions_can_be_optional(start_gateway: Any, fake: FakeDiscord):
     await start(start_gateway, fake, require_mention=False)
     await fake.message(CHANNEL, ALICE, "no mention needed")
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
 
 
 async def test_direct_messages_need_an_explicit_allowlist_entry(
@@ -83,12 +84,12 @@ async def test_direct_messages_need_an_explicit_allowlist_entry(
     await start(start_gateway, fake, allowed_users=["*"], allowed_chats=["dm-alice"])
     await fake.message("dm-bob", "333", "hello from a stranger", guild=None)
     await fake.message("dm-alice", ALICE, "hello in my DMs", guild=None)
-    await wait_for(lambda: fake.contents_to("dm-alice"))
+    await async_wait_for(lambda: fake.contents_to("dm-alice"))
     assert fake.contents_to("dm-bob") == []
     assert [e["chat"] for e in events(gateway_log, "denied")] == ["dm-bob"]
     # "*" still opens guild channels.
     await fake.message("g-chan", "333", "in a guild", mention=True)
-    await wait_for(lambda: fake.contents_to("g-chan"))
+    await async_wait_for(lambda: fake.contents_to("g-chan"))
 
 
 async def test_allowlist_denies_strangers_in_guild_channels(
@@ -97,7 +98,7 @@ async def test_allowlist_denies_strangers_in_guild_channels(
     await start(start_gateway, fake)
     await fake.message(CHANNEL, "999", "me too?", mention=True)
     await fake.message(CHANNEL, ALICE, "me", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
     assert fake.contents_to(CHANNEL) == ["you said: me | earlier: -"]
     assert events(gateway_log, "denied")[0]["user"] == "999"
 
@@ -106,7 +107,7 @@ async def test_a_long_reply_is_split_into_2000_character_messages(start_gateway:
                                                                   fake: FakeDiscord):
     await start(start_gateway, fake)
     await fake.message(CHANNEL, ALICE, "long 70", mention=True)  # ~4.9k characters
-    await wait_for(lambda: len(fake.contents_to(CHANNEL)) >= 3)
+    await async_wait_for(lambda: len(fake.contents_to(CHANNEL)) >= 3)
     chunks = fake.contents_to(CHANNEL)
     assert len(chunks) == 3
     assert all(len(c) <= 2000 for c in chunks)
@@ -119,7 +120,7 @@ async def test_429_retry_after_is_honoured(start_gateway: Any, fake: FakeDiscord
         429, {"message": "You are being rate limited.", "retry_after": 0.5, "global": False},
         {"retry-after": "1"}))
     await fake.message(CHANNEL, ALICE, "hi", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
     first, second = fake.post_attempts
     assert second.at - first.at >= 0.45  # the body's precise retry_after
     assert fake.contents_to(CHANNEL) == ["you said: hi | earlier: -"]
@@ -132,7 +133,7 @@ FAST_HEARTBEAT = pytest.mark.parametrize("fake", [200], indirect=True)
 async def test_heartbeats_carry_the_last_sequence_number(start_gateway: Any, fake: FakeDiscord):
     await start(start_gateway, fake)
     seq = await fake.dispatch("TYPING_START", {"channel_id": CHANNEL})
-    await wait_for(lambda: seq in fake.heartbeats, what=f"a heartbeat with d={seq}")
+    await async_wait_for(lambda: seq in fake.heartbeats, what=f"a heartbeat with d={seq}")
 
 
 async def test_a_dropped_connection_is_resumed_and_keeps_serving(
@@ -140,17 +141,17 @@ async def test_a_dropped_connection_is_resumed_and_keeps_serving(
 ):
     adapter = await start(start_gateway, fake)
     await fake.message(CHANNEL, ALICE, "before", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
     session, seq = fake.session_id, fake.seq
     fake.drop()  # TCP cut, no close frame
-    await wait_for(lambda: fake.resumes, what="a resume")
+    await async_wait_for(lambda: fake.resumes, what="a resume")
     assert fake.resumes[0] == {"token": TOKEN, "session_id": session, "seq": seq}
     assert len(fake.identifies) == 1
     # Both sides done resuming on the second connection (ready is cleared on a drop).
-    await wait_for(lambda: fake.connections == 2 and fake.ready.is_set()
-                   and adapter.ready.is_set(), what="the resumed session")
+    await async_wait_for(lambda: fake.connections == 2 and fake.ready.is_set()
+                         and adapter.ready.is_set(), what="the resumed session")
     await fake.message(CHANNEL, ALICE, "after", mention=True)
-    await wait_for(lambda: len(fake.contents_to(CHANNEL)) == 2)
+    await async_wait_for(lambda: len(fake.contents_to(CHANNEL)) == 2)
     assert fake.contents_to(CHANNEL)[1] == "you said: after | earlier: before"
     assert events(gateway_log, "resumed")
 
@@ -160,7 +161,7 @@ async def test_events_missed_while_disconnected_are_replayed_on_resume(start_gat
     await start(start_gateway, fake)
     fake.drop()
     await fake.message(CHANNEL, ALICE, "sent while you were away", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL), what="the replayed message's reply")
+    await async_wait_for(lambda: fake.contents_to(CHANNEL), what="the replayed message's reply")
 
 
 @FAST_HEARTBEAT
@@ -168,40 +169,42 @@ async def test_a_missing_heartbeat_ack_reconnects(start_gateway: Any, fake: Fake
                                                   gateway_log: pytest.LogCaptureFixture):
     adapter = await start(start_gateway, fake)
     fake.ack_heartbeats = False
-    await wait_for(lambda: events(gateway_log, "heartbeat_ack_missing"), what="zombie detection")
+    await async_wait_for(lambda: events(gateway_log, "heartbeat_ack_missing"),
+                         what="zombie detection")
     fake.ack_heartbeats = True
-    await wait_for(lambda: fake.resumes, what="a resume after the zombie")
-    await wait_for(lambda: fake.ready.is_set() and adapter.ready.is_set(), what="resumed")
+    await async_wait_for(lambda: fake.resumes, what="a resume after the zombie")
+    await async_wait_for(lambda: fake.ready.is_set() and adapter.ready.is_set(), what="resumed")
     await fake.message(CHANNEL, ALICE, "alive?", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
 
 
 async def test_reconnect_and_invalid_session_opcodes(start_gateway: Any, fake: FakeDiscord):
     adapter = await start(start_gateway, fake)
     await fake.send_op(7)  # Reconnect: resume
-    await wait_for(lambda: fake.resumes, what="a resume after op 7")
-    await wait_for(lambda: adapter.ready.is_set() and fake.ready.is_set())
+    await async_wait_for(lambda: fake.resumes, what="a resume after op 7")
+    await async_wait_for(lambda: adapter.ready.is_set() and fake.ready.is_set())
     fake.allow_resume = False
     await fake.send_op(9, False)  # Invalid session, not resumable: identify afresh
-    await wait_for(lambda: len(fake.identifies) == 2, what="a fresh identify")
-    await wait_for(lambda: adapter.ready.is_set() and adapter.session_id == fake.session_id)
+    await async_wait_for(lambda: len(fake.identifies) == 2, what="a fresh identify")
+    await async_wait_for(lambda: adapter.ready.is_set() and adapter.session_id == fake.session_id)
     await fake.message(CHANNEL, ALICE, "new session", mention=True)
-    await wait_for(lambda: fake.contents_to(CHANNEL))
+    await async_wait_for(lambda: fake.contents_to(CHANNEL))
 
 
 async def test_an_invalid_resume_falls_back_to_identify(start_gateway: Any, fake: FakeDiscord):
     adapter = await start(start_gateway, fake)
     fake.allow_resume = False
     fake.drop()
-    await wait_for(lambda: len(fake.identifies) == 2, what="identify after the refused resume")
-    await wait_for(lambda: adapter.ready.is_set() and adapter.session_id == fake.session_id)
+    await async_wait_for(lambda: len(fake.identifies) == 2,
+                         what="identify after the refused resume")
+    await async_wait_for(lambda: adapter.ready.is_set() and adapter.session_id == fake.session_id)
 
 
 async def test_an_authentication_failure_stops_reconnecting(start_gateway: Any, fake: FakeDiscord,
                                                             gateway_log: pytest.LogCaptureFixture):
     adapter = await start(start_gateway, fake)
     await fake.close_with(4004, "Authentication failed.")
-    await wait_for(lambda: adapter.failure, what="the adapter to give up")
+    await async_wait_for(lambda: adapter.failure, what="the adapter to give up")
     assert "4004" in (adapter.failure or "")
     connections = fake.connections
     assert events(gateway_log, "adapter_failed")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from lich_env import lich_env
 
 from lich.gateway.registry import (
     AdapterContext,
@@ -25,10 +25,9 @@ from lich.gateway.registry import (
 )
 from lich.hooks import hookimpl
 from lich.plugins import PluginHost, available_plugins
-from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest
+from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, async_wait_for
 
 from .conftest import events, gateway_responder
-from .fakes import wait_for
 
 
 def test_the_gateway_is_a_builtin_entry_point():
@@ -238,7 +237,7 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
             '[gateway]\nplatforms = ["webhook"]\ngrace_s = 20\n'
             '[gateway.webhook]\nport = 0\n'
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
+        env = lich_env()
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "lich", "--work-dir", str(tmp_path), "gateway",
             cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
@@ -253,16 +252,16 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
 
         reader = asyncio.create_task(read_stderr())
         try:
-            listening = await wait_for(
+            listening = await async_wait_for(
                 lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None),
-                limit_s=60, what=f"the webhook to listen; stderr so far: {lines}")
+                timeout=60, what=lambda: f"the webhook to listen; stderr so far: {lines}")
             port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
             async with httpx.AsyncClient(timeout=60) as client:
                 url = f"http://127.0.0.1:{port}"
                 request = asyncio.create_task(
                     client.post(f"{url}/message", json={"text": "slow job", "chat_id": "t"}))
-                await wait_for(lambda: any("event=message_in" in ln for ln in lines),
-                               limit_s=30, what="the message to arrive")
+                await async_wait_for(lambda: any("event=message_in" in ln for ln in lines),
+                                     timeout=30, what="the message to arrive")
                 process.send_signal(signal.SIGTERM)
                 response = await asyncio.wait_for(request, 60)
             assert response.status_code == 200, response.text

@@ -16,9 +16,9 @@ from lich.backoff import Backoff
 from lich.gateway._base import Reconnect, WebsocketAdapterBase
 from lich.gateway.config import Allowlist, GatewayConfig
 from lich.gateway.registry import AdapterContext, GatewayError
+from lich.testing import async_wait_for
 
 from .conftest import events
-from .fakes import wait_for
 
 
 class _Adapter(WebsocketAdapterBase):
@@ -102,7 +102,7 @@ async def test_stopping_ends_the_wait_for_the_next_connection(
 
     hour = Backoff(3600.0, 3600.0)  # only the stop can end this wait
     loop = asyncio.create_task(adapter.keep_connected(connect_once, hour))
-    await wait_for(lambda: events(gateway_log, "connection_lost"), what="the first drop")
+    await async_wait_for(lambda: events(gateway_log, "connection_lost"), what="the first drop")
     adapter._stop.set()
     await asyncio.wait_for(loop, 30)
     assert adapter.connections == 1

@@ -11,9 +11,10 @@ import pytest
 
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.telegram import NON_TEXT_REPLY
+from lich.testing import async_wait_for
 
 from .conftest import EMOJI, NOTES, events
-from .fakes import FakeTelegram, HttpResponse, wait_for
+from .fakes import FakeTelegram, HttpResponse
 
 TOKEN = "123456:TEST-token_value"
 USER = 4242
@@ -50,11 +51,11 @@ async def test_message_runs_a_tool_and_the_reply_is_delivered(start_gateway: Any
                                                              fake: FakeTelegram):
     runner = await start(start_gateway, fake)
     fake.push(USER, USER, "read notes.txt")
-    await wait_for(lambda: fake.texts_to(USER), what="the reply")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply")
     assert fake.texts_to(USER) == [f"the file says: {NOTES.strip()}"]
     assert [m.name for m in _tool_messages(runner)] == ["read_file"]
     # Polling used the offset after the update, with the long-poll timeout.
-    await wait_for(lambda: any("offset" in p.query for p in fake.polls))
+    await async_wait_for(lambda: any("offset" in p.query for p in fake.polls))
     polled = [p.query for p in fake.polls if "offset" in p.query]
     assert polled[0]["timeout"] == "1"
     assert int(polled[0]["offset"]) == 1001
@@ -70,7 +71,7 @@ def _tool_messages(runner: GatewayRunner) -> list[Any]:
 async def test_a_long_reply_is_split_at_line_boundaries(start_gateway: Any, fake: FakeTelegram):
     await start(start_gateway, fake)
     fake.push(USER, USER, "long 150")  # 150 lines of 70 characters: ~10.6k characters
-    await wait_for(lambda: len(fake.texts_to(USER)) >= 3, what="three chunks")
+    await async_wait_for(lambda: len(fake.texts_to(USER)) >= 3, what="three chunks")
     chunks = fake.texts_to(USER)
     assert len(chunks) == 3
     assert all(len(c) <= 4096 for c in chunks)
@@ -82,7 +83,7 @@ async def test_an_emoji_heavy_reply_is_split_by_utf16_code_units(start_gateway: 
                                                                  fake: FakeTelegram):
     await start(start_gateway, fake)
     fake.push(USER, USER, "emoji 3000")  # 3000 code points, 6000 UTF-16 code units
-    await wait_for(lambda: len(fake.texts_to(USER)) >= 2, what="two chunks")
+    await async_wait_for(lambda: len(fake.texts_to(USER)) >= 2, what="two chunks")
     chunks = fake.texts_to(USER)
     # The fake refuses, as Telegram does, anything over 4096 UTF-16 units.
     assert fake.too_long == []
@@ -94,7 +95,7 @@ async def test_an_emoji_heavy_reply_is_split_by_utf16_code_units(start_gateway: 
 async def test_sends_to_a_chat_are_paced(start_gateway: Any, fake: FakeTelegram):
     await start(start_gateway, fake, send_interval_s=0.3)
     fake.push(USER, USER, "long 150")  # three chunks
-    await wait_for(lambda: len(fake.texts_to(USER)) == 3, what="three chunks")
+    await async_wait_for(lambda: len(fake.texts_to(USER)) == 3, what="three chunks")
     # The next chunk leaves at least send_interval_s after the previous one was answered,
     # so arrival times at the fake are at least that far apart, however loaded the machine.
     times = [m["at"] for m in fake.sent]
@@ -108,7 +109,7 @@ async def test_429_retry_after_is_honoured(start_gateway: Any, fake: FakeTelegra
         "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
         "parameters": {"retry_after": 1}}))
     fake.push(USER, USER, "hello")
-    await wait_for(lambda: fake.texts_to(USER), what="the reply after the 429")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply after the 429")
     first, second = fake.send_attempts
     assert second.at - first.at >= 0.95  # it waited retry_after before trying again
     assert fake.texts_to(USER) == ["you said: hello | earlier: -"]
@@ -121,18 +122,18 @@ async def test_429_on_get_updates_waits_retry_after_then_polls_again(
     start_gateway: Any, fake: FakeTelegram, gateway_log: pytest.LogCaptureFixture,
 ):
     await start(start_gateway, fake, backoff_min_s=0, backoff_max_s=0)
-    await wait_for(lambda: fake.polls, what="the first poll")
+    await async_wait_for(lambda: fake.polls, what="the first poll")
     fake.poll_failures.append(HttpResponse(429, {
         "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
         "parameters": {"retry_after": 1}}))
-    limited = await wait_for(
+    limited = await async_wait_for(
         lambda: next((i for i, p in enumerate(fake.polls) if p.failed_with == 429), None),
         what="the poll answered 429")
-    await wait_for(lambda: len(fake.polls) > limited + 1, what="the poll after the 429")
+    await async_wait_for(lambda: len(fake.polls) > limited + 1, what="the poll after the 429")
     # It waited retry_after, not the zero backoff of other poll errors.
     assert fake.polls[limited + 1].at - fake.polls[limited].at >= 1.0
     fake.push(USER, USER, "after the limit")
-    await wait_for(lambda: fake.texts_to(USER), what="the reply after the 429")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply after the 429")
     assert fake.texts_to(USER) == ["you said: after the limit | earlier: -"]
     (event,) = events(gateway_log, "rate_limited")
     assert event["method"] == "getUpdates"
@@ -148,7 +149,7 @@ async def test_stop_during_a_long_retry_after_wait_returns_promptly(
         "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 3600",
         "parameters": {"retry_after": 3600}}))
     fake.push(USER, USER, "hello")
-    await wait_for(lambda: events(gateway_log, "rate_limited"), what="the 429")
+    await async_wait_for(lambda: events(gateway_log, "rate_limited"), what="the 429")
     # Waiting out the hour would hold stop() until the handler is cancelled after
     # grace + 30 s; the bound only tells a hang from a prompt stop.
     await asyncio.wait_for(runner.stop(grace_s=30), timeout=25)
@@ -165,9 +166,9 @@ async def test_send_failures_are_retried_and_never_stop_the_poller(start_gateway
     bad = HttpResponse(500, {"ok": False, "error_code": 500, "description": "oops"})
     fake.send_failures.extend([bad, bad, bad])  # more than one retry: this reply is lost
     fake.push(USER, USER, "first")
-    await wait_for(lambda: len(fake.send_attempts) == 2, what="two attempts")
+    await async_wait_for(lambda: len(fake.send_attempts) == 2, what="two attempts")
     fake.push(USER, USER, "second")  # the third failure is spent on this one's first try
-    await wait_for(lambda: fake.texts_to(USER), what="the second reply")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the second reply")
     assert fake.texts_to(USER) == ["you said: second | earlier: first"]
 
 
@@ -177,9 +178,9 @@ async def test_a_permanent_send_error_is_not_retried(start_gateway: Any, fake: F
     fake.send_failures.append(HttpResponse(403, {
         "ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}))
     fake.push(USER, USER, "hi")
-    await wait_for(lambda: events(gateway_log, "send_failed"), what="send_failed")
+    await async_wait_for(lambda: events(gateway_log, "send_failed"), what="send_failed")
     fake.push(USER, USER, "again")
-    await wait_for(lambda: fake.texts_to(USER), what="the next reply")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the next reply")
     assert len(fake.send_attempts) == 2
 
 
@@ -187,12 +188,13 @@ async def test_dropped_and_failed_polls_back_off_and_recover(
     start_gateway: Any, fake: FakeTelegram, gateway_log: pytest.LogCaptureFixture,
 ):
     await start(start_gateway, fake)
-    await wait_for(lambda: fake.polls, what="the first poll")
+    await async_wait_for(lambda: fake.polls, what="the first poll")
     fake.drop_polls = 2  # the connection is cut without an answer, twice
     fake.fail_polls = 1  # then a 502
-    await wait_for(lambda: len(events(gateway_log, "poll_failed")) >= 3, what="three failures")
+    await async_wait_for(lambda: len(events(gateway_log, "poll_failed")) >= 3,
+                         what="three failures")
     fake.push(USER, USER, "still there?")
-    await wait_for(lambda: fake.texts_to(USER), what="a reply after the drops")
+    await async_wait_for(lambda: fake.texts_to(USER), what="a reply after the drops")
     assert fake.texts_to(USER) == ["you said: still there? | earlier: -"]
     assert events(gateway_log, "poll_recovered")
 
@@ -202,7 +204,7 @@ async def test_allowlist_denies_strangers(start_gateway: Any, fake: FakeTelegram
     runner = await start(start_gateway, fake)
     fake.push(777, 777, "let me in")
     fake.push(USER, USER, "hi")  # processed after the stranger's update
-    await wait_for(lambda: fake.texts_to(USER))
+    await async_wait_for(lambda: fake.texts_to(USER))
     assert fake.texts_to(777) == []
     assert [r.last_user() for r in runner.chat.requests] == ["hi"]  # type: ignore[union-attr]
     denied = events(gateway_log, "denied")
@@ -215,7 +217,7 @@ async def test_an_allowlisted_group_chat_lets_its_members_in(start_gateway: Any,
                                                              fake: FakeTelegram):
     await start(start_gateway, fake, allowed_users=[], allowed_chats=[-100])
     fake.push(-100, 555, "from the group")
-    await wait_for(lambda: fake.texts_to(-100))
+    await async_wait_for(lambda: fake.texts_to(-100))
     assert fake.texts_to(-100) == ["you said: from the group | earlier: -"]
 
 
@@ -227,7 +229,7 @@ async def test_no_allowlist_means_default_deny_with_a_warning(
     assert warning
     assert warning[0]["platform"] == "telegram"
     fake.push(USER, USER, "hi")
-    await wait_for(lambda: events(gateway_log, "denied"))
+    await async_wait_for(lambda: events(gateway_log, "denied"))
     assert runner.chat.requests == []  # type: ignore[union-attr]
 
 
@@ -236,7 +238,7 @@ async def test_bots_edits_and_media(start_gateway: Any, fake: FakeTelegram):
     fake.push(USER, USER, "a bot talking", is_bot=True)
     fake.push(USER, USER, "edited text", kind="edited_message")
     fake.push(USER, USER, None)  # a photo
-    await wait_for(lambda: fake.texts_to(USER))
+    await async_wait_for(lambda: fake.texts_to(USER))
     assert fake.texts_to(USER) == [NON_TEXT_REPLY]
     assert runner.chat.requests == []  # type: ignore[union-attr]
 
@@ -244,11 +246,11 @@ async def test_bots_edits_and_media(start_gateway: Any, fake: FakeTelegram):
 async def test_start_and_new_commands(start_gateway: Any, fake: FakeTelegram):
     await start(start_gateway, fake)
     fake.push(USER, USER, "/start")
-    await wait_for(lambda: fake.texts_to(USER))
+    await async_wait_for(lambda: fake.texts_to(USER))
     fake.push(USER, USER, "/new")
-    await wait_for(lambda: len(fake.texts_to(USER)) == 2)
+    await async_wait_for(lambda: len(fake.texts_to(USER)) == 2)
     fake.push(USER, USER, "after")
-    await wait_for(lambda: len(fake.texts_to(USER)) == 3)
+    await async_wait_for(lambda: len(fake.texts_to(USER)) == 3)
     assert fake.texts_to(USER) == ["you said: hello | earlier: -", "Started a new conversation.",
                                    "you said: after | earlier: -"]
 
@@ -256,7 +258,7 @@ async def test_start_and_new_commands(start_gateway: Any, fake: FakeTelegram):
 async def test_stop_confirms_the_offset(start_gateway: Any, fake: FakeTelegram):
     runner = await start(start_gateway, fake)
     last = fake.push(USER, USER, "hi")
-    await wait_for(lambda: fake.texts_to(USER))
+    await async_wait_for(lambda: fake.texts_to(USER))
     await runner.stop()
     final = fake.polls[-1].query
     assert final == {"offset": str(last + 1), "timeout": "0"}

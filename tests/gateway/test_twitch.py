@@ -9,9 +9,10 @@ import pytest
 
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.twitch import TwitchAdapter, parse_irc_line, parse_tags
+from lich.testing import async_wait_for
 
 from .conftest import NOTES, events
-from .fakes import FakeTwitch, wait_for
+from .fakes import FakeTwitch
 
 CHANNEL = "lichchan"
 
@@ -37,8 +38,8 @@ async def start(start_gateway: Any, fake: FakeTwitch, **overrides: Any) -> Twitc
         ["twitch"], {"twitch": table}, env={"LICH_TWITCH_OAUTH_TOKEN": "abc123token"}
     )
     adapter: TwitchAdapter = runner.adapter("twitch")
-    await wait_for(lambda: adapter.ready.is_set(), what="the welcome")
-    await wait_for(lambda: any(line.startswith("JOIN") for line in fake.lines))
+    await async_wait_for(lambda: adapter.ready.is_set(), what="the welcome")
+    await async_wait_for(lambda: any(line.startswith("JOIN") for line in fake.lines))
     return adapter
 
 
@@ -52,14 +53,14 @@ async def test_handshake_then_a_message_runs_a_tool_and_gets_a_reply(start_gatew
         "JOIN #lichchan",
     ]
     await fake.say(CHANNEL, "alice", "read notes.txt")
-    await wait_for(lambda: fake.texts_to(CHANNEL), what="the reply")
+    await async_wait_for(lambda: fake.texts_to(CHANNEL), what="the reply")
     assert fake.texts_to(CHANNEL) == [f"the file says: {NOTES.strip()}"]
 
 
 async def test_ping_gets_pong(start_gateway: Any, fake: FakeTwitch):
     await start(start_gateway, fake)
     await fake.ping()
-    await wait_for(lambda: fake.pongs)
+    await async_wait_for(lambda: fake.pongs)
     assert fake.pongs == ["PONG :tmi.twitch.tv"]
 
 
@@ -67,7 +68,7 @@ async def test_own_messages_are_ignored_case_insensitively(start_gateway: Any, f
     adapter = await start(start_gateway, fake, allowed_users=["*"])
     await fake.say(CHANNEL, "LICHBOT", "my own echo")
     await fake.say(CHANNEL, "alice", "hi")
-    await wait_for(lambda: fake.texts_to(CHANNEL))
+    await async_wait_for(lambda: fake.texts_to(CHANNEL))
     assert fake.texts_to(CHANNEL) == ["you said: hi | earlier: -"]
     assert adapter.nick == "lichbot"
 
@@ -75,7 +76,7 @@ async def test_own_messages_are_ignored_case_insensitively(start_gateway: Any, f
 async def test_replies_are_one_line_chunks_of_at_most_500(start_gateway: Any, fake: FakeTwitch):
     await start(start_gateway, fake)
     await fake.say(CHANNEL, "alice", "long 20")  # 20 lines of 70 characters, newlines between
-    await wait_for(lambda: len(fake.texts_to(CHANNEL)) >= 3)
+    await async_wait_for(lambda: len(fake.texts_to(CHANNEL)) >= 3)
     chunks = fake.texts_to(CHANNEL)
     assert len(chunks) == 3
     assert all(len(c) <= 500 and "\n" not in c and "\r" not in c for c in chunks)
@@ -98,7 +99,7 @@ async def test_sends_are_paced_to_the_rate_window(start_gateway: Any, fake: Fake
 
     monkeypatch.setattr(adapter._limiter, "acquire", recording_acquire)
     await fake.say(CHANNEL, "alice", "long 30")  # 30 lines: 5 chunks
-    await wait_for(lambda: len(fake.texts_to(CHANNEL)) == 5, what="five chunks")
+    await async_wait_for(lambda: len(fake.texts_to(CHANNEL)) == 5, what="five chunks")
     assert len(released) == 5
     # Never more than 3 messages within any 0.6 s window.
     for i in range(len(released) - 3):
@@ -113,20 +114,20 @@ async def test_a_dropped_connection_reconnects_and_keeps_serving(
 ):
     adapter = await start(start_gateway, fake)
     fake.drop()
-    await wait_for(lambda: fake.connections == 2 and adapter.ready.is_set(),
-                   what="the second connection")
+    await async_wait_for(lambda: fake.connections == 2 and adapter.ready.is_set(),
+                         what="the second connection")
     assert fake.connection_lines[1][:3] == [
         "CAP REQ :twitch.tv/tags twitch.tv/commands", "PASS oauth:abc123token", "NICK lichbot"]
     assert events(gateway_log, "connection_lost")
-    await wait_for(lambda: len(fake.connection_lines[1]) >= 4)
+    await async_wait_for(lambda: len(fake.connection_lines[1]) >= 4)
     await fake.say(CHANNEL, "alice", "back?")
-    await wait_for(lambda: fake.texts_to(CHANNEL))
+    await async_wait_for(lambda: fake.texts_to(CHANNEL))
 
 
 async def test_a_reconnect_command_reconnects(start_gateway: Any, fake: FakeTwitch):
     adapter = await start(start_gateway, fake)
     await fake.send_line(":tmi.twitch.tv RECONNECT")
-    await wait_for(lambda: fake.connections == 2 and adapter.ready.is_set())
+    await async_wait_for(lambda: fake.connections == 2 and adapter.ready.is_set())
 
 
 async def test_allowlist_denies_strangers(start_gateway: Any, fake: FakeTwitch,
@@ -134,7 +135,7 @@ async def test_allowlist_denies_strangers(start_gateway: Any, fake: FakeTwitch,
     runner_adapter = await start(start_gateway, fake)
     await fake.say(CHANNEL, "mallory", "let me in")
     await fake.say(CHANNEL, "alice", "hi")
-    await wait_for(lambda: fake.texts_to(CHANNEL))
+    await async_wait_for(lambda: fake.texts_to(CHANNEL))
     assert fake.texts_to(CHANNEL) == ["you said: hi | earlier: -"]
     assert events(gateway_log, "denied")[0]["user"] == "mallory"
     assert runner_adapter.allowlist.users == frozenset({"alice"})
@@ -143,7 +144,7 @@ async def test_allowlist_denies_strangers(start_gateway: Any, fake: FakeTwitch,
 async def test_a_login_failure_is_final(start_gateway: Any, fake: FakeTwitch):
     adapter = await start(start_gateway, fake)
     await fake.send_line(":tmi.twitch.tv NOTICE * :Login authentication failed")
-    await wait_for(lambda: adapter.failure, what="the adapter to give up")
+    await async_wait_for(lambda: adapter.failure, what="the adapter to give up")
     assert "Login authentication failed" in (adapter.failure or "")
 
 

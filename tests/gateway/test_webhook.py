@@ -14,9 +14,9 @@ from lich.gateway._format import conversation_session_id
 from lich.gateway.registry import GatewayError
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.webhook import is_loopback
+from lich.testing import async_wait_for
 
 from .conftest import NOTES, GatedChat
-from .fakes import wait_for
 
 TOKEN = "s3cret-token-value"
 
@@ -184,7 +184,7 @@ async def test_busy_conversation_gets_429(start_gateway: Any, client: httpx.Asyn
     chat = GatedChat()
     _, url = await _webhook(start_gateway, chat=chat, gateway={"queue_limit": 1})
     held = asyncio.create_task(client.post(f"{url}/message", json={"text": "hold w"}))
-    await wait_for(lambda: "hold w" in chat.started)
+    await async_wait_for(lambda: "hold w" in chat.started)
     busy = await client.post(f"{url}/message", json={"text": "more"})
     assert busy.status_code == 429
     assert busy.json()["error"].startswith("busy")

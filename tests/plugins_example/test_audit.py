@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lich_examples.audit import append_line, read_audit_log
+
+from lich.testing import wait_for
 
 from .conftest import Recorder, build_agent, plan, run_plan, tool_results
 
@@ -174,14 +175,13 @@ def test_a_killed_run_leaves_a_readable_log(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 90  # generous: only detects a hang
-        while not ready.exists():
+        def reached() -> bool:
             if child.poll() is not None:
                 _, err = child.communicate()
                 pytest.fail(f"child exited early ({child.returncode}): {err.decode()[-2000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail("child never reached the hanging step")
-            time.sleep(0.05)
+            return ready.exists()
+
+        wait_for(reached, 90, "the child to reach the hanging step", interval=0.05)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:

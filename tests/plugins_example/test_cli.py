@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from lich_env import lich_env
 
 from lich.testing import ScriptedModel, ScriptedServer
 
@@ -30,17 +30,10 @@ TIMEOUT_S = 120  # generous: only catches a hang
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """The environment for ``lich`` subprocesses: no LICH_* or keys from the developer's
-    shell, no user config, wide tables (rich reads COLUMNS)."""
-    clean = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith("LICH_") and k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-        and not k.lower().endswith("_proxy")
-    }
+    shell, no user config."""
     home = tmp_path / "home"
     home.mkdir()
-    clean.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), COLUMNS="250",
-                 NO_COLOR="1", PYTHONIOENCODING="utf-8")
-    return clean
+    return lich_env(home, PYTHONIOENCODING="utf-8")
 
 
 def lich(args: Sequence[str], cwd: Path, env: dict[str, str],

@@ -406,12 +406,12 @@ async def test_timeout_is_network(kind: str, stream: bool) -> None:
         await asyncio.sleep(30)
         raise AssertionError("not reached")
 
-    started = time.monotonic()
+    # The message proves the provider's own timeout ended the call (a hang would end in
+    # pytest's timeout instead): no wall-clock assertion needed.
     with pytest.raises(ProviderError) as info:
         await ask(kind, slow, stream=stream, timeout_s=0.05)
     assert info.value.kind == "network"
     assert "timed out after 0.05s" in info.value.message
-    assert time.monotonic() - started < 20  # generous: only detects a hang
 
 
 async def test_stream_that_stalls_is_network(kind: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lich.testing import Reply
+from lich.testing import Reply, async_wait_for
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -183,11 +183,8 @@ async def test_aclose_closes_every_connection() -> None:
         await asyncio.wait_for(slow_arrived.wait(), 10)
         assert (opened, open_now) == (3, 3)
         await client.aclose()
-        for _ in range(500):
-            if open_now == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert open_now == 0  # every socket closed, the busy one too
+        # Every socket closed, the busy one too.
+        await async_wait_for(lambda: open_now == 0, what="every connection to close")
         with pytest.raises(ProviderError) as info:
             await asyncio.wait_for(slow, 10)
         assert info.value.kind == "network"  # the call lost its connection

@@ -54,7 +54,11 @@ from .conftest import TALLY, check_pairs, child_pids, read_session, run_ends, sc
 
 POINTS = ("model_call", "async_tool", "sync_tool", "terminal", "compression", "backoff",
           "before_hook")
-SLOW_S = 20.0  # what every slow thing would take if the cancel did not land
+# What every slow thing would take if the cancel did not land: far beyond the bound on
+# a cancelled run (CANCEL_BOUND_S), so a missed cancel fails that bound instead of a
+# wall-clock assertion on how quickly the run ended.
+SLOW_S = 600.0
+CANCEL_BOUND_S = 30.0  # generous: only detects a cancel that did not land
 
 
 class _Provider:
@@ -213,7 +217,6 @@ async def one_run(tmp: Path, point: str, by_task: bool, delay_s: float) -> dict[
     agent = Agent(config, plugins=[("slow", plugin)], chat=router)
     token = CancelToken()
     reached = asyncio.Event()
-    loop = asyncio.get_running_loop()
 
     def on_event(envelope: Envelope) -> None:
         if not reached.is_set() and trigger(point, envelope.event):
@@ -227,7 +230,6 @@ async def one_run(tmp: Path, point: str, by_task: bool, delay_s: float) -> dict[
     if point == "sync_tool":
         await asyncio.to_thread(plugin.sync_running.wait, 10)
     await asyncio.sleep(delay_s)
-    started = loop.time()
     if by_task:
         task.cancel()
     else:
@@ -235,13 +237,16 @@ async def one_run(tmp: Path, point: str, by_task: bool, delay_s: float) -> dict[
     outcome: dict[str, Any] = {"sid": sid, "session_dir": config.session_dir, "marker": marker,
                                "plugin": plugin}
     try:
-        result = await asyncio.wait_for(asyncio.shield(task), 30)
+        result = await asyncio.wait_for(asyncio.shield(task), CANCEL_BOUND_S)
         outcome["reason"] = result.stopped_reason
     except asyncio.CancelledError:
         if not task.cancelled():
             raise
         outcome["reason"] = "cancelled-task"
-    outcome["ended_s"] = loop.time() - started
+    except TimeoutError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        outcome["reason"] = f"still running {CANCEL_BOUND_S:g}s after the cancel"
     return outcome
 
 
@@ -273,8 +278,6 @@ async def test_cancel_at_random_points_leaves_a_valid_transcript_and_nothing_beh
         work = tmp_path / f"run{n}"
         work.mkdir()
         outcome = await one_run(work, point, by_task, delay_s)
-        # Bounded: a cancel that did not land would leave the run in a 20 s wait.
-        assert outcome["ended_s"] < SLOW_S / 2, label
         assert outcome["reason"] == ("cancelled-task" if by_task else "aborted"), label
 
         contents = read_session(outcome["session_dir"], outcome["sid"])
@@ -293,7 +296,7 @@ async def test_cancel_at_random_points_leaves_a_valid_transcript_and_nothing_beh
         assert live_processes_with(outcome["marker"]) == [], label
         if point == "sync_tool":
             # The worker thread is told (ctx.cancel) and stops, rather than napping on.
-            done = await asyncio.to_thread(outcome["plugin"].sync_done.wait, 5)
+            done = await asyncio.to_thread(outcome["plugin"].sync_done.wait, CANCEL_BOUND_S)
             assert done, f"{label}: the sync tool never saw its cancel"
         TALLY[f"cancellations at {point}"] += 1
         TALLY["cancellations survived"] += 1

@@ -14,6 +14,7 @@ that was cut off answered ``cancelled``, and the run ends ``final``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -31,7 +32,7 @@ from lich_examples.audit import read_audit_log
 from lich.agent import Agent
 from lich.hooks import hookimpl
 from lich.sessions import SessionStore
-from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
+from lich.testing import Reply, ScriptedChat, ScriptRequest, WaitTimeout, make_test_config, wait_for
 from lich.tools import tool
 from lich.types import ToolCall, ToolMessage, UserMessage
 
@@ -61,12 +62,13 @@ class _Child:
             self.started.set()
 
     def kill_after(self, delay_s: float) -> None:
-        deadline = time.monotonic() + 60
-        while not self.started.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise AssertionError(f"the child never wrote a record: {self._stderr()}")
-        time.sleep(delay_s)
+        with contextlib.suppress(WaitTimeout):
+            wait_for(lambda: self.started.is_set() or self.proc.poll() is not None, 60,
+                     interval=0.05)
+        if not self.started.is_set():
+            self.proc.kill()
+            raise AssertionError(f"the child never wrote a record: {self._stderr()}")
+        time.sleep(delay_s)  # a random point of the child's writing: what is tested
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
         self._reader.join(30)

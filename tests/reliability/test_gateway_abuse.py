@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
@@ -27,11 +26,12 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse, wait_for
+from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lich_env import lich_env
 
-from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest
+from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, async_wait_for
 from lich.types import ToolCall
 
 from .conftest import TALLY, scaled
@@ -96,12 +96,12 @@ class Gateway:
         self.telegram.push(TG_CHAT, 1, tag)
         await self.discord.message(DC_CHANNEL, "1234", tag, mention=True)
         await self.twitch.say(TW_CHANNEL, "alice", tag)
-        await wait_for(lambda: f"echo: {tag}" in self.telegram.texts_to(TG_CHAT), 30,
-                       f"telegram to answer {tag!r}; stderr: {self.lines[-20:]}")
-        await wait_for(lambda: f"echo: {tag}" in self.discord.contents_to(DC_CHANNEL), 30,
-                       f"discord to answer {tag!r}; stderr: {self.lines[-20:]}")
-        await wait_for(lambda: f"echo: {tag}" in self.twitch.texts_to(TW_CHANNEL), 30,
-                       f"twitch to answer {tag!r}; stderr: {self.lines[-20:]}")
+        await async_wait_for(lambda: f"echo: {tag}" in self.telegram.texts_to(TG_CHAT), 30,
+                             lambda: f"telegram to answer {tag!r}; stderr: {self.lines[-20:]}")
+        await async_wait_for(lambda: f"echo: {tag}" in self.discord.contents_to(DC_CHANNEL), 30,
+                             lambda: f"discord to answer {tag!r}; stderr: {self.lines[-20:]}")
+        await async_wait_for(lambda: f"echo: {tag}" in self.twitch.texts_to(TW_CHANNEL), 30,
+                             lambda: f"twitch to answer {tag!r}; stderr: {self.lines[-20:]}")
 
 
 @pytest.fixture
@@ -130,10 +130,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         f"rate_limit_messages = 1000\n{backoff}",
         encoding="utf-8",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
-    env.update(LICH_GATEWAY_TOKEN=TOKEN, LICH_TELEGRAM_BOT_TOKEN=TG_TOKEN,
-               LICH_DISCORD_BOT_TOKEN=DC_TOKEN, LICH_TWITCH_OAUTH_TOKEN=TW_TOKEN,
-               HOME=str(tmp_path))
+    env = lich_env(tmp_path, LICH_GATEWAY_TOKEN=TOKEN, LICH_TELEGRAM_BOT_TOKEN=TG_TOKEN,
+                   LICH_DISCORD_BOT_TOKEN=DC_TOKEN, LICH_TWITCH_OAUTH_TOKEN=TW_TOKEN)
     plugins = [a for entry in ZOO_ENTRIES for a in ("--plugin", entry)]
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lich", "--work-dir", str(work), *plugins, "gateway",
@@ -148,15 +146,15 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
 
     reader = asyncio.create_task(read_stderr())
     try:
-        listening = await wait_for(
+        listening = await async_wait_for(
             lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None), 60,
-            f"the webhook to listen; stderr: {lines}")
+            lambda: f"the webhook to listen; stderr: {lines}")
         port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
-        await wait_for(lambda: any("event=gateway_ready" in ln for ln in lines), 60,
-                       f"the gateway to be ready; stderr: {lines}")
-        await wait_for(lambda: discord.ready.is_set(), 30, "discord READY")
-        await wait_for(lambda: any(ln.startswith("JOIN #") for ln in twitch.lines), 30,
-                       "twitch JOIN")
+        await async_wait_for(lambda: any("event=gateway_ready" in ln for ln in lines), 60,
+                             lambda: f"the gateway to be ready; stderr: {lines}")
+        await async_wait_for(lambda: discord.ready.is_set(), 30, "discord READY")
+        await async_wait_for(lambda: any(ln.startswith("JOIN #") for ln in twitch.lines), 30,
+                             "twitch JOIN")
         yield Gateway(process, lines, port, telegram, discord, twitch)
     finally:
         if process.returncode is None:
@@ -374,8 +372,9 @@ async def malformed_telegram(gw: Gateway) -> int:
 
     fake._get_updates = garbled  # type: ignore[method-assign]
     try:
-        await wait_for(lambda: not answers, 30,
-                       f"telegram to poll through the bad answers; stderr: {gw.lines[-20:]}")
+        await async_wait_for(
+            lambda: not answers, 30,
+            lambda: f"telegram to poll through the bad answers; stderr: {gw.lines[-20:]}")
     finally:
         fake._get_updates = original  # type: ignore[method-assign]
     return count

@@ -11,13 +11,13 @@ must exit — a plugin thread blocked for an hour must not keep it alive.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lich_env import lich_env
 
 from lich.agent import Agent
 from lich.config import ConfigError
@@ -103,9 +103,7 @@ def lich(work: Path, *args: str, entries: list[str] = ZOO_ENTRIES,
     """``python -m lich --plugin <each entry> ARGS`` in ``work``; a hang fails the test
     (TimeoutExpired) instead of blocking the suite."""
     plugin_args = [a for entry in entries for a in ("--plugin", entry)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
-    env["HOME"] = str(work.parent / "home")
-    env["XDG_CONFIG_HOME"] = str(work.parent / "home" / ".config")
+    env = lich_env(work.parent / "home")
     return subprocess.run(
         [sys.executable, "-m", "lich", *plugin_args, *args], cwd=work, capture_output=True,
         text=True, timeout=timeout, env=env,

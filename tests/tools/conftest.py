@@ -7,7 +7,6 @@ import contextlib
 import functools
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +20,7 @@ from lich.config import LichConfig
 from lich.hooks import RunInfo
 from lich.plugins import PluginHost
 from lich.providers import ProviderRegistry, secret_env_names
+from lich.testing import DEFAULT_TIMEOUT_S, WaitTimeout, wait_for
 from lich.tools import ToolExecutor, ToolRegistry
 from lich.types import ToolCall, ToolResult
 from lich_builtin_tools import builtin_tools
@@ -243,14 +243,11 @@ def live_processes() -> Iterator[tuple[int, list[str]]]:
                 yield int(entry.name), fields
 
 
-def wait_until_dead(pids: list[int], within_s: float = 10.0) -> list[int]:
+def wait_until_dead(pids: list[int], within_s: float = DEFAULT_TIMEOUT_S) -> list[int]:
     """Poll until every pid is dead; returns those still alive after ``within_s``."""
-    deadline = time.monotonic() + within_s
-    alive = [p for p in pids if process_alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if process_alive(p)]
-    return alive
+    with contextlib.suppress(WaitTimeout):
+        wait_for(lambda: not any(process_alive(p) for p in pids), within_s, interval=0.05)
+    return [p for p in pids if process_alive(p)]
 
 
 def kill_quietly(pids: list[int]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 
 from lich_builtin_tools import _grep
@@ -91,10 +90,9 @@ async def test_catastrophic_backtracking_returns_within_the_bound(
     # exponentially: without a bound this single search would run for hours.
     (work / "early.txt").write_text("aaaa\n")  # matches quickly (found before the deadline)
     (work / "evil.txt").write_text("a" * 64 + "!\n")
-    started = time.monotonic()
+    # Unbounded, this search would outlast pytest's timeout; the error proves the budget
+    # stopped it, with no wall-clock assertion.
     result = await run("grep_files", {"pattern": "(a+)+$"}, settings={"time_budget_s": 1})
-    elapsed = time.monotonic() - started
-    assert elapsed < 30  # generous: the budget is 1 s, anything unbounded would hit 120 s
     assert not result.ok
     assert result.error is not None
     assert result.error.startswith("search_timeout: grep_files stopped after its 1s time budget")

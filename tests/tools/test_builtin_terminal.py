@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from lich.cancel import CancelToken
 from lich.config import LichConfig, ProviderConfig
 from lich.hooks import hookimpl
 from lich.providers import ProviderDefaults, ProviderRegistry
-from lich.testing import ScriptedChat
+from lich.testing import ScriptedChat, async_wait_for
 from lich.tools import ToolContext
 from lich.types import ToolCall
 from lich_builtin_tools import _terminal
@@ -36,12 +35,9 @@ def _group_members(pgid: int) -> list[int]:
     return [pid for pid, fields in live_processes() if int(fields[2]) == pgid]
 
 
-async def _appears(path: Path, within_s: float = 30.0) -> None:
-    for _ in range(int(within_s / 0.02)):
-        if await asyncio.to_thread(path.exists):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} never appeared")
+async def _appears(path: Path) -> None:
+    await async_wait_for(lambda: asyncio.to_thread(path.exists), what=f"{path} to appear",
+                         interval=0.02)
 
 
 async def test_echo_sees_the_tool_env_and_reports_exit_0(run: Runner) -> None:
@@ -67,9 +63,7 @@ async def test_missing_command(run: Runner) -> None:
 
 
 async def test_timeout_kills_the_whole_process_group(run: Runner, work: Path) -> None:
-    started = time.monotonic()
     result = await run("terminal", {"command": SLEEPERS, "timeout_ms": 1500})
-    assert time.monotonic() - started < 60  # generous: only detects a hang
     pids = _pids(work)
     try:
         assert result.error == "timeout"
@@ -133,24 +127,21 @@ async def test_task_cancellation_from_outside_kills_the_group(work: Path) -> Non
         kill_quietly(pids)
 
 
-async def _drained(within_s: float = 30.0) -> None:
+async def _drained() -> None:
     """Wait until no background job's pipe is still being drained (so none outlives the
     test's event loop as an unclosed transport)."""
-    for _ in range(int(within_s / 0.02)):
-        if not _terminal._DETACHED:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("a background job's pipes were never closed")
+    await async_wait_for(lambda: not _terminal._DETACHED,
+                         what="the background job's pipes to close", interval=0.02)
 
 
 async def test_background_job_does_not_hold_the_call_open(run: Runner, work: Path) -> None:
-    started = time.monotonic()
-    result = await run("terminal", {"command": "sleep 30 & echo $! > bg.pid; echo started"})
+    # A call held open by the job would return only when it ends, long after pytest's
+    # timeout: the job still running when the call returns shows it was not waited for.
+    result = await run("terminal", {"command": "sleep 600 & echo $! > bg.pid; echo started"})
     pid = int((work / "bg.pid").read_text())
     try:
         assert result.ok
         assert "started" in result.output
-        assert time.monotonic() - started < 20
         # Left running: the group is killed only on timeout or cancellation.
         assert process_alive(pid)
         assert len(_terminal._DETACHED) == 2  # its stdout and stderr, still drained

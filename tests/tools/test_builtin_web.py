@@ -99,18 +99,17 @@ async def test_fetch_reads_an_endless_body_only_up_to_the_cap(
         handler.send_response(200)
         handler.send_header("content-type", "text/plain")
         handler.end_headers()  # no content-length: the body lasts until the connection closes
-        deadline = time.monotonic() + 60
         try:
-            while time.monotonic() < deadline:
+            # 256 MiB: "endless" for the tool. Bounded so that a tool reading it all
+            # fails on the size it reports, not on the clock.
+            for _ in range(4096):
                 handler.wfile.write(b"z" * 65536)
         except OSError:
             pass  # the client stopped reading: what we want
 
     server.routes["/endless"] = endless
-    started = time.monotonic()
     result = await run("fetch_url", {"url": server.url("/endless"), "max_chars": 1000},
                        settings=ALLOW)
-    assert time.monotonic() - started < 30
     assert result.ok
     assert result.output.startswith("# 200 text/plain (more than 4000 bytes)\n" + "z" * 1000)
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
 from lich.events import CompressEnd, Failover, Retry, RunEnd
 from lich.sessions import SessionInfo
@@ -228,3 +229,21 @@ def test_the_format_package_offers_every_name_of_its_modules() -> None:
     for module in modules:
         for name in module.__all__:
             assert getattr(package, name) is getattr(module, name)
+
+
+@pytest.mark.parametrize("width", [10, 24, 40, 78])
+def test_fit_status_measures_wide_characters_in_cells(width: int) -> None:
+    # Each CJK character and each of these emoji takes two terminal cells.
+    parts = status_parts(
+        model="通义千问-大模型-超长的名字-🚀🚀", provider="本地", turns=3, tokens=42,
+        phase="tool", active_tool="写文件_📝", session_id="20250101-120000-会话标识",
+    )
+    assert cell_len(_line(parts)) > len(_line(parts))  # the case this is about
+    fitted = fit_status(parts, width)
+    assert cell_len(_line(fitted)) <= width
+
+
+def test_fit_status_keeps_a_wide_line_that_fits_in_cells_whole() -> None:
+    parts = status_parts(model="模型", provider="", turns=1, tokens=5, phase="idle")
+    assert fit_status(parts, cell_len(_line(parts))) == parts
+    assert fit_status(parts, cell_len(_line(parts)) - 1) != parts

@@ -10,7 +10,7 @@ from typing import Any
 
 from lich.agent import Agent
 from lich.hooks import hookimpl
-from lich.testing import ScriptedChat, Step, make_test_config
+from lich.testing import ScriptedChat, Step, async_wait_for, make_test_config
 from lich.tools import Tool, ToolRegistry, tool
 from lich.types import ChatOptions, ChatResult, Message, ToolDefinition
 
@@ -78,12 +78,7 @@ def make_agent(
 
 async def wait_for(pilot: Any, predicate: Callable[[], bool], what: str) -> None:
     """Let the app run until ``predicate()`` holds; fail (not hang) after a generous bound."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + HANG_GUARD_S
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await pilot.pause(0.01)
+    await async_wait_for(predicate, HANG_GUARD_S, what, pause=pilot.pause)
 
 
 async def send(pilot: Any, text: str) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from attrs import frozen
+from rich.cells import cell_len
+from rich.text import Text
 
-from lich.guards import truncate_text
 from lich.tui.format.text import format_usage
 
 __all__ = ["SEPARATOR", "SPINNER_FRAMES", "StatusPart", "fit_status", "status_parts"]
@@ -68,12 +69,16 @@ def status_parts(
     return parts
 
 
+# Widths are terminal cells, not characters: a CJK character or an emoji takes two.
 def _width(parts: Sequence[StatusPart]) -> int:
-    return sum(len(p.text) for p in parts) + len(SEPARATOR) * max(0, len(parts) - 1)
+    return sum(cell_len(p.text) for p in parts) + cell_len(SEPARATOR) * max(0, len(parts) - 1)
 
 
 def _clip(text: str, limit: int) -> str:
-    return truncate_text(text, limit, style="ellipsis")
+    """``text`` in at most ``limit`` cells (at least the "…"), "…" marking a cut."""
+    clipped = Text(text)
+    clipped.truncate(limit, overflow="ellipsis")
+    return clipped.plain
 
 
 def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:
@@ -117,13 +122,13 @@ def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:
     kept: list[StatusPart] = []
     used = 0
     for p in out:
-        sep = len(SEPARATOR) if kept else 0
+        sep = cell_len(SEPARATOR) if kept else 0
         room = width - used - sep
         if room <= 0:
             break
-        if len(p.text) > room:
+        if cell_len(p.text) > room:
             kept.append(StatusPart(p.key, _clip(p.text, room), p.style))
             break
         kept.append(p)
-        used += sep + len(p.text)
+        used += sep + cell_len(p.text)
     return kept
