@@ -1,6 +1,6 @@
 """The slash commands of lich's interactive front ends, in one table.
 
-``lich chat`` (:mod:`lich._cli_chat`) and ``lich tui`` (:mod:`lich.tui.app`)
+``lich chat`` (:mod:`lich.cli.chat`) and ``lich tui`` (:mod:`lich.tui.app`)
 both read :data:`SLASH_COMMANDS`: each command is listed once, with its
 aliases, its argument hint, its help text and the front ends that have it.
 Both parse their input with :meth:`SlashTable.parse`, dispatch on the

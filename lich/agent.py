@@ -14,11 +14,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 from attrs import frozen
 
 from lich import serialization
 from lich.cancel import Cancelled, CancelToken, race
-from lich.config import ConfigError, LichConfig
+from lich.config import ConfigError, LichConfig, config_with
 from lich.events import (
     CompressEnd,
     Envelope,
@@ -186,6 +187,7 @@ class Agent:
         env: dict[str, str] | None = None,
     ) -> None:
         self.config = config
+        self._env = env
         if host is None:
             host = load_plugins(config, plugins)
         else:
@@ -223,6 +225,22 @@ class Agent:
     def model(self) -> str:
         """The first provider's model ('' when a chat function was injected)."""
         return self.providers[0].model if self.providers else ""
+
+    def with_model(self, model: str) -> Agent:
+        """A new agent on the same plugin host whose first provider calls ``model``.
+
+        What ``/model NAME`` does in ``lich chat`` and the TUI: everything else of
+        the configuration stays, the new agent is assembled (and checked) exactly
+        as this one was. The caller closes this agent when it is done with it.
+
+        :raises lich.config.ConfigError: the new configuration is unusable.
+        :raises ValueError: this agent was given a chat function, not providers.
+        """
+        if not self.config.providers:
+            raise ValueError("no provider is configured: there is no model to switch")
+        first = attrs.evolve(self.config.providers[0], model=model)
+        config = config_with(self.config, providers=(first, *self.config.providers[1:]))
+        return Agent(config, host=self.host, env=self._env)
 
     async def aclose(self) -> None:
         """Close the providers' HTTP clients."""

@@ -254,8 +254,11 @@ def load_config(
         if key in flags:
             raw[key] = flags[key]
             sources[key] = "flag"
-    if "plugins" in flags:  # --plugin adds to the configured list
-        raw["plugins"] = [*raw.get("plugins", BUILTIN_PLUGINS), *flags["plugins"]]
+    if "plugins" in flags:  # --plugin adds to the configured list (once: not a second load)
+        listed = raw.get("plugins", BUILTIN_PLUGINS)
+        if isinstance(listed, list | tuple):
+            listed = [*listed, *(p for p in flags["plugins"] if p not in listed)]
+        raw["plugins"] = listed
         sources["plugins"] = "flag"
 
     provider_source = _apply_provider_overrides(raw, env, flags)

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from lich._cli_options import config_options, get_settings
+from lich.cli.options import config_options, get_settings
 
 __all__ = ["gateway_command"]
 
@@ -47,14 +47,7 @@ def gateway_command(
     """
     import asyncio
 
-    from lich._cli_app import (
-        EXIT_USAGE,
-        echo_error,
-        host_for,
-        load_settings_config,
-        setup_logging,
-        warn_plugin_failures,
-    )
+    from lich.cli.common import CommandError, assemble, echo_error
     from lich.config import ConfigError
     from lich.gateway.config import parse_gateway_config, with_overrides
     from lich.gateway.registry import GatewayError, UnknownPlatformError
@@ -63,17 +56,19 @@ def gateway_command(
 
     settings = get_settings(ctx)
     try:
-        config = load_settings_config(settings).config
-        gateway = parse_gateway_config(config.gateway)
+        # The gateway builds its agents itself (with the gateway's tools), on this host.
+        built = assemble(settings, agent=False, service=True)
+        gateway = parse_gateway_config(built.config.gateway)
+    except CommandError as exc:
+        ctx.exit(exc.report())
     except ConfigError as exc:
-        echo_error(str(exc))
-        ctx.exit(EXIT_USAGE)
+        ctx.exit(CommandError(str(exc)).report())
     changes: dict[str, Any] = {}
     env_port = os.environ.get("LICH_GATEWAY_PORT", "").strip()
     if webhook_port is None and env_port:
         if not env_port.isdigit() or not 0 <= int(env_port) <= 65535:
-            echo_error(f"LICH_GATEWAY_PORT must be a port number (0-65535), got {env_port!r}")
-            ctx.exit(EXIT_USAGE)
+            ctx.exit(CommandError(
+                f"LICH_GATEWAY_PORT must be a port number (0-65535), got {env_port!r}").report())
         webhook_port = int(env_port)
     if webhook_port is not None:
         changes["webhook_port"] = webhook_port
@@ -83,18 +78,10 @@ def gateway_command(
         changes["grace_s"] = grace_s
     if changes:
         gateway = with_overrides(gateway, **changes)
-
-    setup_logging(settings.log_level or config.log_level, service=True)
-    host = host_for(settings, config)
-    if config.strict_plugins and host.failures:
-        echo_error(str(PluginLoadError(host.failures)))
-        ctx.exit(EXIT_USAGE)
-    warn_plugin_failures(host)
     try:
-        code = asyncio.run(run_gateway(config, platforms, host=host, gateway=gateway))
+        code = asyncio.run(run_gateway(built.config, platforms, host=built.host, gateway=gateway))
     except (UnknownPlatformError, ConfigError, PluginLoadError) as exc:
-        echo_error(str(exc))
-        ctx.exit(EXIT_USAGE)
+        ctx.exit(CommandError(str(exc)).report())
     except GatewayError as exc:
         echo_error(str(exc))
         ctx.exit(1)

@@ -15,13 +15,12 @@ in :mod:`lich.tui.log_capture`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lich.config import LichConfig
+    from lich.agent import Agent
 
-__all__ = ["INSTALL_HINT", "TuiUnavailableError", "run_tui"]
+__all__ = ["INSTALL_HINT", "TuiUnavailableError", "require_textual", "run_tui"]
 
 INSTALL_HINT = "pip install 'lich[tui]'"
 
@@ -34,7 +33,8 @@ class TuiUnavailableError(ModuleNotFoundError):
     """
 
 
-def _require_textual() -> None:
+def require_textual() -> None:
+    """Raise :class:`TuiUnavailableError` unless Textual can be imported."""
     try:
         import textual  # noqa: F401
     except ImportError as exc:
@@ -43,32 +43,21 @@ def _require_textual() -> None:
         ) from exc
 
 
-def run_tui(
-    config: LichConfig, *, resume: str | None = None, plugins: Sequence[str] = ()
-) -> int:
-    """Run the TUI until the user quits; returns the exit code (0, or 1 after a crash).
+def run_tui(agent: Agent, *, resume: str | None = None, owns_agent: bool = True) -> int:
+    """Run the TUI on ``agent`` until the user quits; returns the exit code (0, or 1
+    after a crash).
 
-    :param config: the effective configuration; its ``plugins`` are loaded.
+    :param agent: the assembled agent (``lich tui`` builds it with
+        :func:`lich.cli.common.assemble`, as every command does).
     :param resume: a session id or ``latest`` to continue; an unknown one is
         reported inside the TUI, which then starts a new session.
-    :param plugins: extra plugin entries for this run (added to the config's).
+    :param owns_agent: close the agent when the TUI ends.
     :raises TuiUnavailableError: Textual is not installed.
-    :raises lich.config.ConfigError: no usable provider is configured.
-    :raises lich.plugins.PluginLoadError: a plugin failed in strict mode.
     """
-    _require_textual()
-    import attrs
-
-    from lich.agent import Agent
+    require_textual()
     from lich.tui.app import LichApp
 
-    if plugins:
-        extra = tuple(p for p in plugins if p not in config.plugins)
-        # (a dict: mypy cannot type evolve() through the attrs converter of ``plugins``)
-        changes: dict[str, Any] = {"plugins": config.plugins + extra}
-        config = attrs.evolve(config, **changes)
-    agent = Agent(config)
-    app = LichApp(agent, resume=resume, owns_agent=True, capture_logs=True)
+    app = LichApp(agent, resume=resume, owns_agent=owns_agent, capture_logs=True)
     app.run()
     # Non-zero when the app died on an error (Textual has printed the traceback by then).
     return int(app.return_code or 0)

@@ -27,7 +27,7 @@ from lich import __version__
 from lich._slash import SLASH_COMMANDS, SlashInput
 from lich.agent import Agent
 from lich.cancel import CancelToken
-from lich.config import ConfigError, config_with
+from lich.config import ConfigError
 from lich.events import (
     CompressEnd,
     Envelope,
@@ -405,10 +405,8 @@ class LichApp(App[int]):
                 "error",
             )
             return False
-        first = attrs.evolve(agent.config.providers[0], model=model)
-        config = config_with(agent.config, providers=(first, *agent.config.providers[1:]))
         try:
-            switched = Agent(config, host=agent.host)
+            switched = agent.with_model(model)
         except (ConfigError, PluginLoadError) as exc:
             await self.add_block(error_notice(f"cannot switch to {model!r}: {exc}"))
             return False
@@ -418,7 +416,7 @@ class LichApp(App[int]):
         self.agent, self.owns_agent = switched, True
         self.model_name, self.provider_name = _model_and_provider(switched)
         self._refresh_status()
-        await self.notice(f"· model: {model} (provider {first.name})")
+        await self.notice(f"· model: {model} (provider {switched.config.providers[0].name})")
         return True
 
     async def new_session(self) -> None:

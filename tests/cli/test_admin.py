@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -322,28 +321,31 @@ def test_sessions_unknown_and_empty(work: Path, lich: Any) -> None:
 # ------------------------------------------------------------------------- tui
 
 
-def test_tui_gets_the_config_resume_and_plugins(
-    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+def test_tui_gets_the_assembled_agent_with_resume_and_plugins(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, scripted: Any
 ) -> None:
     calls: list[tuple[Any, ...]] = []
 
-    def run_tui(config: Any, *, resume: str | None = None, plugins: Any = ()) -> int:
-        calls.append((config, resume, tuple(plugins)))
+    def run_tui(agent: Any, *, resume: str | None = None) -> int:
+        calls.append((agent, resume))
         return 0
 
-    fake = types.ModuleType("lich.tui")
-    fake.run_tui = run_tui  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "lich.tui", fake)
+    import lich.tui as tui
+
+    monkeypatch.setattr(tui, "run_tui", run_tui)
+    server = scripted()
+    write_config(work, server.base_url)
     (work / "extra.py").write_text("", encoding="utf-8")
 
     result = lich("--max-turns", "4", "tui", "--resume", "latest", "--plugin", "extra.py")
 
     assert result.exit_code == 0, result.stderr
-    config, resume, plugins = calls[0]
-    assert config.max_turns == 4
+    agent, resume = calls[0]
+    assert agent.config.max_turns == 4
     assert resume == "latest"
-    assert plugins == (str(work / "extra.py"),)
-    assert str(work / "extra.py") not in config.plugins  # passed once, not twice
+    assert agent.config.plugins[-1] == str(work / "extra.py")
+    (report,) = [r for r in agent.host.reports if r.entry == str(work / "extra.py")]
+    assert report.status == "loaded"
 
 
 def test_tui_without_textual_says_how_to_install_it(

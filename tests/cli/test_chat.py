@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lich._cli_chat import KEYS_HELP, ChatSession
-from lich._cli_options import Settings
 from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
+from lich.cli.chat import KEYS_HELP, ChatSession
+from lich.cli.options import Settings
 from lich.sessions import SessionStore
 from lich.testing import Fail, Reply, ScriptedChat, ScriptRequest, make_test_config
 

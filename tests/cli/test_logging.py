@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lich._cli_app import setup_logging
+from lich.cli.common import setup_logging
 
 
 @pytest.fixture(autouse=True)

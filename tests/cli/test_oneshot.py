@@ -297,7 +297,7 @@ def test_system_prompt_flag_reaches_the_model(work: Path, scripted: Any, lich: A
 
 
 def test_exit_codes_for_each_ending() -> None:
-    from lich._cli_run import Interruptible, exit_code_for
+    from lich.cli.run import Interruptible, exit_code_for
 
     class Result:
         def __init__(self, reason: str) -> None:

@@ -242,6 +242,27 @@ def test_plugin_commands_from_the_config(work: Path, scripted: Any, lich: Any) -
     assert result.stdout == "hello, Bob\n"
 
 
+def test_the_documented_agent_command_runs_through_the_one_assembly(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    """docs/plugins.md's command that assembles an agent, as written there."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text("utf-8")
+    code = docs.split("plugin host and an agent", 1)[1].split("```python\n", 1)[1]
+    (work / "ask.py").write_text(code.split("```", 1)[0], encoding="utf-8")
+    server = scripted(["because."])
+    write_config(work, server.base_url, plugins=[*BUILTIN_PLUGINS, "ask.py"])
+
+    flags_after = lich("ask", "why?", "--max-turns", "3")
+    (work / ".lich" / "config.toml").write_text("max_turns = 0\n", encoding="utf-8")
+    broken = lich("--plugin", str(work / "ask.py"), "ask", "why?")
+
+    assert flags_after.exit_code == 0, flags_after.stderr
+    assert flags_after.stdout == "because.\n"
+    assert broken.exit_code == 2
+    assert "lich: error: " in broken.stderr
+    assert "$.max_turns" in broken.stderr
+
+
 def test_plugins_available_reads_metadata_without_importing(work: Path) -> None:
     code = textwrap.dedent('''
         import json, sys

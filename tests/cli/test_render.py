@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from lich import events as ev
-from lich._cli_render import HumanRenderer, JsonRenderer, args_preview, error_preview
+from lich.cli._render import HumanRenderer, JsonRenderer, args_preview, error_preview
 from lich.types import AssistantMessage, ChatResult, ToolCall, ToolResult, Usage
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from tui_support import GatedChat, ToolsPlugin, make_agent, send, wait_for
 
 from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
-from lich.config import LichConfig, ProviderConfig
+from lich.config import ProviderConfig
 from lich.events import Failover, Retry, StreamReset, TextDelta
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
 from lich.tui.app import LichApp
@@ -489,59 +488,24 @@ async def test_transcript_is_capped(tmp_path: Path) -> None:
         assert notices(app) == [f"· note {i}" for i in range(3, 8)]
 
 
-def test_run_tui_adds_plugins_and_runs_the_app(
+def test_run_tui_runs_the_app_on_the_agent_it_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from lich.tui import run_tui
 
-    plugin = tmp_path / "fake_provider.py"
-    plugin.write_text(
-        textwrap.dedent(
-            """
-            from lich import hookimpl
-            from lich.types import AssistantMessage, ChatResult
-
-            class FakeProvider:
-                def __init__(self, config):
-                    self.name = config.name
-                    self.model = config.model
-
-                async def chat(self, messages, tools, options):
-                    return ChatResult(AssistantMessage("fake"))
-
-                async def aclose(self):
-                    pass
-
-            @hookimpl
-            def lich_register_providers(registry):
-                registry.register("fake", FakeProvider)
-            """
-        )
-    )
-    config = LichConfig(
-        work_dir=str(tmp_path),
-        plugins=(),
-        providers=(ProviderConfig(kind="fake", name="main", model="fake-1"),),
-    )
+    agent = Agent(make_test_config(tmp_path), chat=ScriptedChat(["hi"]))
     seen: dict[str, Any] = {}
 
     def fake_run(self: LichApp) -> int:
-        seen["plugins"] = self.agent.config.plugins
-        seen["model"] = (self.model_name, self.provider_name)
+        seen["agent"] = self.agent
         seen["resume"] = self._resume_ref
         seen["owns"] = self.owns_agent
         seen["capture_logs"] = self.capture_logs
         return 0
 
     monkeypatch.setattr(LichApp, "run", fake_run)
-    assert run_tui(config, resume="latest", plugins=[str(plugin)]) == 0
-    assert seen == {
-        "plugins": (str(plugin),),
-        "model": ("fake-1", "fake"),
-        "resume": "latest",
-        "owns": True,
-        "capture_logs": True,
-    }
+    assert run_tui(agent, resume="latest") == 0
+    assert seen == {"agent": agent, "resume": "latest", "owns": True, "capture_logs": True}
 
 
 def test_run_tui_without_textual_names_the_install(
@@ -551,7 +515,7 @@ def test_run_tui_without_textual_names_the_install(
 
     monkeypatch.setitem(sys.modules, "textual", None)
     with pytest.raises(TuiUnavailableError, match=r"pip install 'lich\[tui\]'") as info:
-        run_tui(LichConfig(work_dir=str(tmp_path), plugins=()))
+        run_tui(Agent(make_test_config(tmp_path), chat=ScriptedChat(["hi"])))
     # code that handles a missing textual module handles this too
     assert isinstance(info.value, ModuleNotFoundError)
     assert info.value.name == "textual"

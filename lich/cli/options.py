@@ -127,7 +127,7 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
             help="Exit with an error when any plugin fails to load."),
     _option("--model", attr="model", metavar="MODEL", help="Model of the first provider."),
     _option("--provider-kind", attr="provider_kind", metavar="KIND",
-            help="Provider kind: openai_compat, anthropic, ollama, or a plugin's kind."),
+            help="Provider kind of the first provider (one a loaded plugin registers)."),
     _option("--base-url", attr="base_url", metavar="URL", help="Base URL of the first provider."),
     _option("--api-key-env", attr="api_key_env", metavar="NAME",
             help="Environment variable holding the first provider's API key."),

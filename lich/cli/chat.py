@@ -17,20 +17,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lich._cli_app import (
+import click
+
+from lich._slash import SLASH_COMMANDS
+from lich.cli._render import HumanRenderer, make_err_console
+from lich.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
-    build_agent,
+    CommandError,
+    assemble,
     echo_error,
-    load_settings_config,
-    setup_logging,
-    warn_plugin_failures,
 )
-from lich._cli_options import Settings
-from lich._cli_render import HumanRenderer, make_err_console
-from lich._cli_run import describe_provider_error, run_agent
-from lich._slash import SLASH_COMMANDS
+from lich.cli.options import Settings, get_settings, session_options
+from lich.cli.run import describe_provider_error, run_agent
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.types import Message, Usage
 
-__all__ = ["KEYS_HELP", "ChatSession", "chat"]
+__all__ = ["KEYS_HELP", "ChatSession", "chat", "chat_command"]
 
 KEYS_HELP = "  Ctrl-C cancels a running answer; Ctrl-D leaves."
 """The last line of ``/help``: the keys (the commands come from the shared table)."""
@@ -224,20 +224,17 @@ class ChatSession:
                 lead = "model" if i == 0 else "fallback"
                 self.say(f"{lead}: {p.model} (provider {p.name}, kind {p.kind})", "")
             return False
-        import attrs
+        from lich.config import ConfigError
+        from lich.plugins import PluginLoadError
 
-        from lich.config import ConfigError, config_with
-
-        first = attrs.evolve(providers[0], model=arg)
-        config = config_with(self.config, providers=(first, *providers[1:]))
         try:
-            agent = build_agent(self.settings, config)
-        except ConfigError as exc:
+            agent = self.agent.with_model(arg)
+        except (ConfigError, PluginLoadError, ValueError) as exc:
             echo_error(str(exc))
             return False
         await self.agent.aclose()
-        self.agent, self.config = agent, config
-        self.say(f"model: {arg} (provider {first.name})")
+        self.agent, self.config = agent, agent.config
+        self.say(f"model: {arg} (provider {agent.config.providers[0].name})")
         return False
 
     async def _sessions(self, _arg: str) -> bool:
@@ -321,25 +318,28 @@ def _reader(interactive_in: bool, interactive_out: bool) -> Any:
     return _LineReader("> " if interactive_in else None)
 
 
+@click.command("chat")
+@session_options
+@click.pass_context
+def chat_command(ctx: click.Context) -> None:
+    """Talk with the agent; it remembers the conversation (one session).
+
+    Slash commands: /help lists them (the same as in the TUI). Ctrl-C cancels the
+    answer in progress, not the chat.
+    """
+    ctx.exit(chat(get_settings(ctx)))
+
+
 def chat(settings: Settings) -> int:
     """``lich chat``: returns the exit code."""
-    from lich.config import ConfigError
-    from lich.plugins import PluginLoadError
-
-    try:
-        config = load_settings_config(settings).config
-    except ConfigError as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
     err = make_err_console()
-    setup_logging(config.log_level, err)
     try:
-        agent = build_agent(settings, config)
-    except (ConfigError, PluginLoadError) as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
-    warn_plugin_failures(agent.host)
-    state = ChatSession(settings, config, agent, err)
+        built = assemble(settings, console=err)
+    except CommandError as exc:
+        return exc.report()
+    agent = built.agent
+    assert agent is not None
+    state = ChatSession(settings, built.config, agent, err)
     if settings.resume and not state.resume(settings.resume):
         return EXIT_USAGE
     stdin_tty = bool(sys.stdin and sys.stdin.isatty())

@@ -1,7 +1,25 @@
-"""What the commands share: exit codes, error lines, logging, config and plugin loading.
+"""What every command shares: exit codes, error lines, logging, and :func:`assemble`,
+the one way a command turns this invocation's settings into a configuration, a loaded
+plugin host and an agent.
 
-Imported only by commands that run (never by ``lich --version``), but it
-still keeps the heavy parts (the agent, providers) inside functions.
+Public: a plugin's own commands (``lich_register_commands``) use it as the builtin
+commands do, with the flags of :mod:`lich.cli.options`::
+
+    from lich.cli.common import CommandError, assemble, echo_error
+    from lich.cli.options import config_options, get_settings
+
+    @click.command("ask-twice")
+    @config_options
+    @click.pass_context
+    def ask_twice(ctx):
+        try:
+            built = assemble(get_settings(ctx))
+        except CommandError as exc:
+            ctx.exit(exc.report())
+        ...
+
+Imported only by commands that run (never by ``lich --version``); the heavy parts
+(the agent, providers) are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -12,8 +30,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
+from attrs import frozen
 
-from lich._cli_options import Settings
+from lich.cli.options import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,7 +47,9 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_TERMINATED",
     "EXIT_USAGE",
-    "build_agent",
+    "Assembly",
+    "CommandError",
+    "assemble",
     "echo_error",
     "echo_warning",
     "host_for",
@@ -171,14 +192,77 @@ def warn_plugin_failures(host: PluginHost) -> None:
         )
 
 
-def build_agent(settings: Settings, config: LichConfig) -> Agent:
-    """An :class:`~lich.agent.Agent` for ``config`` using the invocation's plugin host.
+class CommandError(Exception):
+    """A command cannot go on. :meth:`report` prints ``lich: error: <message>`` and
+    returns the exit code (``EXIT_USAGE`` unless told otherwise)."""
 
-    :raises lich.config.ConfigError: no model, unknown provider kind, …
-    :raises lich.plugins.PluginLoadError: strict mode and a plugin failed.
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def report(self) -> int:
+        """Print the error line; the exit code to leave with."""
+        echo_error(str(self))
+        return self.code
+
+
+@frozen
+class Assembly:
+    """What :func:`assemble` put together for one invocation."""
+
+    loaded: LoadedConfig
+    host: PluginHost
+    agent: Agent | None
+
+    @property
+    def config(self) -> LichConfig:
+        """The effective configuration."""
+        return self.loaded.config
+
+
+def assemble(
+    settings: Settings,
+    *,
+    config: LichConfig | None = None,
+    agent: bool = True,
+    console: Any = None,
+    service: bool = False,
+) -> Assembly:
+    """This invocation's settings → the configuration, a loaded plugin host, an agent.
+
+    The one assembly every command, the TUI and the gateway go through: load the
+    configuration (file, environment, flags), set up logging at its level, load its
+    plugins once per invocation (:func:`host_for`), build the
+    :class:`~lich.agent.Agent` (which checks every plugin's settings and builds the
+    providers), and warn once about each plugin that failed.
+
+    :param config: use this configuration instead of loading one (``lich demo``).
+    :param agent: ``False``: stop at the plugin host (the gateway builds agents of
+        its own from it, inspection commands need none).
+    :param console: the rich console log lines go through while a run is shown.
+    :param service: log as a long-running service (timestamped lines).
+    :raises CommandError: a configuration error, or plugins failing in strict mode.
     """
-    from lich.agent import Agent
+    from lich.config import ConfigError, LoadedConfig
+    from lich.plugins import PluginLoadError
 
-    host = host_for(settings, config)
-    with quiet_plugin_log():
-        return Agent(config, host=host)
+    try:
+        loaded = (load_settings_config(settings) if config is None
+                  else LoadedConfig(config=config, file=None, sources={}))
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from exc
+    setup_logging(loaded.config.log_level, console, service=service)
+    host = host_for(settings, loaded.config)
+    built: Agent | None = None
+    try:
+        if loaded.config.strict_plugins:
+            host.raise_if_failed()
+        if agent:
+            from lich.agent import Agent
+
+            with quiet_plugin_log():
+                built = Agent(loaded.config, host=host)
+    except (ConfigError, PluginLoadError) as exc:
+        raise CommandError(str(exc)) from exc
+    warn_plugin_failures(host)
+    return Assembly(loaded=loaded, host=host, agent=built)

@@ -1,4 +1,4 @@
-"""Running the agent from the command line: one-shot runs and Ctrl-C handling.
+"""``lich run TASK`` (and ``lich TASK``): one-shot runs, and Ctrl-C handling for every run.
 
 Ctrl-C (SIGINT) fires the run's :class:`~lich.cancel.CancelToken`: the loop
 stops wherever it is, closes open tool calls, records ``run_end`` with
@@ -15,21 +15,20 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import click
 from attrs import frozen
 
-from lich._cli_app import (
+from lich.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_STOPPED,
     EXIT_TERMINATED,
     EXIT_USAGE,
-    build_agent,
+    CommandError,
+    assemble,
     echo_error,
-    load_settings_config,
-    setup_logging,
-    warn_plugin_failures,
 )
-from lich._cli_options import Settings
+from lich.cli.options import Settings, get_settings, run_options
 
 if TYPE_CHECKING:
     from lich.agent import Agent, RunResult
@@ -163,10 +162,23 @@ def read_task(words: tuple[str, ...]) -> str | None:
     return stdin.read().strip() or None
 
 
+@click.command("run")
+@run_options
+@click.argument("task", nargs=-1)
+@click.pass_context
+def run_command(ctx: click.Context, task: tuple[str, ...]) -> None:
+    """Run one task (what `lich TASK...` does).
+
+    The answer streams to stdout, progress goes to stderr. With no TASK and
+    stdin not a terminal, the task is read from stdin. Use `lich run -- TASK`
+    when the task starts with a command's name or a dash.
+    """
+    ctx.exit(one_shot(get_settings(ctx), task))
+
+
 def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
     """``lich TASK…``: run the task once; returns the exit code."""
-    from lich.config import ConfigError
-    from lich.plugins import PluginLoadError
+    from lich.cli._render import HumanRenderer, JsonRenderer, make_err_console
     from lich.sessions import SessionNotFound, SessionStore
 
     task = read_task(words)
@@ -174,31 +186,22 @@ def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
         echo_error("no task: give it as words (lich \"do this\") or on stdin "
                    "(echo \"do this\" | lich); `lich --help` lists the commands")
         return EXIT_USAGE
-    try:
-        config = load_settings_config(settings).config
-    except ConfigError as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
-    from lich._cli_render import HumanRenderer, JsonRenderer, make_err_console
-
     err = make_err_console()
-    setup_logging(config.log_level, err)
+    try:
+        built = assemble(settings, console=err)
+    except CommandError as exc:
+        return exc.report()
+    assert built.agent is not None
     session_id = None
     if settings.resume:
         try:
-            session_id = SessionStore(config.session_dir).resolve(settings.resume)
+            session_id = SessionStore(built.config.session_dir).resolve(settings.resume)
         except (SessionNotFound, ValueError) as exc:
             echo_error(f"--resume: {exc}")
             return EXIT_USAGE
-    try:
-        agent = build_agent(settings, config)
-    except (ConfigError, PluginLoadError) as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
-    warn_plugin_failures(agent.host)
     human = None if settings.json else HumanRenderer(err)
     renderer: EventHandler = JsonRenderer() if human is None else human
-    return execute(agent, task, renderer, human, session_id=session_id)
+    return execute(built.agent, task, renderer, human, session_id=session_id)
 
 
 def execute(

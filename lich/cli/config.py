@@ -1,8 +1,8 @@
-"""The inspection commands: ``config``, ``plugins``, ``tools`` and ``sessions``.
+"""``lich config``: write a template, show the effective values, find the file, validate.
 
-None of them needs a model. They load the configuration (and, where it
-matters, the plugins) and report; a plugin that fails is a line in a table,
-never a crash.
+None of these needs a model. ``validate`` checks what a run checks — the file, the
+provider kinds, and every plugin's own settings (``lich_check_config``) — so a
+configuration that a run would reject is never reported as valid.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import contextlib
 import json
 import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich._cli_app import (
+from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
+from lich.cli.common import (
     EXIT_OK,
     EXIT_STOPPED,
     EXIT_USAGE,
@@ -27,107 +27,70 @@ from lich._cli_app import (
     host_for,
     load_settings_config,
     quiet_plugin_log,
-    setup_logging,
 )
-from lich._cli_options import Settings
-from lich.guards import truncate_text
+from lich.cli.options import Settings, config_options, get_settings
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.table import Table
-
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
-    from lich.plugins import PluginHost
     from lich.providers import ProviderKind, ProviderRegistry
 
 __all__ = [
+    "config_group",
     "config_init",
     "config_path",
     "config_show",
     "config_template",
     "config_validate",
     "describe_config",
-    "plugins_available",
-    "plugins_list",
-    "sessions_list",
-    "sessions_path",
-    "sessions_show",
-    "tools_list",
+    "mask_secrets",
+    "provider_kinds",
+    "toml_value",
+    "write_text_atomically",
 ]
 
 
-def _out_console() -> Console:
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        # Pipes and files get long lines instead of tables wrapped at 80 columns: a path or
-        # an error message must survive intact for grep and scripts, however long it is.
-        console = Console(highlight=False, width=10_000)
-    return console
+@click.group("config")
+def config_group() -> None:
+    """Write, show, locate and check the configuration."""
 
 
-def _add_row(table: Any, *cells: Any) -> None:
-    """Add a row whose strings are plain text: tool descriptions and error messages may
-    contain ``[brackets]`` that rich would otherwise take for markup."""
-    from rich.text import Text
-
-    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
-
-
-def _print_table(console: Console, table: Table) -> None:
-    """Print ``table`` without cutting what users copy out of it.
-
-    Columns made with ``no_wrap=True`` hold paths, error messages, module names: such
-    a cell is never wrapped or cut. The other columns may wrap, at spaces only. When
-    the console is too narrow for that (a narrow terminal; pipes are wide, see
-    :func:`_out_console`), each row is printed as a record of ``column: value`` lines
-    instead, which the terminal may fold but which stay whole when copied.
-    """
-    from rich.measure import Measurement
-    from rich.text import Text
-
-    # Measured as if the console were unbounded, so that no width clamps the result.
-    unbounded = console.options.update_width(1_000_000)
-    for column in table.columns:
-        if column.no_wrap:
-            column.min_width = max(
-                Measurement.get(console, unbounded, cell).maximum
-                for cell in (column.header, *column.cells)
-            )
-    if Measurement.get(console, unbounded, table).minimum <= console.width:
-        console.print(table)
-        return
-    headers = [str(column.header) for column in table.columns]
-    rows = zip(*(list(column.cells) for column in table.columns), strict=True)
-    for n, values in enumerate(rows):
-        if n:
-            console.print()
-        for i, (header, value) in enumerate(zip(headers, values, strict=True)):
-            text = value.copy() if isinstance(value, Text) else Text(str(value))
-            if not text.plain:
-                continue
-            label = Text(f"{header}: " if i == 0 else f"  {header}: ", style="bold")
-            console.print(label.append_text(text), soft_wrap=True)
+@config_group.command("init")
+@config_options
+@click.option("--user", is_flag=True, help="Write the user config instead of the work dir's.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.option("--print", "to_stdout", is_flag=True, help="Print the template instead.")
+@click.pass_context
+def config_init_command(ctx: click.Context, user: bool, force: bool, to_stdout: bool) -> None:
+    """Write a commented .lich/config.toml template."""
+    ctx.exit(config_init(get_settings(ctx), user=user, force=force, to_stdout=to_stdout))
 
 
-def _print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+@config_group.command("show")
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@click.pass_context
+def config_show_command(ctx: click.Context, as_json: bool) -> None:
+    """The effective configuration, each value with its source
+    (default, file, env, flag). Secrets are never shown."""
+    ctx.exit(config_show(get_settings(ctx), as_json or get_settings(ctx).json))
 
 
-def _load(settings: Settings) -> LoadedConfig | None:
-    from lich.config import ConfigError
-
-    try:
-        loaded = load_settings_config(settings)
-    except ConfigError as exc:
-        echo_error(str(exc))
-        return None
-    setup_logging(loaded.config.log_level)
-    return loaded
+@config_group.command("path")
+@config_options
+@click.pass_context
+def config_path_command(ctx: click.Context) -> None:
+    """The config file in use (exit 1 when there is none)."""
+    ctx.exit(config_path(get_settings(ctx)))
 
 
-# ====================================================================== config
+@config_group.command("validate")
+@config_options
+@click.pass_context
+def config_validate_command(ctx: click.Context) -> None:
+    """Check the config as a run would: errors name the file and the $.path;
+    provider kinds and every plugin's own settings are checked too."""
+    ctx.exit(config_validate(get_settings(ctx)))
+
 
 _SECRET_KEY = re.compile(r"(key|token|secret|passw|auth|credential|cookie)", re.I)
 
@@ -210,17 +173,17 @@ def _show_value(value: Any) -> str:
 
 def config_show(settings: Settings, as_json: bool) -> int:
     """``lich config show``: the effective configuration with where each value came from."""
-    loaded = _load(settings)
+    loaded = load_or_report(settings)
     if loaded is None:
         return EXIT_USAGE
     rows = describe_config(loaded, provider_kinds(settings, loaded.config))
     if as_json:
-        _print_json({"file": loaded.file,
+        print_json({"file": loaded.file,
                      "values": {k: {"value": v, "source": s} for k, v, s in rows}})
         return EXIT_OK
     from rich.table import Column, Table
 
-    console = _out_console()
+    console = out_console()
     console.print(f"config file: {loaded.file or 'none (defaults, environment and flags only)'}",
                   markup=False, soft_wrap=True)
     table = Table(Column("key", no_wrap=True), "value", Column("source", no_wrap=True),
@@ -228,17 +191,17 @@ def config_show(settings: Settings, as_json: bool) -> int:
     for key, value, source in rows:
         if key == "providers":
             if not value:
-                _add_row(table, "providers", "none (no model configured)", source)
+                add_row(table, "providers", "none (no model configured)", source)
             for i, p in enumerate(value):
                 key_state = "set" if p.pop("api_key_set") else "not set"
                 env = p.pop("api_key_env")
                 text = " ".join(f"{k}={_show_value(v)}" for k, v in p.items() if v is not None)
                 if env:
                     text += f" api_key_env={env} ({key_state})"
-                _add_row(table, f"providers[{i}]", text, source)
+                add_row(table, f"providers[{i}]", text, source)
             continue
-        _add_row(table, key, _show_value(value), source)
-    _print_table(console, table)
+        add_row(table, key, _show_value(value), source)
+    print_table(console, table)
     return EXIT_OK
 
 
@@ -448,7 +411,7 @@ def config_validate(settings: Settings) -> int:
     from lich.config import ConfigError, no_model_message
     from lich.providers import ProviderRegistry
 
-    loaded = _load(settings)
+    loaded = load_or_report(settings)
     if loaded is None:
         return EXIT_USAGE
     config = loaded.config
@@ -488,263 +451,3 @@ def config_validate(settings: Settings) -> int:
         return EXIT_USAGE
     click.echo(f"ok: {where}")
     return EXIT_OK
-
-
-# ===================================================================== plugins
-
-
-def _exercise(host: PluginHost, config: LichConfig) -> None:
-    """Run the registration hooks once, so failures in them show up in the reports."""
-    from lich.agent import build_tool_registry
-    from lich.providers import ProviderRegistry
-
-    with quiet_plugin_log():
-        host.register_providers(ProviderRegistry())
-        build_tool_registry(host, config)
-        host.register_commands(click.Group("scratch"))
-
-
-def plugins_list(settings: Settings, as_json: bool) -> int:
-    """``lich plugins``: one row per configured entry; exit 2 in strict mode on failure."""
-    from lich import serialization
-
-    loaded = _load(settings)
-    if loaded is None:
-        return EXIT_USAGE
-    config = loaded.config
-    host = host_for(settings, config)
-    _exercise(host, config)
-    reports = list(host.reports)
-    if as_json:
-        _print_json([{**serialization.unstructure(r), "ok": r.ok} for r in reports])
-    else:
-        from rich.table import Column, Table
-        from rich.text import Text
-
-        whole = ("entry", "plugin", "version", "status")
-        table = Table(*(Column(h, no_wrap=True) for h in whole), "hooks",
-                      Column("error", no_wrap=True))
-        for r in reports:
-            style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
-            hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
-            _add_row(table, r.entry, r.plugin or "", r.version or "",
-                     Text(r.status, style=style), hooks, r.describe_error())
-        console = _out_console()
-        _print_table(console, table)
-        failed = len(host.failures)
-        if failed:
-            console.print(f"{failed} of {len(reports)} plugin entries did not load.",
-                          markup=False, soft_wrap=True)
-    if config.strict_plugins and host.failures:
-        return EXIT_USAGE
-    return EXIT_OK
-
-
-def plugins_available(settings: Settings, as_json: bool) -> int:
-    """``lich plugins available``: installed ``lich`` entry points, from metadata only."""
-    from lich.config import BUILTIN_PLUGINS, ConfigError
-    from lich.plugins import available_plugins
-
-    try:
-        enabled: Sequence[str] = load_settings_config(settings).config.plugins
-    except ConfigError as exc:
-        echo_warning(f"{exc} (showing the default plugin list as enabled)")
-        enabled = BUILTIN_PLUGINS
-    rows: list[dict[str, Any]] = [
-        {"name": p.name, "value": p.value, "distribution": p.distribution,
-         "version": p.version, "enabled": p.name in enabled}
-        for p in available_plugins()
-    ]
-    if as_json:
-        _print_json(rows)
-        return EXIT_OK
-    from rich.table import Column, Table
-
-    table = Table(*(Column(h, no_wrap=True)
-                    for h in ("name", "distribution", "version", "module", "enabled")))
-    for row in rows:
-        _add_row(table, row["name"], row["distribution"] or "", row["version"] or "",
-                      row["value"], "yes" if row["enabled"] else "")
-    _print_table(_out_console(), table)
-    return EXIT_OK
-
-
-# ======================================================================= tools
-
-
-def tools_list(settings: Settings, as_json: bool) -> int:
-    """``lich tools``: the enabled tools with their plugin and description."""
-    from lich._cli_app import warn_plugin_failures
-    from lich.agent import build_tool_registry
-    from lich.providers import ProviderRegistry
-
-    loaded = _load(settings)
-    if loaded is None:
-        return EXIT_USAGE
-    config = loaded.config
-    host = host_for(settings, config)
-    with quiet_plugin_log():
-        # As an agent is assembled: a plugin that fails registering its providers is
-        # unloaded whole, so its tools must not be listed as if a run could use them.
-        host.register_providers(ProviderRegistry())
-        registry = build_tool_registry(host, config)
-    warn_plugin_failures(host)
-    tools = registry.list()
-    if as_json:
-        _print_json([
-            {"name": t.name, "plugin": t.plugin, "description": t.description,
-             "parameters": t.parameters, "timeout_s": t.timeout_s,
-             "max_output_chars": t.max_output_chars}
-            for t in tools
-        ])
-        return EXIT_OK
-    if not tools:
-        click.echo("no tools enabled (see `lich plugins`)", err=True)
-        return EXIT_OK
-    from rich.table import Column, Table
-
-    table = Table(Column("tool", no_wrap=True), Column("plugin", no_wrap=True), "description",
-                  box=None, pad_edge=False)
-    for t in tools:
-        first = t.description.strip().splitlines()[0] if t.description.strip() else ""
-        _add_row(table, t.name, t.plugin or "", first)
-    _print_table(_out_console(), table)
-    return EXIT_OK
-
-
-# ==================================================================== sessions
-
-
-def _store(settings: Settings) -> Any:
-    from lich.sessions import SessionStore
-
-    loaded = _load(settings)
-    return None if loaded is None else SessionStore(loaded.config.session_dir)
-
-
-def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
-    """``lich sessions list``: newest first."""
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    sessions = store.list()[: limit if limit > 0 else None]
-    if as_json:
-        _print_json([{"session_id": s.session_id, "path": str(s.path), "title": s.title,
-                      "modified": s.modified, "size": s.size} for s in sessions])
-        return EXIT_OK
-    if not sessions:
-        click.echo(f"no sessions in {store.directory}", err=True)
-        return EXIT_OK
-    from rich.table import Column, Table
-
-    table = Table(*(Column(h, no_wrap=True) for h in ("session", "modified", "size")),
-                  "first message", box=None, pad_edge=False)
-    for s in sessions:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))
-        _add_row(table, s.session_id, when, f"{s.size:,}", s.title)
-    _print_table(_out_console(), table)
-    return EXIT_OK
-
-
-def sessions_path(settings: Settings, ref: str | None) -> int:
-    """``lich sessions path [ID]``: the session dir, or one session's file."""
-    from lich.sessions import SessionNotFound
-
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    if ref is None:
-        click.echo(str(store.directory))
-        return EXIT_OK
-    try:
-        click.echo(str(store.path_for(store.resolve(ref))))
-    except (SessionNotFound, ValueError) as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
-    return EXIT_OK
-
-
-def _clip(text: str, limit: int) -> str:
-    return truncate_text(text.rstrip(), limit, style="inline")
-
-
-def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
-    """``lich sessions show ID``: the conversation, readable (or as JSON)."""
-    from lich import serialization
-    from lich.sessions import SessionNotFound
-
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    try:
-        contents = store.read(ref)
-    except (SessionNotFound, ValueError, OSError) as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
-    if as_json:
-        _print_json({
-            "session_id": contents.session_id,
-            "path": str(contents.path),
-            "messages": [serialization.message_to_dict(m) for m in contents.messages],
-            "problems": list(contents.problems),
-            "torn_tail": contents.torn_tail,
-        })
-        return EXIT_OK
-    from rich.text import Text
-
-    console = _out_console()
-
-    def line(text: str, style: str = "") -> None:
-        console.print(Text(text, style=style), soft_wrap=True)
-
-    line(f"session {contents.session_id}  ({contents.path})", "bold")
-    for record in contents.records:
-        kind = record.get("kind")
-        if kind == "message":
-            _show_message(line, record.get("message") or {})
-        elif kind == "meta":
-            _show_meta(line, record)
-        elif kind == "compact":
-            line(f"── context compressed ({len(record.get('messages') or [])} messages kept)",
-                 "dim")
-        elif kind == "event":
-            event = record.get("event") or {}
-            if event.get("type") == "tool_call_end" and event.get("blocked_by"):
-                line(f"   (blocked by plugin {event['blocked_by']})", "yellow")
-    for problem in contents.problems:
-        echo_warning(problem)
-    if contents.torn_tail:
-        echo_warning("the last line was cut off (the process died while writing it); skipped")
-    return EXIT_OK
-
-
-def _show_message(line: Any, message: Mapping[str, Any]) -> None:
-    role = message.get("role")
-    content = str(message.get("content") or "")
-    if role == "system":
-        line(f"system: {_clip(content, 200)}", "dim")
-    elif role == "user":
-        line(f"you: {content}", "bold cyan")
-    elif role == "assistant":
-        if content:
-            line(f"lich: {content}")
-        for call in message.get("tool_calls") or ():
-            from lich._cli_render import args_preview
-
-            line(f"  → {call.get('name')}({args_preview(call.get('args') or {})})", "magenta")
-    elif role == "tool":
-        mark, style = ("✗", "red") if message.get("is_error") else ("✓", "green")
-        line(f"  {mark} {message.get('name')}: {_clip(content, 600)}", style)
-
-
-def _show_meta(line: Any, record: Mapping[str, Any]) -> None:
-    event = record.get("event")
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.get("ts") or 0)))
-    if event == "run_start":
-        model = record.get("model") or "?"
-        line(f"── run {record.get('run_id')} started {when} (model {model})", "dim")
-    elif event == "run_end":
-        usage = record.get("usage") or {}
-        error = f"; error: {record['error']}" if record.get("error") else ""
-        line(f"── run ended: {record.get('stopped_reason')} after {record.get('turns_used')} "
-             f"turns, {usage.get('total_tokens', 0)} tokens{error}", "dim")

@@ -1,0 +1,124 @@
+"""``lich plugins``: the configured plugins and how loading each went; ``lich plugins
+available``: what is installed. A plugin that fails is a row in a table, never a crash."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
+from lich.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    echo_warning,
+    host_for,
+    load_settings_config,
+    quiet_plugin_log,
+)
+from lich.cli.options import Settings, config_options, get_settings
+
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+    from lich.plugins import PluginHost
+
+__all__ = ["plugins_available", "plugins_group", "plugins_list"]
+
+
+@click.group("plugins", invoke_without_command=True)
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@click.pass_context
+def plugins_group(ctx: click.Context, as_json: bool) -> None:
+    """The configured plugins and how loading each went."""
+    if ctx.invoked_subcommand is None:
+        ctx.exit(plugins_list(get_settings(ctx), as_json or get_settings(ctx).json))
+    ctx.meta["lich.json"] = as_json
+
+
+@plugins_group.command("available")
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@click.pass_context
+def plugins_available_command(ctx: click.Context, as_json: bool) -> None:
+    """Installed plugins (entry points of group `lich`), read from metadata
+    without importing them; marks the enabled ones."""
+    as_json = as_json or bool(ctx.meta.get("lich.json")) or get_settings(ctx).json
+    ctx.exit(plugins_available(get_settings(ctx), as_json))
+
+
+def _exercise(host: PluginHost, config: LichConfig) -> None:
+    """Run the registration hooks once, so failures in them show up in the reports."""
+    from lich.agent import build_tool_registry
+    from lich.providers import ProviderRegistry
+
+    with quiet_plugin_log():
+        host.register_providers(ProviderRegistry())
+        build_tool_registry(host, config)
+        host.register_commands(click.Group("scratch"))
+
+
+def plugins_list(settings: Settings, as_json: bool) -> int:
+    """``lich plugins``: one row per configured entry; exit 2 in strict mode on failure."""
+    from lich import serialization
+
+    loaded = load_or_report(settings)
+    if loaded is None:
+        return EXIT_USAGE
+    config = loaded.config
+    host = host_for(settings, config)
+    _exercise(host, config)
+    reports = list(host.reports)
+    if as_json:
+        print_json([{**serialization.unstructure(r), "ok": r.ok} for r in reports])
+    else:
+        from rich.table import Column, Table
+        from rich.text import Text
+
+        whole = ("entry", "plugin", "version", "status")
+        table = Table(*(Column(h, no_wrap=True) for h in whole), "hooks",
+                      Column("error", no_wrap=True))
+        for r in reports:
+            style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
+            hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
+            add_row(table, r.entry, r.plugin or "", r.version or "",
+                     Text(r.status, style=style), hooks, r.describe_error())
+        console = out_console()
+        print_table(console, table)
+        failed = len(host.failures)
+        if failed:
+            console.print(f"{failed} of {len(reports)} plugin entries did not load.",
+                          markup=False, soft_wrap=True)
+    if config.strict_plugins and host.failures:
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def plugins_available(settings: Settings, as_json: bool) -> int:
+    """``lich plugins available``: installed ``lich`` entry points, from metadata only."""
+    from lich.config import BUILTIN_PLUGINS, ConfigError
+    from lich.plugins import available_plugins
+
+    try:
+        enabled: Sequence[str] = load_settings_config(settings).config.plugins
+    except ConfigError as exc:
+        echo_warning(f"{exc} (showing the default plugin list as enabled)")
+        enabled = BUILTIN_PLUGINS
+    rows: list[dict[str, Any]] = [
+        {"name": p.name, "value": p.value, "distribution": p.distribution,
+         "version": p.version, "enabled": p.name in enabled}
+        for p in available_plugins()
+    ]
+    if as_json:
+        print_json(rows)
+        return EXIT_OK
+    from rich.table import Column, Table
+
+    table = Table(*(Column(h, no_wrap=True)
+                    for h in ("name", "distribution", "version", "module", "enabled")))
+    for row in rows:
+        add_row(table, row["name"], row["distribution"] or "", row["version"] or "",
+                      row["value"], "yes" if row["enabled"] else "")
+    print_table(out_console(), table)
+    return EXIT_OK

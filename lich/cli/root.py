@@ -1,0 +1,224 @@
+"""The root of the ``lich`` command line (click): the group, command lookup, ``main``.
+
+``lich TASK…`` runs one task; ``lich chat``, ``lich demo``, ``lich tui``,
+``lich config``, ``lich plugins``, ``lich tools`` and ``lich sessions`` are
+the builtin commands, and plugins add theirs through
+``lich_register_commands``. See ``docs/cli.md``.
+
+Start-up stays cheap: this module imports click and nothing heavy. Commands
+import what they need when they run; plugins are loaded only to look up a
+command that is not builtin or to list the commands for ``--help`` —
+``--version`` never loads them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from lich import __version__
+from lich.cli.options import get_settings, run_options
+
+__all__ = ["BUILTIN_COMMANDS", "LichGroup", "build_cli", "main"]
+
+# A word that could name a command; a task like "what is in here?" cannot, so looking
+# it up does not need the plugins.
+_COMMAND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+# The builtin commands, one module each, imported when a command is looked up (so
+# `lich --version` imports none of them, `lich TASK` only the run command's).
+BUILTIN_COMMANDS: dict[str, str] = {
+    "run": "lich.cli.run:run_command",
+    "chat": "lich.cli.chat:chat_command",
+    "tui": "lich.cli.tui:tui_command",
+    "demo": "lich.cli.demo:demo_command",
+    "config": "lich.cli.config:config_group",
+    "plugins": "lich.cli.plugins:plugins_group",
+    "tools": "lich.cli.tools:tools_command",
+    "sessions": "lich.cli.sessions:sessions_group",
+}
+
+
+def _import_command(target: str) -> click.Command:
+    module, _, attr = target.partition(":")
+    command = getattr(importlib.import_module(module), attr)
+    assert isinstance(command, click.Command), target
+    return command
+
+
+class LichGroup(click.Group):
+    """The root group: builtin commands, plugin commands loaded on demand, and words
+    that name no command taken as a task (``lich what is here`` = ``lich run what is here``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plugin_commands: set[str] = set()
+        self._loaded_for: object | None = None
+        self.plugin_problem: str | None = None
+
+    def builtin(self, name: str) -> click.Command | None:
+        """The builtin command ``name`` (imported on first use), or ``None``."""
+        command = self.commands.get(name)
+        if command is None and name in BUILTIN_COMMANDS:
+            command = self.commands[name] = _import_command(BUILTIN_COMMANDS[name])
+        return command if name in BUILTIN_COMMANDS else None
+
+    def load_plugin_commands(self, ctx: click.Context) -> None:
+        """Call ``lich_register_commands`` of the configured plugins, once per invocation.
+
+        Never raises: a bad config or a broken plugin leaves the builtin commands working.
+        """
+        settings = get_settings(ctx)
+        if self._loaded_for is settings:
+            return
+        for name in self._plugin_commands:  # a previous invocation's (tests reuse groups)
+            self.commands.pop(name, None)
+        self._plugin_commands = set()
+        self._loaded_for = settings
+        self.plugin_problem = None
+        before = dict(self.commands)
+        try:
+            from lich.cli.common import host_for, load_settings_config, quiet_plugin_log
+
+            config = load_settings_config(settings).config
+            host = host_for(settings, config)
+            with quiet_plugin_log():
+                host.register_commands(self)
+        except Exception as exc:  # whatever happens here, `lich --help` must keep working
+            self.plugin_problem = f"{type(exc).__name__}: {exc}"
+            return
+        for name in set(self.commands) - set(before):
+            if name in BUILTIN_COMMANDS:
+                del self.commands[name]  # builtins win over plugin commands
+        for name, command in before.items():
+            self.commands[name] = command  # (also over a plugin replacing a loaded one)
+        self._plugin_commands = set(self.commands) - set(before) - set(BUILTIN_COMMANDS)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_plugin_commands(ctx)
+        return sorted({*BUILTIN_COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = self.builtin(cmd_name) or self.commands.get(cmd_name)
+        if command is None and _COMMAND_NAME.match(cmd_name):
+            self.load_plugin_commands(ctx)
+            command = self.commands.get(cmd_name)
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if not name.startswith("-") and self.get_command(ctx, name) is None:
+            # Not a command: every word, this one included, is the task.
+            return "run", self.builtin("run"), args
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.load_plugin_commands(ctx)
+        sections = (
+            ("Commands", sorted(BUILTIN_COMMANDS)),
+            ("Plugin commands", sorted(self._plugin_commands)),
+        )
+        width = formatter.width or 80
+        for title, names in sections:
+            rows = []
+            for name in names:
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                rows.append((name, command.get_short_help_str(max(width - 6 - len(name), 30))))
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        if self.plugin_problem:
+            with formatter.section("Plugin commands"):
+                # Written as is, not through write_text: rewrapping would cut the file path
+                # and the "$.path: message" lines the user has to read and copy.
+                indent = " " * formatter.current_indent
+                for line in f"unavailable: {self.plugin_problem}".splitlines():
+                    formatter.write(f"{indent}{line}\n")
+
+
+def build_cli() -> LichGroup:
+    """The root command group. Builtin commands are imported when looked up, plugin
+    commands when a name is not builtin or ``--help`` lists them."""
+
+    @click.group(
+        cls=LichGroup,
+        invoke_without_command=True,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+        epilog="Flags may come before or after the command. Ctrl-C cancels a run and keeps "
+        "its transcript (exit 130). docs/cli.md has the details.",
+    )
+    @click.version_option(__version__, "--version", "-V", prog_name="lich",
+                          message="%(prog)s %(version)s")
+    @run_options
+    @click.pass_context
+    def cli(ctx: click.Context) -> None:
+        """lich: a plugin-first AI agent harness.
+
+        \b
+        lich TASK...          run one task (or: echo TASK | lich)
+        lich chat             talk, with memory, in one session
+        lich                  the terminal UI (when stdin and stdout are terminals)
+        lich demo             a real run against a local scripted model: no network, no keys
+
+        Exit codes: 0 final answer, 1 budget exhausted / aborted / model failure,
+        2 usage or configuration error, 130 interrupted (Ctrl-C).
+        """
+        if ctx.invoked_subcommand is not None:
+            return
+        if sys.stdin is not None and not sys.stdin.isatty():
+            from lich.cli.run import one_shot
+
+            ctx.exit(one_shot(get_settings(ctx), ()))
+        if sys.stdout is not None and sys.stdout.isatty():
+            from lich.cli.tui import launch_tui
+
+            ctx.exit(launch_tui(get_settings(ctx)))
+        click.echo(ctx.get_help(), err=True)
+        ctx.exit(2)
+
+    return cli
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``lich`` script and ``python -m lich``."""
+    cli = build_cli()
+    try:
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name="lich",
+                        standalone_mode=False)
+    except click.exceptions.Abort:
+        # Ctrl-C (or EOF) outside a run: click turns KeyboardInterrupt into Abort.
+        click.echo("", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # `lich sessions list | head`: the reader left; do not print a traceback.
+        _drop_stdout()
+        sys.exit(1)
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        _drop_stdout()  # or Python complains about the unflushable stdout at exit
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _drop_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

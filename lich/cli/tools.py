@@ -1,0 +1,59 @@
+"""``lich tools``: the enabled tools, with their plugin and description."""
+
+from __future__ import annotations
+
+import click
+
+from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
+from lich.cli.common import EXIT_OK, EXIT_USAGE, host_for, quiet_plugin_log, warn_plugin_failures
+from lich.cli.options import Settings, config_options, get_settings
+
+__all__ = ["tools_command", "tools_list"]
+
+
+@click.command("tools")
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="As JSON, with parameter schemas.")
+@click.pass_context
+def tools_command(ctx: click.Context, as_json: bool) -> None:
+    """The enabled tools, with their plugin and description."""
+    ctx.exit(tools_list(get_settings(ctx), as_json or get_settings(ctx).json))
+
+
+def tools_list(settings: Settings, as_json: bool) -> int:
+    """``lich tools``: the enabled tools with their plugin and description."""
+    from lich.agent import build_tool_registry
+    from lich.providers import ProviderRegistry
+
+    loaded = load_or_report(settings)
+    if loaded is None:
+        return EXIT_USAGE
+    config = loaded.config
+    host = host_for(settings, config)
+    with quiet_plugin_log():
+        # As an agent is assembled: a plugin that fails registering its providers is
+        # unloaded whole, so its tools must not be listed as if a run could use them.
+        host.register_providers(ProviderRegistry())
+        registry = build_tool_registry(host, config)
+    warn_plugin_failures(host)
+    tools = registry.list()
+    if as_json:
+        print_json([
+            {"name": t.name, "plugin": t.plugin, "description": t.description,
+             "parameters": t.parameters, "timeout_s": t.timeout_s,
+             "max_output_chars": t.max_output_chars}
+            for t in tools
+        ])
+        return EXIT_OK
+    if not tools:
+        click.echo("no tools enabled (see `lich plugins`)", err=True)
+        return EXIT_OK
+    from rich.table import Column, Table
+
+    table = Table(Column("tool", no_wrap=True), Column("plugin", no_wrap=True), "description",
+                  box=None, pad_edge=False)
+    for t in tools:
+        first = t.description.strip().splitlines()[0] if t.description.strip() else ""
+        add_row(table, t.name, t.plugin or "", first)
+    print_table(out_console(), table)
+    return EXIT_OK
