@@ -17,6 +17,7 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -29,6 +30,7 @@ __all__ = ["BUILTIN_COMMANDS", "LichGroup", "build_cli", "main"]
 # A word that could name a command; a task like "what is in here?" cannot, so looking
 # it up does not need the plugins.
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_AFTER_DASHDASH = "lich.after_dashdash"
 
 
 # The builtin commands, one module each, imported when a command is looked up (so
@@ -61,6 +63,7 @@ class LichGroup(click.Group):
         super().__init__(*args, **kwargs)
         self._plugin_commands: set[str] = set()
         self._loaded_for: object | None = None
+        self._host: Any = None
         self.plugin_problem: str | None = None
 
     def builtin(self, name: str) -> click.Command | None:
@@ -88,7 +91,7 @@ class LichGroup(click.Group):
             from lich.cli.common import host_for, load_settings_config, quiet_plugin_log
 
             config = load_settings_config(settings).config
-            host = host_for(settings, config)
+            host = self._host = host_for(settings, config)
             with quiet_plugin_log():
                 host.register_commands(self)
         except Exception as exc:  # whatever happens here, `lich --help` must keep working
@@ -112,14 +115,61 @@ class LichGroup(click.Group):
             command = self.commands.get(cmd_name)
         return command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # `lich -- TASK` runs TASK as given, even `lich -- --dash-task` or `lich -- confg`:
+        # remember that the words came after a `--` (click drops it).
+        after = args[args.index("--") + 1:] if "--" in args else None
+        rest = super().parse_args(ctx, args)
+        remainder = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        if after and remainder == after:
+            ctx.meta[_AFTER_DASHDASH] = True
+        return rest
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
+        if ctx.meta.get(_AFTER_DASHDASH):
+            return "run", self.builtin("run"), ["--", *args]
         name = args[0]
         if not name.startswith("-") and self.get_command(ctx, name) is None:
-            # Not a command: every word, this one included, is the task.
+            # Not a command: every word, this one included, is the task — unless the
+            # word looks like a command mistyped, which would send a typo to the model.
+            self._refuse_near_miss(ctx, name)
             return "run", self.builtin("run"), args
         return super().resolve_command(ctx, args)
+
+    def _refuse_near_miss(self, ctx: click.Context, word: str) -> None:
+        """Exit 2 when ``word`` is close to a command's name, or names a plugin that
+        failed to load (whose commands are missing)."""
+        if not _COMMAND_NAME.match(word):
+            return
+        import difflib
+
+        from lich.cli.common import EXIT_USAGE, echo_error
+
+        names = self.list_commands(ctx)
+        close = difflib.get_close_matches(word.lower(), names, n=1, cutoff=0.8)
+        failed = self._failed_plugin(word)
+        if failed is not None:
+            echo_error(f"unknown command {word!r}: the plugin {failed.plugin or failed.entry!r}, "
+                       f"which would provide it, failed to load ({failed.describe_error()}); "
+                       "see `lich plugins`")
+        elif close:
+            echo_error(f"unknown command {word!r}; did you mean {close[0]!r}? "
+                       f"(to send it to the model as a task: lich run -- {word} ...)")
+        else:
+            return
+        raise click.exceptions.Exit(EXIT_USAGE)
+
+    def _failed_plugin(self, word: str) -> Any:
+        host = self._host
+        if host is None:
+            return None
+        for report in host.failures:
+            names = {report.plugin, report.entry, Path(report.entry).stem}
+            if word in names or word.lower() in {n.lower() for n in names if n}:
+                return report
+        return None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         self.load_plugin_commands(ctx)

@@ -1,0 +1,82 @@
+"""A mistyped command is never sent to the model as a task (issue: no accidental runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import write_config
+
+
+@pytest.mark.parametrize(("words", "meant"), [
+    (["confg", "show"], "config"),
+    (["sesions", "list"], "sessions"),
+    (["gatewy", "webhook"], "gateway"),
+    (["tols"], "tools"),
+    (["plugin"], "plugins"),
+    (["CHAT"], "chat"),
+])
+def test_a_command_name_mistyped_exits_2_and_calls_no_model(
+    words: list[str], meant: str, work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["should never be asked"])
+    write_config(work, server.base_url)
+
+    result = lich(*words)
+
+    assert result.exit_code == 2, result.stdout
+    assert f"lich: error: unknown command {words[0]!r}; did you mean {meant!r}?" in result.stderr
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "confg", "show"],
+    ["--", "confg", "show"],
+    ["--max-turns", "2", "--", "confg", "show"],
+    ["what", "is", "in", "here?"],
+])
+def test_run_and_a_double_dash_always_run_the_task_as_given(
+    args: list[str], work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["done"])
+    write_config(work, server.base_url)
+
+    result = lich(*args)
+
+    assert result.exit_code == 0, result.stderr
+    task = " ".join(a for a in args[args.index("--") + 1:] if a) if "--" in args else (
+        " ".join(args[1:]) if args[0] == "run" else " ".join(args))
+    assert server.user_messages(0) == [task]
+
+
+def test_a_task_starting_with_a_dash_runs_after_a_double_dash(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["done"])
+    write_config(work, server.base_url)
+
+    root = lich("--", "--dash-task", "and more")
+    run = lich("run", "--", "-v", "is a flag?")
+
+    assert root.exit_code == 0, root.stderr
+    assert run.exit_code == 0, run.stderr
+    assert server.user_messages(0) == ["--dash-task and more"]
+    assert server.user_messages(1) == ["-v is a flag?"]
+
+
+def test_a_command_of_a_plugin_that_failed_to_load_names_the_failure(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["should never be asked"])
+    (work / "shout.py").write_text("import no_such_module_here\n", encoding="utf-8")
+    write_config(work, server.base_url, plugins=["openai_compat", "shout.py"])
+
+    result = lich("shout", "hello")
+
+    assert result.exit_code == 2
+    assert "lich: error: unknown command 'shout': the plugin 'shout', which would" in result.stderr
+    assert "failed to load" in result.stderr
+    assert "no_such_module_here" in result.stderr
+    assert server.requests == []
