@@ -61,6 +61,7 @@ from typing import Annotated, Any, Literal, NotRequired, Required, Union
 import attrs
 from attrs import field, frozen
 
+from lich._converter import json_type_name
 from lich.guards import ToolError
 
 __all__ = [
@@ -701,17 +702,8 @@ def _type_error(value: Any, expected: str, strict: bool = False) -> str | None:
     if expected == "integer" and isinstance(value, float) and value.is_integer() and not strict:
         return None  # JSON has one number type: 3.0 is an integer
     if not isinstance(value, allowed):
-        return f"expected {expected}, got {_json_type_name(value)}"
+        return f"expected {expected}, got {json_type_name(value)}"
     return None
-
-
-def _json_type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    for name, kinds in _JSON_TYPES.items():
-        if isinstance(value, kinds) and not (isinstance(value, bool) and name != "boolean"):
-            return name
-    return type(value).__name__
 
 
 def _shown(value: str, limit: int = 60) -> str:
@@ -744,7 +736,7 @@ def _any_of_problem(
     if not typed and all(labels):
         names = list(dict.fromkeys(typing.cast(list[str], labels)))
         expected = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
-        return f"invalid_arg: {where}: expected {expected}, got {_json_type_name(value)}"
+        return f"invalid_arg: {where}: expected {expected}, got {json_type_name(value)}"
     return f"invalid_arg: {where}: matches none of the allowed types"
 
 

@@ -21,6 +21,7 @@ import attrs
 
 from lich.events import TextDelta
 from lich.providers import ProviderDefaults
+from lich.settings import json_type_name
 from lich.types import ChatOptions, ChatResult, Message, ProviderError, ToolDefinition
 from lich_providers._http import HttpClient, cut
 
@@ -35,29 +36,11 @@ _T = TypeVar("_T")
 __all__ = [
     "HttpProvider",
     "StreamAssembler",
-    "json_type",
     "loads_event",
     "merge_fields",
     "parse_tool_args",
     "read_key",
 ]
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of ``value``'s type (for error messages the model reads)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def parse_tool_args(raw: Any) -> tuple[dict[str, Any], str | None]:
@@ -81,8 +64,8 @@ def parse_tool_args(raw: Any) -> tuple[dict[str, Any], str | None]:
             return {}, f"arguments are not valid JSON ({exc}): {cut(text, 200)}"
         if isinstance(value, dict):
             return value, None
-        return {}, f"arguments must be a JSON object, got {json_type(value)}: {cut(text, 200)}"
-    return {}, f"arguments must be a JSON object, got {json_type(raw)}"
+        return {}, f"arguments must be a JSON object, got {json_type_name(value)}: {cut(text, 200)}"
+    return {}, f"arguments must be a JSON object, got {json_type_name(raw)}"
 
 
 def merge_fields(extra: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,8 @@ async def test_iter_sse_framing() -> None:
      (None, {}, None), ('{"a": ', {}, "arguments are not valid JSON"),
      ("[1]", {}, "arguments must be a JSON object, got array"),
      ('"x"', {}, "arguments must be a JSON object, got string"),
-     (5, {}, "arguments must be a JSON object, got number"),
+     (5, {}, "arguments must be a JSON object, got integer"),
+     (1.5, {}, "arguments must be a JSON object, got number"),
      ([1], {}, "arguments must be a JSON object, got array")],
 )
 def test_parse_tool_args(raw: object, args: dict[str, object], error: str | None) -> None:
