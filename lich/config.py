@@ -22,11 +22,15 @@ from typing import Any, Literal, TypeAlias
 import attrs
 from attrs import field, frozen
 
-from lich._converter import PARSE
+from lich._converter import PARSE, converter
 from lich.settings import (
+    TOOL_LIMIT_KEYS,
     ConfigError,
+    ToolSettings,
     between,
+    each_value,
     greater_than,
+    json_type_name,
     non_empty,
     setting,
     structure_settings,
@@ -68,6 +72,15 @@ def _parse_tools_enabled(value: Any) -> tuple[str, ...] | None:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise TypeError('expected "all" or a list of tool names')
     return tuple(value)
+
+
+def _tool_table(table: Any) -> dict[str, Any]:
+    # Every [tools.<name>] table, whichever plugin its tool comes from, may set the
+    # executor's limits: those keys are lich's to check, here. The rest is the tool's.
+    if not isinstance(table, Mapping):
+        raise TypeError(f"expected a table, got {json_type_name(table)}")
+    converter.structure({k: table[k] for k in TOOL_LIMIT_KEYS if k in table}, ToolSettings)
+    return dict(table)
 
 
 def _unique_provider_names(providers: Any) -> None:
@@ -125,7 +138,7 @@ class LichConfig:
     persist_sessions: bool = True
     plugins: tuple[str, ...] = BUILTIN_PLUGINS
     log_level: LogLevel = "info"
-    tools: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    tools: Mapping[str, Mapping[str, Any]] = setting(factory=dict, parse=each_value(_tool_table))
     plugin_settings: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     stream: bool = True
     hook_timeout_s: float = setting(10.0, check=greater_than(0))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 from lich import events as ev
-from lich._converter import converter, describe_errors
+from lich._converter import converter, describe_errors, json_type_name
 from lich.types import (
     AssistantMessage,
     Message,
@@ -76,7 +76,7 @@ def message_to_dict(message: Message) -> dict[str, Any]:
 def message_from_dict(data: Any) -> Message:
     """Read one message back; raises :class:`SerializationError` for anything else."""
     if not isinstance(data, Mapping):
-        raise SerializationError(f"a message must be a JSON object, got {type(data).__name__}")
+        raise SerializationError(f"a message must be a JSON object, got {json_type_name(data)}")
     role = data.get("role")
     cls = _MESSAGE_BY_ROLE.get(role) if isinstance(role, str) else None
     if cls is None:

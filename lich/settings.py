@@ -30,7 +30,7 @@ validate`` as well as before any run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 from urllib.parse import urlsplit
 
@@ -41,17 +41,21 @@ from cattrs.errors import IterableValidationError, IterableValidationNote
 from lich._converter import CHECK, PARSE, converter, describe_errors, json_type_name
 
 __all__ = [
+    "TOOL_LIMIT_KEYS",
     "ConfigError",
+    "ToolSettings",
     "at_least",
     "at_most",
     "between",
     "each",
+    "each_value",
     "greater_than",
     "json_type_name",
     "non_empty",
     "one_of",
     "setting",
     "structure_settings",
+    "tool_limits",
     "url",
 ]
 
@@ -248,3 +252,69 @@ def each(item: Callable[[Any], Any], *, into: Callable[[Iterable[Any]], Any] = t
         return into(out)
 
     return parse
+
+
+
+def each_value(item: Callable[[Any], T], *, what: str = "a table") -> Callable[[Any], dict[str, T]]:
+    """A parser for a table whose values ``item`` parses (the keys are free); every bad
+    value is reported at its key (``$.path.key: ...``)."""
+
+    def parse(value: Any) -> dict[str, T]:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected {what}, got {json_type_name(value)}")
+        out: dict[str, T] = {}
+        errors: list[Exception] = []
+        for key, raw in value.items():
+            try:
+                out[str(key)] = item(raw)
+            except (TypeError, ValueError, cattrs.BaseValidationError) as exc:
+                exc.__notes__ = [*getattr(exc, "__notes__", []),
+                                 IterableValidationNote(f"value @ key {key!r}", key, Any)]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError("invalid values", errors, dict[str, Any])
+        return out
+
+    return parse
+
+# --------------------------------------------------------------- tool tables
+
+
+@attrs.frozen
+class ToolSettings:
+    """The keys of a ``[tools.<name>]`` table that lich's executor reads for every tool.
+
+    A tool with settings of its own extends it, so that its table accepts these
+    two as well and its own keys are checked like any settings::
+
+        @frozen
+        class QuerySettings(ToolSettings):
+            max_rows: int = setting(1000, check=at_least(1))
+
+        structure_settings(config.tool_settings("query"), QuerySettings, "$.tools.query")
+
+    ``None`` means "the tool's own limit" (``Tool.timeout_s``, ``Tool.max_output_chars``).
+    """
+
+    timeout_s: float | None = setting(None, check=greater_than(0),
+                                      help="the executor's time limit for one call")
+    max_output_chars: int | None = setting(None, check=greater_than(0),
+                                           help="the output cap of one call")
+
+
+TOOL_LIMIT_KEYS: tuple[str, ...] = tuple(a.name for a in attrs.fields(ToolSettings))
+"""The keys every ``[tools.<name>]`` table may hold, whichever plugin the tool is from."""
+
+
+def tool_limits(table: Any, tool: str) -> ToolSettings:
+    """The executor's keys of the ``[tools.<tool>]`` table ``table``, checked.
+
+    Only :data:`TOOL_LIMIT_KEYS` are read: the table's other keys are the tool's own.
+
+    :raises ConfigError: naming every bad key as ``$.tools.<tool>.<key>``.
+    """
+    path = f"$.tools.{tool}"
+    if table is not None and not isinstance(table, Mapping):
+        raise ConfigError([f"{path}: expected a table, got {json_type_name(table)}"])
+    own = {k: table[k] for k in TOOL_LIMIT_KEYS if k in table} if table else {}
+    return structure_settings(own, ToolSettings, path)

@@ -30,6 +30,7 @@ from lich.cancel import Cancelled, CancelToken, race
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError, truncate_text
 from lich.hooks import RunInfo
 from lich.registry import DuplicateNameError, Registry
+from lich.settings import ConfigError, tool_limits
 from lich.types import ToolCall, ToolDefinition, ToolResult
 
 __all__ = [
@@ -197,17 +198,6 @@ def _as_result(value: Any) -> ToolResult:
     return ToolResult(ok=True, output=json.dumps(value, ensure_ascii=False, default=str))
 
 
-def _positive_setting(settings: Mapping[str, Any], key: str, tool: str, default: float) -> float:
-    # [tools.<name>] tables are free-form: a bad value falls back to the tool's own limit
-    # (with a warning) instead of making execute() raise.
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        log.warning("[tools.%s] %s = %r is not a positive number; using %s", tool, key, value,
-                    default)
-        return default
-    return value
-
-
 async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
     await source.wait()
     target.cancel()
@@ -286,10 +276,14 @@ class ToolExecutor:
         self.secret_env_names = secret_env_names
 
     def limits(self, item: Tool) -> tuple[float, int]:
-        """The effective ``(timeout_s, max_output_chars)`` of ``item``."""
-        settings = self.tool_settings.get(item.name, {})
-        timeout = _positive_setting(settings, "timeout_s", item.name, item.timeout_s)
-        cap = _positive_setting(settings, "max_output_chars", item.name, item.max_output_chars)
+        """The effective ``(timeout_s, max_output_chars)`` of ``item``.
+
+        :raises lich.config.ConfigError: ``[tools.<name>]`` sets them wrong (a loaded
+            config never does: :func:`lich.config.load_config` checks them).
+        """
+        limits = tool_limits(self.tool_settings.get(item.name), item.name)
+        timeout = item.timeout_s if limits.timeout_s is None else limits.timeout_s
+        cap = item.max_output_chars if limits.max_output_chars is None else limits.max_output_chars
         return float(timeout), int(cap)
 
     async def execute(
@@ -307,7 +301,10 @@ class ToolExecutor:
             return ToolResult.failure(f"unknown_tool: {call.name}")
         if cancel is not None and cancel.cancelled:
             return ToolResult.failure("cancelled")
-        timeout_s, max_chars = self.limits(item)
+        try:
+            timeout_s, max_chars = self.limits(item)
+        except ConfigError as exc:
+            return ToolResult.failure(f"invalid_setting: {'; '.join(exc.problems)}")
         # The call's own token, fired by the run's cancel *and* by the deadline: an async
         # tool is cancelled as a task, but a tool in a worker thread only learns that it
         # should stop by polling ctx.cancel. Without a run token there is nothing to

@@ -6,7 +6,8 @@ Twelve core tools — ``read_file``, ``write_file``, ``edit_file``, ``list_dir``
 ``docs_search`` when a docs root is found (see :func:`resolve_docs_root`).
 Every path is confined to the work dir with symlinks resolved; see
 ``docs/tools.md`` for parameters, limits, errors and the ``[tools.<name>]``
-settings.
+settings, which the plugin checks in ``lich_check_config`` (one settings class
+per tool, in ``lich_builtin_tools._settings``).
 
 Importing this module is cheap: the tool modules (and httpx, which the web
 tools import only when they run) are loaded when the tools are registered.
@@ -30,6 +31,7 @@ __all__ = [
     "CORE_TOOL_NAMES",
     "DOCS_TOOL_NAMES",
     "builtin_tools",
+    "lich_check_config",
     "lich_register_tools",
     "resolve_docs_root",
 ]
@@ -115,6 +117,18 @@ def builtin_tools(
     if resolver(str(work_dir), dict(env or {})) is not None:
         tools.extend(make_docs_tools(resolver))
     return tools
+
+
+@hookimpl
+def lich_check_config(config: LichConfig) -> None:
+    """Check the ``[tools.<name>]`` table of every builtin tool: a bad value or an
+    unknown key fails ``lich config validate`` and every run, before any tool is called.
+
+    Tables of other plugins' tools are theirs to check.
+    """
+    from lich_builtin_tools._settings import check_tool_tables
+
+    check_tool_tables(config.tools)
 
 
 @hookimpl(trylast=True)

@@ -1,5 +1,4 @@
-"""Helpers shared by the builtin tools: schemas, settings, limits, secrets, paths,
-child processes.
+"""Helpers shared by the builtin tools: schemas, limits, secrets, paths, child processes.
 
 Nothing here imports anything heavier than the standard library and the lich
 core, so importing a tool module stays cheap.
@@ -10,18 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
-import math
 import os
 import re
 import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from lich.guards import ToolError, resolve_in_root
+from lich.settings import ToolSettings
 from lich.tools import ToolContext
-
-T = TypeVar("T")
 
 # Directory names every walking tool skips (list_dir, grep_files), as the reference does.
 SKIP_NAMES = frozenset({"node_modules", ".git", "dist", ".lich", ".cursor"})
@@ -46,60 +43,22 @@ def schema(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[
     return out
 
 
-_KIND_NAMES = {bool: "true or false", float: "a number", int: "an integer", str: "a string"}
-
-
-def setting(ctx: ToolContext, tool: str, key: str, kind: type[T], default: T) -> T:
-    """``[tools.<tool>] <key>`` from the context, type-checked.
-
-    A wrong type is a clear ``invalid_setting:`` error rather than a surprise
-    later (``allow_private = "no"`` must not read as true).
-    """
-    value: Any = ctx.settings.get(key, default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        wanted = _KIND_NAMES.get(kind, kind.__name__)
-        raise ToolError(
-            f"invalid_setting: [tools.{tool}] {key} must be {wanted}, got {value!r}"
-        )
-    return value
-
-
-def string_list_setting(ctx: ToolContext, tool: str, key: str) -> tuple[str, ...]:
-    """``[tools.<tool>] <key>`` as a list of strings (empty when unset)."""
-    value = ctx.settings.get(key, ())
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not all(
-        isinstance(v, str) for v in value
-    ):
-        raise ToolError(f"invalid_setting: [tools.{tool}] {key} must be a list of strings")
-    return tuple(value)
-
-
-def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
-
-
-def time_cap_s(ctx: ToolContext, own_cap_s: float) -> float:
+def time_cap_s(settings: ToolSettings, own_cap_s: float) -> float:
     """How long the tool may run: its own cap, tightened by ``[tools.<name>] timeout_s``.
 
     The executor enforces the same ``timeout_s``; a tool that stops itself a
     little earlier can still report what it got (partial output, exit code).
-    Settings the executor ignores (not a positive number) are ignored here too.
     """
-    configured = _positive(ctx.settings.get("timeout_s"))
+    configured = settings.timeout_s
     if configured is None or configured >= own_cap_s:
         return own_cap_s
     # Leave a small margin so the tool's own deadline fires before the executor's.
     return max(0.001, configured - min(0.5, configured * 0.1))
 
 
-def output_cap(ctx: ToolContext, own_cap: int) -> int:
+def output_cap(settings: ToolSettings, own_cap: int) -> int:
     """The output limit the executor will apply: ``[tools.<name>] max_output_chars`` or ours."""
-    configured = _positive(ctx.settings.get("max_output_chars"))
-    return own_cap if configured is None else int(configured)
+    return own_cap if settings.max_output_chars is None else settings.max_output_chars
 
 
 def is_secret_name(name: str) -> bool:

@@ -25,6 +25,7 @@ from lich.guards import (
     require_string_arg,
     truncate_text,
 )
+from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
@@ -36,6 +37,7 @@ from lich_builtin_tools._common import (
     resolve_path,
     schema,
 )
+from lich_builtin_tools._settings import tool_settings
 
 __all__ = ["edit_file_tool", "list_dir_tool", "read_file_tool", "write_file_tool"]
 
@@ -104,7 +106,7 @@ def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     limit = optional_number_arg(args, "limit", float("inf"))
     start = max(0, int(offset) - 1)
     count = None if limit == float("inf") else max(0, int(limit))
-    cap = output_cap(ctx, READ_MAX_CHARS)
+    cap = output_cap(tool_settings(ctx, "read_file", ToolSettings), READ_MAX_CHARS)
     _require_regular(path, target)
     try:
         text = _read_window(path, start, count, cap)

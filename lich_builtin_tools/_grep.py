@@ -24,14 +24,13 @@ from lich_builtin_tools._common import (
     reap,
     resolve_path,
     schema,
-    setting,
     time_cap_s,
 )
+from lich_builtin_tools._settings import DEFAULT_TIME_BUDGET_S, GrepFilesSettings, tool_settings
 
 __all__ = ["DEFAULT_TIME_BUDGET_S", "MAX_PATTERN_CHARS", "grep_files_tool"]
 
 MAX_PATTERN_CHARS = 1000
-DEFAULT_TIME_BUDGET_S = 10.0
 DEFAULT_MAX_RESULTS = 200
 MAX_RESULTS_CAP = 1000
 _WORKER = Path(__file__).with_name("_grep_worker.py")
@@ -62,10 +61,8 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     max_results = optional_int_arg(
         args, "max_results", DEFAULT_MAX_RESULTS, lo=1, hi=MAX_RESULTS_CAP
     )
-    budget = setting(ctx, "grep_files", "time_budget_s", float, DEFAULT_TIME_BUDGET_S)
-    if budget <= 0:
-        raise ToolError("invalid_setting: [tools.grep_files] time_budget_s must be > 0")
-    budget = min(budget, time_cap_s(ctx, grep_files_tool.timeout_s))
+    settings = tool_settings(ctx, "grep_files", GrepFilesSettings)
+    budget = min(settings.time_budget_s, time_cap_s(settings, grep_files_tool.timeout_s))
     path = resolve_path(ctx, target)
     if not path.exists():
         raise ToolError(f"not_found: {target}")

@@ -15,6 +15,7 @@ from lich.guards import (
     optional_string_arg,
     truncate_text,
 )
+from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
@@ -24,6 +25,7 @@ from lich_builtin_tools._common import (
     schema,
     time_cap_s,
 )
+from lich_builtin_tools._settings import tool_settings
 
 __all__ = ["SECRET_NAME", "disk_usage_tool", "make_env_get_tool", "process_list_tool"]
 
@@ -53,6 +55,7 @@ def _read_proc(pid: str) -> tuple[str, str] | None:
 def _process_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     needle = optional_string_arg(args, "filter", "").lower()
     max_results = optional_int_arg(args, "max_results", 50, lo=1, hi=500)
+    cap = output_cap(tool_settings(ctx, "process_list", ToolSettings), 20_000)
     try:
         pids = sorted((name for name in os.listdir(PROC) if name.isdigit()), key=int)
     except OSError as exc:
@@ -71,7 +74,7 @@ def _process_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     shown = rows[:max_results]
     if len(rows) > max_results:
         shown.append(f"(... {len(rows) - max_results} more processes suppressed)")
-    return ToolResult.success(truncate_text("\n".join(shown), output_cap(ctx, 20_000)))
+    return ToolResult.success(truncate_text("\n".join(shown), cap))
 
 
 process_list_tool = Tool(
@@ -122,6 +125,7 @@ async def _du(directory: str, names: list[str], seconds: float) -> dict[str, int
 async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     target = optional_string_arg(args, "path", ".")
     max_entries = optional_int_arg(args, "max_entries", 25, lo=1, hi=200)
+    cap_s = time_cap_s(tool_settings(ctx, "disk_usage", ToolSettings), DU_TIMEOUT_S)
     path = resolve_path(ctx, target)
     try:
         names = await asyncio.to_thread(os.listdir, path)
@@ -134,7 +138,7 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     sizes: dict[str, int] = {}
     if names:
         try:
-            sizes = await _du(str(path), names, time_cap_s(ctx, DU_TIMEOUT_S))
+            sizes = await _du(str(path), names, cap_s)
         except (OSError, TimeoutError) as exc:
             raise ToolError("du_unavailable") from exc
         # A child du could not size at all (it vanished, or is unreadable) fails the whole

@@ -35,9 +35,9 @@ from lich_builtin_tools._common import (
     reap,
     schema,
     scrub_env,
-    string_list_setting,
     time_cap_s,
 )
+from lich_builtin_tools._settings import TerminalSettings, tool_settings
 
 __all__ = ["make_terminal_tool"]
 
@@ -111,10 +111,10 @@ def make_terminal_tool() -> Tool:
         command = require_string_arg(args, "command")
         requested_ms = optional_number_arg(args, "timeout_ms", DEFAULT_TIMEOUT_MS)
         timeout_ms = min(max(1, int(requested_ms)), MAX_TIMEOUT_MS)
-        timeout_s = min(timeout_ms / 1000, time_cap_s(ctx, MAX_TIMEOUT_MS / 1000))
-        pass_env = string_list_setting(ctx, "terminal", "pass_env")
-        env = scrub_env({**os.environ, **ctx.env}, ctx.secret_env_names, pass_env)
-        cap = output_cap(ctx, OUTPUT_CAP_CHARS)
+        settings = tool_settings(ctx, "terminal", TerminalSettings)
+        timeout_s = min(timeout_ms / 1000, time_cap_s(settings, MAX_TIMEOUT_MS / 1000))
+        env = scrub_env({**os.environ, **ctx.env}, ctx.secret_env_names, settings.pass_env)
+        cap = output_cap(settings, OUTPUT_CAP_CHARS)
         return await run_command(command, str(ctx.work_dir), env, timeout_s, cap)
 
     return Tool(

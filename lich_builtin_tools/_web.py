@@ -17,12 +17,17 @@ from lich.guards import (
 )
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
-from lich_builtin_tools._common import USER_AGENT, parse_charset, schema, setting, time_cap_s
+from lich_builtin_tools._common import USER_AGENT, parse_charset, schema, time_cap_s
 from lich_builtin_tools._net import FetchResult, NetGuard
+from lich_builtin_tools._settings import (
+    DEFAULT_SEARCH_URL,
+    NetSettings,
+    WebSearchSettings,
+    tool_settings,
+)
 
 __all__ = ["DEFAULT_SEARCH_URL", "make_web_tools", "parse_search_results"]
 
-DEFAULT_SEARCH_URL = "https://html.duckduckgo.com/html/"
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _SEARCH_MAX_BYTES = 2_000_000
 # Worst case UTF-8 is 4 bytes a character: read enough bytes for max_chars.
@@ -61,13 +66,13 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         raw = require_string_arg(args, "url")
         max_chars = optional_int_arg(args, "max_chars", 20_000, lo=1, hi=100_000)
         timeout_ms = optional_int_arg(args, "timeout_ms", 20_000, lo=1, hi=60_000)
-        allow_private = setting(ctx, "fetch_url", "allow_private", bool, False)
-        seconds = min(timeout_ms / 1000, time_cap_s(ctx, fetch_url_tool.timeout_s))
+        settings = tool_settings(ctx, "fetch_url", NetSettings)
+        seconds = min(timeout_ms / 1000, time_cap_s(settings, fetch_url_tool.timeout_s))
         result: FetchResult = await _within(
             seconds,
             "fetch_url",
             net.request(
-                "GET", raw, tool="fetch_url", allow_private=allow_private,
+                "GET", raw, tool="fetch_url", allow_private=settings.allow_private,
                 headers={"user-agent": USER_AGENT},
                 max_bytes=max_chars * _BYTES_PER_CHAR, before_body=_refuse_binary,
             ),
@@ -102,9 +107,9 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         query = require_string_arg(args, "query")
         max_results = optional_int_arg(args, "max_results", 8, lo=1, hi=20)
         timeout_ms = optional_int_arg(args, "timeout_ms", 20_000, lo=1, hi=60_000)
-        allow_private = setting(ctx, "web_search", "allow_private", bool, False)
-        base_url = setting(ctx, "web_search", "base_url", str, DEFAULT_SEARCH_URL)
-        seconds = min(timeout_ms / 1000, time_cap_s(ctx, web_search_tool.timeout_s))
+        settings = tool_settings(ctx, "web_search", WebSearchSettings)
+        base_url = settings.base_url
+        seconds = min(timeout_ms / 1000, time_cap_s(settings, web_search_tool.timeout_s))
         sep = "&" if "?" in base_url else "?"
         url = f"{base_url}{sep}q={urllib.parse.quote_plus(query)}"
         try:
@@ -112,7 +117,7 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
                 seconds,
                 "web_search",
                 net.request(
-                    "GET", url, tool="web_search", allow_private=allow_private,
+                    "GET", url, tool="web_search", allow_private=settings.allow_private,
                     headers={"user-agent": USER_AGENT, "accept-language": "en"},
                     max_bytes=_SEARCH_MAX_BYTES,
                 ),
@@ -157,13 +162,13 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         )
         timeout_ms = optional_int_arg(args, "timeout_ms", 30_000, lo=1, hi=120_000)
         max_chars = optional_int_arg(args, "max_chars", 20_000, lo=1, hi=100_000)
-        allow_private = setting(ctx, "http_request", "allow_private", bool, False)
-        seconds = min(timeout_ms / 1000, time_cap_s(ctx, http_request_tool.timeout_s))
+        settings = tool_settings(ctx, "http_request", NetSettings)
+        seconds = min(timeout_ms / 1000, time_cap_s(settings, http_request_tool.timeout_s))
         result: FetchResult = await _within(
             seconds,
             "http_request",
             net.request(
-                method, raw, tool="http_request", allow_private=allow_private,
+                method, raw, tool="http_request", allow_private=settings.allow_private,
                 headers=headers, body=body, max_bytes=max_chars * _BYTES_PER_CHAR,
             ),
         )

@@ -19,21 +19,50 @@ module; lich finds its hooks by their ``lich_`` names.
 * The before-hook refuses ``write_file`` and ``edit_file`` on protected files
   (``protect``, globs matched against the path relative to the work dir and
   against the file name; default: lock files and ``.git``).
+* ``lich_check_config`` checks ``[plugin_settings.my_plugin]`` with
+  :mod:`lich.settings`, so ``protect = "*.lock"`` (not an array) or a typo in
+  a key fails ``lich config validate`` and every run.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from lich import Block, RunInfo, ToolCall, ToolContext, ToolError, ToolRegistry, hookimpl, tool
+from attrs import frozen
+
+from lich import (
+    Block,
+    LichConfig,
+    RunInfo,
+    ToolCall,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    hookimpl,
+    tool,
+)
 from lich.guards import resolve_in_root
+from lich.settings import structure_settings
 
 PLUGIN_NAME = "my_plugin"
 DEFAULT_PROTECT = ("*.lock", ".git", ".git/**")
 WRITING_TOOLS = ("write_file", "edit_file")
 MAX_FILE_BYTES = 5_000_000
+
+
+@frozen
+class MyPluginSettings:
+    """``[plugin_settings.my_plugin]``."""
+
+    protect: tuple[str, ...] = DEFAULT_PROTECT  # globs; replaces the defaults
+
+
+def my_settings(raw: Mapping[str, Any] | None) -> MyPluginSettings:
+    """The checked settings; :class:`lich.settings.ConfigError` names every bad key."""
+    return structure_settings(raw, MyPluginSettings, f"$.plugin_settings.{PLUGIN_NAME}")
 
 
 @tool(timeout_s=10)
@@ -66,6 +95,12 @@ def lich_register_tools(registry: ToolRegistry) -> None:
 
 
 @hookimpl
+def lich_check_config(config: LichConfig) -> None:
+    """Check the settings before any run (and in ``lich config validate``)."""
+    my_settings(config.plugin_settings.get(PLUGIN_NAME))
+
+
+@hookimpl
 def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
     """Refuse writes to protected files; allow everything else."""
     if call.name not in WRITING_TOOLS:
@@ -73,7 +108,7 @@ def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
     target = call.args.get("path")
     if not isinstance(target, str):
         return None  # the tool itself reports the missing argument
-    protect = run.settings_for(PLUGIN_NAME).get("protect", DEFAULT_PROTECT)
+    protect = my_settings(run.settings_for(PLUGIN_NAME)).protect
     relative = os.path.normpath(target).replace(os.sep, "/").lstrip("/")
     name = os.path.basename(relative)
     for pattern in protect:

@@ -16,48 +16,46 @@ answer with what it has; the run itself is not cut short. Counts are kept
 per run id, so concurrent runs (the gateway, tests) do not share a budget,
 and are dropped when the run ends.
 
-Bad settings make the plugin fail to load (``lich plugins`` shows why).
+Bad settings are refused before anything runs, with their ``$.path``:
+``lich config validate`` reports them and a run does not start.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+from attrs import frozen
 
 from lich import Block, hookimpl
+from lich.settings import at_least, setting, structure_settings
 
 PLUGIN_NAME = "token_budget"
 DEFAULT_MAX_TOKENS = 50_000
-COUNTS = ("total", "completion")
 
 # run id -> [max_tokens, count, used]; lich_event carries no config, so the
 # run's settings are kept here from lich_run_start on.
 _runs: dict[str, list[Any]] = {}
 _lock = threading.Lock()
 
+@frozen
+class BudgetSettings:
+    """``[plugin_settings.token_budget]``."""
+
+    max_tokens: int = setting(DEFAULT_MAX_TOKENS, check=at_least(1),
+                              help="per run; tool calls are blocked once this many are used")
+    count: Literal["total", "completion"] = setting(
+        "total", help='"total" (prompt + completion) or "completion"')
+
+
 def budget_settings(raw: Mapping[str, Any] | None) -> tuple[int, str]:
-    """``(max_tokens, count)`` from ``[plugin_settings.token_budget]``; ``ValueError`` if bad."""
-    raw = raw or {}
-    unknown = sorted(set(raw) - {"max_tokens", "count"})
-    if unknown:
-        raise ValueError(
-            f"$.plugin_settings.{PLUGIN_NAME}.{unknown[0]}: unknown setting "
-            "(known: max_tokens, count)"
-        )
-    limit = raw.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(
-            f"$.plugin_settings.{PLUGIN_NAME}.max_tokens: expected a whole number >= 1, "
-            f"got {limit!r}"
-        )
-    count = raw.get("count", "total")
-    if count not in COUNTS:
-        raise ValueError(
-            f"$.plugin_settings.{PLUGIN_NAME}.count: expected one of {', '.join(COUNTS)}, "
-            f"got {count!r}"
-        )
-    return limit, count
+    """``(max_tokens, count)`` from ``[plugin_settings.token_budget]``.
+
+    :raises lich.settings.ConfigError: naming every bad key with its ``$.path``.
+    """
+    settings = structure_settings(raw, BudgetSettings, f"$.plugin_settings.{PLUGIN_NAME}")
+    return settings.max_tokens, settings.count
 
 
 def used_tokens(run_id: str) -> int:
@@ -68,8 +66,8 @@ def used_tokens(run_id: str) -> int:
 
 
 @hookimpl
-def lich_register_tools(config: Any) -> None:
-    """Registers no tool: checks the settings at load time, so a typo fails loudly."""
+def lich_check_config(config: Any) -> None:
+    """Check the settings before any run (and in ``lich config validate``)."""
     budget_settings(config.plugin_settings.get(PLUGIN_NAME))
 
 

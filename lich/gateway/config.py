@@ -2,8 +2,10 @@
 
 :class:`lich.config.LichConfig` keeps ``gateway`` as a raw mapping (the core
 does not know the platforms); :func:`parse_gateway_config` turns it into
-frozen :class:`GatewayConfig` values and reports every problem at once as a
-:class:`lich.config.ConfigError` with ``$.gateway...`` paths.
+frozen :class:`GatewayConfig` values with :func:`lich.settings.structure_settings`
+and reports every problem at once as a :class:`lich.config.ConfigError` with
+``$.gateway...`` paths. The gateway plugin checks it in ``lich_check_config``,
+so ``lich config validate`` and every run refuse a bad table.
 
 A table under ``[gateway]`` that is not a builtin platform is kept, raw, for
 a third-party adapter of that name (:meth:`GatewayConfig.settings_for`).
@@ -21,15 +23,24 @@ a third-party adapter of that name (:meth:`GatewayConfig.settings_for`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
 from attrs import field, frozen
 
-from lich.config import ConfigError
-from lich.types import json_type_name
+from lich.settings import (
+    ConfigError,
+    at_least,
+    between,
+    each,
+    greater_than,
+    json_type_name,
+    non_empty,
+    setting,
+    structure_settings,
+    url,
+)
 
 __all__ = [
     "BUILTIN_PLATFORMS",
@@ -91,82 +102,195 @@ class Allowlist:
         return user_id in self.users or chat_id in self.chats
 
 
+def _id(value: Any) -> str:
+    """One id of an allowlist: a string or an integer (Telegram and Discord ids are numbers)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(f"expected a string or an integer, got {json_type_name(value)}")
+    text = str(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _login(value: Any) -> str:
+    # Twitch logins and channel names are case-insensitive.
+    return _id(value).lower()
+
+
+def _channel(value: Any) -> str:
+    name = _login(value).lstrip("#")
+    if not name:
+        raise ValueError("must not be empty")
+    return name
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+_ids = each(_id, into=frozenset, what="an array of ids")
+_logins = each(_login, into=frozenset, what="an array of ids")
+_channels = each(_channel, into=_unique, what="an array of ids")
+_channel_set = each(_channel, into=frozenset, what="an array of ids")
+
+
+_ws_url = url("ws", "wss")
+_is_http_url = url("http", "https")
+
+
+def _http_url(value: Any) -> str:
+    """An http(s) URL, without a trailing slash (paths are appended to it)."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a URL string, got {json_type_name(value)}")
+    _is_http_url(value)
+    return value.rstrip("/")
+
+
+def _platform(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a platform name, got {json_type_name(value)}")
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value.strip()
+
+
+def _tool_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a tool name, got {json_type_name(value)}")
+    return value
+
+
+_DEFAULT_TOOLS: tuple[str, ...] | None = DEFAULT_GATEWAY_TOOLS  # typed as the field is
+_tool_names = each(_tool_name, what='"all" or an array of tool names')
+
+
+def _tools(value: Any) -> tuple[str, ...] | None:
+    return None if value == "all" else _tool_names(value)
+
+
+def _check_backoff(lo: float, hi: float) -> None:
+    # A check across two fields: reported at backoff_max_s once both are numbers.
+    if lo > hi:
+        raise ValueError(f"backoff_max_s: must be at least backoff_min_s ({lo:g}), got {hi:g}")
+
+
 @frozen
 class WebhookSettings:
     """``[gateway.webhook]``: an HTTP endpoint, loopback-only unless a token is set."""
 
-    host: str = "127.0.0.1"
-    port: int = 8089
-    token_env: str = "LICH_GATEWAY_TOKEN"
-    max_body_bytes: int = 1_048_576
+    host: str = setting("127.0.0.1", check=non_empty)
+    port: int = setting(8089, check=between(0, 65535))
+    token_env: str = setting("LICH_GATEWAY_TOKEN", check=non_empty)
+    max_body_bytes: int = setting(1_048_576, check=at_least(1))
 
 
 @frozen
 class TelegramSettings:
-    """``[gateway.telegram]``: Bot API long polling."""
+    """``[gateway.telegram]``: Bot API long polling.
 
-    base_url: str = "https://api.telegram.org"
-    token_env: str = "LICH_TELEGRAM_BOT_TOKEN"
-    allowlist: Allowlist = Allowlist()
-    poll_timeout_s: int = 50
-    backoff_min_s: float = 2.0
-    backoff_max_s: float = 30.0
-    send_interval_s: float = 1.0
-    send_retries: int = 4
-    max_retry_after_s: float = 60.0
-    max_reply_chars: int = 4096
+    ``allowed_users`` and ``allowed_chats`` make up its :attr:`allowlist`.
+    """
+
+    base_url: str = setting("https://api.telegram.org", parse=_http_url)
+    token_env: str = setting("LICH_TELEGRAM_BOT_TOKEN", check=non_empty)
+    allowed_users: frozenset[str] = setting(frozenset(), parse=_ids)
+    allowed_chats: frozenset[str] = setting(frozenset(), parse=_ids)
+    poll_timeout_s: int = setting(50, check=between(0, 600))
+    backoff_min_s: float = setting(2.0, check=at_least(0))
+    backoff_max_s: float = setting(30.0, check=at_least(0))
+    send_interval_s: float = setting(1.0, check=at_least(0))
+    send_retries: int = setting(4, check=between(0, 100))
+    max_retry_after_s: float = setting(60.0, check=at_least(0))
+    max_reply_chars: int = setting(4096, check=between(16, 4096))
+
+    def __attrs_post_init__(self) -> None:
+        _check_backoff(self.backoff_min_s, self.backoff_max_s)
+
+    @property
+    def allowlist(self) -> Allowlist:
+        """Who may talk to the bot."""
+        return Allowlist(self.allowed_users, self.allowed_chats)
 
 
 @frozen
 class DiscordSettings:
-    """``[gateway.discord]``: gateway websocket in, REST out."""
+    """``[gateway.discord]``: gateway websocket in, REST out.
 
-    gateway_url: str = "wss://gateway.discord.gg/?v=10&encoding=json"
-    api_base_url: str = "https://discord.com/api/v10"
-    token_env: str = "LICH_DISCORD_BOT_TOKEN"
-    allowlist: Allowlist = Allowlist()
+    ``allowed_users`` and ``allowed_chats`` (guild or channel ids) make up its
+    :attr:`allowlist`.
+    """
+
+    gateway_url: str = setting(
+        "wss://gateway.discord.gg/?v=10&encoding=json", check=_ws_url)
+    api_base_url: str = setting("https://discord.com/api/v10", parse=_http_url)
+    token_env: str = setting("LICH_DISCORD_BOT_TOKEN", check=non_empty)
+    allowed_users: frozenset[str] = setting(frozenset(), parse=_ids)
+    allowed_chats: frozenset[str] = setting(frozenset(), parse=_ids)
     require_mention: bool = True
-    intents: int = DISCORD_DEFAULT_INTENTS
+    intents: int = setting(DISCORD_DEFAULT_INTENTS, check=at_least(0))
     use_resume_url: bool = True
-    backoff_min_s: float = 1.0
-    backoff_max_s: float = 60.0
-    invalid_session_delay_s: float = 2.0
-    send_retries: int = 4
-    max_retry_after_s: float = 60.0
-    max_reply_chars: int = 2000
+    backoff_min_s: float = setting(1.0, check=at_least(0))
+    backoff_max_s: float = setting(60.0, check=at_least(0))
+    invalid_session_delay_s: float = setting(2.0, check=at_least(0))
+    send_retries: int = setting(4, check=between(0, 100))
+    max_retry_after_s: float = setting(60.0, check=at_least(0))
+    max_reply_chars: int = setting(2000, check=between(16, 2000))
+
+    def __attrs_post_init__(self) -> None:
+        _check_backoff(self.backoff_min_s, self.backoff_max_s)
+
+    @property
+    def allowlist(self) -> Allowlist:
+        """Who may talk to the bot."""
+        return Allowlist(self.allowed_users, self.allowed_chats)
 
 
 @frozen
 class TwitchSettings:
-    """``[gateway.twitch]``: IRC over websocket."""
+    """``[gateway.twitch]``: IRC over websocket.
 
-    url: str = "wss://irc-ws.chat.twitch.tv:443"
-    token_env: str = "LICH_TWITCH_OAUTH_TOKEN"
+    Logins and channels are lower-cased, channels lose their ``#``;
+    ``allowed_users`` and ``allowed_chats`` (channels) make up its :attr:`allowlist`.
+    """
+
+    url: str = setting("wss://irc-ws.chat.twitch.tv:443", check=_ws_url)
+    token_env: str = setting("LICH_TWITCH_OAUTH_TOKEN", check=non_empty)
     nick: str = ""
-    nick_env: str = "LICH_TWITCH_NICK"
-    channels: tuple[str, ...] = ()
-    allowlist: Allowlist = Allowlist()
-    rate_limit_messages: int = 20
-    rate_limit_window_s: float = 30.0
-    backoff_min_s: float = 1.0
-    backoff_max_s: float = 60.0
-    max_reply_chars: int = 500
+    nick_env: str = setting("LICH_TWITCH_NICK", check=non_empty)
+    channels: tuple[str, ...] = setting((), parse=_channels)
+    allowed_users: frozenset[str] = setting(frozenset(), parse=_logins)
+    allowed_chats: frozenset[str] = setting(frozenset(), parse=_channel_set)
+    rate_limit_messages: int = setting(20, check=at_least(1))
+    rate_limit_window_s: float = setting(30.0, check=greater_than(0))
+    backoff_min_s: float = setting(1.0, check=at_least(0))
+    backoff_max_s: float = setting(60.0, check=at_least(0))
+    max_reply_chars: int = setting(500, check=between(16, 500))
+
+    def __attrs_post_init__(self) -> None:
+        _check_backoff(self.backoff_min_s, self.backoff_max_s)
+
+    @property
+    def allowlist(self) -> Allowlist:
+        """Who may talk to the bot."""
+        return Allowlist(self.allowed_users, self.allowed_chats)
 
 
 @frozen
 class GatewayConfig:
     """The whole ``[gateway]`` table.
 
-    ``tools`` is ``None`` for "the tools the main config allows" (``"all"``);
-    ``extra`` holds the raw tables of third-party platforms.
+    ``platforms`` are de-duplicated; ``tools`` is ``None`` for "the tools the
+    main config allows" (``"all"``); ``extra`` holds the raw tables of
+    third-party platforms.
     """
 
-    platforms: tuple[str, ...] = ("webhook",)
-    tools: tuple[str, ...] | None = DEFAULT_GATEWAY_TOOLS
-    history_cap: int = 40
-    max_conversations: int = 200
-    queue_limit: int = 5
-    grace_s: float = 30.0
+    platforms: tuple[str, ...] = setting(
+        ("webhook",), parse=each(_platform, into=_unique, what="an array of platform names"))
+    tools: tuple[str, ...] | None = setting(_DEFAULT_TOOLS, parse=_tools)
+    history_cap: int = setting(40, check=at_least(2))
+    max_conversations: int = setting(200, check=at_least(1))
+    queue_limit: int = setting(5, check=at_least(1))
+    grace_s: float = setting(30.0, check=at_least(0))
     webhook: WebhookSettings = WebhookSettings()
     telegram: TelegramSettings = TelegramSettings()
     discord: DiscordSettings = DiscordSettings()
@@ -180,249 +304,8 @@ class GatewayConfig:
         return self.extra.get(platform, {})
 
 
-# ---------------------------------------------------------------------------
-# Parsing
-# ---------------------------------------------------------------------------
-
-Checker = Callable[[Any, str, list[str]], Any]
-_MISSING = object()
-
-
-def _type_name(value: Any) -> str:
-    # A config file's mappings are TOML tables.
-    return "table" if isinstance(value, Mapping) else json_type_name(value)
-
-
-def _string(*, nonempty: bool = False) -> Checker:
-    def check(value: Any, path: str, problems: list[str]) -> Any:
-        if not isinstance(value, str):
-            problems.append(f"{path}: expected a string, got {_type_name(value)}")
-            return _MISSING
-        if nonempty and not value.strip():
-            problems.append(f"{path}: must not be empty")
-            return _MISSING
-        return value
-
-    return check
-
-
-def _url(*schemes: str) -> Checker:
-    def check(value: Any, path: str, problems: list[str]) -> Any:
-        if not isinstance(value, str):
-            problems.append(f"{path}: expected a URL string, got {_type_name(value)}")
-            return _MISSING
-        parts = urlsplit(value)
-        if parts.scheme not in schemes or not parts.netloc:
-            problems.append(
-                f"{path}: expected a {' or '.join(schemes)} URL, got {value!r}"
-            )
-            return _MISSING
-        return value.rstrip("/") if parts.scheme.startswith("http") else value
-
-    return check
-
-
-def _integer(lo: int, hi: int | None = None) -> Checker:
-    def check(value: Any, path: str, problems: list[str]) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{path}: expected an integer, got {_type_name(value)}")
-            return _MISSING
-        if value < lo or (hi is not None and value > hi):
-            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-            problems.append(f"{path}: must be {bound}, got {value}")
-            return _MISSING
-        return value
-
-    return check
-
-
-def _number(lo: float, *, strict: bool = False) -> Checker:
-    def check(value: Any, path: str, problems: list[str]) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            problems.append(f"{path}: expected a number, got {_type_name(value)}")
-            return _MISSING
-        if value < lo or (strict and value == lo):
-            word = "greater than" if strict else "at least"
-            problems.append(f"{path}: must be {word} {lo:g}, got {value}")
-            return _MISSING
-        return float(value)
-
-    return check
-
-
-def _boolean(value: Any, path: str, problems: list[str]) -> Any:
-    if not isinstance(value, bool):
-        problems.append(f"{path}: expected true or false, got {_type_name(value)}")
-        return _MISSING
-    return value
-
-
-def _ids(*, lower: bool = False) -> Checker:
-    """A list of ids: strings or integers (Telegram and Discord ids are numbers)."""
-
-    def check(value: Any, path: str, problems: list[str]) -> Any:
-        if not isinstance(value, list | tuple):
-            problems.append(f"{path}: expected an array of ids, got {_type_name(value)}")
-            return _MISSING
-        out: list[str] = []
-        for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, str | int):
-                problems.append(
-                    f"{path}[{i}]: expected a string or an integer, got {_type_name(item)}"
-                )
-                continue
-            text = str(item).strip()
-            if not text:
-                problems.append(f"{path}[{i}]: must not be empty")
-                continue
-            out.append(text.lower() if lower else text)
-        return tuple(out)
-
-    return check
-
-
-def _channels(value: Any, path: str, problems: list[str]) -> Any:
-    items = _ids(lower=True)(value, path, problems)
-    if items is _MISSING:
-        return items
-    return tuple(dict.fromkeys(c.lstrip("#") for c in items if c.lstrip("#")))
-
-
-def _tools(value: Any, path: str, problems: list[str]) -> Any:
-    if value == "all":
-        return None
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        problems.append(f'{path}: expected "all" or an array of tool names')
-        return _MISSING
-    return tuple(value)
-
-
-def _platforms(value: Any, path: str, problems: list[str]) -> Any:
-    if not isinstance(value, list | tuple):
-        problems.append(f"{path}: expected an array of platform names, got {_type_name(value)}")
-        return _MISSING
-    out: list[str] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip():
-            problems.append(f"{path}[{i}]: expected a platform name")
-            continue
-        out.append(item.strip())
-    return tuple(dict.fromkeys(out))
-
-
-_ALLOWLIST_KEYS = {"allowed_users", "allowed_chats"}
-
-_WEBHOOK_FIELDS: dict[str, Checker] = {
-    "host": _string(nonempty=True),
-    "port": _integer(0, 65535),
-    "token_env": _string(nonempty=True),
-    "max_body_bytes": _integer(1),
-}
-_BACKOFF_FIELDS: dict[str, Checker] = {
-    "backoff_min_s": _number(0),
-    "backoff_max_s": _number(0),
-}
-_TELEGRAM_FIELDS: dict[str, Checker] = {
-    "base_url": _url("http", "https"),
-    "token_env": _string(nonempty=True),
-    "poll_timeout_s": _integer(0, 600),
-    **_BACKOFF_FIELDS,
-    "send_interval_s": _number(0),
-    "send_retries": _integer(0, 100),
-    "max_retry_after_s": _number(0),
-    "max_reply_chars": _integer(16, 4096),
-}
-_DISCORD_FIELDS: dict[str, Checker] = {
-    "gateway_url": _url("ws", "wss"),
-    "api_base_url": _url("http", "https"),
-    "token_env": _string(nonempty=True),
-    "require_mention": _boolean,
-    "intents": _integer(0),
-    "use_resume_url": _boolean,
-    **_BACKOFF_FIELDS,
-    "invalid_session_delay_s": _number(0),
-    "send_retries": _integer(0, 100),
-    "max_retry_after_s": _number(0),
-    "max_reply_chars": _integer(16, 2000),
-}
-_TWITCH_FIELDS: dict[str, Checker] = {
-    "url": _url("ws", "wss"),
-    "token_env": _string(nonempty=True),
-    "nick": _string(),
-    "nick_env": _string(nonempty=True),
-    "channels": _channels,
-    "rate_limit_messages": _integer(1),
-    "rate_limit_window_s": _number(0, strict=True),
-    **_BACKOFF_FIELDS,
-    "max_reply_chars": _integer(16, 500),
-}
-_TOP_FIELDS: dict[str, Checker] = {
-    "platforms": _platforms,
-    "tools": _tools,
-    "history_cap": _integer(2),
-    "max_conversations": _integer(1),
-    "queue_limit": _integer(1),
-    "grace_s": _number(0),
-}
-_PLATFORM_TABLES: dict[str, tuple[type[Any], dict[str, Checker], bool]] = {
-    # name: (settings class, fields, has an allowlist)
-    "webhook": (WebhookSettings, _WEBHOOK_FIELDS, False),
-    "telegram": (TelegramSettings, _TELEGRAM_FIELDS, True),
-    "discord": (DiscordSettings, _DISCORD_FIELDS, True),
-    "twitch": (TwitchSettings, _TWITCH_FIELDS, True),
-}
-
-
-def _parse_table(
-    raw: Mapping[str, Any],
-    path: str,
-    fields: Mapping[str, Checker],
-    problems: list[str],
-    allow_extra: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        checker = fields.get(key)
-        if checker is None:
-            if key not in allow_extra:
-                problems.append(f"{path}.{key}: unknown key")
-            continue
-        parsed = checker(value, f"{path}.{key}", problems)
-        if parsed is not _MISSING:
-            values[key] = parsed
-    return values
-
-
-def _parse_platform(
-    name: str, raw: Any, path: str, problems: list[str]
-) -> Any:
-    cls, fields, has_allowlist = _PLATFORM_TABLES[name]
-    if not isinstance(raw, Mapping):
-        problems.append(f"{path}: expected a table, got {_type_name(raw)}")
-        return cls()
-    extra = frozenset(_ALLOWLIST_KEYS) if has_allowlist else frozenset()
-    values = _parse_table(raw, path, fields, problems, extra)
-    if has_allowlist:
-        lower = name == "twitch"  # Twitch logins and channels are case-insensitive
-        users = _ids(lower=lower)(raw.get("allowed_users", ()), f"{path}.allowed_users", problems)
-        chats_check = _channels if name == "twitch" else _ids()
-        chats = chats_check(raw.get("allowed_chats", ()), f"{path}.allowed_chats", problems)
-        values["allowlist"] = Allowlist(
-            frozenset(users) if users is not _MISSING else frozenset(),
-            frozenset(chats) if chats is not _MISSING else frozenset(),
-        )
-    lo, hi = values.get("backoff_min_s"), values.get("backoff_max_s")
-    lo = lo if lo is not None else getattr(cls(), "backoff_min_s", None)
-    hi = hi if hi is not None else getattr(cls(), "backoff_max_s", None)
-    if lo is not None and hi is not None and lo > hi:
-        problems.append(
-            f"{path}.backoff_max_s: must be at least backoff_min_s ({lo:g}), got {hi:g}"
-        )
-    try:
-        return cls(**values)
-    except (TypeError, ValueError) as exc:  # pragma: no cover - the checkers catch these first
-        problems.append(f"{path}: {exc}")
-        return cls()
+# The keys of [gateway] that are its own; any other table is a third-party platform's.
+_OWN_KEYS = frozenset(a.name for a in attrs.fields(GatewayConfig)) - {"extra"}
 
 
 def parse_gateway_config(
@@ -432,31 +315,30 @@ def parse_gateway_config(
 
     :raises ConfigError: listing every problem with its ``$.gateway...`` path.
     """
-    problems: list[str] = []
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise ConfigError([f"{path}: expected a table, got {_type_name(raw)}"])
-    top: dict[str, Any] = {}
-    platforms: dict[str, Any] = {}
+        raise ConfigError([f"{path}: expected a table, got {json_type_name(raw)}"])
+    own = {key: value for key, value in raw.items() if key in _OWN_KEYS}
+    problems: list[str] = []
     extra: dict[str, Mapping[str, Any]] = {}
     for key, value in raw.items():
-        if key in _TOP_FIELDS:
-            parsed = _TOP_FIELDS[key](value, f"{path}.{key}", problems)
-            if parsed is not _MISSING:
-                top[key] = parsed
-        elif key in _PLATFORM_TABLES:
-            platforms[key] = _parse_platform(key, value, f"{path}.{key}", problems)
-        elif isinstance(value, Mapping):
+        if key in _OWN_KEYS:
+            continue
+        if isinstance(value, Mapping):
             # A third-party platform's own settings; its adapter checks them.
             extra[str(key)] = dict(value)
         else:
             problems.append(
                 f"{path}.{key}: unknown key (platform settings go in a [gateway.<platform>] table)"
             )
+    try:
+        config = structure_settings(own, GatewayConfig, path)
+    except ConfigError as exc:
+        problems[:0] = exc.problems
     if problems:
         raise ConfigError(problems)
-    return GatewayConfig(**top, **platforms, extra=extra)
+    return attrs.evolve(config, extra=extra)
 
 
 def with_overrides(config: GatewayConfig, **changes: Any) -> GatewayConfig:

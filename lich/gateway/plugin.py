@@ -2,8 +2,9 @@
 
 It registers the four platforms — ``webhook``, ``telegram``, ``discord``,
 ``twitch`` — through ``lich_register_gateway_adapters``, exactly as a
-third-party package would register its own, and adds the ``lich gateway``
-command through ``lich_register_commands``.
+third-party package would register its own, adds the ``lich gateway``
+command through ``lich_register_commands``, and checks the ``[gateway]``
+table through ``lich_check_config``.
 
 Importing this module is cheap: starlette, uvicorn, websockets and httpx are
 imported only when an adapter is built.
@@ -18,9 +19,10 @@ from lich.hooks import hookimpl
 if TYPE_CHECKING:
     import click
 
+    from lich.config import LichConfig
     from lich.gateway.registry import Adapter, AdapterContext, AdapterRegistry
 
-__all__ = ["lich_register_commands", "lich_register_gateway_adapters"]
+__all__ = ["lich_check_config", "lich_register_commands", "lich_register_gateway_adapters"]
 
 
 def _webhook(context: AdapterContext) -> Adapter:
@@ -54,6 +56,18 @@ def lich_register_gateway_adapters(registry: AdapterRegistry) -> None:
     registry.register("telegram", _telegram)
     registry.register("discord", _discord)
     registry.register("twitch", _twitch)
+
+
+@hookimpl
+def lich_check_config(config: LichConfig) -> None:
+    """Check ``[gateway]``: ``lich config validate`` reports it, and every run refuses it.
+
+    A bad ``[gateway]`` table is a configuration error like any other, so a plain
+    ``lich run`` refuses it too rather than leaving it to the next ``lich gateway``.
+    """
+    from lich.gateway.config import parse_gateway_config
+
+    parse_gateway_config(config.gateway)
 
 
 @hookimpl

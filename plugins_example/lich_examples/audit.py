@@ -17,6 +17,11 @@ Settings (``[plugin_settings.audit]``)::
     fsync = true                 # false trades durability for speed
     require = true               # block tool calls while the log cannot be written
 
+Bad settings (a wrong type, a negative number, an unknown key) are refused
+before anything runs, every one with its ``$.plugin_settings.audit`` path:
+``lich config validate`` reports them and a run does not start
+(``lich_check_config``).
+
 A line (``"v": 1``)::
 
     {"v": 1, "ts": "2025-01-01T12:00:00.000000Z", "run_id": "…", "session_id": "…",
@@ -49,11 +54,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attrs import frozen
+
 from lich import Block, hookimpl
 from lich.guards import truncate_text
+from lich.settings import ConfigError, at_least, each, json_type_name, setting, structure_settings
 
 if TYPE_CHECKING:
-    from lich import LichConfig, RunInfo, RunOutcome, ToolCall, ToolRegistry
+    from lich import LichConfig, RunInfo, RunOutcome, ToolCall
     from lich.events import Envelope
 
 __all__ = [
@@ -61,9 +69,10 @@ __all__ = [
     "DEFAULT_PATH",
     "AuditSettings",
     "audit_record",
+    "audit_settings",
     "lich_before_tool_call",
+    "lich_check_config",
     "lich_event",
-    "lich_register_tools",
     "lich_run_end",
     "lich_run_start",
     "read_audit_log",
@@ -74,55 +83,47 @@ AUDIT_SCHEMA_VERSION = 1
 DEFAULT_PATH = ".lich/audit.jsonl"
 DEFAULT_REDACT = ("password", "passwd", "*secret*", "api_key", "apikey", "token", "*_token",
                   "authorization")
-_KEYS = {"path", "preview_chars", "max_arg_chars", "redact_args", "fsync", "require"}
+_WHERE = f"$.plugin_settings.{PLUGIN_NAME}"
 
 log = logging.getLogger("lich_examples.audit")
 
 
+def _file_path(value: str) -> None:
+    if not value.strip() or "\x00" in value:
+        raise ValueError(f"expected a file path, got {value!r}")
+
+
+def _pattern(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected an argument name or glob, got {json_type_name(value)}")
+    return value.lower()  # argument names are matched case-insensitively
+
+
+@frozen
 class AuditSettings:
-    """``[plugin_settings.audit]``, checked. :class:`ValueError` names the bad ``$.path``."""
+    """``[plugin_settings.audit]``; see the module docstring for what each key does."""
 
-    def __init__(self, raw: Mapping[str, Any] | None) -> None:
-        raw = dict(raw or {})
-        where = f"$.plugin_settings.{PLUGIN_NAME}"
-        problems = [f"{where}.{key}: unknown setting (known: {', '.join(sorted(_KEYS))})"
-                    for key in raw if key not in _KEYS]
-        path = raw.get("path", DEFAULT_PATH)
-        if not isinstance(path, str) or not path.strip() or "\x00" in path:
-            problems.append(f"{where}.path: expected a file path, got {path!r}")
-            path = DEFAULT_PATH
-        self.path: str = path
-
-        def whole(key: str, fallback: int) -> int:
-            value = raw.get(key, fallback)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                problems.append(f"{where}.{key}: expected a whole number >= 0, got {value!r}")
-                return fallback
-            return value
-
-        def flag(key: str) -> bool:
-            value = raw.get(key, True)
-            if not isinstance(value, bool):
-                problems.append(f"{where}.{key}: expected true or false, got {value!r}")
-                return True
-            return value
-
-        self.preview_chars = whole("preview_chars", 200)
-        self.max_arg_chars = whole("max_arg_chars", 1000)
-        self.fsync = flag("fsync")
-        self.require = flag("require")
-        redact = raw.get("redact_args", list(DEFAULT_REDACT))
-        if not isinstance(redact, list) or not all(isinstance(r, str) for r in redact):
-            problems.append(f"{where}.redact_args: expected a list of argument names or globs")
-            redact = list(DEFAULT_REDACT)
-        self.redact_args: tuple[str, ...] = tuple(r.lower() for r in redact)
-        if problems:
-            raise ValueError("invalid audit settings: " + "; ".join(problems))
+    path: str = setting(DEFAULT_PATH, check=_file_path, help="the log file")
+    preview_chars: int = setting(200, check=at_least(0), help="output kept per result")
+    max_arg_chars: int = setting(1000, check=at_least(0), help="string arguments cut at")
+    redact_args: tuple[str, ...] = setting(
+        DEFAULT_REDACT, parse=each(_pattern, what="an array of argument names or globs"),
+        help="arguments logged as <redacted>")
+    fsync: bool = setting(True, help="fsync every line")
+    require: bool = setting(True, help="block tool calls while the log cannot be written")
 
     def log_path(self, work_dir: str) -> Path:
         """The log file for a run in ``work_dir``."""
         path = Path(self.path).expanduser()
         return path if path.is_absolute() else Path(work_dir) / path
+
+
+def audit_settings(raw: Mapping[str, Any] | None) -> AuditSettings:
+    """``[plugin_settings.audit]``, checked.
+
+    :raises lich.settings.ConfigError: naming every bad ``$.plugin_settings.audit`` key.
+    """
+    return structure_settings(raw, AuditSettings, _WHERE)
 
 
 # --------------------------------------------------------------------------- the log file
@@ -288,17 +289,19 @@ _runs_lock = threading.Lock()
 
 
 @hookimpl
-def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
-    """Registers no tool: checks ``[plugin_settings.audit]`` so bad settings fail the load."""
-    AuditSettings(config.plugin_settings.get(PLUGIN_NAME))
+def lich_check_config(config: LichConfig) -> None:
+    """Check ``[plugin_settings.audit]``: ``lich config validate`` and every run refuse
+    bad settings, before anything is called."""
+    audit_settings(config.plugin_settings.get(PLUGIN_NAME))
 
 
 @hookimpl
 def lich_run_start(run: RunInfo) -> None:
     """Resolve and create this run's log; remember any problem for the before-hook."""
     try:
-        settings = AuditSettings(run.settings_for(PLUGIN_NAME))
-    except ValueError as exc:
+        settings = audit_settings(run.settings_for(PLUGIN_NAME))
+    except ConfigError as exc:
+        # Checked before the run already; this is a config swapped since (fail closed).
         entry = _RunLog(None, None, str(exc))
     else:
         path = settings.log_path(run.work_dir)

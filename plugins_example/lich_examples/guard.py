@@ -36,45 +36,55 @@ Order: rewrite rules run first, then the tool, command and path checks on
 the final arguments. The guard's before-hook is ``trylast``, so it judges
 the arguments every other plugin's rewrites produced.
 
-An invalid policy is refused when the plugin is registered
-(:class:`GuardPolicyError`, listing every problem with its ``$.path``): the
-plugin then shows as failed in ``lich plugins`` and guards nothing, and
-strict mode refuses to start. At run time any error blocks the call (fail
-closed). Command checks are a tripwire against mistakes, not a sandbox: a
+An invalid policy is refused before anything runs (``lich_check_config``
+raises :class:`GuardPolicyError`, listing every problem with its ``$.path``):
+``lich config validate`` reports it and a run does not start, so a typo in
+the policy never leaves a run unguarded. At run time any error blocks the
+call (fail closed). Command checks are a tripwire against mistakes, not a sandbox: a
 determined shell command can always hide what it does.
 """
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import json
 import os
 import re
 import shlex
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
 from lich import Block, Rewrite, hookimpl
+from lich.settings import (
+    ConfigError,
+    each,
+    json_type_name,
+    non_empty,
+    one_of,
+    setting,
+    structure_settings,
+)
 
 if TYPE_CHECKING:
-    from lich import LichConfig, RunInfo, ToolCall, ToolRegistry
+    from lich import LichConfig, RunInfo, ToolCall
 
 __all__ = [
+    "ABSENT",
     "DEFAULT_COMMAND_RULES",
     "DEFAULT_PATH_ARGS",
     "DEFAULT_PATH_RULES",
     "CommandRule",
     "GuardPolicyError",
+    "GuardSettings",
     "PathRule",
     "Policy",
     "RewriteRule",
     "decide",
     "lich_before_tool_call",
-    "lich_register_tools",
+    "lich_check_config",
     "parse_policy",
 ]
 
@@ -137,20 +147,18 @@ DEFAULT_PATH_ARGS: tuple[str, ...] = (
     "src", "dst", "source", "destination", "target",
 )
 
-_KEYS = (
-    "deny_tools", "allow_tools", "deny_commands", "default_command_rules", "command_args",
-    "deny_paths", "default_path_rules", "path_args", "check_command_paths", "rewrite",
-)
-_REWRITE_KEYS = ("tool", "arg", "set", "default", "max", "min")
 _WHERE = f"$.plugin_settings.{PLUGIN_NAME}"
 
 
-class GuardPolicyError(ValueError):
-    """The guard policy is invalid. ``problems`` are ``"$.path: message"`` strings."""
+class GuardPolicyError(ConfigError):
+    """The guard policy is invalid. ``problems`` are ``"$.path: message"`` strings.
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("invalid guard policy: " + "; ".join(self.problems))
+    A :class:`lich.settings.ConfigError`, so ``lich config validate`` reports it
+    and a run refuses to start.
+    """
+
+    def __str__(self) -> str:
+        return "invalid guard policy: " + "; ".join(self.problems)
 
 
 @frozen
@@ -170,18 +178,49 @@ class PathRule:
     regex: re.Pattern[str]
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT: Any = _Absent()
+"""The value of :attr:`RewriteRule.set` and :attr:`RewriteRule.default` when not given."""
+
+
 @frozen
 class RewriteRule:
-    """Rewrite ``arg`` of the tools matching ``tool``."""
+    """Rewrite ``arg`` of the tools matching ``tool``: one ``[[plugin_settings.guard.rewrite]]``.
 
-    tool: str
-    arg: str
-    set: Any = None
-    has_set: bool = False
-    default: Any = None
-    has_default: bool = False
-    max: float | None = None
-    min: float | None = None
+    ``set`` and ``default`` are :data:`ABSENT` when not given.
+    """
+
+    tool: str = setting(check=non_empty, help="a tool name or glob")
+    arg: str = setting(check=non_empty, help="the argument to rewrite")
+    set: Any = ABSENT  # always this value
+    default: Any = ABSENT  # this value when the argument is absent
+    max: float | None = setting(None, help="cap a number")
+    min: float | None = setting(None, help="raise a number")
+
+    def __attrs_post_init__(self) -> None:
+        actions = [k for k in ("set", "default", "max", "min")
+                   if getattr(self, k) not in (ABSENT, None)]
+        if not actions:
+            raise ValueError("give at least one of set, default, max, min")
+        if self.has_set and len(actions) > 1:
+            others = ", ".join(a for a in actions if a != "set")
+            raise ValueError(f"set cannot be combined with {others}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min:g}) is greater than max ({self.max:g})")
+
+    @property
+    def has_set(self) -> bool:
+        """Whether ``set`` was given."""
+        return self.set is not ABSENT
+
+    @property
+    def has_default(self) -> bool:
+        """Whether ``default`` was given."""
+        return self.default is not ABSENT
 
     def apply(self, args: dict[str, Any]) -> None:
         """Change ``args`` in place."""
@@ -263,66 +302,85 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.S)
 
 
-def _string_list(raw: Mapping[str, Any], key: str, problems: list[str]) -> tuple[str, ...] | None:
-    if key not in raw:
-        return None
-    value = raw[key]
-    if not isinstance(value, list):
-        problems.append(f"{_WHERE}.{key}: expected a list of strings, got {type(value).__name__}")
-        return None
-    out = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip():
-            problems.append(f"{_WHERE}.{key}[{i}]: expected a non-empty string, got {item!r}")
-        else:
-            out.append(item)
-    return tuple(out)
+def _name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {json_type_name(value)}")
+    non_empty(value)
+    return value
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_names = each(_name, what="an array of strings")
 
 
-def _parse_rewrite(index: int, raw: Any, problems: list[str]) -> RewriteRule | None:
-    where = f"{_WHERE}.rewrite[{index}]"
-    if not isinstance(raw, Mapping):
-        problems.append(f"{where}: expected a table with tool, arg and max/min/default/set")
-        return None
-    before = len(problems)
-    for key in raw:
-        if key not in _REWRITE_KEYS:
-            problems.append(f"{where}.{key}: unknown key{_suggest(key, _REWRITE_KEYS)}")
-    for key in ("tool", "arg"):
-        if not isinstance(raw.get(key), str) or not raw[key].strip():
-            problems.append(f"{where}.{key}: required, a non-empty string")
-    actions = [k for k in ("set", "default", "max", "min") if k in raw]
-    if not actions:
-        problems.append(f"{where}: give at least one of set, default, max, min")
-    if "set" in raw and len(actions) > 1:
-        others = ", ".join(a for a in actions if a != "set")
-        problems.append(f"{where}: set cannot be combined with {others}")
-    for key in ("max", "min"):
-        if key in raw and not _number(raw[key]):
-            problems.append(f"{where}.{key}: expected a number, got {raw[key]!r}")
-    if _number(raw.get("min")) and _number(raw.get("max")) and raw["min"] > raw["max"]:
-        problems.append(f"{where}: min ({raw['min']}) is greater than max ({raw['max']})")
-    if len(problems) > before:
-        return None
-    return RewriteRule(
-        tool=raw["tool"],
-        arg=raw["arg"],
-        set=raw.get("set"),
-        has_set="set" in raw,
-        default=raw.get("default"),
-        has_default="default" in raw,
-        max=raw.get("max"),
-        min=raw.get("min"),
-    )
+def _names_or(default: tuple[str, ...]) -> Callable[[Any], tuple[str, ...]]:
+    # An empty list keeps the default: `path_args = []` must not turn path checks off.
+    def parse(value: Any) -> tuple[str, ...]:
+        names: tuple[str, ...] = _names(value)
+        return names or default
+
+    return parse
 
 
-def _suggest(key: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(known)})"
+def _command_rule(value: Any) -> CommandRule:
+    pattern = _name(value)
+    try:
+        return CommandRule(pattern, f"matches {pattern!r}", re.compile(pattern))
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _path_rule(value: Any) -> PathRule:
+    pattern = _name(value)
+    try:
+        return PathRule(pattern, glob_to_regex(pattern))
+    except re.error as exc:
+        raise ValueError(f"invalid glob {pattern!r}: {exc}") from None
+
+
+_default_rule_name = one_of(*DEFAULT_COMMAND_RULES)
+
+
+def _checked_rule_name(value: Any) -> str:
+    name = _name(value)
+    _default_rule_name(name)
+    return name
+
+
+_rule_names = each(_checked_rule_name, what="true, false or an array of default rule names")
+
+
+_ALL: bool | tuple[str, ...] = True  # every default rule (typed as the field is)
+
+
+def _default_rules(value: Any) -> bool | tuple[str, ...]:
+    if isinstance(value, bool):
+        return value
+    names: tuple[str, ...] = _rule_names(value)
+    return names
+
+
+@frozen
+class GuardSettings:
+    """``[plugin_settings.guard]`` as written (see the module docstring);
+    :func:`parse_policy` makes the :class:`Policy` from it."""
+
+    deny_tools: tuple[str, ...] = setting((), parse=_names)
+    allow_tools: tuple[str, ...] | None = setting(None, parse=_names)
+    deny_commands: tuple[CommandRule, ...] = setting(
+        (), parse=each(_command_rule, what="an array of regular expressions"))
+    default_command_rules: bool | tuple[str, ...] = setting(_ALL, parse=_default_rules)
+    command_args: tuple[str, ...] = setting(("command",), parse=_names_or(("command",)))
+    deny_paths: tuple[PathRule, ...] = setting(
+        (), parse=each(_path_rule, what="an array of globs"))
+    default_path_rules: bool = True
+    path_args: tuple[str, ...] = setting(DEFAULT_PATH_ARGS, parse=_names_or(DEFAULT_PATH_ARGS))
+    check_command_paths: bool = True
+    rewrite: tuple[RewriteRule, ...] = ()
+
+
+def _default_command_rule(name: str) -> CommandRule:
+    description, pattern = DEFAULT_COMMAND_RULES[name]
+    return CommandRule(name, f"{name} ({description})", re.compile(pattern))
 
 
 def parse_policy(raw: Mapping[str, Any] | None) -> Policy:
@@ -330,99 +388,23 @@ def parse_policy(raw: Mapping[str, Any] | None) -> Policy:
 
     :raises GuardPolicyError: listing every problem with its ``$.path``.
     """
-    raw = raw or {}
-    problems: list[str] = []
-    if not isinstance(raw, Mapping):
-        raise GuardPolicyError([f"{_WHERE}: expected a table"])
-    for key in raw:
-        if key not in _KEYS:
-            problems.append(f"{_WHERE}.{key}: unknown setting{_suggest(key, _KEYS)}")
-
-    deny_tools = _string_list(raw, "deny_tools", problems) or ()
-    allow_tools = _string_list(raw, "allow_tools", problems)
-    command_args = _string_list(raw, "command_args", problems) or ("command",)
-    path_args = _string_list(raw, "path_args", problems) or DEFAULT_PATH_ARGS
-
-    command_rules: list[CommandRule] = []
-    defaults = raw.get("default_command_rules", True)
-    if defaults is True:
-        keep: Iterable[str] = DEFAULT_COMMAND_RULES
-    elif defaults is False:
-        keep = ()
-    elif isinstance(defaults, list) and all(isinstance(d, str) for d in defaults):
-        keep = defaults
-        for i, name in enumerate(defaults):
-            if name not in DEFAULT_COMMAND_RULES:
-                problems.append(
-                    f"{_WHERE}.default_command_rules[{i}]: no default rule named {name!r}"
-                    f"{_suggest(name, DEFAULT_COMMAND_RULES)}"
-                )
-    else:
-        problems.append(
-            f"{_WHERE}.default_command_rules: expected true, false or a list of rule names"
-        )
-        keep = ()
-    for name in keep:
-        if name in DEFAULT_COMMAND_RULES:
-            description, pattern = DEFAULT_COMMAND_RULES[name]
-            command_rules.append(
-                CommandRule(name, f"{name} ({description})", re.compile(pattern))
-            )
-    for i, pattern in enumerate(_string_list(raw, "deny_commands", problems) or ()):
-        try:
-            command_rules.append(
-                CommandRule(pattern, f"matches {pattern!r}", re.compile(pattern))
-            )
-        except re.error as exc:
-            problems.append(
-                f"{_WHERE}.deny_commands[{i}]: invalid regular expression {pattern!r}: {exc}"
-            )
-
-    path_defaults = raw.get("default_path_rules", True)
-    if not isinstance(path_defaults, bool):
-        problems.append(
-            f"{_WHERE}.default_path_rules: expected true or false, got {path_defaults!r}"
-        )
-        path_defaults = True
-    patterns = [*(DEFAULT_PATH_RULES if path_defaults else ()),
-                *(_string_list(raw, "deny_paths", problems) or ())]
-    path_rules = []
-    for pattern in patterns:
-        try:
-            path_rules.append(PathRule(pattern, glob_to_regex(pattern)))
-        except re.error as exc:
-            index = patterns.index(pattern) - (len(DEFAULT_PATH_RULES) if path_defaults else 0)
-            problems.append(f"{_WHERE}.deny_paths[{index}]: invalid glob {pattern!r}: {exc}")
-
-    check_paths = raw.get("check_command_paths", True)
-    if not isinstance(check_paths, bool):
-        problems.append(
-            f"{_WHERE}.check_command_paths: expected true or false, got {check_paths!r}"
-        )
-
-    rewrites = []
-    raw_rewrites = raw.get("rewrite", [])
-    if not isinstance(raw_rewrites, list):
-        problems.append(
-            f"{_WHERE}.rewrite: expected a list of tables ([[plugin_settings.guard.rewrite]])"
-        )
-        raw_rewrites = []
-    for i, item in enumerate(raw_rewrites):
-        rule = _parse_rewrite(i, item, problems)
-        if rule is not None:
-            rewrites.append(rule)
-
-    if problems:
-        raise GuardPolicyError(problems)
+    try:
+        settings = structure_settings(raw, GuardSettings, _WHERE)
+    except ConfigError as exc:
+        raise GuardPolicyError(exc.problems) from None
+    defaults = settings.default_command_rules
+    keep = DEFAULT_COMMAND_RULES if defaults is True else (defaults or ())
+    path_defaults = DEFAULT_PATH_RULES if settings.default_path_rules else ()
     return Policy(
-        deny_tools=deny_tools,
-        allow_tools=allow_tools,
-        command_rules=tuple(command_rules),
-        command_args=command_args,
-        path_rules=tuple(path_rules),
-        path_args=path_args,
-        check_command_paths=bool(check_paths),
-        rewrites=tuple(rewrites),
+        deny_tools=settings.deny_tools,
+        allow_tools=settings.allow_tools,
+        command_rules=(*(_default_command_rule(n) for n in keep), *settings.deny_commands),
+        command_args=settings.command_args,
+        path_rules=(*(PathRule(p, glob_to_regex(p)) for p in path_defaults),
+                    *settings.deny_paths),
+        path_args=settings.path_args,
+        check_command_paths=settings.check_command_paths,
+        rewrites=settings.rewrite,
     )
 
 
@@ -538,8 +520,8 @@ def _policy_for(settings: Mapping[str, Any]) -> Policy:
 
 
 @hookimpl
-def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
-    """Registers no tool: checks the policy, so an invalid one fails the plugin's load."""
+def lich_check_config(config: LichConfig) -> None:
+    """Check the policy: ``lich config validate`` and every run refuse an invalid one."""
     _policy_for(config.plugin_settings.get(PLUGIN_NAME, {}))
 
 

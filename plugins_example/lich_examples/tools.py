@@ -29,8 +29,10 @@ read their own keys from the same table::
     max_file_bytes = 20_000_000   # larger files are refused (default 10 MB)
     max_results = 500             # upper bound for the max_results argument (default 1000)
 
-Bad values there make the plugin fail to load, with the ``$.tools.…`` path in
-the load report.
+Each table is a settings class (:class:`SqliteQuerySettings`,
+:class:`JsonQuerySettings`, extending :class:`lich.settings.ToolSettings`);
+``lich_check_config`` checks both, so a bad value or an unknown key fails
+``lich config validate`` and every run, with its ``$.tools.…`` path.
 """
 
 from __future__ import annotations
@@ -39,13 +41,16 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from attrs import frozen
 
 # ToolContext and Param are needed at run time: @tool reads the annotations.
 from lich import Param, ToolContext, ToolError, ToolResult, hookimpl, tool
 from lich.guards import resolve_in_root, truncate_text
+from lich.settings import ConfigError, ToolSettings, at_least, setting, structure_settings
 
 if TYPE_CHECKING:
     import sqlite3
@@ -55,7 +60,10 @@ if TYPE_CHECKING:
     from lich import LichConfig, ToolRegistry
 
 __all__ = [
+    "JsonQuerySettings",
+    "SqliteQuerySettings",
     "json_query",
+    "lich_check_config",
     "lich_register_tools",
     "sqlite_query",
 ]
@@ -77,16 +85,47 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _READ_KEYWORDS = ("select", "with", "explain", "values", "pragma")
 
 
-def _setting_int(settings: Mapping[str, Any], key: str, fallback: int) -> int:
-    value = settings.get(key, fallback)
-    return value if isinstance(value, int) and not isinstance(value, bool) else fallback
+@frozen
+class SqliteQuerySettings(ToolSettings):
+    """``[tools.sqlite_query]`` (and the executor's ``timeout_s``, ``max_output_chars``)."""
+
+    max_rows: int = setting(SQLITE_MAX_ROWS, check=at_least(1),
+                            help="upper bound for the max_rows argument")
+    max_cell_chars: int = setting(SQLITE_MAX_CELL_CHARS, check=at_least(1),
+                                  help="longer text cells are cut")
 
 
-def _setting_float(settings: Mapping[str, Any], key: str, fallback: float) -> float:
-    value = settings.get(key, fallback)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return fallback
-    return float(value)
+@frozen
+class JsonQuerySettings(ToolSettings):
+    """``[tools.json_query]`` (and the executor's ``timeout_s``, ``max_output_chars``)."""
+
+    max_results: int = setting(JSON_MAX_RESULTS, check=at_least(1),
+                               help="upper bound for the max_results argument")
+    max_file_bytes: int = setting(JSON_MAX_FILE_BYTES, check=at_least(1),
+                                  help="larger files are refused")
+
+
+S = TypeVar("S", bound=ToolSettings)
+
+_SETTINGS: dict[str, type[ToolSettings]] = {
+    "sqlite_query": SqliteQuerySettings,
+    "json_query": JsonQuerySettings,
+}
+
+
+def _tool_settings(ctx: ToolContext, tool_name: str, cls: type[S]) -> S:
+    # Checked before the run (lich_check_config); a table handed to an executor
+    # directly fails the call with the same words.
+    try:
+        return structure_settings(ctx.settings, cls, f"$.tools.{tool_name}")
+    except ConfigError as exc:
+        raise ToolError(f"invalid_setting: {'; '.join(exc.problems)}") from None
+
+
+def _output_cap(settings: ToolSettings) -> int:
+    # The envelope needs some room: never plan for less than 1000 characters.
+    cap = MAX_OUTPUT_CHARS if settings.max_output_chars is None else settings.max_output_chars
+    return max(1000, cap)
 
 
 def _input_file(ctx: ToolContext, raw: str) -> Path:
@@ -229,13 +268,12 @@ def sqlite_query(
     """
     import sqlite3
 
-    settings = ctx.settings
+    settings = _tool_settings(ctx, "sqlite_query", SqliteQuerySettings)
     # The configured ceiling clamps the argument rather than refusing it.
-    row_cap = max(1, _setting_int(settings, "max_rows", SQLITE_MAX_ROWS))
-    max_rows = min(max_rows, row_cap)
-    max_cell = max(1, _setting_int(settings, "max_cell_chars", SQLITE_MAX_CELL_CHARS))
-    max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
-    timeout_s = _setting_float(settings, "timeout_s", SQLITE_TIMEOUT_S)
+    max_rows = min(max_rows, settings.max_rows)
+    max_cell = settings.max_cell_chars
+    max_chars = _output_cap(settings)
+    timeout_s = SQLITE_TIMEOUT_S if settings.timeout_s is None else settings.timeout_s
 
     keyword = _first_keyword(sql)
     if keyword not in _READ_KEYWORDS:
@@ -374,12 +412,11 @@ def json_query(
     """
     import jsonpath_rfc9535 as jsonpath
 
-    settings = ctx.settings
+    settings = _tool_settings(ctx, "json_query", JsonQuerySettings)
     # The configured ceiling clamps the argument rather than refusing it.
-    result_cap = max(1, _setting_int(settings, "max_results", JSON_MAX_RESULTS))
-    max_results = min(max_results, result_cap)
-    max_bytes = max(1, _setting_int(settings, "max_file_bytes", JSON_MAX_FILE_BYTES))
-    max_chars = max(1000, _setting_int(settings, "max_output_chars", MAX_OUTPUT_CHARS))
+    max_results = min(max_results, settings.max_results)
+    max_bytes = settings.max_file_bytes
+    max_chars = _output_cap(settings)
     if len(query) > _MAX_QUERY_CHARS:
         raise ToolError(f"invalid_query: longer than {_MAX_QUERY_CHARS} characters")
     try:
@@ -446,34 +483,21 @@ def _matches(query: JSONPathQuery, document: Any) -> Iterator[tuple[str, Any]]:
         raise ToolError(f"query_failed: {exc}") from exc
 
 
-# Integer settings each tool reads from its [tools.<name>] table.
-_INT_SETTINGS = {
-    "sqlite_query": ("max_rows", "max_cell_chars", "max_output_chars"),
-    "json_query": ("max_results", "max_file_bytes", "max_output_chars"),
-}
-
-
-def _check_settings(config: LichConfig | None) -> None:
-    if config is None:
-        return
-    problems = []
-    for tool_name, keys in _INT_SETTINGS.items():
-        table = config.tools.get(tool_name, {})
-        for key in keys:
-            value = table.get(key)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                problems.append(
-                    f"$.tools.{tool_name}.{key}: expected a whole number >= 1, got {value!r}"
-                )
+@hookimpl
+def lich_check_config(config: LichConfig) -> None:
+    """Check ``[tools.sqlite_query]`` and ``[tools.json_query]``, every problem at once."""
+    problems: list[str] = []
+    for tool_name, cls in _SETTINGS.items():
+        try:
+            structure_settings(config.tool_settings(tool_name), cls, f"$.tools.{tool_name}")
+        except ConfigError as exc:
+            problems.extend(exc.problems)
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ConfigError(problems)
 
 
 @hookimpl
-def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
-    """Register ``sqlite_query`` and ``json_query`` (after checking their settings)."""
-    _check_settings(config)
+def lich_register_tools(registry: ToolRegistry) -> None:
+    """Register ``sqlite_query`` and ``json_query``."""
     registry.register(sqlite_query)
     registry.register(json_query)

@@ -188,6 +188,48 @@ def test_config_validate_checks_plugin_settings_as_a_run_does(
     assert server.requests == []  # rejected before any model call
 
 
+def test_config_validate_checks_the_gateway_table_as_a_run_does(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["never"])
+    path = write_config(work, server.base_url, extra=(
+        "[gateway]\nhistory_cap = 1\n[gateway.twitch]\nchannels = [\"ok\", true]\n"))
+
+    validate = lich("config", "validate")
+    run = lich("run", "hello")
+
+    assert validate.exit_code == 2
+    assert f"{path}: $.gateway.history_cap: must be at least 2, got 1" in validate.stderr
+    assert (f"{path}: $.gateway.twitch.channels[1]: expected a string or an integer, "
+            "got boolean") in validate.stderr
+    assert run.exit_code == 2
+    assert "$.gateway.history_cap: must be at least 2, got 1" in run.stderr
+    assert server.requests == []
+
+
+def test_config_validate_checks_builtin_tool_tables_as_a_run_does(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["never"])
+    path = write_config(work, server.base_url, extra=(
+        "[tools.terminal]\npass_env = \"GITHUB_TOKEN\"\ntimeout_s = 30\n"
+        "[tools.fetch_url]\nallow_privat = true\n"
+        "[tools.their_tool]\ntheir_key = 1\n"))
+
+    validate = lich("config", "validate")
+    run = lich("run", "hello")
+
+    assert validate.exit_code == 2
+    assert f"{path}: $.tools.terminal.pass_env: expected an array, got string" in (
+        validate.stderr)
+    assert (f"{path}: $.tools.fetch_url.allow_privat: unknown key "
+            "(did you mean 'allow_private'?)") in validate.stderr
+    assert "their_tool" not in validate.stderr  # another plugin's table: not builtin_tools'
+    assert run.exit_code == 2
+    assert "$.tools.terminal.pass_env: expected an array, got string" in run.stderr
+    assert server.requests == []
+
+
 def test_a_plugin_whose_check_crashes_fails_its_load_report(
     work: Path, lich: Any, scripted: Any
 ) -> None:

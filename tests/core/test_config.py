@@ -226,6 +226,21 @@ def test_several_problems_are_listed_together(tmp_path: Path, home: Path) -> Non
     )
 
 
+def test_the_executor_limits_of_every_tool_table_are_checked(tmp_path: Path, home: Path) -> None:
+    # timeout_s and max_output_chars are lich's keys in every [tools.<name>] table, a
+    # third-party tool's too; the tool's own keys are left to the plugin that owns it.
+    write_config(tmp_path, (
+        "[tools.read_file]\ntimeout_s = 0\n"
+        "[tools.their_tool]\nmax_output_chars = 1.5\ntimeout_s = '9'\ntheir_key = 'any'\n"))
+    assert sorted(problems_of(tmp_path).problems) == [
+        "$.tools.read_file.timeout_s: must be greater than 0, got 0.0",
+        "$.tools.their_tool.max_output_chars: expected an integer, got number",
+        "$.tools.their_tool.timeout_s: expected a number, got string",
+    ]
+    write_config(tmp_path, "[tools.their_tool]\ntimeout_s = 2\ntheir_key = 'any'\n")
+    assert load(tmp_path).tools == {"their_tool": {"timeout_s": 2, "their_key": "any"}}
+
+
 def test_the_config_never_holds_a_key(tmp_path: Path, home: Path) -> None:
     write_config(tmp_path, PROVIDER + 'api_key_env = "MY_KEY"\n')
     config = load(tmp_path, env={"MY_KEY": "sk-secret"})

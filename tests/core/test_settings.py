@@ -11,16 +11,20 @@ import pytest
 from attrs import field, frozen
 
 from lich.settings import (
+    TOOL_LIMIT_KEYS,
     ConfigError,
+    ToolSettings,
     at_least,
     between,
     each,
+    each_value,
     greater_than,
     json_type_name,
     non_empty,
     one_of,
     setting,
     structure_settings,
+    tool_limits,
     url,
 )
 
@@ -183,3 +187,52 @@ def test_the_converter_is_private_and_set_up_in_one_module() -> None:
         and re.search(r"\.register_(un)?structure_hook", path.read_text(encoding="utf-8"))
     )
     assert registering == [], "only lich/_converter.py may register converter hooks"
+
+
+def test_each_value_parses_a_table_with_free_keys() -> None:
+    @frozen
+    class Routes:
+        ports: Mapping[str, int] = setting(factory=dict, parse=each_value(_port))
+
+    assert structure_settings({"ports": {"web": 80, "db": 5432}}, Routes).ports == {
+        "web": 80, "db": 5432}
+    assert sorted(problems({"ports": {"web": "80", "db": 0, "ok": 1}}, Routes, "$.r")) == [
+        "$.r.ports.db: must be a port number, got 0",
+        "$.r.ports.web: expected an integer, got string",
+    ]
+    assert problems({"ports": [80]}, Routes, "$.r") == ["$.r.ports: expected a table, got array"]
+
+
+def _port(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {json_type_name(value)}")
+    if not 0 < value < 65536:
+        raise ValueError(f"must be a port number, got {value}")
+    return value
+
+
+def test_a_tool_settings_class_extends_the_executor_keys() -> None:
+    @frozen
+    class QuerySettings(ToolSettings):
+        max_rows: int = setting(1000, check=at_least(1))
+
+    settings = structure_settings({"max_rows": 5, "timeout_s": 2}, QuerySettings, "$.tools.q")
+    assert (settings.max_rows, settings.timeout_s, settings.max_output_chars) == (5, 2.0, None)
+    assert sorted(problems({"max_rows": 0, "timeout_s": 0, "max_output_chars": 1.5, "rows": 1},
+                           QuerySettings, "$.tools.q")) == [
+        "$.tools.q.max_output_chars: expected an integer, got number",
+        "$.tools.q.max_rows: must be at least 1, got 0",
+        "$.tools.q.rows: unknown key",  # too far from max_rows for a hint
+        "$.tools.q.timeout_s: must be greater than 0, got 0.0",
+    ]
+
+
+def test_tool_limits_reads_only_the_executor_keys() -> None:
+    assert tool_limits({"timeout_s": 3, "own": "x"}, "t") == ToolSettings(timeout_s=3.0)
+    assert tool_limits(None, "t") == ToolSettings()
+    assert TOOL_LIMIT_KEYS == ("timeout_s", "max_output_chars")
+    with pytest.raises(ConfigError) as info:
+        tool_limits({"max_output_chars": "many", "own": object()}, "t")
+    assert info.value.problems == ["$.tools.t.max_output_chars: expected an integer, got string"]
+    with pytest.raises(ConfigError, match=r"^\$\.tools\.t: expected a table, got array$"):
+        tool_limits([1], "t")

@@ -12,6 +12,7 @@ import pytest
 
 import lich
 from lich.cancel import CancelToken
+from lich.config import ConfigError
 from lich.guards import (
     DEFAULT_MAX_OUTPUT_CHARS,
     ToolError,
@@ -298,15 +299,26 @@ async def test_timeout_is_per_tool_and_config_overrides_it(tmp_path: Path) -> No
     )
 
 
-async def test_bad_tool_settings_fall_back_to_the_tools_own_limits(tmp_path: Path) -> None:
+async def test_bad_tool_limits_fail_the_call_naming_every_key(tmp_path: Path) -> None:
+    # A loaded config never gets here (load_config checks every [tools.<name>] table);
+    # an executor given bad tables directly says what is wrong instead of guessing.
     registry = ToolRegistry()
     registry.register(_plain("a", timeout_s=7, max_output_chars=99))
     ex = ToolExecutor(
         registry, work_dir=tmp_path,
-        tool_settings={"a": {"timeout_s": "soon", "max_output_chars": -1}},
+        tool_settings={"a": {"timeout_s": "soon", "max_output_chars": -1, "own_key": 1}},
     )
-    assert ex.limits(registry.get("a")) == (7.0, 99)  # type: ignore[arg-type]
-    assert (await ex.execute(ToolCall("1", "a", {}))).ok
+    with pytest.raises(ConfigError) as info:
+        ex.limits(registry.get("a"))  # type: ignore[arg-type]
+    assert sorted(info.value.problems) == [
+        "$.tools.a.max_output_chars: must be greater than 0, got -1",
+        "$.tools.a.timeout_s: expected a number, got string",
+    ]
+    result = await ex.execute(ToolCall("1", "a", {}))
+    assert result.error == (
+        "invalid_setting: $.tools.a.timeout_s: expected a number, got string; "
+        "$.tools.a.max_output_chars: must be greater than 0, got -1"
+    )
 
 
 async def test_a_tools_own_timeout_error_is_not_reported_as_a_deadline(tmp_path: Path) -> None:

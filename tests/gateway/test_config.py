@@ -58,35 +58,72 @@ def test_every_problem_is_reported_with_its_path():
     with pytest.raises(ConfigError) as info:
         parse_gateway_config({
             "platforms": "webhook",
+            "tools": ["read_file", 3],
             "history_cap": 1,
             "grace_s": -1,
             "nonsense": 3,
             "telegram": {"base_url": "ftp://x", "poll_timeout_s": "50", "allowed_users": [1.5],
-                         "typo": True},
+                         "allowed_chats": ["ok", " "], "typo": True},
             "discord": {"intents": True, "gateway_url": "https://not-a-websocket"},
-            "twitch": {"backoff_min_s": 5, "backoff_max_s": 1, "channels": "lich"},
-            "webhook": {"port": 70000, "host": ""},
+            "twitch": {"channels": "lich", "allowed_chats": ["#"], "max_reply_chars": 501},
+            "webhook": {"port": 70000, "host": "", "token_env": 5},
         })
-    problems = info.value.problems
-    expected = [
+    assert sorted(info.value.problems) == sorted([
         "$.gateway.platforms: expected an array of platform names, got string",
+        "$.gateway.tools[1]: expected a tool name, got integer",
         "$.gateway.history_cap: must be at least 2, got 1",
-        "$.gateway.grace_s: must be at least 0, got -1",
-        "$.gateway.nonsense: unknown key",
+        "$.gateway.grace_s: must be at least 0, got -1.0",
+        "$.gateway.nonsense: unknown key (platform settings go in a [gateway.<platform>] table)",
         "$.gateway.telegram.base_url: expected a http or https URL, got 'ftp://x'",
         "$.gateway.telegram.poll_timeout_s: expected an integer, got string",
         "$.gateway.telegram.typo: unknown key",
         "$.gateway.telegram.allowed_users[0]: expected a string or an integer, got number",
+        "$.gateway.telegram.allowed_chats[1]: must not be empty",
         "$.gateway.discord.intents: expected an integer, got boolean",
-        "$.gateway.discord.gateway_url: expected a ws or wss URL",
+        "$.gateway.discord.gateway_url: expected a ws or wss URL, got 'https://not-a-websocket'",
         "$.gateway.twitch.channels: expected an array of ids, got string",
-        "$.gateway.twitch.backoff_max_s: must be at least backoff_min_s (5), got 1",
+        "$.gateway.twitch.allowed_chats[0]: must not be empty",
+        "$.gateway.twitch.max_reply_chars: must be between 16 and 500, got 501",
         "$.gateway.webhook.port: must be between 0 and 65535, got 70000",
         "$.gateway.webhook.host: must not be empty",
+        "$.gateway.webhook.token_env: expected a string, got integer",
+    ])
+
+
+def test_a_typo_in_a_builtin_platform_table_names_the_key_meant():
+    with pytest.raises(ConfigError) as info:
+        parse_gateway_config({"telegram": {"allowed_user": [1]}, "platfroms": ["telegram"]})
+    assert sorted(info.value.problems) == [
+        "$.gateway.platfroms: unknown key (platform settings go in a [gateway.<platform>] table)",
+        "$.gateway.telegram.allowed_user: unknown key (did you mean 'allowed_users'?)",
     ]
-    for line in expected:
-        assert any(p.startswith(line) for p in problems), (line, problems)
-    assert len(problems) == len(expected)
+
+
+@pytest.mark.parametrize("platform", ["telegram", "discord", "twitch"])
+def test_backoff_max_is_checked_against_backoff_min(platform):
+    # A check across two fields: it is reported once both fields are numbers.
+    with pytest.raises(ConfigError) as info:
+        parse_gateway_config({platform: {"backoff_min_s": 5, "backoff_max_s": 1}})
+    assert info.value.problems == [
+        f"$.gateway.{platform}.backoff_max_s: must be at least backoff_min_s (5), got 1"]
+    with pytest.raises(ConfigError) as info:
+        parse_gateway_config({platform: {"backoff_min_s": 90}})  # above the default maximum
+    assert info.value.problems == [
+        f"$.gateway.{platform}.backoff_max_s: must be at least backoff_min_s (90), got "
+        f"{parse_gateway_config({}).settings_for(platform).backoff_max_s:g}"]
+
+
+def test_twitch_names_are_lower_cased_and_lose_their_hash():
+    twitch = parse_gateway_config({"twitch": {
+        "channels": ["#Foo", "BAR", "foo"],
+        "allowed_users": ["Alice", "bob"],
+        "allowed_chats": ["#Lich", 12],
+    }}).twitch
+    assert twitch.channels == ("foo", "bar")
+    assert twitch.allowlist == Allowlist(frozenset({"alice", "bob"}), frozenset({"lich", "12"}))
+    # Other platforms' ids are case-sensitive and kept as written.
+    assert parse_gateway_config(
+        {"discord": {"allowed_users": ["AbC"]}}).discord.allowlist.users == {"AbC"}
 
 
 def test_not_a_table():
@@ -97,8 +134,12 @@ def test_not_a_table():
 
 
 def test_third_party_platform_tables_are_kept_raw():
-    config = parse_gateway_config({"matrix": {"homeserver": "https://m.example", "x": [1]}})
+    config = parse_gateway_config({"matrix": {"homeserver": "https://m.example", "x": [1]},
+                                   "extra": {"a": 1}})
     assert config.settings_for("matrix") == {"homeserver": "https://m.example", "x": [1]}
+    # A platform may be called "extra": its table is its own, not GatewayConfig.extra.
+    assert config.extra == {"matrix": {"homeserver": "https://m.example", "x": [1]},
+                            "extra": {"a": 1}}
     assert config.settings_for("unknown") == {}
     assert config.settings_for("telegram") is config.telegram
 

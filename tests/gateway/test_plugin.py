@@ -42,11 +42,33 @@ def test_loading_registers_the_four_platforms_attributed_to_the_plugin(tmp_path:
     host = PluginHost(work_dir=tmp_path)
     (report,) = host.load(["gateway"])
     assert report.ok, report.describe_error()
-    assert set(report.hooks) == {"lich_register_gateway_adapters", "lich_register_commands"}
+    assert set(report.hooks) == {
+        "lich_register_gateway_adapters", "lich_register_commands", "lich_check_config"}
     registry = AdapterRegistry()
     host.register_gateway_adapters(registry)
     assert registry.names() == ["webhook", "telegram", "discord", "twitch"]
     assert {registry.plugin_of(n) for n in registry.names()} == {"gateway"}
+
+
+def test_a_bad_gateway_table_is_a_config_error_for_every_agent(tmp_path: Path):
+    """What `lich config validate` reports, a plain run refuses: not only `lich gateway`."""
+    from lich.agent import Agent
+    from lich.config import ConfigError
+    from lich.testing import make_test_config
+
+    config = make_test_config(tmp_path, plugins=["gateway"],
+                              gateway={"queue_limit": 0, "telegram": {"allowed_users": "me"}})
+    host = PluginHost(work_dir=tmp_path)
+    host.load(["gateway"])
+    assert sorted(host.check_config(config)) == [
+        "$.gateway.queue_limit: must be at least 1, got 0",
+        "$.gateway.telegram.allowed_users: expected an array of ids, got string",
+    ]
+    with pytest.raises(ConfigError, match=r"\$\.gateway\.queue_limit: must be at least 1"):
+        Agent(config, chat=ScriptedModel(["never"]))
+    fine = make_test_config(tmp_path, plugins=["gateway"], gateway={"queue_limit": 2})
+    assert host.check_config(fine) == []
+    Agent(fine, chat=ScriptedModel(["never"]))
 
 
 def test_importing_the_plugin_module_is_cheap():

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lich_examples.audit import append_line, read_audit_log
+from lich_examples.audit import AuditSettings, append_line, audit_settings, read_audit_log
 
+from lich.config import ConfigError
 from lich.testing import wait_for
 
 from .conftest import Recorder, build_agent, plan, run_plan, tool_results
@@ -154,16 +155,26 @@ async def test_require_false_lets_calls_run_without_a_log(tmp_path: Path) -> Non
     assert recorder.names() == ["echo"]
 
 
-def test_bad_settings_fail_the_load(tmp_path: Path) -> None:
-    agent = build_agent(tmp_path, plan(), plugins=("audit",),
-                        plugin_settings={"audit": {"preview_chars": -1, "pth": "x"}})
-    (report,) = agent.host.reports
-    assert report.status == "failed"
-    assert report.phase == "register"
-    message = report.error_message or ""
-    assert "$.plugin_settings.audit.preview_chars: expected a whole number >= 0" in message
-    assert "$.plugin_settings.audit.pth: unknown setting" in message
-    assert agent.host.plugin_names() == []
+def test_bad_settings_refuse_the_run_with_every_problem(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_agent(tmp_path, plan(), plugins=("audit",), plugin_settings={"audit": {
+            "preview_chars": -1, "pth": "x", "path": " ", "redact_args": ["token", 3],
+            "fsync": "yes"}})
+    assert sorted(info.value.problems) == [
+        "$.plugin_settings.audit.fsync: expected true or false, got string",
+        "$.plugin_settings.audit.path: expected a file path, got ' '",
+        "$.plugin_settings.audit.preview_chars: must be at least 0, got -1",
+        "$.plugin_settings.audit.pth: unknown key (did you mean 'path'?)",
+        "$.plugin_settings.audit.redact_args[1]: expected an argument name or glob, got integer",
+    ]
+
+
+def test_settings_defaults_and_case() -> None:
+    settings = audit_settings({"redact_args": ["Session_ID"], "preview_chars": 0})
+    assert settings.redact_args == ("session_id",)
+    assert (settings.preview_chars, settings.max_arg_chars) == (0, 1000)
+    assert audit_settings(None) == AuditSettings()
+    assert AuditSettings().log_path("/w") == Path("/w/.lich/audit.jsonl")
 
 
 def test_a_killed_run_leaves_a_readable_log(tmp_path: Path) -> None:

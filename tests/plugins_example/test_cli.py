@@ -2,8 +2,8 @@
 
 * ``lich --plugin plugins_example/my_plugin.py "..."`` against a scripted model
   server on 127.0.0.1 (openai_compat over HTTP);
-* ``lich plugins`` showing a guard with a bad policy as failed, and
-  ``--strict-plugins`` refusing it;
+* a bad guard policy and bad audit settings failing ``lich config validate``
+  and ``lich run`` before any model call;
 * the example distribution installed into a fresh virtual environment shows
   up in ``lich plugins available`` without any of its code being imported.
 """
@@ -89,42 +89,40 @@ def test_plugin_flag_adds_a_file_plugin_for_one_run(
     assert "protected_file" in done.stdout
 
 
-def test_lich_plugins_shows_a_bad_guard_policy_as_failed(
-    tmp_path: Path, env: dict[str, str]
+def test_a_bad_guard_policy_fails_validate_and_every_run(
+    tmp_path: Path, env: dict[str, str], server: ScriptedServer
 ) -> None:
     work = tmp_path / "work"
     (work / ".lich").mkdir(parents=True)
-    (work / ".lich" / "config.toml").write_text(
-        'plugins = ["builtin_tools", "guard", "audit"]\n'
+    config = work / ".lich" / "config.toml"
+    config.write_text(
+        'plugins = ["builtin_tools", "openai_compat", "guard", "audit"]\n'
         "[plugin_settings.guard]\n"
         "deny_commands = ['(unclosed']\n"
+        "[plugin_settings.audit]\n"
+        "preview_chars = -1\n"
+        "[[providers]]\n"
+        'kind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
+        f'base_url = "{server.base_url}"\napi_key_env = "LICH_EXAMPLES_TEST_KEY"\n'
     )
+    env["LICH_EXAMPLES_TEST_KEY"] = "not-a-real-key"
 
+    validate = lich(["config", "validate"], cwd=work, env=env)
+    run = lich(["run", "hello"], cwd=work, env=env)
     as_json = lich(["plugins", "--json"], cwd=work, env=env)
-    as_table = lich(["plugins"], cwd=work, env=env)
-    strict = lich(["--strict-plugins", "plugins"], cwd=work, env=env)
 
-    assert as_json.returncode == 0, as_json.stderr
+    assert validate.returncode == 2, validate.stderr
+    assert (f"{config}: $.plugin_settings.guard.deny_commands[0]: "
+            "invalid regular expression '(unclosed'") in validate.stderr
+    assert f"{config}: $.plugin_settings.audit.preview_chars: must be at least 0, got -1" in (
+        validate.stderr)
+    assert run.returncode == 2
+    assert "$.plugin_settings.guard.deny_commands[0]" in run.stderr
+    assert server.model.requests == []  # refused before any model call
+    # The plugins themselves load fine: it is their configuration that is wrong.
     reports = {r["entry"]: r for r in json.loads(as_json.stdout)}
-    guard = reports["guard"]
-    assert (guard["status"], guard["phase"], guard["error_type"]) == (
-        "failed", "register", "GuardPolicyError"
-    )
-    assert guard["distribution"] == "lich-examples"
-    assert guard["error_message"].startswith(
-        "invalid guard policy: $.plugin_settings.guard.deny_commands[0]: "
-        "invalid regular expression '(unclosed'"
-    )
-    assert reports["audit"]["status"] == "loaded"
-    assert reports["builtin_tools"]["status"] == "loaded"
-
-    assert as_table.returncode == 0, as_table.stderr
-    guard_line = next(line for line in as_table.stdout.splitlines() if " guard " in line)
-    assert "failed" in guard_line
-    assert "GuardPolicyError" in as_table.stdout
-
-    assert strict.returncode != 0
-    assert "guard" in strict.stdout + strict.stderr
+    assert reports["guard"]["status"] == "loaded"
+    assert reports["guard"]["distribution"] == "lich-examples"
 
 
 def test_the_example_distribution_is_listed_without_being_imported(

@@ -12,6 +12,10 @@ import jsonschema
 import pytest
 from lich_examples.tools import json_query, sqlite_query
 
+from lich.config import ConfigError
+from lich.tools import ToolExecutor, ToolRegistry
+from lich.types import ToolCall
+
 from .conftest import build_agent, plan, run_plan, tool_results
 
 PLUGINS = ("data_tools",)
@@ -205,16 +209,28 @@ async def test_sqlite_query_stops_a_runaway_query(tmp_path: Path) -> None:
     assert json.loads(answer.content)["error"].startswith("timeout: ")
 
 
-async def test_bad_tool_settings_fail_the_plugin_load(tmp_path: Path) -> None:
-    agent = build_agent(
-        tmp_path, plan(), plugins=PLUGINS, tools={"json_query": {"max_results": 0}}
-    )
-    (report,) = agent.host.reports
-    assert report.status == "failed"
-    assert report.phase == "register"
-    assert "$.tools.json_query.max_results" in (report.error_message or "")
-    assert not agent.tools.has("sqlite_query")
-    assert not agent.tools.has("json_query")
+def test_bad_tool_settings_refuse_the_run_with_every_problem(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_agent(tmp_path, plan(), plugins=PLUGINS, tools={
+            "json_query": {"max_results": 0, "max_file_byte": 5},
+            "sqlite_query": {"max_rows": "many", "max_output_chars": 10, "timeout_s": -1},
+        })
+    assert sorted(info.value.problems) == [
+        "$.tools.json_query.max_file_byte: unknown key (did you mean 'max_file_bytes'?)",
+        "$.tools.json_query.max_results: must be at least 1, got 0",
+        "$.tools.sqlite_query.max_rows: expected an integer, got string",
+        "$.tools.sqlite_query.timeout_s: must be greater than 0, got -1.0",
+    ]
+
+
+async def test_a_table_given_to_an_executor_unchecked_fails_the_call(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(json_query)
+    executor = ToolExecutor(registry, work_dir=tmp_path,
+                            tool_settings={"json_query": {"max_results": "all"}})
+    result = await executor.execute(ToolCall("c1", "json_query", {"path": "x.json"}))
+    assert result.error == (
+        "invalid_setting: $.tools.json_query.max_results: expected an integer, got string")
 
 
 # --------------------------------------------------------------------------- json_query

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lich_examples import guard
-from lich_examples.guard import GuardPolicyError, decide, glob_to_regex, parse_policy
+from lich_examples.guard import (
+    DEFAULT_COMMAND_RULES,
+    DEFAULT_PATH_ARGS,
+    GuardPolicyError,
+    decide,
+    glob_to_regex,
+    parse_policy,
+)
 
 from lich import Block, Rewrite, RunInfo
-from lich.plugins import PluginHost, PluginLoadError
+from lich.config import ConfigError
+from lich.plugins import PluginHost
 from lich.testing import make_test_config
 from lich.types import ToolCall
 
@@ -150,44 +159,48 @@ async def test_guard_judges_the_arguments_other_plugins_rewrote(tmp_path: Path) 
     assert recorder.received == []
 
 
-def test_a_bad_policy_fails_the_load_with_every_problem(tmp_path: Path) -> None:
+def _regex_error(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return str(exc)
+    raise AssertionError(f"{pattern!r} compiles")
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_bad_policy_refuses_the_run_with_every_problem(tmp_path: Path, strict: bool) -> None:
+    # Strict or not: a guard that cannot read its policy never lets a run go unguarded.
     policy = {
         "deny_commands": ["(unclosed"],
         "deny_tool": ["x"],
         "rewrite": [{"tool": "terminal", "arg": "timeout_ms", "max": "lots"},
-                    {"tool": "terminal", "arg": "x", "min": 5, "max": 1}],
+                    {"tool": "terminal", "arg": "x", "min": 5, "max": 1},
+                    {"tool": "terminal", "arg": "x", "set": 1, "max": 1},
+                    {"tool": "terminal", "arg": ""}],
         "default_command_rules": ["rm_root", "no_such_rule"],
+        "path_args": ["path", 7],
     }
     recorder = Recorder()
-    agent = build_agent(
-        tmp_path, plan(("terminal", {"command": "rm -rf /"})), plugins=("guard",),
-        objects=[("recorder", recorder)], plugin_settings={"guard": policy},
-    )
-    report = agent.host.reports[0]
-    assert (report.plugin, report.status, report.phase) == ("guard", "failed", "register")
-    assert report.error_type == "GuardPolicyError"
-    message = report.error_message or ""
-    assert message.startswith("invalid guard policy: ")
-    for problem in (
-        "$.plugin_settings.guard.deny_commands[0]: invalid regular expression '(unclosed'",
-        "$.plugin_settings.guard.deny_tool: unknown setting (did you mean deny_tools?)",
-        "$.plugin_settings.guard.rewrite[0].max: expected a number, got 'lots'",
-        "$.plugin_settings.guard.rewrite[1]: min (5) is greater than max (1)",
-        "$.plugin_settings.guard.default_command_rules[1]: no default rule named 'no_such_rule'",
-    ):
-        assert problem in message
-    # Unloaded whole: its hook no longer runs.
-    assert "guard" not in agent.host.plugin_names()
-    assert not any(
-        impl.plugin_name == "guard"
-        for impl in agent.host.pm.hook.lich_before_tool_call.get_hookimpls()
-    )
-
-
-def test_a_bad_policy_stops_a_strict_agent(tmp_path: Path) -> None:
-    with pytest.raises(PluginLoadError, match="invalid guard policy"):
-        build_agent(tmp_path, plan(), plugins=("guard",), strict_plugins=True,
-                    plugin_settings={"guard": {"deny_tools": "terminal"}})
+    with pytest.raises(ConfigError) as info:
+        build_agent(
+            tmp_path, plan(("terminal", {"command": "rm -rf /"})), plugins=("guard",),
+            objects=[("recorder", recorder)], plugin_settings={"guard": policy},
+            strict_plugins=strict,
+        )
+    where = "$.plugin_settings.guard"
+    rules = ", ".join(repr(name) for name in DEFAULT_COMMAND_RULES)
+    assert sorted(info.value.problems) == sorted([
+        f"{where}.deny_commands[0]: invalid regular expression '(unclosed': "
+        f"{_regex_error('(unclosed')}",
+        f"{where}.deny_tool: unknown key (did you mean 'deny_tools'?)",
+        f"{where}.rewrite[0].max: expected a number, got string",
+        f"{where}.rewrite[1]: min (5) is greater than max (1)",
+        f"{where}.rewrite[2]: set cannot be combined with max",
+        f"{where}.rewrite[3].arg: must not be empty",
+        f"{where}.default_command_rules[1]: must be one of {rules}, got 'no_such_rule'",
+        f"{where}.path_args[1]: expected a string, got integer",
+    ])
+    assert recorder.received == []
 
 
 async def test_the_guard_fails_closed(tmp_path: Path) -> None:
@@ -277,10 +290,34 @@ def test_path_globs(pattern: str, path: str, matches: bool) -> None:
 def test_policy_type_errors_name_their_path() -> None:
     with pytest.raises(GuardPolicyError) as info:
         parse_policy({"deny_tools": "terminal", "check_command_paths": "yes",
-                      "rewrite": [{"tool": "t"}]})
+                      "rewrite": [{"tool": "t"}, {"tool": "t", "arg": "a"}, "x"]})
     assert info.value.problems == [
-        "$.plugin_settings.guard.deny_tools: expected a list of strings, got str",
-        "$.plugin_settings.guard.check_command_paths: expected true or false, got 'yes'",
-        "$.plugin_settings.guard.rewrite[0].arg: required, a non-empty string",
-        "$.plugin_settings.guard.rewrite[0]: give at least one of set, default, max, min",
+        "$.plugin_settings.guard.deny_tools: expected an array of strings, got string",
+        "$.plugin_settings.guard.check_command_paths: expected true or false, got string",
+        "$.plugin_settings.guard.rewrite[0].arg: required key missing",
+        "$.plugin_settings.guard.rewrite[1]: give at least one of set, default, max, min",
+        "$.plugin_settings.guard.rewrite[2]: expected a table, got string",
     ]
+    assert str(info.value).startswith("invalid guard policy: $.plugin_settings.guard.deny_tools")
+    assert isinstance(info.value, ConfigError)  # reported by `lich config validate`
+
+
+def test_rewrite_rules_and_list_defaults() -> None:
+    policy = parse_policy({"path_args": [], "default_command_rules": False, "rewrite": [
+        {"tool": "terminal", "arg": "timeout_ms", "max": 60000, "default": 1000},
+        {"tool": "t", "arg": "mode", "set": False},
+    ]})
+    assert policy.path_args == DEFAULT_PATH_ARGS  # an empty list keeps the defaults
+    assert policy.command_rules == ()
+    capped, fixed = policy.rewrites
+    assert (capped.has_default, capped.has_set, fixed.has_set) == (True, False, True)
+    args: dict[str, Any] = {}
+    capped.apply(args)
+    assert args == {"timeout_ms": 1000}
+    args = {"timeout_ms": 90000}
+    capped.apply(args)
+    assert args == {"timeout_ms": 60000}
+    assert isinstance(args["timeout_ms"], int)
+    args = {}
+    fixed.apply(args)
+    assert args == {"mode": False}

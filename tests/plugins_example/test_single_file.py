@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lich import Agent
+from lich.config import ConfigError
 from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.types import ToolCall, Usage
 
@@ -30,7 +33,7 @@ async def test_my_plugin_counts_words_and_protects_files(tmp_path: Path) -> None
     )
     report = agent.host.reports[0]
     assert (report.plugin, report.source, report.status) == ("my_plugin", "file", "loaded")
-    assert report.hooks == ("lich_before_tool_call", "lich_register_tools")
+    assert report.hooks == ("lich_before_tool_call", "lich_check_config", "lich_register_tools")
     assert agent.tools.get("word_count") is not None
     assert agent.tools.get("word_count").plugin == "my_plugin"  # type: ignore[union-attr]
     counted, escaped, lock, git, fine = tool_results(result)
@@ -112,11 +115,21 @@ async def test_token_budget_can_count_completion_tokens_only(tmp_path: Path) -> 
     assert [m.is_error for m in tool_results(result)] == [False, False, True, True]
 
 
-def test_token_budget_bad_settings_fail_the_load(tmp_path: Path) -> None:
-    agent = build_agent(tmp_path, plan(), plugins=(TOKEN_BUDGET,),
-                        plugin_settings={"token_budget": {"max_tokens": "lots"}})
-    (report,) = agent.host.reports
-    assert (report.plugin, report.status, report.phase) == ("token_budget", "failed", "register")
-    assert report.error_message == (
-        "$.plugin_settings.token_budget.max_tokens: expected a whole number >= 1, got 'lots'"
-    )
+def test_token_budget_bad_settings_refuse_the_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_agent(tmp_path, plan(), plugins=(TOKEN_BUDGET,),
+                    plugin_settings={"token_budget": {"max_tokens": "lots", "count": "words",
+                                                      "max_token": 1}})
+    assert sorted(info.value.problems) == [
+        "$.plugin_settings.token_budget.count: must be one of 'total', 'completion', got 'words'",
+        "$.plugin_settings.token_budget.max_token: unknown key (did you mean 'max_tokens'?)",
+        "$.plugin_settings.token_budget.max_tokens: expected an integer, got string",
+    ]
+
+
+def test_my_plugin_bad_settings_refuse_the_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_agent(tmp_path, plan(), plugins=(MY_PLUGIN,),
+                    plugin_settings={"my_plugin": {"protect": "*.lock"}})
+    assert info.value.problems == [
+        "$.plugin_settings.my_plugin.protect: expected an array, got string"]

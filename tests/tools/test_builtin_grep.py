@@ -120,7 +120,12 @@ def test_the_bound_is_documented() -> None:
 
 
 async def test_a_bad_time_budget_setting_is_reported(run: Runner, work: Path) -> None:
+    # Run directly, unchecked: the call fails with what `lich config validate` would say.
     result = await run("grep_files", {"pattern": "x"}, settings={"time_budget_s": "soon"})
     assert result.error == (
-        "invalid_setting: [tools.grep_files] time_budget_s must be a number, got 'soon'"
+        "invalid_setting: $.tools.grep_files.time_budget_s: expected a number, got string"
+    )
+    result = await run("grep_files", {"pattern": "x"}, settings={"time_budget_s": 0})
+    assert result.error == (
+        "invalid_setting: $.tools.grep_files.time_budget_s: must be greater than 0, got 0.0"
     )

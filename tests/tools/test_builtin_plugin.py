@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from lich.agent import Agent, build_tool_registry, load_plugins
-from lich.config import LichConfig
+from lich.config import ConfigError, LichConfig
 from lich.hooks import hookimpl
 from lich.testing import Reply, ScriptedChat, make_test_config
 from lich.tools import Tool
@@ -146,15 +146,43 @@ async def test_tools_enabled_filters_builtins(tmp_path: Path) -> None:
     assert chat.requests[0].tools == ("read_file",)
 
 
-@pytest.mark.parametrize("tool", ["terminal", "fetch_url"])
-async def test_tool_settings_from_the_config_reach_the_tools(tmp_path: Path, tool: str) -> None:
-    args = {"terminal": {"command": "echo $HOME_TOKEN"},
-            "fetch_url": {"url": "http://127.0.0.1:9/"}}[tool]
-    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", tool, args)]), Reply("ok")])
-    config = make_test_config(
-        tmp_path, plugins=("builtin_tools",),
-        tools={"terminal": {"pass_env": 7}, "fetch_url": {"allow_private": "maybe"}},
-    )
-    result = await Agent(config, chat=chat).run("go")
+async def test_tool_settings_from_the_config_reach_the_tools(tmp_path: Path) -> None:
+    chat = ScriptedChat([
+        Reply(tool_calls=[ToolCall("c1", "terminal", {"command": "echo $HOME_TOKEN-x"})]),
+        Reply("ok"),
+    ])
+    config = make_test_config(tmp_path, plugins=("builtin_tools",),
+                              tools={"terminal": {"pass_env": ["HOME_TOKEN"]}})
+    result = await Agent(config, chat=chat, env={"HOME_TOKEN": "kept"}).run("go")
     answer = next(m for m in result.messages if isinstance(m, ToolMessage))
-    assert json.loads(answer.content)["error"].startswith(f"invalid_setting: [tools.{tool}]")
+    assert "kept-x" in answer.content
+
+
+def test_bad_tool_tables_are_refused_before_the_run_with_every_problem(tmp_path: Path) -> None:
+    config = make_test_config(tmp_path, plugins=("builtin_tools",), tools={
+        "terminal": {"pass_env": 7, "timeout_s": 5, "max_output_chars": 100},
+        "fetch_url": {"allow_private": "maybe", "allowprivate": True},
+        "web_search": {"base_url": "ftp://search.example"},
+        "read_file": {"pass_env": []},  # a key of another tool
+        "grep_files": "fast",
+        # Another plugin's tool: its keys are its own; lich checks only the limits.
+        "their_tool": {"anything": [1, 2], "timeout_s": 3},
+    })
+    chat = ScriptedChat([Reply("never")])
+    with pytest.raises(ConfigError) as info:
+        Agent(config, chat=chat)
+    assert sorted(info.value.problems) == [
+        "$.tools.fetch_url.allow_private: expected true or false, got string",
+        "$.tools.fetch_url.allowprivate: unknown key (did you mean 'allow_private'?)",
+        "$.tools.grep_files: expected a table, got string",
+        "$.tools.read_file.pass_env: unknown key",
+        "$.tools.terminal.pass_env: expected an array, got integer",
+        "$.tools.web_search.base_url: expected a http or https URL, got 'ftp://search.example'",
+    ]
+    assert chat.requests == []
+
+
+def test_every_builtin_tool_has_a_settings_class() -> None:
+    from lich_builtin_tools._settings import SETTINGS
+
+    assert set(SETTINGS) == {*CORE_TOOL_NAMES, *DOCS_TOOL_NAMES}

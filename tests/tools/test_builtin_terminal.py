@@ -236,7 +236,13 @@ async def test_secrets_are_scrubbed_from_the_environment(
 
 async def test_bad_pass_env_setting_is_a_clear_error(run: Runner) -> None:
     result = await run("terminal", {"command": "true"}, settings={"pass_env": "GITHUB_TOKEN"})
-    assert result.error == "invalid_setting: [tools.terminal] pass_env must be a list of strings"
+    assert result.error == (
+        "invalid_setting: $.tools.terminal.pass_env: expected an array, got string")
+    result = await run("terminal", {"command": "true"},
+                       settings={"pass_env": ["A", 1], "pass_envs": []})
+    assert result.error == (
+        "invalid_setting: $.tools.terminal.pass_env[1]: expected a string, got integer; "
+        "$.tools.terminal.pass_envs: unknown key (did you mean 'pass_env'?)")
 
 
 class _ZetaProvider:

@@ -406,7 +406,7 @@ async def test_allow_private_must_be_a_boolean(run: Runner) -> None:
     result = await run("fetch_url", {"url": "http://127.0.0.1/"},
                        settings={"allow_private": "yes"})
     assert result.error == (
-        "invalid_setting: [tools.fetch_url] allow_private must be true or false, got 'yes'"
+        "invalid_setting: $.tools.fetch_url.allow_private: expected true or false, got string"
     )
 
 
