@@ -49,6 +49,8 @@ class PluginHost(PluginLoader, HookCaller):
     def __init__(
         self, *, work_dir: str | os.PathLike[str] | None = None, hook_timeout_s: float = 10.0
     ) -> None:
+        # Two independent bases over one manager, each initialised by name: they take
+        # different parameters, and the caller gets the manager the loader made.
         PluginLoader.__init__(self, work_dir=work_dir)
         HookCaller.__init__(self, self.pm, hook_timeout_s=hook_timeout_s)
         # Registries that can forget a plugin's items (tools, provider kinds, adapters).
