@@ -18,7 +18,7 @@ import attrs
 from attrs import frozen
 
 from lich import serialization
-from lich.cancel import Cancelled, CancelToken, race
+from lich.cancel import CancelToken
 from lich.config import ConfigError, LichConfig, config_with
 from lich.events import (
     CompressEnd,
@@ -36,12 +36,12 @@ from lich.events import (
     ToolCallEnd,
     TurnStart,
 )
+from lich.executor import HookedToolRunner, ToolExecutor
 from lich.hooks import RunInfo, RunOutcome
 from lich.loop import (
     LoopDeps,
     LoopOutcome,
     LoopParams,
-    ToolOutcome,
     last_assistant,
     run_conversation,
     seed_system_prompt,
@@ -49,13 +49,11 @@ from lich.loop import (
 from lich.plugins import PluginHost
 from lich.providers import ProviderRegistry, build_chat, build_providers, secret_env_names
 from lich.sessions import SessionStore, SessionWriter
-from lich.tools import ToolExecutor, ToolRegistry
+from lich.tools import ToolRegistry
 from lich.types import (
     ChatFn,
     Message,
     Provider,
-    ToolCall,
-    ToolResult,
     Usage,
     UserMessage,
 )
@@ -125,41 +123,6 @@ def build_tool_registry(host: PluginHost, config: LichConfig) -> ToolRegistry:
     host.register_tools(registry, config)
     registry.filter(config.tools_enabled, config.tools_disabled)
     return registry
-
-
-class HookedToolRunner:
-    """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, the executor, after-hooks."""
-
-    def __init__(self, executor: ToolExecutor, host: PluginHost, run: RunInfo) -> None:
-        self.executor = executor
-        self.host = host
-        self.run = run
-        self._before = host.has_impls("lich_before_tool_call")
-        self._after = host.has_impls("lich_after_tool_call")
-
-    async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
-        rewritten_by: tuple[str, ...] = ()
-        if self._before and call.args_error is None:
-            # Raced against the cancel token: a slow before-hook must not delay an abort
-            # by up to hook_timeout_s. A cancelled call does not run.
-            try:
-                decision = await race(self.host.before_tool_call(call, self.run), cancel)
-            except Cancelled:
-                return ToolOutcome(call, ToolResult.failure("cancelled"))
-            call, rewritten_by = decision.call, decision.rewritten_by
-            if decision.blocked_by is not None:
-                blocked = ToolResult.failure(f"blocked_by_plugin: {decision.reason}")
-                return ToolOutcome(call, blocked, rewritten_by, blocked_by=decision.blocked_by)
-        result = await self.executor.execute(call, run=self.run, cancel=cancel)
-        replaced_by = None
-        if self._after:
-            try:
-                result, replaced_by = await race(
-                    self.host.after_tool_call(call, result, self.run), cancel
-                )
-            except Cancelled:
-                pass  # keep the tool's own result; the run is ending
-        return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)
 
 
 class Agent:

@@ -1,37 +1,37 @@
-"""Tools: what they are, where they are registered, and how they are run.
+"""Tools: what they are and where they are registered — the authoring API.
 
 * :class:`Tool` — a name, a description, a JSON Schema and an ``execute``
   function (sync or async) with its own timeout and output cap.
 * :func:`tool` — the decorator that makes a :class:`Tool` from a typed function.
+* :class:`ToolContext` — what a running tool may know about its surroundings.
 * :class:`ToolRegistry` — what ``lich_register_tools`` fills.
-* :class:`ToolExecutor` — runs one call and never raises: unknown tools,
-  bad arguments, exceptions, timeouts and cancellation all come back as a
-  failed :class:`~lich.types.ToolResult`.
+
+How a call is run is :mod:`lich.executor`; its :class:`ToolExecutor` is
+importable from here too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import inspect
 import json
-import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import attrs
 from attrs import field, frozen
 
 from lich import _schema
-from lich._threads import run_in_daemon_thread
-from lich.cancel import Cancelled, CancelToken, race
-from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S, ToolError, truncate_text
+from lich._lazy import lazy_exports
+from lich.cancel import CancelToken
+from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from lich.hooks import RunInfo
 from lich.registry import DuplicateNameError, Registry
-from lich.settings import ConfigError, tool_limits
-from lich.types import ToolCall, ToolDefinition, ToolResult
+from lich.types import ToolDefinition, ToolResult
+
+if TYPE_CHECKING:
+    from lich.executor import ToolExecutor
 
 __all__ = [
     "DuplicateToolError",
@@ -41,8 +41,6 @@ __all__ = [
     "ToolRegistry",
     "tool",
 ]
-
-log = logging.getLogger("lich.tools")
 
 ToolFn: TypeAlias = Callable[
     [dict[str, Any], "ToolContext"], "Awaitable[ToolResult] | ToolResult"
@@ -198,11 +196,6 @@ def _as_result(value: Any) -> ToolResult:
     return ToolResult(ok=True, output=json.dumps(value, ensure_ascii=False, default=str))
 
 
-async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
-    await source.wait()
-    target.cancel()
-
-
 class DuplicateToolError(DuplicateNameError):
     """``duplicate_tool: <name>`` — a tool of that name is registered already."""
 
@@ -250,119 +243,6 @@ class ToolRegistry(Registry[Tool]):
         self._keep(keep - set(disabled))
 
 
-class ToolExecutor:
-    """Runs tool calls. :meth:`execute` never raises.
-
-    :param registry: where tools are looked up.
-    :param work_dir: the directory tools work in (and are confined to).
-    :param env: extra environment handed to tools in their context.
-    :param tool_settings: the ``[tools.<name>]`` tables; ``timeout_s`` and
-        ``max_output_chars`` there override the tool's own limits.
-    """
-
-    def __init__(
-        self,
-        registry: ToolRegistry,
-        *,
-        work_dir: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
-        secret_env_names: frozenset[str] = frozenset(),
-    ) -> None:
-        self.registry = registry
-        self.work_dir = Path(work_dir)
-        self.env = dict(env or {})
-        self.tool_settings = tool_settings or {}
-        self.secret_env_names = secret_env_names
-
-    def limits(self, item: Tool) -> tuple[float, int]:
-        """The effective ``(timeout_s, max_output_chars)`` of ``item``.
-
-        :raises lich.config.ConfigError: ``[tools.<name>]`` sets them wrong (a loaded
-            config never does: :func:`lich.config.load_config` checks them).
-        """
-        limits = tool_limits(self.tool_settings.get(item.name), item.name)
-        timeout = item.timeout_s if limits.timeout_s is None else limits.timeout_s
-        cap = item.max_output_chars if limits.max_output_chars is None else limits.max_output_chars
-        return float(timeout), int(cap)
-
-    async def execute(
-        self,
-        call: ToolCall,
-        *,
-        run: RunInfo | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ToolResult:
-        """Run ``call`` and return its result; failures are results too."""
-        if call.args_error is not None:
-            return ToolResult.failure(f"invalid_tool_arguments: {call.args_error}")
-        item = self.registry.get(call.name)
-        if item is None:
-            return ToolResult.failure(f"unknown_tool: {call.name}")
-        if cancel is not None and cancel.cancelled:
-            return ToolResult.failure("cancelled")
-        try:
-            timeout_s, max_chars = self.limits(item)
-        except ConfigError as exc:
-            return ToolResult.failure(f"invalid_setting: {'; '.join(exc.problems)}")
-        # The call's own token, fired by the run's cancel *and* by the deadline: an async
-        # tool is cancelled as a task, but a tool in a worker thread only learns that it
-        # should stop by polling ctx.cancel. Without a run token there is nothing to
-        # forward or race against: that saves three tasks per call (B1, performance.md).
-        call_token = CancelToken()
-        forward = (asyncio.ensure_future(_forward_cancel(cancel, call_token))
-                   if cancel is not None else None)
-        ctx = ToolContext(
-            work_dir=self.work_dir,
-            env=self.env,
-            cancel=call_token,
-            settings=self.tool_settings.get(item.name, {}),
-            run=run,
-            call_id=call.id,
-            secret_env_names=self.secret_env_names,
-        )
-        deadline = asyncio.timeout(timeout_s)
-        try:
-            async with deadline:
-                result = await race(self._invoke(item, dict(call.args), ctx), cancel)
-        except Cancelled:
-            # Fired here too: the forwarding task may not have run yet (it is cancelled in
-            # the finally below), and a tool in a worker thread only stops when it sees it.
-            call_token.cancel()
-            return ToolResult.failure("cancelled")
-        except asyncio.CancelledError:
-            call_token.cancel()  # the task running the call is cancelled: same for the tool
-            raise
-        except TimeoutError as exc:
-            if not deadline.expired():  # the tool's own TimeoutError, not our deadline
-                return ToolResult.failure(f"TimeoutError: {exc}" if str(exc) else "TimeoutError")
-            call_token.cancel()
-            if cancel is not None and cancel.cancelled:
-                return ToolResult.failure("cancelled")
-            return ToolResult.failure(f"timeout: tool:{item.name} exceeded {timeout_s:g}s")
-        except ToolError as exc:
-            return ToolResult.failure(str(exc))
-        except Exception as exc:
-            log.debug("tool %s raised", item.name, exc_info=True)
-            name = type(exc).__name__
-            return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
-        finally:
-            if forward is not None:
-                forward.cancel()
-        if not isinstance(result, ToolResult):
-            return ToolResult.failure(
-                f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"
-            )
-        if len(result.output) > max_chars:
-            result = attrs.evolve(result, output=truncate_text(result.output, max_chars))
-        return result
-
-    async def _invoke(self, item: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        if item.is_async:
-            return await item.execute(args, ctx)  # type: ignore[misc,no-any-return]
-        # A plain function may block (file system, subprocess): keep it off the loop, in a
-        # daemon thread so that one that never returns cannot block the exit (_threads).
-        result = await run_in_daemon_thread(item.execute, args, ctx)
-        if inspect.isawaitable(result):  # a callable object returning an awaitable
-            return await result
-        return result
+# lich.executor imports this module, so its ToolExecutor is imported on first use here:
+# ``from lich.tools import ToolExecutor`` keeps working, without an import cycle.
+__getattr__, __dir__ = lazy_exports(globals(), {"ToolExecutor": "lich.executor"})

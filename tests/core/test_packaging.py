@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import lich
 
 ROOT = Path(lich.__file__).resolve().parent
@@ -64,3 +66,37 @@ def test_nothing_in_lich_imports_the_builtin_plugin_packages() -> None:
 def test_public_names_are_exported() -> None:
     for name in lich.__all__:
         assert getattr(lich, name) is not None, name
+
+
+def test_the_split_modules_keep_their_old_import_paths() -> None:
+    import lich.agent
+    import lich.executor
+    import lich.plugins
+    import lich.plugins.calling
+    import lich.plugins.host
+    import lich.plugins.loading
+    import lich.tools
+
+    # lich/plugins.py became a package, and the executor left lich/tools.py and
+    # lich/agent.py: third-party code importing from the old places keeps working.
+    assert lich.plugins.__all__ == [
+        "ENTRY_POINT_GROUP", "AvailablePlugin", "LoadReport", "PluginHost", "PluginLoadError",
+        "ToolDecision", "available_plugins", "installed_entry_points",
+    ]
+    assert lich.plugins.PluginHost is lich.plugins.host.PluginHost
+    assert lich.plugins.ToolDecision is lich.plugins.calling.ToolDecision
+    for name in ("ENTRY_POINT_GROUP", "AvailablePlugin", "LoadReport", "PluginLoadError",
+                 "available_plugins", "installed_entry_points"):
+        assert getattr(lich.plugins, name) is getattr(lich.plugins.loading, name), name
+    assert "ToolExecutor" in lich.tools.__all__
+    assert lich.tools.ToolExecutor is lich.executor.ToolExecutor
+    assert "HookedToolRunner" in lich.agent.__all__
+    assert lich.agent.HookedToolRunner is lich.executor.HookedToolRunner
+
+
+@pytest.mark.parametrize("module", ["lich.executor", "lich.tools", "lich.plugins.calling",
+                                    "lich.plugins.host", "lich.plugins.loading"])
+def test_each_split_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    # Import cycles show only in the order that closes them: each module goes first once.
+    done = _run(sys.executable, "-c", f"import {module}")
+    assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import lich
-import lich.plugins
+import lich.plugins.loading
 from lich import Block, ToolResult, hookimpl, tool
 from lich.agent import Agent, build_tool_registry
 from lich.hooks import RunInfo
@@ -67,7 +67,7 @@ def test_an_entry_point_installed_after_the_first_scan_is_found(
 ) -> None:
     PluginHost().load(["builtin_tools"])  # the entry points have been scanned once
     # Whatever the scan below caches is put back afterwards.
-    monkeypatch.setattr(lich.plugins, "_EP_CACHE", lich.plugins._EP_CACHE)
+    monkeypatch.setattr(lich.plugins.loading, "_EP_CACHE", lich.plugins.loading._EP_CACHE)
     real = importlib.metadata.entry_points
     late = importlib.metadata.EntryPoint("late_plugin", "lich_fixture_mod", "lich")
 

@@ -1,5 +1,5 @@
-"""The plugin host: loads the config's plugin entries, keeps a report per entry,
-and calls hooks through a typed facade.
+"""Loading plugins: resolve each configured entry, import it, register it with a pluggy
+manager, and keep a :class:`LoadReport` per entry.
 
 Loading never raises. Each entry — an entry-point name in the group ``lich``,
 a dotted module name, or a path to a ``.py`` file (relative to the work dir) —
@@ -10,12 +10,14 @@ no hook and nothing it registered stays behind.
 Functions named ``lich_*`` in a plugin are hook implementations with or
 without ``@hookimpl`` (as ``pytest_*`` functions are for pytest), so a typo in
 a hook name is caught as a ``validate`` failure rather than silently ignored.
+
+Also here: what is installed (:func:`available_plugins`,
+:func:`installed_entry_points`), read from package metadata without importing
+any plugin.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import hashlib
 import importlib
 import importlib.metadata
@@ -25,40 +27,28 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import pluggy
 from attrs import evolve, field, frozen
 
 from lich import hookspecs
-from lich._threads import run_in_daemon_thread
-from lich.hooks import PROJECT, Block, Rewrite, RunInfo, RunOutcome
-from lich.types import ToolCall, ToolResult
-
-if TYPE_CHECKING:
-    import click
-
-    from lich.config import LichConfig
-    from lich.events import Envelope
-    from lich.gateway.registry import AdapterRegistry
-    from lich.providers import ProviderRegistry
-    from lich.tools import ToolRegistry
-    from lich.types import ChatFn, Provider
+from lich.hooks import PROJECT
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "AvailablePlugin",
     "LoadReport",
-    "PluginHost",
     "PluginLoadError",
-    "ToolDecision",
+    "PluginLoader",
     "available_plugins",
     "installed_entry_points",
 ]
 
+# The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
 log = logging.getLogger("lich.plugins")
 
 ENTRY_POINT_GROUP = "lich"
@@ -137,16 +127,6 @@ def available_plugins() -> list[AvailablePlugin]:
     return sorted(out, key=lambda p: p.name)
 
 
-@frozen
-class ToolDecision:
-    """The outcome of the before-hooks for one call."""
-
-    call: ToolCall
-    rewritten_by: tuple[str, ...] = ()
-    blocked_by: str | None = None
-    reason: str | None = None
-
-
 class _Manager(pluggy.PluginManager):
     """A pluggy manager that also takes unmarked ``lich_*`` functions as implementations."""
 
@@ -179,30 +159,20 @@ class _Resolved:
         self.version = version
 
 
-class PluginHost:
-    """Owns one pluggy manager: loads plugins, reports on them, calls their hooks.
+class PluginLoader:
+    """Owns a pluggy manager with lich's hook specifications: loads plugin entries
+    into it and keeps a :class:`LoadReport` per entry.
 
-    Make one per agent or per CLI invocation (never a module global), so tests
-    get a fresh host each time.
+    :class:`~lich.plugins.PluginHost` is a loader that also calls the hooks.
 
     :param work_dir: where relative ``.py`` plugin paths are resolved.
-    :param hook_timeout_s: how long a run-time hook may take before it counts
-        as failed (a before-hook then blocks the call).
     """
 
-    def __init__(
-        self, *, work_dir: str | os.PathLike[str] | None = None, hook_timeout_s: float = 10.0
-    ) -> None:
+    def __init__(self, *, work_dir: str | os.PathLike[str] | None = None) -> None:
         self.work_dir = Path(work_dir or os.getcwd())
-        self.hook_timeout_s = hook_timeout_s
-        self.pm = _Manager(PROJECT)
+        self.pm: pluggy.PluginManager = _Manager(PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.reports: list[LoadReport] = []
-        self._pending_events: set[asyncio.Task[Any]] = set()
-        # plugin name -> the run whose lich_event failure was last logged as a warning
-        self._event_warned: dict[str, str] = {}
-        # Registries that can forget a plugin's items (tools, provider kinds, adapters).
-        self._undo: list[Callable[[str], object]] = []
 
     # ------------------------------------------------------------------ loading
 
@@ -411,251 +381,6 @@ class PluginHost:
                 break
         log.warning("plugin %s: %s", plugin_name, message)
 
-    # ---------------------------------------------------------- registration
-
-    def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
-        # pluggy calls implementations last-registered first; keep that order.
-        caller = getattr(self.pm.hook, hook_name)
-        return list(reversed(caller.get_hookimpls()))
-
-    def _register_each(
-        self,
-        hook_name: str,
-        kwargs: Mapping[str, Any],
-        registry: Any,
-        undo: Callable[[str], object],
-    ) -> None:
-        for impl in self._impls(hook_name):
-            previous = getattr(registry, "current_plugin", None)
-            if registry is not None:
-                registry.current_plugin = impl.plugin_name
-            try:
-                _call_sync(impl, kwargs)
-            except Exception as exc:
-                undo(impl.plugin_name)
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", exc)
-            finally:
-                if registry is not None:
-                    registry.current_plugin = previous
-
-    def _forget_everywhere(self, plugin_name: str) -> None:
-        # A plugin that fails in one registration hook loses what it registered in the others.
-        for forget in self._undo:
-            forget(plugin_name)
-
-    def _track(self, undo: Callable[[str], object]) -> None:
-        if undo not in self._undo:
-            self._undo.append(undo)
-
-    def register_tools(self, registry: ToolRegistry, config: LichConfig) -> None:
-        """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole."""
-        registry.on_duplicate = self._warn
-        self._track(registry.remove_plugin)
-        self._register_each(
-            "lich_register_tools", {"registry": registry, "config": config}, registry,
-            registry.remove_plugin,
-        )
-
-    def register_providers(self, registry: ProviderRegistry) -> None:
-        """Call ``lich_register_providers``; a plugin whose hook raises is unloaded whole."""
-        registry.on_duplicate = self._warn
-        registry.plugin_order = self.plugin_names()
-        self._track(registry.remove_plugin)
-        self._register_each(
-            "lich_register_providers", {"registry": registry}, registry, registry.remove_plugin
-        )
-
-    def register_gateway_adapters(self, registry: AdapterRegistry) -> None:
-        """Call ``lich_register_gateway_adapters``; a failing plugin is unloaded whole."""
-        # As for tools and provider kinds: a platform name registered twice is reported
-        # on the later plugin's load report and skipped, not a reason to unload it.
-        registry.on_duplicate = self._warn
-        self._track(registry.remove_plugin)
-        self._register_each(
-            "lich_register_gateway_adapters", {"registry": registry}, registry,
-            registry.remove_plugin,
-        )
-
-    def check_config(self, config: LichConfig) -> list[str]:
-        """``lich_check_config`` of every plugin: the problems they report, in plugin order.
-
-        A plugin whose check raises anything but :class:`lich.config.ConfigError`
-        fails (phase ``validate``) and is unloaded.
-        """
-        from lich.settings import ConfigError
-
-        problems: list[str] = []
-        for impl in self._impls("lich_check_config"):
-            try:
-                _call_sync(impl, {"config": config})
-            except ConfigError as exc:
-                problems.extend(exc.problems)
-            except Exception as exc:
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "validate", exc)
-        return problems
-
-    def register_commands(self, cli: click.Group) -> None:
-        """Call ``lich_register_commands``; a plugin whose hook raises has its commands removed."""
-        for impl in self._impls("lich_register_commands"):
-            before = set(cli.commands)
-            try:
-                _call_sync(impl, {"cli": cli})
-            except Exception as exc:
-                for name in set(cli.commands) - before:
-                    del cli.commands[name]
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", exc)
-
-    def make_router(self, providers: list[Provider], config: LichConfig) -> ChatFn | None:
-        """``lich_make_router``: the first non-``None`` answer, or ``None``.
-
-        :raises lich.config.ConfigError: a router plugin raised (its own
-            ``ConfigError`` as it is; anything else named with the plugin).
-        """
-        from lich.config import ConfigError
-
-        for impl in self._impls("lich_make_router"):
-            try:
-                result = _call_sync(impl, {"providers": providers, "config": config})
-            except ConfigError:
-                raise
-            except Exception as exc:
-                # A configuration error naming the plugin, not a traceback out of the CLI.
-                raise ConfigError([
-                    f"$.plugins: lich_make_router of plugin {impl.plugin_name!r} failed: "
-                    f"{_describe(exc, self.hook_timeout_s)}"
-                ]) from exc
-            if result is None:
-                continue
-            if not callable(result):
-                # Caught here, with the plugin's name, rather than as a bare TypeError at
-                # the first model call; the next router (or none) decides instead.
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", TypeError(
-                    f"lich_make_router returned {type(result).__name__}, not a chat function "
-                    "(an async callable (messages, tools, options) -> ChatResult)"))
-                continue
-            return result  # type: ignore[no-any-return]
-        return None
-
-    # ---------------------------------------------------------------- run time
-
-    def has_impls(self, hook_name: str) -> bool:
-        """Whether any loaded plugin implements ``hook_name``."""
-        return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
-
-    async def _call_timed(self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
-        args = {name: kwargs[name] for name in impl.argnames}
-        if inspect.iscoroutinefunction(impl.function):
-            return await asyncio.wait_for(impl.function(**args), self.hook_timeout_s)
-        # A plain function may block; a worker thread keeps a hanging hook from
-        # freezing the event loop, and lets the timeout apply. A daemon thread, so a
-        # hook that never returns cannot keep the process from exiting (see _threads).
-        result = await asyncio.wait_for(
-            run_in_daemon_thread(impl.function, **args), self.hook_timeout_s
-        )
-        if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, self.hook_timeout_s)
-        return result
-
-    async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:
-        for impl in self._impls(hook_name):
-            try:
-                await self._call_timed(impl, kwargs)
-            except Exception as exc:
-                log.warning("%s of plugin %s failed (skipped): %s", hook_name, impl.plugin_name,
-                            _describe(exc, self.hook_timeout_s))
-
-    async def run_start(self, run: RunInfo) -> None:
-        """``lich_run_start`` for every plugin; failures are logged and skipped."""
-        await self._observe("lich_run_start", {"run": run})
-
-    async def run_end(self, run: RunInfo, outcome: RunOutcome) -> None:
-        """``lich_run_end`` for every plugin; failures are logged and skipped."""
-        await self._observe("lich_run_end", {"run": run, "outcome": outcome})
-
-    async def before_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
-        """Run the before-hooks one at a time: rewrites chain, the first block wins,
-        and a hook that fails blocks (fail closed)."""
-        rewritten_by: list[str] = []
-        for impl in self._impls("lich_before_tool_call"):
-            try:
-                answer = await self._call_timed(impl, {"call": call, "run": run})
-            except Exception as exc:
-                reason = f"hook_error ({impl.plugin_name}): {_describe(exc, self.hook_timeout_s)}"
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
-            if answer is None:
-                continue
-            if isinstance(answer, Block):
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
-            if isinstance(answer, Rewrite):
-                call = evolve(call, args=dict(answer.args))
-                rewritten_by.append(impl.plugin_name)
-                continue
-            reason = (
-                f"hook_error ({impl.plugin_name}): lich_before_tool_call returned "
-                f"{type(answer).__name__}; expected Block, Rewrite or None"
-            )
-            return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
-        return ToolDecision(call, tuple(rewritten_by))
-
-    async def after_tool_call(
-        self, call: ToolCall, result: ToolResult, run: RunInfo
-    ) -> tuple[ToolResult, str | None]:
-        """Run the after-hooks; returns the (possibly replaced) result and who replaced it last."""
-        replaced_by: str | None = None
-        for impl in self._impls("lich_after_tool_call"):
-            try:
-                answer = await self._call_timed(impl, {"call": call, "result": result, "run": run})
-            except Exception as exc:
-                log.warning("lich_after_tool_call of plugin %s failed (skipped): %s",
-                            impl.plugin_name, _describe(exc, self.hook_timeout_s))
-                continue
-            if isinstance(answer, ToolResult):
-                result, replaced_by = answer, impl.plugin_name
-            elif answer is not None:
-                log.warning("lich_after_tool_call of plugin %s returned %s (ignored)",
-                            impl.plugin_name, type(answer).__name__)
-        return result, replaced_by
-
-    def event(self, envelope: Envelope) -> None:
-        """``lich_event`` for every plugin, synchronously; async implementations are scheduled."""
-        for impl in self._impls("lich_event"):
-            try:
-                result = impl.function(**({"event": envelope} if impl.argnames else {}))
-                if inspect.isawaitable(result):
-                    task = asyncio.ensure_future(result)
-                    self._pending_events.add(task)
-                    task.add_done_callback(self._event_done)
-            except Exception as exc:
-                # Once per plugin and run: a broken observer fails on every event (every
-                # streamed token), and a warning for each would drown the output.
-                run_id = getattr(envelope, "run_id", "")
-                if self._event_warned.get(impl.plugin_name) == run_id:
-                    log.debug("lich_event of plugin %s failed again (skipped)",
-                              impl.plugin_name, exc_info=True)
-                    continue
-                self._event_warned[impl.plugin_name] = run_id
-                log.warning("lich_event of plugin %s failed (skipped; further failures in "
-                            "this run are logged at debug level): %s", impl.plugin_name,
-                            _describe(exc, self.hook_timeout_s), exc_info=True)
-
-    def _event_done(self, task: asyncio.Task[Any]) -> None:
-        self._pending_events.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("async lich_event implementation failed: %s", task.exception())
-
-    async def drain_events(self) -> None:
-        """Wait (bounded by ``hook_timeout_s``) for scheduled async ``lich_event`` calls."""
-        if not self._pending_events:
-            return
-        pending = set(self._pending_events)
-        _, late = await asyncio.wait(pending, timeout=self.hook_timeout_s)
-        for task in late:
-            task.cancel()
-
 
 def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:
     message = str(exc) or type(exc).__name__
@@ -670,26 +395,6 @@ def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:
         error_message=message,
         hooks=(),
     )
-
-
-def _describe(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, TimeoutError):
-        return f"timed out after {timeout_s:g}s"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _call_sync(impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
-    """Call a registration-time hook, awaiting it if it is ``async def``."""
-    result = impl.function(**{name: kwargs[name] for name in impl.argnames})
-    if inspect.iscoroutine(result):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(result)
-        # Inside a running loop we cannot block on it here: run it on a helper loop.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, result).result()
-    return result
 
 
 _EP_CACHE: dict[str, importlib.metadata.EntryPoint] | None = None

@@ -1,0 +1,196 @@
+"""Running tool calls: :class:`ToolExecutor` runs one call under the tool's limits,
+and :class:`HookedToolRunner` wraps it in the plugins' before- and after-hooks
+for the loop.
+
+The executor never raises: unknown tools, bad arguments, exceptions, timeouts
+and cancellation all come back as a failed :class:`~lich.types.ToolResult`.
+What a tool is and where it is registered is :mod:`lich.tools` (which
+re-exports :class:`ToolExecutor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from lich._threads import run_in_daemon_thread
+from lich.cancel import Cancelled, CancelToken, race
+from lich.guards import ToolError, truncate_text
+from lich.hooks import RunInfo
+from lich.loop import ToolOutcome
+from lich.settings import ConfigError, tool_limits
+from lich.tools import Tool, ToolContext, ToolRegistry
+from lich.types import ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from lich.plugins import PluginHost
+
+__all__ = ["HookedToolRunner", "ToolExecutor"]
+
+# The name it had when the executor lived in lich.tools: log filters and formats keep working.
+log = logging.getLogger("lich.tools")
+
+
+async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
+    await source.wait()
+    target.cancel()
+
+
+class ToolExecutor:
+    """Runs tool calls. :meth:`execute` never raises.
+
+    :param registry: where tools are looked up.
+    :param work_dir: the directory tools work in (and are confined to).
+    :param env: extra environment handed to tools in their context.
+    :param tool_settings: the ``[tools.<name>]`` tables; ``timeout_s`` and
+        ``max_output_chars`` there override the tool's own limits.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        work_dir: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
+        secret_env_names: frozenset[str] = frozenset(),
+    ) -> None:
+        self.registry = registry
+        self.work_dir = Path(work_dir)
+        self.env = dict(env or {})
+        self.tool_settings = tool_settings or {}
+        self.secret_env_names = secret_env_names
+
+    def limits(self, item: Tool) -> tuple[float, int]:
+        """The effective ``(timeout_s, max_output_chars)`` of ``item``.
+
+        :raises lich.config.ConfigError: ``[tools.<name>]`` sets them wrong (a loaded
+            config never does: :func:`lich.config.load_config` checks them).
+        """
+        limits = tool_limits(self.tool_settings.get(item.name), item.name)
+        timeout = item.timeout_s if limits.timeout_s is None else limits.timeout_s
+        cap = item.max_output_chars if limits.max_output_chars is None else limits.max_output_chars
+        return float(timeout), int(cap)
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        run: RunInfo | None = None,
+        cancel: CancelToken | None = None,
+    ) -> ToolResult:
+        """Run ``call`` and return its result; failures are results too."""
+        if call.args_error is not None:
+            return ToolResult.failure(f"invalid_tool_arguments: {call.args_error}")
+        item = self.registry.get(call.name)
+        if item is None:
+            return ToolResult.failure(f"unknown_tool: {call.name}")
+        if cancel is not None and cancel.cancelled:
+            return ToolResult.failure("cancelled")
+        try:
+            timeout_s, max_chars = self.limits(item)
+        except ConfigError as exc:
+            return ToolResult.failure(f"invalid_setting: {'; '.join(exc.problems)}")
+        # The call's own token, fired by the run's cancel *and* by the deadline: an async
+        # tool is cancelled as a task, but a tool in a worker thread only learns that it
+        # should stop by polling ctx.cancel. Without a run token there is nothing to
+        # forward or race against: that saves three tasks per call (B1, performance.md).
+        call_token = CancelToken()
+        forward = (asyncio.ensure_future(_forward_cancel(cancel, call_token))
+                   if cancel is not None else None)
+        ctx = ToolContext(
+            work_dir=self.work_dir,
+            env=self.env,
+            cancel=call_token,
+            settings=self.tool_settings.get(item.name, {}),
+            run=run,
+            call_id=call.id,
+            secret_env_names=self.secret_env_names,
+        )
+        deadline = asyncio.timeout(timeout_s)
+        try:
+            async with deadline:
+                result = await race(self._invoke(item, dict(call.args), ctx), cancel)
+        except Cancelled:
+            # Fired here too: the forwarding task may not have run yet (it is cancelled in
+            # the finally below), and a tool in a worker thread only stops when it sees it.
+            call_token.cancel()
+            return ToolResult.failure("cancelled")
+        except asyncio.CancelledError:
+            call_token.cancel()  # the task running the call is cancelled: same for the tool
+            raise
+        except TimeoutError as exc:
+            if not deadline.expired():  # the tool's own TimeoutError, not our deadline
+                return ToolResult.failure(f"TimeoutError: {exc}" if str(exc) else "TimeoutError")
+            call_token.cancel()
+            if cancel is not None and cancel.cancelled:
+                return ToolResult.failure("cancelled")
+            return ToolResult.failure(f"timeout: tool:{item.name} exceeded {timeout_s:g}s")
+        except ToolError as exc:
+            return ToolResult.failure(str(exc))
+        except Exception as exc:
+            log.debug("tool %s raised", item.name, exc_info=True)
+            name = type(exc).__name__
+            return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
+        finally:
+            if forward is not None:
+                forward.cancel()
+        if not isinstance(result, ToolResult):
+            return ToolResult.failure(
+                f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"
+            )
+        if len(result.output) > max_chars:
+            result = attrs.evolve(result, output=truncate_text(result.output, max_chars))
+        return result
+
+    async def _invoke(self, item: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if item.is_async:
+            return await item.execute(args, ctx)  # type: ignore[misc,no-any-return]
+        # A plain function may block (file system, subprocess): keep it off the loop, in a
+        # daemon thread so that one that never returns cannot block the exit (_threads).
+        result = await run_in_daemon_thread(item.execute, args, ctx)
+        if inspect.isawaitable(result):  # a callable object returning an awaitable
+            return await result
+        return result
+
+
+class HookedToolRunner:
+    """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, the executor, after-hooks."""
+
+    def __init__(self, executor: ToolExecutor, host: PluginHost, run: RunInfo) -> None:
+        self.executor = executor
+        self.host = host
+        self.run = run
+        self._before = host.has_impls("lich_before_tool_call")
+        self._after = host.has_impls("lich_after_tool_call")
+
+    async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
+        rewritten_by: tuple[str, ...] = ()
+        if self._before and call.args_error is None:
+            # Raced against the cancel token: a slow before-hook must not delay an abort
+            # by up to hook_timeout_s. A cancelled call does not run.
+            try:
+                decision = await race(self.host.before_tool_call(call, self.run), cancel)
+            except Cancelled:
+                return ToolOutcome(call, ToolResult.failure("cancelled"))
+            call, rewritten_by = decision.call, decision.rewritten_by
+            if decision.blocked_by is not None:
+                blocked = ToolResult.failure(f"blocked_by_plugin: {decision.reason}")
+                return ToolOutcome(call, blocked, rewritten_by, blocked_by=decision.blocked_by)
+        result = await self.executor.execute(call, run=self.run, cancel=cancel)
+        replaced_by = None
+        if self._after:
+            try:
+                result, replaced_by = await race(
+                    self.host.after_tool_call(call, result, self.run), cancel
+                )
+            except Cancelled:
+                pass  # keep the tool's own result; the run is ending
+        return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)

@@ -1,0 +1,191 @@
+"""Calling the run-time hooks: the before/after tool-call hooks, the run observers
+and ``lich_event``.
+
+Every implementation runs under the host's ``hook_timeout_s``: an ``async def``
+one on the event loop, a plain one in a daemon thread (:mod:`lich._threads`), so
+a hook that blocks cannot freeze the loop or keep lich from exiting. A failure
+never escapes: a before-hook that fails blocks the call (fail closed), any other
+hook is skipped with a warning naming its plugin.
+
+Before-hooks compose one at a time — a :class:`~lich.hooks.Rewrite` chains into
+the next hook, the first :class:`~lich.hooks.Block` wins — and after-hooks may
+each replace the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+from attrs import evolve, frozen
+
+from lich._threads import run_in_daemon_thread
+from lich.hooks import Block, Rewrite, RunInfo, RunOutcome
+from lich.types import ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from lich.events import Envelope
+
+__all__ = ["HookCaller", "ToolDecision"]
+
+# The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
+log = logging.getLogger("lich.plugins")
+
+
+@frozen
+class ToolDecision:
+    """The outcome of the before-hooks for one call."""
+
+    call: ToolCall
+    rewritten_by: tuple[str, ...] = ()
+    blocked_by: str | None = None
+    reason: str | None = None
+
+
+class HookCaller:
+    """Calls the run-time hooks of the plugins registered in a pluggy manager.
+
+    :class:`~lich.plugins.PluginHost` is a hook caller over its own manager.
+
+    :param pm: the manager, with lich's hook specifications added.
+    :param hook_timeout_s: how long a run-time hook may take before it counts
+        as failed (a before-hook then blocks the call).
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, *, hook_timeout_s: float = 10.0) -> None:
+        self.pm = pm
+        self.hook_timeout_s = hook_timeout_s
+        self._pending_events: set[asyncio.Task[Any]] = set()
+        # plugin name -> the run whose lich_event failure was last logged as a warning
+        self._event_warned: dict[str, str] = {}
+
+    def _describe(self, exc: BaseException) -> str:
+        """A hook's failure for a log line or a ``hook_error``: ``ErrorType: message``,
+        or ``timed out after <hook_timeout_s>s`` for a :class:`TimeoutError`."""
+        if isinstance(exc, TimeoutError):
+            return f"timed out after {self.hook_timeout_s:g}s"
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+    def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
+        # pluggy calls implementations last-registered first; keep that order.
+        caller = getattr(self.pm.hook, hook_name)
+        return list(reversed(caller.get_hookimpls()))
+
+    def has_impls(self, hook_name: str) -> bool:
+        """Whether any loaded plugin implements ``hook_name``."""
+        return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+
+    async def _call_timed(self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
+        args = {name: kwargs[name] for name in impl.argnames}
+        if inspect.iscoroutinefunction(impl.function):
+            return await asyncio.wait_for(impl.function(**args), self.hook_timeout_s)
+        # A plain function may block; a worker thread keeps a hanging hook from
+        # freezing the event loop, and lets the timeout apply. A daemon thread, so a
+        # hook that never returns cannot keep the process from exiting (see _threads).
+        result = await asyncio.wait_for(
+            run_in_daemon_thread(impl.function, **args), self.hook_timeout_s
+        )
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, self.hook_timeout_s)
+        return result
+
+    async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:
+        for impl in self._impls(hook_name):
+            try:
+                await self._call_timed(impl, kwargs)
+            except Exception as exc:
+                log.warning("%s of plugin %s failed (skipped): %s", hook_name, impl.plugin_name,
+                            self._describe(exc))
+
+    async def run_start(self, run: RunInfo) -> None:
+        """``lich_run_start`` for every plugin; failures are logged and skipped."""
+        await self._observe("lich_run_start", {"run": run})
+
+    async def run_end(self, run: RunInfo, outcome: RunOutcome) -> None:
+        """``lich_run_end`` for every plugin; failures are logged and skipped."""
+        await self._observe("lich_run_end", {"run": run, "outcome": outcome})
+
+    async def before_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
+        """Run the before-hooks one at a time: rewrites chain, the first block wins,
+        and a hook that fails blocks (fail closed)."""
+        rewritten_by: list[str] = []
+        for impl in self._impls("lich_before_tool_call"):
+            try:
+                answer = await self._call_timed(impl, {"call": call, "run": run})
+            except Exception as exc:
+                reason = f"hook_error ({impl.plugin_name}): {self._describe(exc)}"
+                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+            if answer is None:
+                continue
+            if isinstance(answer, Block):
+                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
+            if isinstance(answer, Rewrite):
+                call = evolve(call, args=dict(answer.args))
+                rewritten_by.append(impl.plugin_name)
+                continue
+            reason = (
+                f"hook_error ({impl.plugin_name}): lich_before_tool_call returned "
+                f"{type(answer).__name__}; expected Block, Rewrite or None"
+            )
+            return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+        return ToolDecision(call, tuple(rewritten_by))
+
+    async def after_tool_call(
+        self, call: ToolCall, result: ToolResult, run: RunInfo
+    ) -> tuple[ToolResult, str | None]:
+        """Run the after-hooks; returns the (possibly replaced) result and who replaced it last."""
+        replaced_by: str | None = None
+        for impl in self._impls("lich_after_tool_call"):
+            try:
+                answer = await self._call_timed(impl, {"call": call, "result": result, "run": run})
+            except Exception as exc:
+                log.warning("lich_after_tool_call of plugin %s failed (skipped): %s",
+                            impl.plugin_name, self._describe(exc))
+                continue
+            if isinstance(answer, ToolResult):
+                result, replaced_by = answer, impl.plugin_name
+            elif answer is not None:
+                log.warning("lich_after_tool_call of plugin %s returned %s (ignored)",
+                            impl.plugin_name, type(answer).__name__)
+        return result, replaced_by
+
+    def event(self, envelope: Envelope) -> None:
+        """``lich_event`` for every plugin, synchronously; async implementations are scheduled."""
+        for impl in self._impls("lich_event"):
+            try:
+                result = impl.function(**({"event": envelope} if impl.argnames else {}))
+                if inspect.isawaitable(result):
+                    task = asyncio.ensure_future(result)
+                    self._pending_events.add(task)
+                    task.add_done_callback(self._event_done)
+            except Exception as exc:
+                # Once per plugin and run: a broken observer fails on every event (every
+                # streamed token), and a warning for each would drown the output.
+                run_id = getattr(envelope, "run_id", "")
+                if self._event_warned.get(impl.plugin_name) == run_id:
+                    log.debug("lich_event of plugin %s failed again (skipped)",
+                              impl.plugin_name, exc_info=True)
+                    continue
+                self._event_warned[impl.plugin_name] = run_id
+                log.warning("lich_event of plugin %s failed (skipped; further failures in "
+                            "this run are logged at debug level): %s", impl.plugin_name,
+                            self._describe(exc), exc_info=True)
+
+    def _event_done(self, task: asyncio.Task[Any]) -> None:
+        self._pending_events.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("async lich_event implementation failed: %s", task.exception())
+
+    async def drain_events(self) -> None:
+        """Wait (bounded by ``hook_timeout_s``) for scheduled async ``lich_event`` calls."""
+        if not self._pending_events:
+            return
+        pending = set(self._pending_events)
+        _, late = await asyncio.wait(pending, timeout=self.hook_timeout_s)
+        for task in late:
+            task.cancel()
+
