@@ -23,6 +23,7 @@ import attrs
 from attrs import field, frozen
 
 from lich._converter import PARSE, converter
+from lich.backoff import Jitter
 from lich.settings import (
     TOOL_LIMIT_KEYS,
     ConfigError,
@@ -144,6 +145,11 @@ class LichConfig:
     hook_timeout_s: float = setting(10.0, check=greater_than(0))
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
+    #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
+    #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
+    #: where many conversations retrying in lock-step against one rate-limited provider
+    #: is the failure to avoid. A router plugin's own setting wins.
+    retry_jitter: Jitter | None = None
 
     def __attrs_post_init__(self) -> None:
         # session_dir follows work_dir unless it was given.

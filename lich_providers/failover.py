@@ -235,7 +235,8 @@ class FailoverSettings:
                                  help="longest backoff wait")
     retry_after_cap_s: float = setting(DEFAULT_RETRY_AFTER_CAP_S, check=at_least(0),
                                        help="longest Retry-After honoured")
-    jitter: Jitter = "none"  # spread retries: "none", "full" or "equal"
+    # Spread retries: "none", "full" or "equal"; unset, the config's retry_jitter decides.
+    jitter: Jitter | None = None
 
 
 SETTINGS_PATH = "$.plugin_settings.failover"
@@ -260,4 +261,6 @@ def lich_make_router(providers: list[Provider], config: LichConfig) -> FailoverR
     """Return the failover router over ``providers`` (config order)."""
     if not providers:
         return None
-    return FailoverRouter(providers, **router_settings(config.plugin_settings.get("failover", {})))
+    settings = router_settings(config.plugin_settings.get("failover", {}))
+    settings["jitter"] = settings["jitter"] or config.retry_jitter or "none"
+    return FailoverRouter(providers, **settings)

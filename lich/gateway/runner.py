@@ -39,17 +39,23 @@ log = logging.getLogger("lich.gateway")
 
 
 def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConfig:
-    """The agent configuration of the gateway: the tools narrowed to ``[gateway] tools``.
+    """The agent configuration of the gateway: the tools narrowed to ``[gateway] tools``,
+    and retries spread with jitter unless the config says otherwise.
 
     The gateway's list never widens what the main config allows: with a
-    ``tools_enabled`` list there, the gateway gets the intersection.
+    ``tools_enabled`` list there, the gateway gets the intersection. Hundreds of
+    conversations retrying a rate-limited provider at the same instants would be
+    limited again together, so ``retry_jitter`` defaults to ``"full"`` here.
     """
-    if gateway.tools is None:
-        return config
-    tools = gateway.tools
-    if config.tools_enabled is not None:
-        tools = tuple(t for t in tools if t in config.tools_enabled)
-    return config_with(config, tools_enabled=tools)
+    changes: dict[str, Any] = {}
+    if config.retry_jitter is None:
+        changes["retry_jitter"] = "full"
+    if gateway.tools is not None:
+        tools = gateway.tools
+        if config.tools_enabled is not None:
+            tools = tuple(t for t in tools if t in config.tools_enabled)
+        changes["tools_enabled"] = tools
+    return config_with(config, **changes) if changes else config
 
 
 class GatewayRunner:

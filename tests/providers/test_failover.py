@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
@@ -514,6 +515,31 @@ def test_hook_builds_a_router_with_settings() -> None:
     assert isinstance(jittered, FailoverRouter)
     assert jittered.jitter == "full"
     assert lich_make_router([], _config()) is None
+
+
+def test_the_configs_retry_jitter_is_the_default_and_the_routers_own_setting_wins() -> None:
+    p = FakeProvider("p")
+    spread = attrs.evolve(_config(), retry_jitter="full")
+    own = attrs.evolve(_config(jitter="equal"), retry_jitter="full")
+    for config, expected in ((spread, "full"), (own, "equal")):
+        router = lich_make_router([p], config)
+        assert isinstance(router, FailoverRouter)
+        assert router.jitter == expected
+
+
+def test_the_gateway_spreads_retries_unless_told_otherwise(tmp_path: Any) -> None:
+    from lich.gateway.config import parse_gateway_config
+    from lich.gateway.runner import gateway_agent_config
+
+    gateway = parse_gateway_config({})
+    config = attrs.evolve(_config(), work_dir=str(tmp_path))
+    assert gateway_agent_config(config, gateway).retry_jitter == "full"
+    exact = attrs.evolve(config, retry_jitter="none")
+    assert gateway_agent_config(exact, gateway).retry_jitter == "none"
+    # And the router the gateway's agent gets is jittered.
+    router = lich_make_router([FakeProvider("p")], gateway_agent_config(config, gateway))
+    assert isinstance(router, FailoverRouter)
+    assert router.jitter == "full"
 
 
 @pytest.mark.parametrize(
