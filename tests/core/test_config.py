@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from provider_kinds import builtin_provider_kinds
 
 from lich.config import (
     BUILTIN_PLUGINS,
@@ -20,8 +21,6 @@ from lich.config import (
     load_config,
     user_config_path,
 )
-from lich.plugins import PluginHost
-from lich.providers import ProviderRegistry
 
 PROVIDER = '[[providers]]\nkind = "openai_compat"\nname = "main"\nmodel = "m1"\n'
 
@@ -265,19 +264,11 @@ def test_env_provider_when_no_file_names_one(tmp_path: Path, home: Path) -> None
     assert loaded.sources["providers"] == "env"
 
 
-def _builtin_kinds() -> ProviderRegistry:
-    host = PluginHost()
-    host.load(["openai_compat", "anthropic", "ollama"])
-    registry = ProviderRegistry()
-    host.register_providers(registry)
-    return registry
-
-
 def test_env_provider_leaves_the_defaults_to_the_kind(tmp_path: Path, home: Path) -> None:
     # The config only records what was given: the kind's plugin supplies the rest.
     (provider,) = load(tmp_path, env={"LICH_MODEL": "gpt-x"}).providers
     assert (provider.kind, provider.base_url, provider.api_key_env) == (None, None, None)
-    kinds = _builtin_kinds()
+    kinds = builtin_provider_kinds()
     resolved = kinds.resolve(provider)
     assert resolved.kind == "openai_compat"  # the first provider plugin of the list
     assert resolved.api_key_env == "OPENAI_API_KEY"
@@ -313,7 +304,7 @@ def test_env_and_flags_override_the_first_provider_of_the_file(tmp_path: Path, h
     switched = load(tmp_path, env={"LICH_PROVIDER_KIND": "ollama"})
     first = switched.providers[0]
     assert (first.kind, first.base_url, first.api_key_env) == ("ollama", None, None)
-    assert _builtin_kinds().resolve(first).base_url == "http://localhost:11434"
+    assert builtin_provider_kinds().resolve(first).base_url == "http://localhost:11434"
 
 
 def test_strict_plugins_and_log_level_from_env(tmp_path: Path, home: Path) -> None:

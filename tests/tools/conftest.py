@@ -4,7 +4,6 @@ loopback HTTP servers (127.0.0.1 only; nothing else is ever contacted)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -14,12 +13,12 @@ from typing import Any
 
 import attrs
 import pytest
+from provider_kinds import builtin_provider_kinds
 
 from lich.cancel import CancelToken
 from lich.config import LichConfig
 from lich.hooks import RunInfo
-from lich.plugins import PluginHost
-from lich.providers import ProviderRegistry, secret_env_names
+from lich.providers import secret_env_names
 from lich.testing import DEFAULT_TIMEOUT_S, WaitTimeout, wait_for
 from lich.tools import ToolExecutor, ToolRegistry
 from lich.types import ToolCall, ToolResult
@@ -149,16 +148,6 @@ def http_server() -> Iterator[Callable[..., LoopbackServer]]:
         server.stop()
 
 
-@functools.cache
-def provider_kinds() -> ProviderRegistry:
-    """The kinds the builtin provider plugins register (their default key variables)."""
-    host = PluginHost()
-    host.load(["openai_compat", "anthropic", "ollama"])
-    registry = ProviderRegistry()
-    host.register_providers(registry)
-    return registry
-
-
 class Runner:
     """Runs builtin tools through a real :class:`ToolExecutor` in one work dir."""
 
@@ -190,9 +179,9 @@ class Runner:
         tool_settings = dict(self.settings)
         if settings is not None:
             tool_settings[name] = dict(settings)
+        secrets = secret_env_names(self.config, builtin_provider_kinds())
         executor = ToolExecutor(self.registry(), work_dir=self.work_dir, env=self.env,
-                                tool_settings=tool_settings,
-                                secret_env_names=secret_env_names(self.config, provider_kinds()))
+                                tool_settings=tool_settings, secret_env_names=secrets)
         run = None
         if run_config is not None:
             run = RunInfo("run1", "sess1", "input", str(self.work_dir), run_config)
