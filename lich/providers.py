@@ -51,6 +51,13 @@ def host_of(url: str | None) -> str:
         return ""
 
 
+def _scheme_of(url: str | None) -> str:
+    try:
+        return urlsplit(url or "").scheme.lower()
+    except ValueError:
+        return ""
+
+
 def _hosts(value: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(h.lower() for h in value) if value is not None else ()
 
@@ -77,9 +84,18 @@ class ProviderDefaults:
         return (host,) if host else ()
 
     def is_key_host(self, base_url: str | None) -> bool:
-        """Whether ``base_url`` points at a host the default key may be sent to."""
+        """Whether ``base_url`` points at a host the default key may be sent to.
+
+        The host must be one of ``key_hosts``, and when the kind's own endpoint is
+        ``https`` so must ``base_url`` be: ``http://api.example.com`` would carry the
+        key in clear text to whoever answers for that name.
+        """
         host = host_of(base_url)
-        return bool(host) and host in self.key_hosts
+        if not host or host not in self.key_hosts:
+            return False
+        if _scheme_of(self.base_url) == "https":
+            return _scheme_of(base_url) == "https"
+        return True
 
     def resolve(self, config: ProviderConfig) -> ProviderConfig:
         """``config`` with the base URL and the key variable this kind will use.

@@ -91,6 +91,8 @@ def test_defaults_fill_the_url_and_send_the_default_key_to_the_well_known_host_o
                       "not a url", "http://[::1"):
         resolved = defaults.resolve(_config(kind="k", base_url=elsewhere))
         assert resolved.api_key_env is None, elsewhere
+    # Over plain http the key would travel in clear text: not without naming it.
+    assert defaults.resolve(_config(base_url="http://api.example.com/v1")).api_key_env is None
     # Host names are not case-sensitive, and another port is the same host.
     assert defaults.resolve(_config(base_url="HTTPS://API.Example.COM:8443")).api_key_env == (
         "EXAMPLE_KEY")
