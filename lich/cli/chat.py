@@ -29,7 +29,7 @@ from lich.cli.common import (
     assemble,
     echo_error,
 )
-from lich.cli.options import Settings, get_settings, session_options
+from lich.cli.options import Settings, get_settings, json_option, session_options
 from lich.cli.run import describe_provider_error, run_agent
 
 if TYPE_CHECKING:
@@ -320,6 +320,7 @@ def _reader(interactive_in: bool, interactive_out: bool) -> Any:
 
 @click.command("chat")
 @session_options
+@json_option("Not supported: chat is a conversation (one-shot runs print JSON events).")
 @click.pass_context
 def chat_command(ctx: click.Context) -> None:
     """Talk with the agent; it remembers the conversation (one session).
@@ -332,6 +333,11 @@ def chat_command(ctx: click.Context) -> None:
 
 def chat(settings: Settings) -> int:
     """``lich chat``: returns the exit code."""
+    from lich.cli._output import refuse_json
+
+    if refuse_json(settings, "lich chat",
+                   "for a run's events as JSON lines, use lich --json TASK"):
+        return EXIT_USAGE
     err = make_err_console()
     try:
         built = assemble(settings, console=err)

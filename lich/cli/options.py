@@ -159,7 +159,8 @@ def json_option(help: str = "As JSON.") -> Callable[[F], F]:
 
 
 JSON_OPTION: Callable[[F], F] = json_option(
-    "Print every event as one JSON object per line (see docs/events.md)."
+    "As JSON: a run prints every event as one JSON object per line (see docs/events.md), "
+    "other commands their output."
 )
 RUN_OPTIONS: tuple[Callable[[F], F], ...] = (RESUME_OPTION, JSON_OPTION)
 
