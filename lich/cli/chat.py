@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich._slash import SLASH_COMMANDS
+from lich._slash import SLASH_COMMANDS, model_lines
 from lich.cli._render import HumanRenderer, make_err_console
 from lich.cli.common import (
     EXIT_INTERRUPTED,
@@ -218,11 +218,10 @@ class ChatSession:
         return False
 
     async def _model(self, arg: str) -> bool:
-        providers = self.config.providers
         if not arg:
-            for i, p in enumerate(providers):
-                lead = "model" if i == 0 else "fallback"
-                self.say(f"{lead}: {p.model} (provider {p.name}, kind {p.kind})", "")
+            default_kind = self.agent.provider_kinds.default_kind() or ""
+            for line in model_lines(self.config.providers, default_kind):
+                self.say(line, "")
             return False
         from lich.config import ConfigError
         from lich.plugins import PluginLoadError
