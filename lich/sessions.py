@@ -231,10 +231,10 @@ class SessionStore:
         entries = []
         for path in self.directory.glob("*.jsonl"):
             try:
-                stat = path.stat()
+                info = path.stat()
             except OSError:
                 continue
-            entries.append((stat.st_mtime, path, stat.st_size))
+            entries.append((info.st_mtime, path, info.st_size))
         entries.sort(key=lambda e: (e[0], e[1].name), reverse=True)
         return [
             SessionInfo(path.stem, path, _title(path), mtime, size, *_last_run(path))
@@ -283,7 +283,8 @@ class SessionStore:
         path = self.path_for(session_id)
         # unlink never follows a link in the last component; lstat refuses a directory
         # (or anything else) named like a session.
-        if not stat.S_ISREG(path.lstat().st_mode) and not path.is_symlink():
+        mode = path.lstat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             raise ValueError(f"not a session file: {path}")
         path.unlink()
         return path

@@ -148,6 +148,8 @@ RESUME_OPTION: Callable[[F], F] = _option(
     "--resume", attr="resume", metavar="ID|latest",
     help="Continue a recorded session ('latest' for the newest).",
 )
+
+
 def json_option(help: str = "As JSON.") -> Callable[[F], F]:
     """``--json``, stored in :attr:`Settings.json` like every flag, so that it may come
     before or after the command name (``lich --json tools`` = ``lich tools --json``).
