@@ -266,3 +266,21 @@ def test_status_of_the_last_run(work: Path) -> None:
     assert info["aborted"].status == "aborted"
     assert not info["aborted"].failed
     assert info["open-run"].status == "open"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90s", 90.0), ("90m", 5400.0), ("12h", 43200.0), ("30d", 30 * DAY), ("2w", 14 * DAY),
+    ("1.5h", 5400.0), (" 7D ", 7 * DAY),
+])
+def test_durations(text: str, seconds: float) -> None:
+    from lich.cli.sessions import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "30 days", "-1d", "1y", "1h30m"])
+def test_what_is_not_a_duration(text: str) -> None:
+    from lich.cli.sessions import parse_duration
+
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
