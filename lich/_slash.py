@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
-from typing import Literal, TypeAlias
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from attrs import field, frozen
+
+if TYPE_CHECKING:
+    from lich.config import ProviderConfig
 
 __all__ = [
     "FRONT_ENDS",
@@ -29,6 +32,7 @@ __all__ = [
     "SlashCommand",
     "SlashInput",
     "SlashTable",
+    "model_lines",
 ]
 
 FrontEnd: TypeAlias = Literal["chat", "tui"]
@@ -44,6 +48,20 @@ _SUGGEST_CUTOFF = 0.6
 
 _NAME_AND_ARGS = re.compile(r"(\S*)\s*(.*)", re.DOTALL)
 """After the ``/``: the name (up to the first whitespace), then the argument."""
+
+
+def model_lines(providers: Sequence[ProviderConfig], default_kind: str = "") -> list[str]:
+    """What ``/model`` with no argument says, in both front ends: one line per
+    configured provider, the first (``model``) then the fallbacks, in failover order.
+
+    ``default_kind`` names the kind a provider without one gets.
+    """
+    lines = []
+    for i, p in enumerate(providers):
+        lead = "model" if i == 0 else "fallback"
+        lines.append(f"{lead}: {p.model or '?'} (provider {p.name}, "
+                     f"kind {p.kind or default_kind or '?'})")
+    return lines
 
 
 def _is_name(value: str) -> bool:

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
 __all__ = [
     "RECORD_VERSION",
+    "SessionAmbiguous",
     "SessionContents",
     "SessionInfo",
     "SessionNotFound",
@@ -49,6 +51,18 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 class SessionNotFound(LookupError):
     """No session with that id (or no sessions at all, for ``latest``)."""
+
+
+class SessionAmbiguous(SessionNotFound):
+    """An id prefix that more than one session starts with; ``candidates`` are their ids.
+
+    A subclass of :class:`SessionNotFound`, so every caller that reports an unknown
+    session reports this one too, with the candidates in the message.
+    """
+
+    def __init__(self, message: str, candidates: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.candidates = candidates
 
 
 def sanitize(value: Any) -> Any:
@@ -152,13 +166,33 @@ class SessionContents:
 
 @frozen
 class SessionInfo:
-    """One entry of :meth:`SessionStore.list`."""
+    """One entry of :meth:`SessionStore.list`.
+
+    ``status`` is how the session's last run ended: its ``stopped_reason``
+    (``final``, ``budget``, ``aborted``, ``error``), ``open`` when the last run
+    has no ``run_end`` (still running, or the process died), or ``""`` when the
+    file records no run. ``answered`` says whether that last run got a model
+    answer: a run that failed before its first answer is ``status == "error"``
+    and ``answered == False`` (see :attr:`failed_unanswered`).
+    """
 
     session_id: str
     path: Path
     title: str
     modified: float
     size: int
+    status: str = ""
+    answered: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """The last run ended in an error."""
+        return self.status == "error"
+
+    @property
+    def failed_unanswered(self) -> bool:
+        """The last run failed before the model answered it once."""
+        return self.failed and not self.answered
 
 
 class SessionStore:
@@ -197,18 +231,28 @@ class SessionStore:
         entries = []
         for path in self.directory.glob("*.jsonl"):
             try:
-                stat = path.stat()
+                info = path.stat()
             except OSError:
                 continue
-            entries.append((stat.st_mtime, path, stat.st_size))
+            entries.append((info.st_mtime, path, info.st_size))
         entries.sort(key=lambda e: (e[0], e[1].name), reverse=True)
         return [
-            SessionInfo(path.stem, path, _title(path), mtime, size)
+            SessionInfo(path.stem, path, _title(path), mtime, size, *_last_run(path))
             for mtime, path, size in entries
         ]
 
+    def ids(self) -> builtins.list[str]:
+        """The ids of every session file, sorted (cheaper than :meth:`list`)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.stem for p in self.directory.glob("*.jsonl") if _ID_PATTERN.match(p.stem))
+
     def resolve(self, ref: str) -> str:
-        """A session id from ``ref``: an id, a path, or ``latest``."""
+        """A session id from ``ref``: an id, a path, ``latest``, or the start of one id.
+
+        :raises SessionAmbiguous: ``ref`` is the start of several ids (they are listed).
+        :raises SessionNotFound: nothing matches.
+        """
         if ref == "latest":
             sessions = self.list()
             if not sessions:
@@ -216,9 +260,34 @@ class SessionStore:
             return sessions[0].session_id
         if ref.endswith(".jsonl"):
             ref = Path(ref).stem
-        if not self.exists(ref):
-            raise SessionNotFound(f"no session {ref!r} in {self.directory}")
-        return ref
+        if self.exists(ref):
+            return ref
+        # An exact id wins over a prefix; the prefix must pick exactly one.
+        candidates = tuple(i for i in self.ids() if ref and i.startswith(ref))
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            shown = ", ".join(candidates[:10]) + (", …" if len(candidates) > 10 else "")
+            raise SessionAmbiguous(
+                f"{ref!r} is the start of {len(candidates)} sessions in {self.directory}: "
+                f"{shown}; give more of the id", candidates)
+        raise SessionNotFound(f"no session {ref!r} in {self.directory}")
+
+    def remove(self, session_id: str) -> Path:
+        """Delete the file of ``session_id``; the path it had.
+
+        Only the store's own file is removed: the id is a plain name (no path
+        separator), and a session file that is a symbolic link loses the link,
+        never what it points to. The store writes no other file per session.
+        """
+        path = self.path_for(session_id)
+        # unlink never follows a link in the last component; lstat refuses a directory
+        # (or anything else) named like a session.
+        mode = path.lstat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise ValueError(f"not a session file: {path}")
+        path.unlink()
+        return path
 
     def read(self, ref: str) -> SessionContents:
         """Read a session back (see :class:`SessionContents`)."""
@@ -301,6 +370,39 @@ def repair_dangling_tool_calls(messages: Iterable[Message]) -> list[Message]:
             pending.extend((c.id, c.name) for c in message.tool_calls)
     close_pending()
     return out
+
+
+def _last_run(path: Path) -> tuple[str, bool]:
+    """``(status, answered)`` of the file's last run (see :class:`SessionInfo`).
+
+    Only lines that can matter are parsed (a meta record, or an assistant message):
+    a tool output line is never decoded, so listing many big sessions stays cheap.
+    """
+    status, answered = "", False
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                is_meta = b'"meta"' in raw
+                if not is_meta and b'"assistant"' not in raw:
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue  # a corrupt or torn line: `lich sessions show` reports it
+                if not isinstance(record, dict):
+                    continue
+                kind = record.get("kind")
+                if kind == "meta" and record.get("event") == "run_start":
+                    status, answered = "open", False
+                elif kind == "meta" and record.get("event") == "run_end":
+                    status = str(record.get("stopped_reason") or "")
+                elif kind == "message":
+                    message = record.get("message")
+                    if isinstance(message, dict) and message.get("role") == "assistant":
+                        answered = True
+    except OSError:
+        pass
+    return status, answered
 
 
 def _title(path: Path, limit: int = 80) -> str:

@@ -4,6 +4,7 @@ copy, JSON, and loading the configuration with its error reported."""
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,7 +18,18 @@ if TYPE_CHECKING:
 
     from lich.config import LoadedConfig
 
-__all__ = ["add_row", "load_or_report", "out_console", "print_json", "print_table"]
+__all__ = [
+    "add_row",
+    "load_or_report",
+    "out_console",
+    "print_json",
+    "print_table",
+    "refuse_json",
+]
+
+# Spaces at the end of a rendered line, before any closing style codes (a pipe gets
+# none unless colour is forced, but those must survive the strip).
+_TRAILING_SPACES = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
 
 
 def out_console() -> Console:
@@ -60,7 +72,10 @@ def print_table(console: Console, table: Table) -> None:
                 for cell in (column.header, *column.cells)
             )
     if Measurement.get(console, unbounded, table).minimum <= console.width:
-        console.print(table)
+        if console.is_terminal:
+            console.print(table)
+        else:
+            _print_unpadded(console, table)
         return
     headers = [str(column.header) for column in table.columns]
     rows = zip(*(list(column.cells) for column in table.columns), strict=True)
@@ -73,6 +88,27 @@ def print_table(console: Console, table: Table) -> None:
                 continue
             label = Text(f"{header}: " if i == 0 else f"  {header}: ", style="bold")
             console.print(label.append_text(text), soft_wrap=True)
+
+
+def _print_unpadded(console: Console, renderable: Any) -> None:
+    """Print ``renderable`` without the spaces rich pads every cell with: in a pipe they
+    end each line, where ``grep 'x$'``, ``diff`` and ``cut`` trip on them."""
+    with console.capture() as captured:
+        console.print(renderable)
+    lines = captured.get().split("\n")
+    console.file.write("\n".join(_TRAILING_SPACES.sub(r"\1", line) for line in lines))
+    console.file.flush()
+
+
+def refuse_json(settings: Settings, command: str, instead: str) -> bool:
+    """True, after saying so, when ``--json`` was given to a command that cannot honour it.
+
+    The caller exits 2: a script asking for JSON must not get text it cannot parse.
+    """
+    if not settings.json:
+        return False
+    echo_error(f"{command} cannot print JSON (--json); {instead}")
+    return True
 
 
 def print_json(data: Any) -> None:

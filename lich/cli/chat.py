@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich._slash import SLASH_COMMANDS
+from lich._slash import SLASH_COMMANDS, model_lines
 from lich.cli._render import HumanRenderer, make_err_console
 from lich.cli.common import (
     EXIT_INTERRUPTED,
@@ -29,7 +29,7 @@ from lich.cli.common import (
     assemble,
     echo_error,
 )
-from lich.cli.options import Settings, get_settings, session_options
+from lich.cli.options import Settings, get_settings, json_option, session_options
 from lich.cli.run import describe_provider_error, run_agent
 
 if TYPE_CHECKING:
@@ -218,11 +218,10 @@ class ChatSession:
         return False
 
     async def _model(self, arg: str) -> bool:
-        providers = self.config.providers
         if not arg:
-            for i, p in enumerate(providers):
-                lead = "model" if i == 0 else "fallback"
-                self.say(f"{lead}: {p.model} (provider {p.name}, kind {p.kind})", "")
+            default_kind = self.agent.provider_kinds.default_kind() or ""
+            for line in model_lines(self.config.providers, default_kind):
+                self.say(line, "")
             return False
         from lich.config import ConfigError
         from lich.plugins import PluginLoadError
@@ -320,6 +319,7 @@ def _reader(interactive_in: bool, interactive_out: bool) -> Any:
 
 @click.command("chat")
 @session_options
+@json_option("Not supported: chat is a conversation (one-shot runs print JSON events).")
 @click.pass_context
 def chat_command(ctx: click.Context) -> None:
     """Talk with the agent; it remembers the conversation (one session).
@@ -332,6 +332,11 @@ def chat_command(ctx: click.Context) -> None:
 
 def chat(settings: Settings) -> int:
     """``lich chat``: returns the exit code."""
+    from lich.cli._output import refuse_json
+
+    if refuse_json(settings, "lich chat",
+                   "for a run's events as JSON lines, use lich --json TASK"):
+        return EXIT_USAGE
     err = make_err_console()
     try:
         built = assemble(settings, console=err)

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
+from lich.cli._output import (
+    add_row,
+    load_or_report,
+    out_console,
+    print_json,
+    print_table,
+    refuse_json,
+)
 from lich.cli.common import (
     EXIT_OK,
     EXIT_STOPPED,
@@ -28,7 +35,7 @@ from lich.cli.common import (
     load_settings_config,
     quiet_plugin_log,
 )
-from lich.cli.options import Settings, config_options, get_settings
+from lich.cli.options import Settings, config_options, get_settings, json_option
 
 if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
@@ -50,6 +57,7 @@ __all__ = [
 
 
 @click.group("config")
+@json_option()
 def config_group() -> None:
     """Write, show, locate and check the configuration."""
 
@@ -59,36 +67,49 @@ def config_group() -> None:
 @click.option("--user", is_flag=True, help="Write the user config instead of the work dir's.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.option("--print", "to_stdout", is_flag=True, help="Print the template instead.")
+@json_option("Not supported: the template is TOML.")
 @click.pass_context
 def config_init_command(ctx: click.Context, user: bool, force: bool, to_stdout: bool) -> None:
     """Write a commented .lich/config.toml template."""
+    if refuse_json(get_settings(ctx), "lich config init",
+                   "it writes a TOML template (`lich config show --json` prints the values)"):
+        ctx.exit(EXIT_USAGE)
     ctx.exit(config_init(get_settings(ctx), user=user, force=force, to_stdout=to_stdout))
 
 
 @config_group.command("show")
 @config_options
-@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@json_option()
 @click.pass_context
-def config_show_command(ctx: click.Context, as_json: bool) -> None:
+def config_show_command(ctx: click.Context) -> None:
     """The effective configuration, each value with its source
     (default, file, env, flag). Secrets are never shown."""
-    ctx.exit(config_show(get_settings(ctx), as_json or get_settings(ctx).json))
+    settings = get_settings(ctx)
+    ctx.exit(config_show(settings, settings.json))
 
 
 @config_group.command("path")
 @config_options
+@json_option("Not supported: the path is printed alone on its line.")
 @click.pass_context
 def config_path_command(ctx: click.Context) -> None:
     """The config file in use (exit 1 when there is none)."""
+    if refuse_json(get_settings(ctx), "lich config path",
+                   "it prints the path alone on stdout (`lich config show --json` has it too)"):
+        ctx.exit(EXIT_USAGE)
     ctx.exit(config_path(get_settings(ctx)))
 
 
 @config_group.command("validate")
 @config_options
+@json_option("Not supported: the exit code is the answer.")
 @click.pass_context
 def config_validate_command(ctx: click.Context) -> None:
     """Check the config as a run would: errors name the file and the $.path;
     provider kinds and every plugin's own settings are checked too."""
+    if refuse_json(get_settings(ctx), "lich config validate",
+                   "its exit code is the answer (0 valid, 2 not) and stderr says why"):
+        ctx.exit(EXIT_USAGE)
     ctx.exit(config_validate(get_settings(ctx)))
 
 

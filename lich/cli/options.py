@@ -26,6 +26,7 @@ __all__ = [
     "Settings",
     "config_options",
     "get_settings",
+    "json_option",
     "run_options",
     "session_options",
 ]
@@ -147,9 +148,21 @@ RESUME_OPTION: Callable[[F], F] = _option(
     "--resume", attr="resume", metavar="ID|latest",
     help="Continue a recorded session ('latest' for the newest).",
 )
-JSON_OPTION: Callable[[F], F] = _option(
-    "--json", "json", attr="json", is_flag=True, default=None,
-    help="Print every event as one JSON object per line (see docs/events.md).",
+
+
+def json_option(help: str = "As JSON.") -> Callable[[F], F]:
+    """``--json``, stored in :attr:`Settings.json` like every flag, so that it may come
+    before or after the command name (``lich --json tools`` = ``lich tools --json``).
+
+    Every builtin command takes it; one that cannot print JSON (``chat``, ``tui``,
+    ``config init``) says so and exits 2 rather than ignoring it.
+    """
+    return _option("--json", "json", attr="json", is_flag=True, default=None, help=help)
+
+
+JSON_OPTION: Callable[[F], F] = json_option(
+    "As JSON: a run prints every event as one JSON object per line (see docs/events.md), "
+    "other commands their output."
 )
 RUN_OPTIONS: tuple[Callable[[F], F], ...] = (RESUME_OPTION, JSON_OPTION)
 

@@ -17,7 +17,7 @@ from lich.cli.common import (
     load_settings_config,
     quiet_plugin_log,
 )
-from lich.cli.options import Settings, config_options, get_settings
+from lich.cli.options import Settings, config_options, get_settings, json_option
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
@@ -28,24 +28,24 @@ __all__ = ["plugins_available", "plugins_group", "plugins_list"]
 
 @click.group("plugins", invoke_without_command=True)
 @config_options
-@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@json_option()
 @click.pass_context
-def plugins_group(ctx: click.Context, as_json: bool) -> None:
+def plugins_group(ctx: click.Context) -> None:
     """The configured plugins and how loading each went."""
     if ctx.invoked_subcommand is None:
-        ctx.exit(plugins_list(get_settings(ctx), as_json or get_settings(ctx).json))
-    ctx.meta["lich.json"] = as_json
+        settings = get_settings(ctx)
+        ctx.exit(plugins_list(settings, settings.json))
 
 
 @plugins_group.command("available")
 @config_options
-@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@json_option()
 @click.pass_context
-def plugins_available_command(ctx: click.Context, as_json: bool) -> None:
+def plugins_available_command(ctx: click.Context) -> None:
     """Installed plugins (entry points of group `lich`), read from metadata
     without importing them; marks the enabled ones."""
-    as_json = as_json or bool(ctx.meta.get("lich.json")) or get_settings(ctx).json
-    ctx.exit(plugins_available(get_settings(ctx), as_json))
+    settings = get_settings(ctx)
+    ctx.exit(plugins_available(settings, settings.json))
 
 
 def _exercise(host: PluginHost, config: LichConfig) -> None:

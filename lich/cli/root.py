@@ -128,6 +128,21 @@ class LichGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = self._resolve(ctx, args)
+        if (command is not None and name in self._plugin_commands and get_settings(ctx).json
+                and not _takes_json(command)):
+            # `lich --json gateway`: the plugin's command has no --json of its own, so it
+            # would print text to a script that asked for JSON.
+            from lich.cli.common import EXIT_USAGE, echo_error
+
+            echo_error(f"the plugin command {name!r} cannot print JSON (--json): "
+                       "it has no --json option")
+            raise click.exceptions.Exit(EXIT_USAGE)
+        return name, command, rest
+
+    def _resolve(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if ctx.meta.get(_AFTER_DASHDASH):
             return "run", self.builtin("run"), ["--", *args]
         name = args[0]
@@ -195,6 +210,12 @@ class LichGroup(click.Group):
                 indent = " " * formatter.current_indent
                 for line in f"unavailable: {self.plugin_problem}".splitlines():
                     formatter.write(f"{indent}{line}\n")
+
+
+def _takes_json(command: click.Command) -> bool:
+    """Whether ``command`` declares a ``--json`` option (a plugin command that does is
+    trusted to honour it, reading :attr:`Settings.json` or its own value)."""
+    return any("--json" in getattr(p, "opts", ()) for p in command.params)
 
 
 def build_cli() -> LichGroup:

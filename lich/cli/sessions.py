@@ -1,49 +1,70 @@
-"""``lich sessions``: the recorded conversations (JSONL transcripts): list, show, path."""
+"""``lich sessions``: the recorded conversations (JSONL transcripts): list, show, path,
+and the housekeeping: rm and prune."""
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
 from lich.cli.common import EXIT_OK, EXIT_USAGE, echo_error, echo_warning
-from lich.cli.options import Settings, config_options, get_settings
+from lich.cli.options import Settings, config_options, get_settings, json_option
 from lich.guards import truncate_text
 
-__all__ = ["sessions_group", "sessions_list", "sessions_path", "sessions_show"]
+if TYPE_CHECKING:
+    from lich.sessions import SessionInfo, SessionStore
+
+__all__ = [
+    "parse_duration",
+    "sessions_group",
+    "sessions_list",
+    "sessions_path",
+    "sessions_prune",
+    "sessions_rm",
+    "sessions_show",
+    "status_label",
+]
 
 
 @click.group("sessions")
+@json_option()
 def sessions_group() -> None:
-    """Recorded conversations (JSONL transcripts)."""
+    """Recorded conversations (JSONL transcripts).
+
+    A SESSION is an id, the start of one id, a session file's path, or 'latest'.
+    """
 
 
 @sessions_group.command("list")
 @config_options
-@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@json_option()
 @click.option("--limit", "-n", type=int, default=50, show_default=True,
               help="Show at most N sessions (0: all).")
 @click.pass_context
-def sessions_list_command(ctx: click.Context, as_json: bool, limit: int) -> None:
-    """Sessions, newest first."""
-    ctx.exit(sessions_list(get_settings(ctx), as_json or get_settings(ctx).json, limit))
+def sessions_list_command(ctx: click.Context, limit: int) -> None:
+    """Sessions, newest first, with how their last run ended."""
+    settings = get_settings(ctx)
+    ctx.exit(sessions_list(settings, settings.json, limit))
 
 
 @sessions_group.command("show")
 @config_options
+@json_option()
 @click.argument("session")
-@click.option("--json", "as_json", is_flag=True, help="As JSON.")
 @click.pass_context
-def sessions_show_command(ctx: click.Context, session: str, as_json: bool) -> None:
-    """Print a session (an id, a path, or 'latest')."""
-    ctx.exit(sessions_show(get_settings(ctx), session, as_json or get_settings(ctx).json))
+def sessions_show_command(ctx: click.Context, session: str) -> None:
+    """Print a session."""
+    settings = get_settings(ctx)
+    ctx.exit(sessions_show(settings, session, settings.json))
 
 
 @sessions_group.command("path")
 @config_options
+@json_option()
 @click.argument("session", required=False)
 @click.pass_context
 def sessions_path_command(ctx: click.Context, session: str | None) -> None:
@@ -51,11 +72,76 @@ def sessions_path_command(ctx: click.Context, session: str | None) -> None:
     ctx.exit(sessions_path(get_settings(ctx), session))
 
 
-def _store(settings: Settings) -> Any:
+@sessions_group.command("rm")
+@config_options
+@json_option()
+@click.argument("sessions", nargs=-1, required=True, metavar="SESSION...")
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@click.pass_context
+def sessions_rm_command(ctx: click.Context, sessions: tuple[str, ...], dry_run: bool) -> None:
+    """Remove sessions. Every SESSION is checked first: one that is unknown or
+    ambiguous is an error (exit 2) and nothing is removed."""
+    ctx.exit(sessions_rm(get_settings(ctx), sessions, dry_run=dry_run))
+
+
+DURATION_UNITS: Mapping[str, int] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.I)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as ``90m``, ``12h``, ``30d`` or ``2w`` (``s`` too).
+
+    :raises ValueError: ``text`` is not a number followed by one of those units.
+    """
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: a number and a unit, "
+                         "s, m, h, d or w (90m, 12h, 30d)")
+    return float(match.group(1)) * DURATION_UNITS[match.group(2).lower()]
+
+
+def _duration_option(_ctx: click.Context, _param: click.Parameter,
+                     value: str | None) -> float | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@sessions_group.command("prune")
+@config_options
+@json_option()
+@click.option("--older-than", "older_than", callback=_duration_option, metavar="DURATION",
+              help="Sessions not written to for this long (90m, 12h, 30d, 2w).")
+@click.option("--failed", is_flag=True, help="Sessions whose last run failed.")
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+@click.pass_context
+def sessions_prune_command(ctx: click.Context, older_than: float | None, failed: bool,
+                           dry_run: bool) -> None:
+    """Remove old or failed sessions (both given: sessions that are both).
+    Prints each one removed."""
+    ctx.exit(sessions_prune(get_settings(ctx), older_than=older_than, failed=failed,
+                            dry_run=dry_run))
+
+
+def _store(settings: Settings) -> SessionStore | None:
     from lich.sessions import SessionStore
 
     loaded = load_or_report(settings)
     return None if loaded is None else SessionStore(loaded.config.session_dir)
+
+
+def status_label(info: SessionInfo) -> str:
+    """How the session's last run ended, in the words ``lich sessions list`` uses."""
+    if info.failed:
+        return "failed, no answer" if not info.answered else "failed"
+    return {"open": "unfinished", "": ""}.get(info.status, info.status)
+
+
+def _info_json(s: SessionInfo) -> dict[str, Any]:
+    return {"session_id": s.session_id, "path": str(s.path), "title": s.title,
+            "modified": s.modified, "size": s.size, "status": s.status,
+            "answered": s.answered, "failed_unanswered": s.failed_unanswered}
 
 
 def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
@@ -65,19 +151,18 @@ def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
         return EXIT_USAGE
     sessions = store.list()[: limit if limit > 0 else None]
     if as_json:
-        print_json([{"session_id": s.session_id, "path": str(s.path), "title": s.title,
-                      "modified": s.modified, "size": s.size} for s in sessions])
+        print_json([_info_json(s) for s in sessions])
         return EXIT_OK
     if not sessions:
         click.echo(f"no sessions in {store.directory}", err=True)
         return EXIT_OK
     from rich.table import Column, Table
 
-    table = Table(*(Column(h, no_wrap=True) for h in ("session", "modified", "size")),
+    table = Table(*(Column(h, no_wrap=True) for h in ("session", "modified", "size", "status")),
                   "first message", box=None, pad_edge=False)
     for s in sessions:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))
-        add_row(table, s.session_id, when, f"{s.size:,}", s.title)
+        add_row(table, s.session_id, when, f"{s.size:,}", status_label(s), s.title)
     print_table(out_console(), table)
     return EXIT_OK
 
@@ -90,14 +175,86 @@ def sessions_path(settings: Settings, ref: str | None) -> int:
     if store is None:
         return EXIT_USAGE
     if ref is None:
-        click.echo(str(store.directory))
-        return EXIT_OK
-    try:
-        click.echo(str(store.path_for(store.resolve(ref))))
-    except (SessionNotFound, ValueError) as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
+        path = store.directory
+    else:
+        try:
+            path = store.path_for(store.resolve(ref))
+        except (SessionNotFound, ValueError) as exc:
+            echo_error(str(exc))
+            return EXIT_USAGE
+    if settings.json:
+        print_json({"path": str(path)})
+    else:
+        click.echo(str(path))
     return EXIT_OK
+
+
+def _remove(settings: Settings, store: SessionStore, doomed: Sequence[SessionInfo],
+            *, dry_run: bool) -> int:
+    """Remove ``doomed`` (or, with ``dry_run``, only say so), one line per session."""
+    removed: list[SessionInfo] = []
+    failures = 0
+    for info in doomed:
+        if not dry_run:
+            try:
+                store.remove(info.session_id)
+            except (OSError, ValueError) as exc:
+                echo_error(f"cannot remove {info.session_id}: {exc}")
+                failures += 1
+                continue
+        removed.append(info)
+    if settings.json:
+        print_json({"dry_run": dry_run, "removed": [_info_json(s) for s in removed]})
+    else:
+        verb = "would remove" if dry_run else "removed"
+        for info in removed:
+            click.echo(f"{verb} {info.session_id}  {info.title}".rstrip())
+        if not removed:
+            click.echo("no sessions to remove", err=True)
+    return EXIT_USAGE if failures else EXIT_OK
+
+
+def sessions_rm(settings: Settings, refs: Sequence[str], *, dry_run: bool = False) -> int:
+    """``lich sessions rm SESSION...``: all or nothing — every ref resolves, or none goes."""
+    from lich.sessions import SessionNotFound
+
+    store = _store(settings)
+    if store is None:
+        return EXIT_USAGE
+    ids: list[str] = []
+    problems = 0
+    for ref in refs:
+        try:
+            sid = store.resolve(ref)
+        except (SessionNotFound, ValueError) as exc:
+            echo_error(str(exc))
+            problems += 1
+            continue
+        if sid not in ids:
+            ids.append(sid)
+    if problems:
+        echo_error(f"nothing removed: {problems} of {len(refs)} sessions named are not "
+                   "(uniquely) found")
+        return EXIT_USAGE
+    by_id = {s.session_id: s for s in store.list()}
+    return _remove(settings, store, [by_id[i] for i in ids if i in by_id], dry_run=dry_run)
+
+
+def sessions_prune(settings: Settings, *, older_than: float | None, failed: bool,
+                   dry_run: bool = False) -> int:
+    """``lich sessions prune``: remove the sessions older than ``older_than`` seconds
+    and/or whose last run failed."""
+    if older_than is None and not failed:
+        echo_error("prune needs --older-than DURATION and/or --failed "
+                   "(to remove every session: lich sessions rm, or the directory itself)")
+        return EXIT_USAGE
+    store = _store(settings)
+    if store is None:
+        return EXIT_USAGE
+    cutoff = time.time() - older_than if older_than is not None else None
+    doomed = [s for s in store.list()
+              if (cutoff is None or s.modified < cutoff) and (not failed or s.failed)]
+    return _remove(settings, store, doomed, dry_run=dry_run)
 
 
 def _clip(text: str, limit: int) -> str:

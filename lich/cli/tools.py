@@ -6,18 +6,19 @@ import click
 
 from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
 from lich.cli.common import EXIT_OK, EXIT_USAGE, host_for, quiet_plugin_log, warn_plugin_failures
-from lich.cli.options import Settings, config_options, get_settings
+from lich.cli.options import Settings, config_options, get_settings, json_option
 
 __all__ = ["tools_command", "tools_list"]
 
 
 @click.command("tools")
 @config_options
-@click.option("--json", "as_json", is_flag=True, help="As JSON, with parameter schemas.")
+@json_option("As JSON, with parameter schemas.")
 @click.pass_context
-def tools_command(ctx: click.Context, as_json: bool) -> None:
+def tools_command(ctx: click.Context) -> None:
     """The enabled tools, with their plugin and description."""
-    ctx.exit(tools_list(get_settings(ctx), as_json or get_settings(ctx).json))
+    settings = get_settings(ctx)
+    ctx.exit(tools_list(settings, settings.json))
 
 
 def tools_list(settings: Settings, as_json: bool) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from lich.cli.common import EXIT_USAGE, CommandError, assemble, echo_error
-from lich.cli.options import Settings, get_settings, session_options
+from lich.cli.options import Settings, get_settings, json_option, session_options
 
 __all__ = ["launch_tui", "tui_command"]
 
 
 @click.command("tui")
 @session_options
+@json_option("Not supported: the TUI is a screen (one-shot runs print JSON events).")
 @click.pass_context
 def tui_command(ctx: click.Context) -> None:
     """The terminal UI (needs the `tui` extra: pip install 'lich[tui]')."""
@@ -19,9 +20,18 @@ def tui_command(ctx: click.Context) -> None:
 
 
 def launch_tui(settings: Settings) -> int:
-    """Assemble the agent as every command does and run the TUI on it; the exit code."""
+    """Assemble the agent as every command does and run the TUI on it; the exit code.
+
+    ``--resume`` is checked before the screen opens: a session that does not exist
+    (or an ambiguous id prefix) exits 2, as ``lich --resume`` does, instead of opening
+    a TUI on a conversation the user did not ask for.
+    """
+    from lich.cli._output import refuse_json
+    from lich.sessions import SessionNotFound
     from lich.tui import TuiUnavailableError, require_textual, run_tui
 
+    if refuse_json(settings, "lich tui", "for a run's events as JSON lines, use lich --json TASK"):
+        return EXIT_USAGE
     try:
         require_textual()  # before anything is loaded: the install hint is the answer
         built = assemble(settings)
@@ -31,4 +41,11 @@ def launch_tui(settings: Settings) -> int:
     except CommandError as exc:
         return exc.report()
     assert built.agent is not None
-    return int(run_tui(built.agent, resume=settings.resume))
+    resume = None
+    if settings.resume:
+        try:
+            resume = built.agent.sessions.resolve(settings.resume)
+        except (SessionNotFound, ValueError) as exc:
+            echo_error(f"--resume: {exc}")
+            return EXIT_USAGE
+    return int(run_tui(built.agent, resume=resume))

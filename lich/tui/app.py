@@ -107,9 +107,15 @@ class LichApp(App[int]):
     #prompt { height: 3; border: round $accent; }
     #prompt.busy { border: round $warning; }
     """
+    # Every key the app handles, the inherited ones restated (Tab, Ctrl+Q) so that this
+    # list, with the widgets' own, is what /help shows (lich.tui.commands.keys_help_lines).
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "cancel_run", "Cancel run", priority=True),
-        Binding("ctrl+o", "toggle_last_tool", "Expand last tool output"),
+        Binding("escape", "cancel_run", "cancel the run in flight", priority=True),
+        Binding("ctrl+o", "toggle_last_tool", "expand or collapse the newest tool output"),
+        Binding("tab", "focus_next", "move focus (the input, tool result lines)", show=False),
+        Binding("shift+tab", "focus_previous", "move focus back", show=False),
+        Binding("ctrl+q", "quit", "quit (cancels a run in flight first)", priority=True,
+                show=False),
     ]
 
     def __init__(

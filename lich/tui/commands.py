@@ -12,20 +12,53 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from lich._slash import SLASH_COMMANDS, SlashInput
+from textual.binding import Binding
+
+from lich._slash import SLASH_COMMANDS, SlashInput, model_lines
 from lich.tui.format.blocks import NoticeLevel
 from lich.tui.format.commands import model_line, session_list_lines, usage_line
 
 if TYPE_CHECKING:
     from lich.tui.app import LichApp
 
-__all__ = ["KEYS_HELP", "TuiCommands"]
+__all__ = ["TuiCommands", "key_bindings", "key_name", "keys_help_lines"]
 
-KEYS_HELP = (
-    "keys: Enter send · Up/Down older/newer input · Esc cancel the run · "
-    "Ctrl+O expand the newest tool output · Ctrl+Q quit"
-)
-"""The last line of ``/help``: the keys (the commands come from the shared table)."""
+_KEY_NAMES = {"escape": "Esc", "ctrl": "Ctrl", "shift": "Shift", "pageup": "PgUp",
+              "pagedown": "PgDn"}
+
+
+def key_name(key: str) -> str:
+    """How ``/help`` writes a Textual key: ``ctrl+o`` → ``Ctrl+O``, ``escape`` → ``Esc``,
+    ``enter,space`` → ``Enter/Space``."""
+    def one(k: str) -> str:
+        return "+".join(_KEY_NAMES.get(p, p.upper() if len(p) == 1 else p.capitalize())
+                        for p in k.strip().split("+"))
+
+    return "/".join(one(k) for k in key.split(","))
+
+
+def key_bindings() -> list[Binding]:
+    """Every key binding lich declares, in the order ``/help`` lists them: the input's
+    first (what is typed most), then the app's, then the tool result lines'."""
+    from lich.tui.app import LichApp
+    from lich.tui.widgets.prompt import PromptInput
+    from lich.tui.widgets.tool_view import ToolResultLine
+
+    out: list[Binding] = []
+    for owner in (PromptInput, LichApp, ToolResultLine):
+        for binding in owner.BINDINGS:
+            if isinstance(binding, Binding):
+                out.append(binding)
+            else:  # the tuple form Textual also accepts: (key, action[, description])
+                out.append(Binding(*binding))
+    return out
+
+
+def keys_help_lines() -> list[str]:
+    """The keys part of ``/help``, made from the bindings themselves so it cannot drift."""
+    bindings = key_bindings()
+    width = max(len(key_name(b.key)) for b in bindings)
+    return ["keys:", *(f"  {key_name(b.key):<{width}}  {b.description}" for b in bindings)]
 
 Handler = Callable[[str], Awaitable[None]]
 
@@ -72,12 +105,19 @@ class TuiCommands:
         await self.app.action_quit()
 
     async def _help(self, _args: str) -> None:
-        for line in (*SLASH_COMMANDS.help_lines("tui"), KEYS_HELP):
+        for line in (*SLASH_COMMANDS.help_lines("tui"), *keys_help_lines()):
             await self.app.notice(line)
 
     async def _model(self, args: str) -> None:
         if not args:
-            await self.app.notice(model_line(self.app.model_name, self.app.provider_name))
+            agent = self.app.agent
+            if not agent.providers:
+                # An injected chat function (tests, embedding): no provider to list.
+                await self.app.notice(model_line(self.app.model_name, self.app.provider_name))
+                return
+            default_kind = agent.provider_kinds.default_kind() or ""
+            for line in model_lines(agent.config.providers, default_kind):
+                await self.app.notice(f"· {line}")
         elif not await self._refused_while_busy("/model NAME"):
             await self.app.switch_model(args)
 

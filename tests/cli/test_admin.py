@@ -375,19 +375,43 @@ def test_tui_gets_the_assembled_agent_with_resume_and_plugins(
     import lich.tui as tui
 
     monkeypatch.setattr(tui, "run_tui", run_tui)
-    server = scripted()
+    server = scripted(["an answer"])
     write_config(work, server.base_url)
     (work / "extra.py").write_text("", encoding="utf-8")
+    assert lich("a question").exit_code == 0
+    (sid,) = [p.stem for p in (work / ".lich" / "sessions").glob("*.jsonl")]
 
     result = lich("--max-turns", "4", "tui", "--resume", "latest", "--plugin", "extra.py")
 
     assert result.exit_code == 0, result.stderr
     agent, resume = calls[0]
     assert agent.config.max_turns == 4
-    assert resume == "latest"
+    assert resume == sid  # resolved before the TUI starts
     assert agent.config.plugins[-1] == str(work / "extra.py")
     (report,) = [r for r in agent.host.reports if r.entry == str(work / "extra.py")]
     assert report.status == "loaded"
+
+
+@pytest.mark.parametrize("ref", ["bogus", "latest"])
+def test_tui_resume_of_a_missing_session_exits_2_before_the_tui_starts(
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, scripted: Any, ref: str
+) -> None:
+    def run_tui(*_args: Any, **_kwargs: Any) -> int:
+        raise AssertionError("the TUI must not start")
+
+    import lich.tui as tui
+
+    monkeypatch.setattr(tui, "run_tui", run_tui)
+    server = scripted()
+    write_config(work, server.base_url)
+
+    from_tui = lich("tui", "--resume", ref)
+    from_run = lich("--resume", ref, "a task")
+
+    assert from_tui.exit_code == 2
+    assert from_tui.stderr.startswith("lich: error: --resume: ")
+    assert from_tui.stderr == from_run.stderr
+    assert from_run.exit_code == 2
 
 
 def test_tui_without_textual_says_how_to_install_it(

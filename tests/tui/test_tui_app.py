@@ -18,7 +18,7 @@ from lich.config import ProviderConfig
 from lich.events import Failover, Retry, StreamReset, TextDelta
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
 from lich.tui.app import LichApp
-from lich.tui.commands import KEYS_HELP
+from lich.tui.commands import key_bindings, key_name, keys_help_lines
 from lich.tui.widgets import ToolView
 from lich.types import ToolCall, UserMessage
 
@@ -338,7 +338,37 @@ async def test_help_is_generated_from_the_shared_table(tmp_path: Path) -> None:
     assert set(app.commands.handlers()) == {c.name for c in SLASH_COMMANDS.for_front_end("tui")}
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "/help")
-        assert notices(app) == [*SLASH_COMMANDS.help_lines("tui"), KEYS_HELP]
+        assert notices(app) == [*SLASH_COMMANDS.help_lines("tui"), *keys_help_lines()]
+
+
+async def test_help_lists_every_key_binding(tmp_path: Path) -> None:
+    from textual.app import App
+    from textual.binding import Binding
+
+    from lich.tui.widgets.prompt import PromptInput
+    from lich.tui.widgets.tool_view import ToolResultLine
+
+    declared = [b for owner in (LichApp, PromptInput, ToolResultLine) for b in owner.BINDINGS]
+    # Textual's own app keys that a user can press (not its internal "system" ones).
+    inherited = [b for b in App.BINDINGS if isinstance(b, Binding) and not b.system]
+    agent, _ = make_agent(tmp_path, [])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/help")
+        shown = notices(app)
+
+    keys_part = shown[shown.index("keys:") + 1:]
+    listed = {line.split()[0] for line in keys_part}
+    for binding in [*declared, *inherited]:
+        assert isinstance(binding, Binding)
+        assert key_name(binding.key) in listed, binding
+    for binding in key_bindings():
+        assert binding.description  # every key says what it does
+        matching = [ln for ln in keys_part if ln.split()[0] == key_name(binding.key)
+                    and ln.endswith(binding.description)]
+        assert len(matching) == 1, binding
+    assert {"Enter", "Up", "Down", "Esc", "Ctrl+O", "Tab", "Shift+Tab", "Ctrl+Q",
+            "Enter/Space"} <= listed
 
 
 async def test_unknown_commands_and_missing_arguments(tmp_path: Path) -> None:
@@ -381,12 +411,66 @@ async def test_model_name_switches_the_first_provider(
         await send(pilot, "again")
         await wait_for(pilot, lambda: not app.busy, "second run")
         await send(pilot, "/model")
-        assert "· model: other-model · provider: openai_compat" in notices(app)
+        assert "· model: other-model (provider local, kind openai_compat)" in notices(app)
     assert [r.model for r in server.model.requests] == ["scripted-1", "other-model"]
     # The conversation went on across the switch.
     assert [m.content for m in server.model.requests[1].messages if m.role == "user"] == [
         "hello", "again"
     ]
+
+
+async def test_model_lists_the_models_as_chat_does(
+    tmp_path: Path, lich_scripted_server: Any
+) -> None:
+    """``/model`` with no argument: the same lines in the TUI as in ``lich chat``, one per
+    provider in failover order, before and after ``/model NAME``."""
+    import io
+
+    from rich.console import Console
+
+    from lich.cli.chat import ChatSession
+    from lich.cli.options import Settings
+
+    server = lich_scripted_server(["one"])
+    providers = (
+        ProviderConfig(kind="openai_compat", name="main", model="first-model",
+                       base_url=server.base_url),
+        ProviderConfig(kind="openai_compat", name="spare", model="second-model",
+                       base_url=server.base_url),
+    )
+    config = make_test_config(tmp_path, plugins=("openai_compat", "failover"),
+                              providers=providers)
+
+    async def chat_lines(*commands: str) -> list[str]:
+        out = io.StringIO()
+        session = ChatSession(Settings(), config, Agent(config), Console(file=out, width=200))
+        for command in commands:
+            await session.command(command)
+        await session.agent.aclose()
+        return out.getvalue().splitlines()
+
+    def model_notices(app: LichApp) -> list[str]:
+        return [n.removeprefix("· ") for n in notices(app)
+                if n.startswith(("· model: ", "· fallback: "))]
+
+    app = LichApp(Agent(config), owns_agent=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/model")
+        listed = model_notices(app)
+        await app.clear_transcript()
+        await send(pilot, "/model other-model")
+        await app.clear_transcript()
+        await send(pilot, "/model")
+        switched = model_notices(app)
+
+    assert listed == [
+        "model: first-model (provider main, kind openai_compat)",
+        "fallback: second-model (provider spare, kind openai_compat)",
+    ]
+    assert listed == await chat_lines("/model")
+    assert switched[0] == "model: other-model (provider main, kind openai_compat)"
+    chat_switched = await chat_lines("/model other-model", "/model")
+    assert switched == chat_switched[1:]  # after chat's "model: other-model (provider main)"
 
 
 async def test_model_name_is_refused_without_providers_or_while_busy(tmp_path: Path) -> None:

@@ -175,11 +175,11 @@ def test_status_parts() -> None:
     )
     texts = [p.text for p in parts]
     assert texts == [
-        "m (ollama)", "turns 2", "tokens 1,234", f"{SPINNER_FRAMES[1]} tool shout",
-        "compressed 1", "budget exhausted", "session abc",
+        "m (ollama)", "run turns 2", "tui tokens 1,234", f"{SPINNER_FRAMES[1]} tool shout",
+        "tui compressed 1", "budget exhausted", "session abc",
     ]
     idle = status_parts(model="m", provider="", turns=0, tokens=0, phase="idle")
-    assert [p.text for p in idle] == ["m", "turns 0", "tokens 0", "idle"]
+    assert [p.text for p in idle] == ["m", "run turns 0", "tui tokens 0", "idle"]
     thinking = status_parts(model="m", provider="", turns=0, tokens=0, phase="thinking")
     assert thinking[-1].text == f"{SPINNER_FRAMES[0]} thinking"
     cancelling = status_parts(
@@ -210,6 +210,10 @@ def test_fit_status_shortens_to_80_columns() -> None:
     assert "deadbeef" in line  # the random part of the id survives
     assert "budget" in line
     assert "tool" in line
+    # Shortened counters still say whose they are.
+    assert "run t12" in line
+    assert "tui tok " in line
+    assert "tui cmp 3" in line
 
 
 def test_fit_status_cuts_when_nothing_else_helps() -> None:

@@ -36,8 +36,10 @@ from lich.tui.format.notices import (
     run_end_notice,
 )
 from lich.tui.format.status import (
+    RUN_LABEL,
     SEPARATOR,
     SPINNER_FRAMES,
+    TUI_LABEL,
     StatusPart,
     fit_status,
     status_parts,
@@ -56,8 +58,10 @@ __all__ = [
     "ERROR_PREVIEW_CHARS",
     "HISTORY_BLOCK_CAP",
     "OUTPUT_PREVIEW_CHARS",
+    "RUN_LABEL",
     "SEPARATOR",
     "SPINNER_FRAMES",
+    "TUI_LABEL",
     "AssistantBlock",
     "Block",
     "NoticeBlock",

@@ -10,11 +10,24 @@ from rich.text import Text
 
 from lich.tui.format.text import format_usage
 
-__all__ = ["SEPARATOR", "SPINNER_FRAMES", "StatusPart", "fit_status", "status_parts"]
+__all__ = [
+    "RUN_LABEL",
+    "SEPARATOR",
+    "SPINNER_FRAMES",
+    "TUI_LABEL",
+    "StatusPart",
+    "fit_status",
+    "status_parts",
+]
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 SEPARATOR = " · "
+
+RUN_LABEL = "run"
+"""Marks a counter of the run in flight (or of the last run, between runs)."""
+TUI_LABEL = "tui"
+"""Marks a counter of the whole TUI: every run since it started, across /new and /resume."""
 
 
 @frozen
@@ -41,15 +54,20 @@ def status_parts(
     session_id: str | None = None,
 ) -> list[StatusPart]:
     """The status line's segments, in order: model, turns, tokens, phase, compressions,
-    budget, session. ``frame`` picks the spinner frame for a busy phase."""
+    budget, session. ``frame`` picks the spinner frame for a busy phase.
+
+    Each counter says what it counts: ``run turns`` (``turns``: the run in flight, or
+    the last one), ``tui tokens`` and ``tui compressed`` (``tokens``,
+    ``compress_count``: every run since the TUI started, across sessions).
+    """
     spinner = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
     label = model or "?"
     if provider:
         label += f" ({provider})"
     parts = [
         StatusPart("model", label, "bold"),
-        StatusPart("turns", f"turns {turns}"),
-        StatusPart("tokens", f"tokens {format_usage(tokens)}"),
+        StatusPart("turns", f"{RUN_LABEL} turns {turns}"),
+        StatusPart("tokens", f"{TUI_LABEL} tokens {format_usage(tokens)}"),
     ]
     if cancelling:
         parts.append(StatusPart("phase", f"{spinner} cancelling", "bold yellow"))
@@ -61,7 +79,7 @@ def status_parts(
     else:
         parts.append(StatusPart("phase", "idle", "dim"))
     if compress_count:
-        parts.append(StatusPart("compressed", f"compressed {compress_count}"))
+        parts.append(StatusPart("compressed", f"{TUI_LABEL} compressed {compress_count}"))
     if budget_exhausted:
         parts.append(StatusPart("budget", "budget exhausted", "bold red"))
     if session_id:
@@ -79,6 +97,22 @@ def _clip(text: str, limit: int) -> str:
     clipped = Text(text)
     clipped.truncate(limit, overflow="ellipsis")
     return clipped.plain
+
+
+def _abbreviate_count(text: str) -> str:
+    """``tui tok 1,234,567`` → ``tui tok 1.2M`` (and ``12,345`` → ``12k``)."""
+    head, _, number = text.rpartition(" ")
+    digits = number.replace(",", "")
+    if not digits.isdigit():
+        return text
+    n = int(digits)
+    if n >= 1_000_000:
+        short = f"{n / 1_000_000:.1f}M"
+    elif n >= 10_000:
+        short = f"{n // 1000}k"
+    else:
+        return text
+    return f"{head} {short}"
 
 
 def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:
@@ -101,11 +135,13 @@ def fit_status(parts: Sequence[StatusPart], width: int) -> list[StatusPart]:
     steps: list[tuple[str, Callable[[str], str]]] = [
         ("session", lambda t: "session …" + t.removeprefix("session ")[-8:]),
         ("session", lambda t: "…" + t.removeprefix("session …")),
-        ("turns", lambda t: "t" + t.removeprefix("turns ")),
-        ("tokens", lambda t: "tok " + t.removeprefix("tokens ")),
-        ("compressed", lambda t: "cmp " + t.removeprefix("compressed ")),
+        # Terse, but each counter keeps saying whether it is the run's or the TUI's.
+        ("turns", lambda t: t.replace(" turns ", " t", 1)),
+        ("tokens", lambda t: t.replace(" tokens ", " tok ", 1)),
+        ("compressed", lambda t: t.replace(" compressed ", " cmp ", 1)),
         ("model", lambda t: _clip(t, 24)),
         ("phase", lambda t: " ".join(t.split(" ")[:2])),  # drop the tool name
+        ("tokens", _abbreviate_count),
         ("model", lambda t: _clip(t, 12)),
         ("budget", lambda t: "budget!"),
         ("model", lambda t: _clip(t, 8)),

@@ -19,9 +19,13 @@ BUSY_TITLE = "… busy — Esc cancels"
 class PromptInput(Input):
     """The message input: Up recalls older entries, Down newer ones."""
 
+    # The descriptions are what /help says about each key.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "history_older", "Older input", show=False),
-        Binding("down", "history_newer", "Newer input", show=False),
+        # Input's own Enter binding, restated so that /help lists it with the others.
+        Binding("enter", "submit", "send the message (or run the slash command)", show=False),
+        Binding("up", "history_older", "recall an older input", show=False),
+        Binding("down", "history_newer",
+                "recall a newer input (past the newest: what you were typing)", show=False),
     ]
 
     def __init__(self, history: InputHistory, **kwargs: object) -> None:

@@ -20,7 +20,8 @@ class ToolResultLine(Static, can_focus=True):
     """A tool's outcome line; Enter, Space or a click shows or hides the full output."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter,space", "toggle_output", "Show/hide output", show=False),
+        Binding("enter,space", "toggle_output",
+                "on a tool result line: show or hide its full output", show=False),
     ]
 
     def action_toggle_output(self) -> None:
