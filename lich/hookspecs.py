@@ -229,7 +229,8 @@ def lich_after_tool_call(call: ToolCall, result: ToolResult, run: RunInfo) -> To
         replace it for the model and for later hooks.
 
     Composition: one at a time in pluggy order. An implementation that raises
-    or times out is logged and skipped (fail open).
+    or times out is logged and skipped (fail open). Each gets its own copy of
+    ``call``: changing ``call.args`` in place is ignored with a warning.
     """
 
 

@@ -218,12 +218,20 @@ class HookCaller:
         """Run the after-hooks; returns the (possibly replaced) result and who replaced it last."""
         replaced_by: str | None = None
         for impl in self._impls("lich_after_tool_call"):
+            # Its own copy, as for the before-hooks: one after-hook changing
+            # call.args in place must not alter what a later one (an audit log)
+            # records as the arguments the tool ran with.
+            own = evolve(call, args=copy.deepcopy(call.args))
             try:
-                answer = await self._call_timed(impl, {"call": call, "result": result, "run": run})
+                answer = await self._call_timed(impl, {"call": own, "result": result, "run": run})
             except Exception as exc:
                 log.warning("lich_after_tool_call of plugin %s failed (skipped): %s",
                             impl.plugin_name, self._describe(exc))
                 continue
+            if own.args != call.args:
+                log.warning("lich_after_tool_call of plugin %s changed call.args in place "
+                            "(ignored; the arguments are what the tool ran with)",
+                            impl.plugin_name)
             if isinstance(answer, ToolResult):
                 result, replaced_by = answer, impl.plugin_name
             elif answer is not None:

@@ -389,6 +389,31 @@ async def test_a_check_hook_allowing_lets_the_tool_run_with_the_final_args(
     assert json.loads(tool_messages(result)[0].content)["note"] == "QUIET"
 
 
+async def test_an_after_hook_changing_args_in_place_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Defacer:
+        @hookimpl
+        def lich_after_tool_call(self, call: ToolCall) -> None:
+            call.args["note"] = "never ran with this"
+
+    class Auditor:
+        @hookimpl(trylast=True)
+        def lich_after_tool_call(self, call: ToolCall) -> None:
+            seen.append(dict(call.args))
+
+    agent = agent_with(tmp_path, ("auditor", Auditor()), ("defacer", Defacer()),
+                       calls=[ToolCall("c1", "record", {"note": "real"})])
+    with caplog.at_level("WARNING", logger="lich.plugins"):
+        result, events = await run_collecting(agent)
+    assert seen == [{"note": "real"}]
+    assert tool_ends(events)[0].call.args == {"note": "real"}
+    assert "lich_after_tool_call of plugin defacer changed call.args in place" in caplog.text
+    assert json.loads(tool_messages(result)[0].content)["note"] == "real"
+
+
 async def test_a_timed_out_async_before_hook_blocks_whatever_it_returns_later(
     tmp_path: Path,
 ) -> None:
