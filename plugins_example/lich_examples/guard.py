@@ -13,6 +13,7 @@ The policy lives in ``[plugin_settings.guard]``; everything is optional::
     path_args = ["path", "file_path"]        # arguments that hold paths (default: a common set)
     check_command_paths = true               # also check each word of a command against deny_paths
     directory_tools = ["grep_files", "list_dir", "disk_usage"]  # tools that read a whole tree
+    walk_limit = 20000                       # entries looked at under such a tree; more: refused
 
     [[plugin_settings.guard.rewrite]]
     tool = "terminal"                        # name or glob
@@ -43,7 +44,7 @@ it) blocks the call.
 Tools that read a whole tree (``directory_tools``: ``grep_files``,
 ``list_dir``, ``disk_usage`` by default) are judged by what they will touch,
 not by their argument: the guard walks the directory (links followed, at
-most :data:`WALK_LIMIT` entries, else it refuses) and blocks if a denied
+most ``walk_limit`` entries, else it refuses) and blocks if a denied
 path is anywhere under it.
 
 Command rules are matched against the command as written and against
@@ -76,6 +77,7 @@ from attrs import frozen
 from lich import Block, Rewrite, hookimpl
 from lich.settings import (
     ConfigError,
+    at_least,
     each,
     json_type_name,
     non_empty,
@@ -179,10 +181,6 @@ DEFAULT_PATH_ARGS: tuple[str, ...] = (
 DEFAULT_DIRECTORY_TOOLS: tuple[str, ...] = ("grep_files", "list_dir", "disk_usage")
 """Tools that read a whole directory tree (contents, names or sizes); their path
 arguments default to the work dir."""
-
-WALK_LIMIT = 20_000
-"""How many entries the guard looks at under a directory a tool will walk; a
-bigger tree is refused rather than half-checked."""
 
 _WHERE = f"$.plugin_settings.{PLUGIN_NAME}"
 
@@ -293,6 +291,7 @@ class Policy:
     check_command_paths: bool = True
     rewrites: tuple[RewriteRule, ...] = ()
     directory_tools: tuple[str, ...] = DEFAULT_DIRECTORY_TOOLS
+    walk_limit: int = 20_000
 
 
 # --------------------------------------------------------------------------- parsing
@@ -415,6 +414,8 @@ class GuardSettings:
     check_command_paths: bool = True
     rewrite: tuple[RewriteRule, ...] = ()
     directory_tools: tuple[str, ...] = setting(DEFAULT_DIRECTORY_TOOLS, parse=_names)
+    walk_limit: int = setting(20_000, check=at_least(1),
+                              help="entries the guard looks at under a walked directory")
 
 
 def _default_command_rule(name: str) -> CommandRule:
@@ -445,6 +446,7 @@ def parse_policy(raw: Mapping[str, Any] | None) -> Policy:
         check_command_paths=settings.check_command_paths,
         rewrites=settings.rewrite,
         directory_tools=settings.directory_tools,
+        walk_limit=settings.walk_limit,
     )
 
 
@@ -677,7 +679,7 @@ def _denied_inside(value: str, policy: Policy, work_dir: str) -> Block | None:
     would, links followed; a denied path anywhere in it refuses the call.
 
     The guard cannot know from ``path="."`` which files ``grep_files`` will open,
-    so it looks at every one; a tree of more than :data:`WALK_LIMIT` entries is
+    so it looks at every one; a tree of more than ``walk_limit`` entries is
     refused rather than half-checked (fail closed).
     """
     if not value or "\x00" in value:
@@ -702,9 +704,9 @@ def _denied_inside(value: str, policy: Policy, work_dir: str) -> Block | None:
             continue  # unreadable for the guard is unreadable for the tool
         for entry in children:
             count += 1
-            if count > WALK_LIMIT:
+            if count > policy.walk_limit:
                 return Block(
-                    f"denied_path: {value} holds more than {WALK_LIMIT} entries, too many "
+                    f"denied_path: {value} holds more than {policy.walk_limit} entries, too many "
                     "for the guard to check; name a narrower path"
                 )
             hit = _denied_path(entry.path, policy, work_dir)
@@ -719,8 +721,10 @@ def _denied_inside(value: str, policy: Policy, work_dir: str) -> Block | None:
     return None
 
 
-def _verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str) -> Block | None:
-    """The command and path checks on ``args`` as they are."""
+def _verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str, *,
+             walk: bool = True) -> Block | None:
+    """The command and path checks on ``args`` as they are; ``walk``: also walk
+    the trees of the ``directory_tools``."""
     for key in policy.command_args:
         command = args.get(key)
         if not isinstance(command, str):
@@ -741,7 +745,7 @@ def _verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str) 
             if hit:
                 return Block(f"denied_path: {hit[0]} (matches {hit[1]!r})")
 
-    if any(fnmatch.fnmatchcase(name, pattern) for pattern in policy.directory_tools):
+    if walk and any(fnmatch.fnmatchcase(name, pattern) for pattern in policy.directory_tools):
         roots = [v for key in policy.path_args for v in _path_values(args.get(key))]
         for root in roots or ["."]:  # no path: these tools walk the work dir
             blocked = _denied_inside(root, policy, work_dir)
@@ -750,9 +754,11 @@ def _verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str) 
     return None
 
 
-def decide(policy: Policy, call: ToolCall, work_dir: str) -> Block | Rewrite | None:
+def decide(policy: Policy, call: ToolCall, work_dir: str, *,
+           walk: bool = True) -> Block | Rewrite | None:
     """The guard's before-hook answer for ``call``: a :class:`Block`, a
-    :class:`Rewrite` (the rewrite rules) or ``None``."""
+    :class:`Rewrite` (the rewrite rules) or ``None``. ``walk=False`` leaves the
+    directory walk to :func:`check` (the before-hook does; no tree is walked twice)."""
     blocked = _denied_tool(policy, call.name)
     if blocked:
         return blocked
@@ -760,7 +766,7 @@ def decide(policy: Policy, call: ToolCall, work_dir: str) -> Block | Rewrite | N
     for rule in policy.rewrites:
         if fnmatch.fnmatchcase(call.name, rule.tool):
             rule.apply(args)
-    blocked = _verdict(policy, call.name, args, work_dir)
+    blocked = _verdict(policy, call.name, args, work_dir, walk=walk)
     if blocked:
         return blocked
     return Rewrite(args) if args != dict(call.args) else None
@@ -818,7 +824,7 @@ def lich_check_config(config: LichConfig) -> None:
 def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Rewrite | None:
     """Apply the rewrite rules (and refuse early what is already refused); an
     error here propagates, and lich then blocks the call."""
-    return decide(_policy_for(run.settings_for(PLUGIN_NAME)), call, run.work_dir)
+    return decide(_policy_for(run.settings_for(PLUGIN_NAME)), call, run.work_dir, walk=False)
 
 
 @hookimpl

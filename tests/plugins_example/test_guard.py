@@ -180,6 +180,8 @@ def test_a_bad_policy_refuses_the_run_with_every_problem(tmp_path: Path, strict:
                     {"tool": "terminal", "arg": ""}],
         "default_command_rules": ["rm_root", "no_such_rule"],
         "path_args": ["path", 7],
+        "walk_limit": 0,
+        "directory_tools": [3],
     }
     recorder = Recorder()
     with pytest.raises(ConfigError) as info:
@@ -200,6 +202,8 @@ def test_a_bad_policy_refuses_the_run_with_every_problem(tmp_path: Path, strict:
         f"{where}.rewrite[3].arg: must not be empty",
         f"{where}.default_command_rules[1]: must be one of {rules}, got 'no_such_rule'",
         f"{where}.path_args[1]: expected a string, got integer",
+        f"{where}.walk_limit: must be at least 1, got 0",
+        f"{where}.directory_tools[0]: expected a string, got integer",
     ])
     assert recorder.received == []
 
@@ -549,17 +553,25 @@ async def test_a_link_into_a_denied_tree_is_followed_by_the_check(tmp_path: Path
     assert error.startswith("blocked_by_plugin: denied_path: src contains vendor/id_rsa")
 
 
-async def test_a_tree_too_big_to_check_is_refused(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(guard, "WALK_LIMIT", 5)
+async def test_a_tree_too_big_to_check_is_refused(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    work.mkdir()
-    for i in range(6):
-        (work / f"f{i}.txt").write_text("x")
-    _, result = await run_plan(work, ("list_dir", {}), plugins=("builtin_tools", "guard"))
-    assert json.loads(tool_results(result)[0].content)["error"] == (
-        "blocked_by_plugin: denied_path: . holds more than 5 entries, too many for the guard "
-        "to check; name a narrower path"
+    (work / "tree" / "sub").mkdir(parents=True)
+    for i in range(5):
+        (work / "tree" / "sub" / f"f{i}.txt").write_text("x")  # 6 entries with sub/
+
+    async def list_tree(limit: int) -> Any:
+        _, result = await run_plan(
+            work, ("list_dir", {"path": "tree"}),
+            plugins=("builtin_tools", "guard"), plugin_settings={"guard": {"walk_limit": limit}},
+        )
+        return tool_results(result)[0]
+
+    within = await list_tree(6)
+    assert not within.is_error, within.content
+    beyond = await list_tree(5)
+    assert json.loads(beyond.content)["error"] == (
+        "blocked_by_plugin: denied_path: tree holds more than 5 entries, too many for the "
+        "guard to check; name a narrower path"
     )
 
 
