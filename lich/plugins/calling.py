@@ -189,7 +189,13 @@ class HookCaller:
                 return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
             if isinstance(answer, Rewrite):
                 # A deep copy: the hook keeps no handle on the arguments that run.
-                call = evolve(call, args=copy.deepcopy(dict(answer.args)))
+                try:
+                    args = copy.deepcopy(dict(answer.args))
+                except Exception as exc:
+                    reason = (f"hook_error ({impl.plugin_name}): its Rewrite arguments cannot "
+                              f"be copied: {self._describe(exc)}")
+                    return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+                call = evolve(call, args=args)
                 rewritten_by.append(impl.plugin_name)
                 continue
             reason = (

@@ -318,6 +318,25 @@ async def test_a_rewrite_cannot_be_changed_after_it_was_returned(tmp_path: Path)
     assert json.loads(tool_messages(result)[0].content)["trail"] == ["approved"]
 
 
+async def test_a_rewrite_that_cannot_be_copied_blocks(tmp_path: Path) -> None:
+    class Uncopyable:
+        def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+            raise TypeError("not copyable")
+
+    class Odd:
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall) -> Rewrite:
+            return Rewrite({"note": Uncopyable()})
+
+    agent = agent_with(tmp_path, ("odd", Odd()), calls=[ToolCall("c1", "danger", {})])
+    result, _ = await run_collecting(agent)
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        "blocked_by_plugin: hook_error (odd): its Rewrite arguments cannot be copied: "
+        "TypeError: not copyable"
+    )
+    assert RAN == []
+
+
 class LateRewriter:
     """A trylast plugin registered after the guard-like one: it runs after it."""
 
