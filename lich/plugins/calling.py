@@ -49,6 +49,15 @@ class ToolDecision:
     reason: str | None = None
 
 
+def _changed(copied: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
+    """Whether a hook changed its copy of the arguments; a comparison that fails
+    (a value a Rewrite put there whose ``==`` raises) counts as a change."""
+    try:
+        return bool(copied != original)
+    except Exception:
+        return True
+
+
 class HookCaller:
     """Calls the run-time hooks of the plugins registered in a pluggy manager.
 
@@ -167,7 +176,7 @@ class HookCaller:
             answer = await self._call_timed(impl, {**kwargs, "call": own})
         except Exception as exc:
             return None, f"hook_error ({impl.plugin_name}): {self._describe(exc)}"
-        if own.args != call.args:
+        if _changed(own.args, call.args):
             return None, (
                 f"hook_error ({impl.plugin_name}): {hook_name} changed call.args in place; "
                 "return a Rewrite instead"
@@ -234,7 +243,7 @@ class HookCaller:
                 log.warning("lich_after_tool_call of plugin %s failed (skipped): %s",
                             impl.plugin_name, self._describe(exc))
                 continue
-            if own.args != call.args:
+            if _changed(own.args, call.args):
                 log.warning("lich_after_tool_call of plugin %s changed call.args in place "
                             "(ignored; the arguments are what the tool ran with)",
                             impl.plugin_name)
