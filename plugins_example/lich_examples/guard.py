@@ -35,7 +35,7 @@ A path is checked as written, with ``~`` expanded, and with symlinks
 resolved, so a link to ``.env`` is refused too.
 
 Order: the ``trylast`` before-hook applies the rewrite rules (and already
-refuses what the checks refuse); ``lich_check_tool_call`` then runs every
+refuses what it can without walking a tree); ``lich_check_tool_call`` then runs every
 check on the final arguments, after every plugin's rewrites — being
 ``trylast`` alone would not do, since a later ``trylast`` plugin may rewrite
 after it. A rewrite rule that no longer holds there (another plugin undid
