@@ -495,6 +495,33 @@ async def test_the_wait_for_a_hook_ends_at_its_timeout_even_if_it_ignores_cancel
     await async_wait_for(lambda: finished == ["late"], timeout=10)
 
 
+async def test_a_plain_hook_handing_back_a_swallowing_coroutine_blocks(
+    tmp_path: Path,
+) -> None:
+    # A plain function returning a coroutine gets no second hook_timeout_s, and
+    # the coroutine's late "allow" does not count either.
+    async def swallow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return None
+
+    class Indirect:
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall) -> Any:
+            return swallow()
+
+    agent = agent_with(
+        tmp_path, ("indirect", Indirect()), calls=[ToolCall("c1", "danger", {})],
+        hook_timeout_s=0.2,
+    )
+    result, _ = await asyncio.wait_for(run_collecting(agent), 10)
+    assert RAN == []
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        "blocked_by_plugin: hook_error (indirect): timed out after 0.2s"
+    )
+
+
 async def test_a_hanging_sync_before_hook_blocks_and_leaves_the_loop_free(
     tmp_path: Path,
 ) -> None:
