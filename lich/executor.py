@@ -168,7 +168,9 @@ class HookedToolRunner:
         self.executor = executor
         self.host = host
         self.run = run
-        self._before = host.has_impls("lich_before_tool_call")
+        self._before = host.has_impls("lich_before_tool_call") or host.has_impls(
+            "lich_check_tool_call"
+        )
         self._after = host.has_impls("lich_after_tool_call")
 
     async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:

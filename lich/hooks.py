@@ -1,7 +1,8 @@
 """What hook implementations receive and return.
 
 ``hookimpl`` marks a plugin's functions; :class:`Block` and :class:`Rewrite`
-are the answers a ``lich_before_tool_call`` may give; :class:`RunInfo` and
+are the answers a ``lich_before_tool_call`` may give (``lich_check_tool_call``
+may only block); :class:`RunInfo` and
 :class:`RunOutcome` describe the run to the run-time hooks.
 """
 
@@ -32,7 +33,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @frozen
 class Block:
-    """Answer of ``lich_before_tool_call``: do not run the tool.
+    """Answer of ``lich_before_tool_call`` or ``lich_check_tool_call``: do not run the tool.
 
     The model receives ``blocked_by_plugin: <reason>``.
     """
@@ -44,7 +45,9 @@ class Block:
 class Rewrite:
     """Answer of ``lich_before_tool_call``: run the tool with these arguments instead.
 
-    Later before-hooks see the rewritten arguments.
+    Later before-hooks see the rewritten arguments, and ``lich_check_tool_call``
+    the final ones. The only way a hook changes arguments: changing
+    ``call.args`` in place blocks the call.
     """
 
     args: Mapping[str, Any] = field(converter=dict)

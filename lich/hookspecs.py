@@ -179,9 +179,42 @@ def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Rewrite | Non
     the tool does not run, the after-hooks do not run, and the model receives
     ``blocked_by_plugin: <reason>``. An implementation that raises, exceeds
     ``hook_timeout_s`` or returns anything else blocks the call (fail closed)
-    with ``blocked_by_plugin: hook_error (<plugin>): <message>``. The plugins
+    with ``blocked_by_plugin: hook_error (<plugin>): <message>``; so does one
+    that changes ``call.args`` in place (it gets its own deep copy, so the
+    change never reaches the tool; return a ``Rewrite``). A later hook may
+    still rewrite what this one allowed: a guard that must judge the final
+    arguments implements :func:`lich_check_tool_call` instead. The plugins
     that rewrote or blocked are recorded on the ``tool_call_end`` event and in
     the transcript.
+    """
+
+
+@hookspec
+def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
+    """The final check of a tool call: allow it or block it, on the arguments
+    the tool will run with.
+
+    :param call: the call with its final arguments, after every
+        ``lich_before_tool_call`` rewrite.
+    :param run: the run it belongs to.
+    :return: ``None`` to allow or :class:`lich.Block` ``(reason)`` to refuse.
+
+    Runs after the whole ``lich_before_tool_call`` chain, and only if no
+    before-hook blocked; it cannot rewrite. This is the phase for guards:
+    a before-hook, even a ``trylast`` one, may be followed by another
+    ``trylast`` plugin that rewrites what it approved, while nothing changes
+    the arguments after this phase — the tool runs with exactly the arguments
+    every check saw. (A separate phase rather than re-running approving
+    before-hooks after each rewrite: that re-runs side effects, need not
+    settle, and still leaves the last rewriter unchecked.)
+
+    Composition: every implementation runs, one at a time, each on the same
+    arguments; the first ``Block`` stops the chain and the model receives
+    ``blocked_by_plugin: <reason>``. One that raises, exceeds
+    ``hook_timeout_s`` or returns anything else (a ``Rewrite`` included)
+    blocks the call (fail closed). The ``call`` handed to a hook is its own
+    copy: changing ``call.args`` in place changes nothing that runs, and is
+    refused as a failure (in both phases; a change is only ever a ``Rewrite``).
     """
 
 
@@ -196,7 +229,8 @@ def lich_after_tool_call(call: ToolCall, result: ToolResult, run: RunInfo) -> To
         replace it for the model and for later hooks.
 
     Composition: one at a time in pluggy order. An implementation that raises
-    or times out is logged and skipped (fail open).
+    or times out is logged and skipped (fail open). Each gets its own copy of
+    ``call``: changing ``call.args`` in place is ignored with a warning.
     """
 
 

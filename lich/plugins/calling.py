@@ -8,16 +8,19 @@ never escapes: a before-hook that fails blocks the call (fail closed), any other
 hook is skipped with a warning naming its plugin.
 
 Before-hooks compose one at a time — a :class:`~lich.hooks.Rewrite` chains into
-the next hook, the first :class:`~lich.hooks.Block` wins — and after-hooks may
-each replace the result.
+the next hook, the first :class:`~lich.hooks.Block` wins — then the check-hooks
+judge the final arguments (they can only block), and after-hooks may each
+replace the result. Each before- and check-hook gets its own deep copy of the
+call, so the arguments that run are exactly the ones the last check saw.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -46,6 +49,15 @@ class ToolDecision:
     reason: str | None = None
 
 
+def _changed(copied: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
+    """Whether a hook changed its copy of the arguments; a comparison that fails
+    (a value a Rewrite put there whose ``==`` raises) counts as a change."""
+    try:
+        return bool(copied != original)
+    except Exception:
+        return True
+
+
 class HookCaller:
     """Calls the run-time hooks of the plugins registered in a pluggy manager.
 
@@ -60,6 +72,9 @@ class HookCaller:
         self.pm = pm
         self.hook_timeout_s = hook_timeout_s
         self._pending_events: set[asyncio.Task[Any]] = set()
+        # Hooks that overran hook_timeout_s, cancelled but maybe still running
+        # (one may catch the cancellation): referenced until they finish.
+        self._abandoned: set[asyncio.Future[Any]] = set()
         # plugin name -> the run whose lich_event failure was last logged as a warning
         self._event_warned: dict[str, str] = {}
 
@@ -81,17 +96,52 @@ class HookCaller:
 
     async def _call_timed(self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
         args = {name: kwargs[name] for name in impl.argnames}
+        deadline = asyncio.get_running_loop().time() + self.hook_timeout_s
         if inspect.iscoroutinefunction(impl.function):
-            return await asyncio.wait_for(impl.function(**args), self.hook_timeout_s)
+            return await self._until(impl.function(**args), deadline)
         # A plain function may block; a worker thread keeps a hanging hook from
         # freezing the event loop, and lets the timeout apply. A daemon thread, so a
         # hook that never returns cannot keep the process from exiting (see _threads).
-        result = await asyncio.wait_for(
-            run_in_daemon_thread(impl.function, **args), self.hook_timeout_s
-        )
+        result = await self._until(run_in_daemon_thread(impl.function, **args), deadline)
         if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, self.hook_timeout_s)
+            # One budget for the whole hook: a plain function handing back a
+            # coroutine does not earn a second hook_timeout_s.
+            result = await self._until(result, deadline)
         return result
+
+    async def _until(self, awaitable: Awaitable[Any], deadline: float) -> Any:
+        """``awaitable``'s result if it settles by ``deadline``, else :class:`TimeoutError`.
+
+        Not ``asyncio.wait_for``: that cancels the coroutine and then waits for it
+        to finish, and returns its value if it catches the cancellation — a hook
+        that swallows ``CancelledError`` and returns ``None`` would both overrun
+        the timeout and have its late answer count (a before-hook allowing the
+        call). Here the wait ends at the deadline whatever the hook does; the
+        cancelled task finishes in the background, kept referenced until then
+        and its outcome collected so it is neither garbage-collected while
+        pending nor reported as an unretrieved exception.
+        """
+        task = asyncio.ensure_future(awaitable)
+        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+        except BaseException:  # the caller was cancelled: the hook goes too
+            self._abandon(task)
+            raise
+        if not done:
+            self._abandon(task)
+            raise TimeoutError(f"timed out after {self.hook_timeout_s:g}s")
+        return task.result()
+
+    def _abandon(self, task: asyncio.Future[Any]) -> None:
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned_done)
+
+    def _abandoned_done(self, task: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("a timed-out hook failed after its deadline: %s", task.exception())
 
     async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:
         for impl in self._impls(hook_name):
@@ -109,27 +159,70 @@ class HookCaller:
         """``lich_run_end`` for every plugin; failures are logged and skipped."""
         await self._observe("lich_run_end", {"run": run, "outcome": outcome})
 
+    async def _ask(
+        self, impl: pluggy.HookImpl, hook_name: str, call: ToolCall, kwargs: Mapping[str, Any]
+    ) -> tuple[Any, str | None]:
+        """One before- or check-hook on its own deep copy of ``call``: its answer, or
+        the ``hook_error`` reason that blocks the call.
+
+        A copy per hook rather than a read-only view: the arguments stay the plain
+        JSON values a hook expects (lists, dicts), and whatever a hook does to its
+        copy — at once or later, from a task it left behind — never reaches the
+        tool. Changing it in place is refused, so a plugin author learns that a
+        change is only ever a ``Rewrite``.
+        """
+        own = evolve(call, args=copy.deepcopy(call.args))
+        try:
+            answer = await self._call_timed(impl, {**kwargs, "call": own})
+        except Exception as exc:
+            return None, f"hook_error ({impl.plugin_name}): {self._describe(exc)}"
+        if _changed(own.args, call.args):
+            return None, (
+                f"hook_error ({impl.plugin_name}): {hook_name} changed call.args in place; "
+                "return a Rewrite instead"
+            )
+        return answer, None
+
     async def before_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
-        """Run the before-hooks one at a time: rewrites chain, the first block wins,
-        and a hook that fails blocks (fail closed)."""
+        """Run the before-hooks one at a time (rewrites chain, the first block wins),
+        then the check-hooks on the final arguments; a hook that fails blocks
+        (fail closed)."""
         rewritten_by: list[str] = []
         for impl in self._impls("lich_before_tool_call"):
-            try:
-                answer = await self._call_timed(impl, {"call": call, "run": run})
-            except Exception as exc:
-                reason = f"hook_error ({impl.plugin_name}): {self._describe(exc)}"
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+            answer, error = await self._ask(impl, "lich_before_tool_call", call, {"run": run})
+            if error is not None:
+                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, error)
             if answer is None:
                 continue
             if isinstance(answer, Block):
                 return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
             if isinstance(answer, Rewrite):
-                call = evolve(call, args=dict(answer.args))
+                # A deep copy: the hook keeps no handle on the arguments that run.
+                try:
+                    args = copy.deepcopy(dict(answer.args))
+                except Exception as exc:
+                    reason = (f"hook_error ({impl.plugin_name}): its Rewrite arguments cannot "
+                              f"be copied: {self._describe(exc)}")
+                    return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+                call = evolve(call, args=args)
                 rewritten_by.append(impl.plugin_name)
                 continue
             reason = (
                 f"hook_error ({impl.plugin_name}): lich_before_tool_call returned "
                 f"{type(answer).__name__}; expected Block, Rewrite or None"
+            )
+            return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+        for impl in self._impls("lich_check_tool_call"):
+            answer, error = await self._ask(impl, "lich_check_tool_call", call, {"run": run})
+            if error is not None:
+                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, error)
+            if answer is None:
+                continue
+            if isinstance(answer, Block):
+                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
+            reason = (
+                f"hook_error ({impl.plugin_name}): lich_check_tool_call returned "
+                f"{type(answer).__name__}; expected Block or None (it cannot rewrite)"
             )
             return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
         return ToolDecision(call, tuple(rewritten_by))
@@ -140,12 +233,20 @@ class HookCaller:
         """Run the after-hooks; returns the (possibly replaced) result and who replaced it last."""
         replaced_by: str | None = None
         for impl in self._impls("lich_after_tool_call"):
+            # Its own copy, as for the before-hooks: one after-hook changing
+            # call.args in place must not alter what a later one (an audit log)
+            # records as the arguments the tool ran with.
+            own = evolve(call, args=copy.deepcopy(call.args))
             try:
-                answer = await self._call_timed(impl, {"call": call, "result": result, "run": run})
+                answer = await self._call_timed(impl, {"call": own, "result": result, "run": run})
             except Exception as exc:
                 log.warning("lich_after_tool_call of plugin %s failed (skipped): %s",
                             impl.plugin_name, self._describe(exc))
                 continue
+            if _changed(own.args, call.args):
+                log.warning("lich_after_tool_call of plugin %s changed call.args in place "
+                            "(ignored; the arguments are what the tool ran with)",
+                            impl.plugin_name)
             if isinstance(answer, ToolResult):
                 result, replaced_by = answer, impl.plugin_name
             elif answer is not None:

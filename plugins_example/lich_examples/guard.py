@@ -12,6 +12,8 @@ The policy lives in ``[plugin_settings.guard]``; everything is optional::
     default_path_rules = true                # true or false
     path_args = ["path", "file_path"]        # arguments that hold paths (default: a common set)
     check_command_paths = true               # also check each word of a command against deny_paths
+    directory_tools = ["grep_files", "list_dir", "disk_usage"]  # tools that read a whole tree
+    walk_limit = 20000                       # entries looked at under such a tree; more: refused
 
     [[plugin_settings.guard.rewrite]]
     tool = "terminal"                        # name or glob
@@ -32,16 +34,30 @@ without ``/`` matches the file name in any directory (``*.pem`` is
 A path is checked as written, with ``~`` expanded, and with symlinks
 resolved, so a link to ``.env`` is refused too.
 
-Order: rewrite rules run first, then the tool, command and path checks on
-the final arguments. The guard's before-hook is ``trylast``, so it judges
-the arguments every other plugin's rewrites produced.
+Order: the ``trylast`` before-hook applies the rewrite rules (and already
+refuses what it can without walking a tree); ``lich_check_tool_call`` then runs every
+check on the final arguments, after every plugin's rewrites — being
+``trylast`` alone would not do, since a later ``trylast`` plugin may rewrite
+after it. A rewrite rule that no longer holds there (another plugin undid
+it) blocks the call.
+
+Tools that read a whole tree (``directory_tools``: ``grep_files``,
+``list_dir``, ``disk_usage`` by default) are judged by what they will touch,
+not by their argument: the guard walks the directory (links followed, at
+most ``walk_limit`` entries, else it refuses) and blocks if a denied
+path is anywhere under it.
+
+Command rules are matched against the command as written and against
+normalised forms of it (:func:`command_forms`: quotes dropped, ``/bin/rm``
+read as ``rm``, ``env``/``command``/``exec``/``sudo`` wrappers removed,
+``sh -c`` and ``eval`` scripts unwrapped, ``//`` read as ``/``).
 
 An invalid policy is refused before anything runs (``lich_check_config``
 raises :class:`GuardPolicyError`, listing every problem with its ``$.path``):
 ``lich config validate`` reports it and a run does not start, so a typo in
 the policy never leaves a run unguarded. At run time any error blocks the
 call (fail closed). Command checks are a tripwire against mistakes, not a sandbox: a
-determined shell command can always hide what it does.
+determined shell command can always hide what it does (``a=r; ${a}m -rf /``).
 """
 
 from __future__ import annotations
@@ -49,6 +65,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import posixpath
 import re
 import shlex
 import threading
@@ -60,6 +77,7 @@ from attrs import frozen
 from lich import Block, Rewrite, hookimpl
 from lich.settings import (
     ConfigError,
+    at_least,
     each,
     json_type_name,
     non_empty,
@@ -74,6 +92,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ABSENT",
     "DEFAULT_COMMAND_RULES",
+    "DEFAULT_DIRECTORY_TOOLS",
     "DEFAULT_PATH_ARGS",
     "DEFAULT_PATH_RULES",
     "CommandRule",
@@ -82,9 +101,12 @@ __all__ = [
     "PathRule",
     "Policy",
     "RewriteRule",
+    "check",
+    "command_forms",
     "decide",
     "lich_before_tool_call",
     "lich_check_config",
+    "lich_check_tool_call",
     "parse_policy",
 ]
 
@@ -108,7 +130,15 @@ DEFAULT_COMMAND_RULES: dict[str, tuple[str, str]] = {
         "a shell running a download (sh -c \"$(curl …)\", bash <(curl …))",
         r"\b(?:(?:ba|z|k|da)?sh|source|\.)\s[^;&|\n]*(?:<\(|\$\(|`)\s*(?:curl|wget)\b",
     ),
-    "fork_bomb": ("a fork bomb", r":\s*\(\s*\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:"),
+    "fork_bomb": (
+        "a fork bomb (a function that pipes into or backgrounds itself)",
+        # Any function name, both definition forms: `f(){ f|f& };f`, `:(){ :|:& };:`,
+        # `function f { f & }`. The body calls the function itself before a lone
+        # `|` or `&` (not `||` / `&&`).
+        r"(?:\bfunction\s+(?P<a>[^\s(){}|&;<>]+)\s*(?:\(\s*\))?"
+        r"|(?<![^\s;&|(])(?P<b>[^\s(){}|&;<>]+)\s*\(\s*\))"
+        r"\s*\{[^}]*?(?<![^\s{;&|])(?:(?P=a)|(?P=b))\s*(?:\|(?!\|)|&(?!&))",
+    ),
     "mkfs": ("formatting a file system", r"\bmkfs(?:\.\w+)?\b"),
     "dd_to_device": (
         "dd onto a device",
@@ -124,7 +154,8 @@ DEFAULT_COMMAND_RULES: dict[str, tuple[str, str]] = {
     ),
     "shutdown": (
         "shutting down or rebooting the machine",
-        r"(?:^\s*|[;&|]\s*|\bsudo\s+)(?:shutdown|reboot|poweroff|halt)\b",
+        r"(?:^\s*|[;&|]\s*|\bsudo\s+)(?:(?:systemctl\s+)?(?:shutdown|reboot|poweroff|halt)\b"
+        r"|init\s+[06]\b)",
     ),
 }
 
@@ -146,6 +177,10 @@ DEFAULT_PATH_ARGS: tuple[str, ...] = (
     "path", "paths", "file", "file_path", "filename", "dir", "directory", "cwd",
     "src", "dst", "source", "destination", "target",
 )
+
+DEFAULT_DIRECTORY_TOOLS: tuple[str, ...] = ("grep_files", "list_dir", "disk_usage")
+"""Tools that read a whole directory tree (contents, names or sizes); their path
+arguments default to the work dir."""
 
 _WHERE = f"$.plugin_settings.{PLUGIN_NAME}"
 
@@ -255,6 +290,8 @@ class Policy:
     path_args: tuple[str, ...] = DEFAULT_PATH_ARGS
     check_command_paths: bool = True
     rewrites: tuple[RewriteRule, ...] = ()
+    directory_tools: tuple[str, ...] = DEFAULT_DIRECTORY_TOOLS
+    walk_limit: int = 20_000
 
 
 # --------------------------------------------------------------------------- parsing
@@ -376,6 +413,9 @@ class GuardSettings:
     path_args: tuple[str, ...] = setting(DEFAULT_PATH_ARGS, parse=_names_or(DEFAULT_PATH_ARGS))
     check_command_paths: bool = True
     rewrite: tuple[RewriteRule, ...] = ()
+    directory_tools: tuple[str, ...] = setting(DEFAULT_DIRECTORY_TOOLS, parse=_names)
+    walk_limit: int = setting(20_000, check=at_least(1),
+                              help="entries the guard looks at under a walked directory")
 
 
 def _default_command_rule(name: str) -> CommandRule:
@@ -405,6 +445,8 @@ def parse_policy(raw: Mapping[str, Any] | None) -> Policy:
         path_args=settings.path_args,
         check_command_paths=settings.check_command_paths,
         rewrites=settings.rewrite,
+        directory_tools=settings.directory_tools,
+        walk_limit=settings.walk_limit,
     )
 
 
@@ -437,6 +479,165 @@ def _denied_path(value: str, policy: Policy, work_dir: str) -> tuple[str, str] |
     return None
 
 
+# Commands that run their arguments as a command: `env rm …`, `sudo -u root rm …`.
+# name -> its options that take a value (skipped with it).
+_WRAPPERS: dict[str, frozenset[str]] = {
+    "env": frozenset({"-u", "--unset", "-C", "--chdir"}),
+    "command": frozenset(),
+    "exec": frozenset({"-a"}),
+    "builtin": frozenset(),
+    "nohup": frozenset(),
+    "setsid": frozenset(),
+    "busybox": frozenset(),
+    "time": frozenset({"-f", "-o"}),
+    "nice": frozenset({"-n", "--adjustment"}),
+    "ionice": frozenset({"-c", "-n", "-p"}),
+    "stdbuf": frozenset({"-i", "-o", "-e"}),
+    "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
+    "sudo": frozenset({"-u", "-g", "-C", "-h", "-p", "-U", "-r", "-t", "-D", "-R"}),
+    "doas": frozenset({"-u", "-C"}),
+}
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+_OPERATOR_CHARS = "();<>|&\n"
+_NESTING_LIMIT = 3  # sh -c "bash -c 'eval …'": deeper than this is not unwrapped
+
+
+def command_forms(command: str) -> list[str]:
+    """The forms of ``command`` the command rules are matched against.
+
+    A rule is a regular expression written for the plain spelling (``rm -rf /``,
+    ``curl … | sh``); these forms spell the common disguises plainly:
+
+    * the command as written;
+    * flattened: quotes and backslashes dropped (``"r"m -rf "/"``), ``${IFS}``
+      read as a space, ``$( ) ` ( ) { }`` as command separators, and
+      ``/bin/``, ``/usr/bin/`` … dropped before a program name (``/bin/rm``);
+    * tokenised as the shell would (:mod:`shlex`), each simple command with its
+      wrappers removed (``env``, ``command``, ``exec``, ``sudo -u root``,
+      ``nice -n 5``, variable assignments …), its program reduced to a base name,
+      path words normalised (``//``, ``/.``, ``/usr/..`` are ``/``), and the
+      script of ``sh -c``/``bash -c``/``eval`` unwrapped and tokenised in turn;
+      each of these also flattened.
+
+    A tripwire, not a parser of the shell language: see the module docs.
+    """
+    forms: list[str] = []
+
+    def add(form: str) -> None:
+        if form not in forms:
+            forms.append(form)
+
+    add(command)
+    add(_flat(command))
+    for form in _normalised(command, 0):
+        add(form)
+        add(_flat(form))
+    return forms
+
+
+_IFS = re.compile(r"\$(?:IFS\b|\{IFS\})")
+_SEPARATORS = re.compile(r"\$\(|[`(){}]")
+_BIN_DIR = re.compile(r"(?<![^\s;&|])(?:/usr)?(?:/local)?/s?bin/(?=[^\s/])")
+
+
+def _flat(command: str) -> str:
+    text = _IFS.sub(" ", command)
+    text = text.replace("'", "").replace('"', "").replace("\\", "")
+    text = _SEPARATORS.sub(" ; ", text)
+    return _BIN_DIR.sub("", text)
+
+
+def _normalised(command: str, depth: int) -> list[str]:
+    """The shell-tokenised forms of ``command`` (see :func:`command_forms`)."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=_OPERATOR_CHARS)
+        lexer.whitespace = " \t\r"
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: the shell would refuse it too
+        return []
+    out: list[str] = []
+    inner: list[str] = []
+    words: list[str] = []
+
+    def flush() -> None:
+        simple = _unwrapped(words)
+        words.clear()
+        if not simple:
+            return
+        out.append(" ".join(simple))
+        if depth >= _NESTING_LIMIT:
+            return
+        script = _script_of(simple)
+        if script is not None:
+            inner.extend(_normalised(script, depth + 1))
+
+    for token in tokens:
+        if token and set(token) <= set(_OPERATOR_CHARS):
+            flush()
+            out.append(token.replace("\n", ";"))
+        else:
+            words.append(token)
+    flush()
+    return [" ".join(out), *inner]
+
+
+def _unwrapped(words: list[str]) -> list[str]:
+    """One simple command without its wrappers and assignments, its program as a
+    base name and its path words normalised."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if _ASSIGNMENT.fullmatch(word):
+            i += 1
+            continue
+        takes = _WRAPPERS.get(word.rsplit("/", 1)[-1])
+        if takes is None:
+            break
+        wrapper = word.rsplit("/", 1)[-1]
+        i += 1
+        while i < len(words) and words[i].startswith("-") and words[i] != "-":
+            option = words[i]
+            i += 1
+            if option == "--":
+                break
+            if option in takes:
+                i += 1
+        if wrapper == "timeout" and i < len(words):
+            i += 1  # the duration
+    rest = [_normal_path(word) for word in words[i:]]
+    if rest and "/" in rest[0].rstrip("/"):
+        rest[0] = rest[0].rstrip("/").rsplit("/", 1)[-1]
+    return rest
+
+
+def _normal_path(word: str) -> str:
+    if not word.startswith(("/", "~")):
+        return word
+    star = word.endswith("/*")
+    body = re.sub("/+", "/", word[:-2] if star else word)
+    body = posixpath.normpath(body) if body else "/"
+    if star:
+        return body.rstrip("/") + "/*"
+    return body
+
+
+def _script_of(words: list[str]) -> str | None:
+    """The script ``sh -c SCRIPT`` or ``eval WORDS`` runs, if ``words`` is one."""
+    if words[0] == "eval":
+        return " ".join(words[1:])
+    if words[0] not in _SHELLS:
+        return None
+    for i, word in enumerate(words[1:], 1):
+        if not word.startswith("-") or word.startswith("--"):
+            continue
+        if "c" in word[1:]:
+            after = [w for w in words[i + 1:] if not w.startswith("-")]
+            return after[0] if after else None
+    return None
+
+
 def _command_words(command: str) -> list[str]:
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
@@ -461,9 +662,7 @@ def _path_values(value: Any) -> list[str]:
     return []
 
 
-def decide(policy: Policy, call: ToolCall, work_dir: str) -> Block | Rewrite | None:
-    """The guard's answer for ``call``: a :class:`Block`, a :class:`Rewrite` or ``None``."""
-    name = call.name
+def _denied_tool(policy: Policy, name: str) -> Block | None:
     for pattern in policy.deny_tools:
         if fnmatch.fnmatchcase(name, pattern):
             shown = "" if pattern == name else f" (matches {pattern!r})"
@@ -472,18 +671,67 @@ def decide(policy: Policy, call: ToolCall, work_dir: str) -> Block | Rewrite | N
         fnmatch.fnmatchcase(name, p) for p in policy.allow_tools
     ):
         return Block(f"denied_tool: {name} is not in allow_tools")
+    return None
 
-    args = dict(call.args)
-    for rule in policy.rewrites:
-        if fnmatch.fnmatchcase(name, rule.tool):
-            rule.apply(args)
 
+def _denied_inside(value: str, policy: Policy, work_dir: str) -> Block | None:
+    """Walk the directory ``value`` names (if it is one) as a tree-reading tool
+    would, links followed; a denied path anywhere in it refuses the call.
+
+    The guard cannot know from ``path="."`` which files ``grep_files`` will open,
+    so it looks at every one; a tree of more than ``walk_limit`` entries is
+    refused rather than half-checked (fail closed).
+    """
+    if not value or "\x00" in value:
+        return None
+    start = os.path.realpath(
+        os.path.join(work_dir, os.path.expanduser(os.path.expandvars(value))))
+    if not os.path.isdir(start):
+        return None
+    seen_dirs: set[str] = set()
+    stack = [start]
+    count = 0
+    while stack:
+        current = stack.pop()
+        real = os.path.realpath(current)
+        if real in seen_dirs:  # a link cycle, or two links to one directory
+            continue
+        seen_dirs.add(real)
+        try:
+            with os.scandir(current) as entries:
+                children = list(entries)
+        except OSError:
+            continue  # unreadable for the guard is unreadable for the tool
+        for entry in children:
+            count += 1
+            if count > policy.walk_limit:
+                return Block(
+                    f"denied_path: {value} holds more than {policy.walk_limit} entries, too many "
+                    "for the guard to check; name a narrower path"
+                )
+            hit = _denied_path(entry.path, policy, work_dir)
+            if hit:
+                shown = os.path.relpath(entry.path, start).replace(os.sep, "/")
+                return Block(f"denied_path: {value} contains {shown} (matches {hit[1]!r})")
+            try:
+                if entry.is_dir():  # follows links, as a walking tool may
+                    stack.append(entry.path)
+            except OSError:
+                continue
+    return None
+
+
+def _verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str, *,
+             walk: bool = True) -> Block | None:
+    """The command and path checks on ``args`` as they are; ``walk``: also walk
+    the trees of the ``directory_tools``."""
     for key in policy.command_args:
         command = args.get(key)
         if not isinstance(command, str):
             continue
+        forms = command_forms(command)
         for command_rule in policy.command_rules:
-            if command_rule.regex.search(command):
+            if any(command_rule.regex.search(form) for form in forms):
                 return Block(f"denied_command: {command_rule.reason}")
         if policy.check_command_paths:
             for word in _command_words(command):
@@ -497,7 +745,54 @@ def decide(policy: Policy, call: ToolCall, work_dir: str) -> Block | Rewrite | N
             if hit:
                 return Block(f"denied_path: {hit[0]} (matches {hit[1]!r})")
 
+    if walk and any(fnmatch.fnmatchcase(name, pattern) for pattern in policy.directory_tools):
+        roots = [v for key in policy.path_args for v in _path_values(args.get(key))]
+        for root in roots or ["."]:  # no path: these tools walk the work dir
+            blocked = _denied_inside(root, policy, work_dir)
+            if blocked:
+                return blocked
+    return None
+
+
+def decide(policy: Policy, call: ToolCall, work_dir: str, *,
+           walk: bool = True) -> Block | Rewrite | None:
+    """The guard's before-hook answer for ``call``: a :class:`Block`, a
+    :class:`Rewrite` (the rewrite rules) or ``None``. ``walk=False`` leaves the
+    directory walk to :func:`check` (the before-hook does; no tree is walked twice)."""
+    blocked = _denied_tool(policy, call.name)
+    if blocked:
+        return blocked
+    args = dict(call.args)
+    for rule in policy.rewrites:
+        if fnmatch.fnmatchcase(call.name, rule.tool):
+            rule.apply(args)
+    blocked = _verdict(policy, call.name, args, work_dir, walk=walk)
+    if blocked:
+        return blocked
     return Rewrite(args) if args != dict(call.args) else None
+
+
+def check(policy: Policy, call: ToolCall, work_dir: str) -> Block | None:
+    """The guard's final answer, on the arguments the tool will run with.
+
+    Every check of :func:`decide` again, and one more: a rewrite rule that no
+    longer holds (a later plugin raised a capped ``timeout_ms`` again) refuses
+    the call, since the policy says what the argument must be.
+    """
+    blocked = _denied_tool(policy, call.name)
+    if blocked:
+        return blocked
+    for rule in policy.rewrites:
+        if not fnmatch.fnmatchcase(call.name, rule.tool):
+            continue
+        expected = dict(call.args)
+        rule.apply(expected)
+        if expected != dict(call.args):
+            return Block(
+                f"denied_rewrite: {rule.arg} of {call.name} was changed after the guard's "
+                f"rewrite rule (the rule gives {expected.get(rule.arg)!r})"
+            )
+    return _verdict(policy, call.name, call.args, work_dir)
 
 
 # --------------------------------------------------------------------------- hooks
@@ -527,5 +822,13 @@ def lich_check_config(config: LichConfig) -> None:
 
 @hookimpl(trylast=True)
 def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Rewrite | None:
-    """Apply the policy; an error here propagates, and lich then blocks the call."""
-    return decide(_policy_for(run.settings_for(PLUGIN_NAME)), call, run.work_dir)
+    """Apply the rewrite rules (and refuse early what is already refused); an
+    error here propagates, and lich then blocks the call."""
+    return decide(_policy_for(run.settings_for(PLUGIN_NAME)), call, run.work_dir, walk=False)
+
+
+@hookimpl
+def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
+    """The policy on the final arguments: after every plugin's rewrite, so none
+    can step around it."""
+    return check(_policy_for(run.settings_for(PLUGIN_NAME)), call, run.work_dir)
