@@ -26,6 +26,7 @@ from lich.cli.common import (
     echo_warning,
     host_for,
     load_settings_config,
+    named_plugin_failures,
     quiet_plugin_log,
 )
 from lich.cli.options import Settings, config_options, get_settings
@@ -424,9 +425,11 @@ def config_validate(settings: Settings) -> int:
         errors.extend(host.check_config(config))
         host.register_providers(registry)
         tools = build_tool_registry(host, config)
+    named = named_plugin_failures(settings, host)
     for report in host.failures:
         text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"
-        (errors if config.strict_plugins else warnings).append(text)
+        # A --plugin entry must load (as in a run); config entries only in strict mode.
+        (errors if config.strict_plugins or report in named else warnings).append(text)
     for i, provider in enumerate(config.providers):
         try:
             registry.resolve(provider, i)
