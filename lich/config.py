@@ -242,6 +242,12 @@ def load_config(
     if "work_dir" in flags:
         raw["work_dir"] = str(Path(flags["work_dir"]).resolve())
         sources["work_dir"] = "flag"
+    if (file is not None and "work_dir" in sources) or "work_dir" in flags:
+        # Never created: a mistyped work dir is an error, not a new empty project.
+        where = "$.work_dir" if sources.get("work_dir") == "file" else "work_dir"
+        if isinstance(raw["work_dir"], str) and not Path(raw["work_dir"]).is_dir():
+            raise ConfigError([f"{where}: no such directory: {raw['work_dir']}"],
+                              file_name if where == "$.work_dir" else None)
     # A session_dir written in the file is relative to the work dir (not to wherever lich
     # was started) and may start with "~".
     session_dir = raw.get("session_dir")

@@ -96,6 +96,17 @@ def _plugin_entry(entry: str) -> str:
     return entry
 
 
+def _work_dir(value: str) -> str:
+    # The work dir is where the agent reads and writes: a mistyped one must not be
+    # created (with a .lich/sessions inside) and worked in as if it were the project.
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        problem = "is not a directory" if path.exists() else "does not exist"
+        raise click.BadParameter(f"{value} {problem} (lich does not create the work dir)",
+                                 param_hint="'--work-dir'")
+    return value
+
+
 def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or value is False or value == ():
@@ -103,6 +114,8 @@ def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
         settings = get_settings(ctx)
         if attr == "plugins":
             settings.plugins.extend(_plugin_entry(v) for v in value)
+        elif attr == "work_dir":
+            settings.work_dir = _work_dir(value)
         else:
             setattr(settings, attr, value)
 
@@ -119,7 +132,7 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--config", "config_path", attr="config_path", metavar="FILE", is_eager=True,
             help="Config file (TOML or JSON) instead of .lich/config.toml / the user config."),
     _option("--work-dir", attr="work_dir", metavar="DIR", is_eager=True,
-            help="Directory the agent works in (default: the current directory)."),
+            help="Directory the agent works in; must exist (default: the current directory)."),
     _option("--plugin", "plugins", attr="plugins", metavar="PATH|NAME", multiple=True,
             is_eager=True,
             help="Load this plugin too (entry point, module or .py file); repeatable."),

@@ -372,9 +372,12 @@ def test_tui_gets_the_assembled_agent_with_resume_and_plugins(
         calls.append((agent, resume))
         return 0
 
+    import lich.cli.tui as cli_tui
     import lich.tui as tui
 
     monkeypatch.setattr(tui, "run_tui", run_tui)
+    # CliRunner's streams are no terminals; a real one is tested in test_paths_and_terminals.
+    monkeypatch.setattr(cli_tui, "terminal_problem", lambda: None)
     server = scripted()
     write_config(work, server.base_url)
     (work / "extra.py").write_text("", encoding="utf-8")
