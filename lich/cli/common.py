@@ -198,7 +198,12 @@ def named_plugin_failures(settings: Settings, host: PluginHost) -> list[LoadRepo
     """The reports of the ``--plugin`` entries that did not load (at import, at
     registration or in ``lich_check_config``), in load order."""
     named = set(settings.plugins)
-    return [report for report in host.failures if report.entry in named]
+    # The same file or module loaded under another spelling (the config's relative
+    # "guard.py" and the command line's absolute path) is skipped as a duplicate: that
+    # plugin is loaded, so it is no failure.
+    loaded = {r.resolved for r in host.reports if r.ok and r.resolved}
+    return [r for r in host.failures if r.entry in named
+            and not (r.status == "skipped" and r.resolved in loaded)]
 
 
 def check_named_plugins(settings: Settings, host: PluginHost) -> None:

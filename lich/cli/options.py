@@ -130,12 +130,14 @@ def _option(*decls: str, attr: str, **kwargs: Any) -> Callable[[F], F]:
 # that `lich --plugin x.py --help` already knows which plugin commands to list.
 CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--config", "config_path", attr="config_path", metavar="FILE", is_eager=True,
-            help="Config file (TOML or JSON) instead of .lich/config.toml / the user config."),
+            help="Config file (TOML or JSON) instead of the nearest .lich/config.toml / the user "
+                 "config."),
     _option("--work-dir", attr="work_dir", metavar="DIR", is_eager=True,
             help="Directory the agent works in; must exist (default: the current directory)."),
     _option("--plugin", "plugins", attr="plugins", metavar="PATH|NAME", multiple=True,
             is_eager=True,
-            help="Load this plugin too (entry point, module or .py file); repeatable."),
+            help="Load this plugin too (entry point, module or .py file); it must load. "
+                 "Repeatable."),
     _option("--strict-plugins", attr="strict_plugins", is_flag=True, default=None,
             help="Exit with an error when any plugin fails to load."),
     _option("--model", attr="model", metavar="MODEL", help="Model of the first provider."),
@@ -149,7 +151,7 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--system-prompt", attr="system_prompt", metavar="TEXT",
             help="System prompt instead of the default."),
     _option("--session-dir", attr="session_dir", metavar="DIR",
-            help="Where transcripts are written (default: <work-dir>/.lich/sessions)."),
+            help="Where transcripts are written (default: the project's .lich/sessions)."),
     _option("--log-level", attr="log_level", type=click.Choice(LOG_LEVELS), metavar="LEVEL",
             help="debug, info, warn or error."),
     _option("--no-stream", attr="no_stream", is_flag=True, default=None,

@@ -133,3 +133,22 @@ def test_a_plugin_that_loads_changes_nothing(work: Path, scripted: Any) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "done"
     assert plugins.returncode == 0, plugins.stderr
+
+
+def test_a_plugin_both_in_the_config_and_on_the_command_line_is_loaded_once(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    server = scripted(["done"])
+    (work / "fine.py").write_text("from lich import hookimpl\n", encoding="utf-8")
+    (work / "other").mkdir()
+    (work / "other" / "fine.py").write_text("from lich import hookimpl\n", encoding="utf-8")
+    write_config(work, server.base_url, plugins=["+fine.py"])
+
+    same_file = lich("--plugin", "./fine.py", "go")
+    same_name = lich("--plugin", "other/fine.py", "go")
+
+    assert same_file.exit_code == 0, same_file.stderr
+    # Another file whose plugin name is taken did not load: that is the error.
+    assert same_name.exit_code == 2
+    assert "skipped: register: DuplicatePlugin" in same_name.stderr
+    assert len(server.requests) == 1
