@@ -116,7 +116,7 @@ class RawLoop:
 async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> dict[str, Any]:
     import httpx
 
-    from lich.agent import DEFAULT_SYSTEM_PROMPT, Agent
+    from lich.agent import Agent, default_system_prompt
     from lich.config import LichConfig, ProviderConfig
 
     wall: dict[int, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in turns}
@@ -148,7 +148,8 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                           "function": {"name": d.name, "description": d.description,
                                        "parameters": dict(d.parameters)}}
                          for d in [_tool_plugin.echo_tool.definition()]]
-                raws[n] = RawLoop(raw_client, server.base_url(n), DEFAULT_SYSTEM_PROMPT, tools)
+                raws[n] = RawLoop(raw_client, server.base_url(n),
+                               default_system_prompt(str(work)), tools)
 
             async def once(n: int, name: str) -> tuple[float, float]:
                 is_lich, stream, _ = VARIANTS[name]

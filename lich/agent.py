@@ -9,7 +9,10 @@ providers and the router, then runs conversations and records them.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import platform
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +67,7 @@ __all__ = [
     "HookedToolRunner",
     "RunResult",
     "build_tool_registry",
+    "default_system_prompt",
     "load_plugins",
 ]
 
@@ -73,6 +77,22 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are lich, a capable and concise assistant. Use the available tools when they help "
     "with the user's task, and report results plainly."
 )
+
+
+def default_system_prompt(work_dir: str, *, today: datetime.date | None = None) -> str:
+    """:data:`DEFAULT_SYSTEM_PROMPT` plus what a model cannot know by itself and keeps
+    getting wrong: the working directory (tool paths are relative to it), the operating
+    system (which shell commands exist) and today's date.
+
+    Deterministic for a given ``today`` (tests pass one); no file or process is read.
+    A ``system_prompt`` in the config replaces all of it.
+    """
+    day = today or datetime.date.today()
+    system = platform.system() or sys.platform
+    return (f"{DEFAULT_SYSTEM_PROMPT}\n\n"
+            f"Working directory: {work_dir}\n"
+            f"Operating system: {system}\n"
+            f"Today's date: {day.isoformat()}")
 
 # Events that go into the transcript besides the messages themselves.
 _RECORDED_EVENTS = (ToolCallEnd, CompressEnd, Retry, Failover, ErrorEvent)
@@ -135,6 +155,7 @@ class Agent:
     :param chat: use this chat function instead of building providers (tests,
         embedding); the router and provider plugins are then not consulted.
     :param env: extra environment handed to tools.
+    :param today: the date the default system prompt gives the model (tests pin it).
 
     Strict mode (``config.strict_plugins``) raises
     :class:`lich.plugins.PluginLoadError` when any plugin failed.
@@ -148,9 +169,11 @@ class Agent:
         plugins: Sequence[tuple[str, object]] = (),
         chat: ChatFn | None = None,
         env: dict[str, str] | None = None,
+        today: Callable[[], datetime.date] = datetime.date.today,
     ) -> None:
         self.config = config
         self._env = env
+        self._today = today
         if host is None:
             host = load_plugins(config, plugins)
         else:
@@ -203,7 +226,7 @@ class Agent:
             raise ValueError("no provider is configured: there is no model to switch")
         first = attrs.evolve(self.config.providers[0], model=model)
         config = config_with(self.config, providers=(first, *self.config.providers[1:]))
-        return Agent(config, host=self.host, env=self._env)
+        return Agent(config, host=self.host, env=self._env, today=self._today)
 
     async def aclose(self) -> None:
         """Close the providers' HTTP clients."""
@@ -257,7 +280,8 @@ class Agent:
         if writer is not None:
             emitter.subscribe(_event_recorder(writer))
         run = RunInfo(run_id, session_id, input, config.work_dir, config)
-        system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
+        system_prompt = config.system_prompt or default_system_prompt(
+            config.work_dir, today=self._today())
         prior = list(history or ())
         seeded = seed_system_prompt([*prior, UserMessage(input)], system_prompt)
         transcript: list[Message] = list(seeded)

@@ -2,8 +2,9 @@
 
 Order of precedence, lowest first: defaults, the config file, environment
 variables (``LICH_*``), command-line flags. The file is, in order: the one
-given with ``--config`` (TOML or JSON), ``<work_dir>/.lich/config.toml``, or
-``config.toml`` in the user config dir. Unknown keys and bad values are
+given with ``--config`` (TOML or JSON), the nearest ``.lich/config.toml`` in
+the work dir or its parents (as git finds ``.git``; see :func:`locate_config`),
+or ``config.toml`` in the user config dir. Unknown keys and bad values are
 :class:`ConfigError` naming the file and the ``$.path``.
 
 Secrets never live here: a provider names the environment variable that holds
@@ -40,12 +41,15 @@ from lich.settings import (
 __all__ = [
     "BUILTIN_PLUGINS",
     "ConfigError",
+    "ConfigLocation",
     "LichConfig",
     "LoadedConfig",
     "ProviderConfig",
     "Source",
+    "config_search_dirs",
     "find_config_file",
     "load_config",
+    "locate_config",
     "user_config_path",
 ]
 
@@ -170,6 +174,8 @@ class LoadedConfig:
     config: LichConfig
     file: str | None
     sources: Mapping[str, Source]
+    location: ConfigLocation | None = None
+    """Which file and why (``None``: no file)."""
 
 
 def user_config_path() -> Path:
@@ -179,17 +185,110 @@ def user_config_path() -> Path:
     return Path(platformdirs.user_config_dir("lich")) / "config.toml"
 
 
-def find_config_file(work_dir: str | os.PathLike[str], explicit: str | None = None) -> Path | None:
-    """The config file to use: ``explicit``, else the work dir's, else the user's."""
+ConfigReason: TypeAlias = Literal["flag", "work_dir", "parent", "user"]
+
+
+@frozen
+class ConfigLocation:
+    """Which config file is used, and why.
+
+    ``reason``: ``flag`` (``--config``), ``work_dir`` (the work dir's own
+    ``.lich/config.toml``), ``parent`` (that of a parent directory, found as git finds
+    ``.git``), ``user`` (the user config dir). ``project_dir`` is the directory holding
+    the ``.lich/`` of a project config (``None`` for the others).
+    """
+
+    path: Path
+    reason: ConfigReason
+    project_dir: Path | None = None
+
+    def describe(self) -> str:
+        """One line saying why this file is the one."""
+        if self.reason == "flag":
+            return "given with --config"
+        if self.reason == "work_dir":
+            return "the work dir's own .lich/config.toml"
+        if self.reason == "parent":
+            return (f"the nearest .lich/config.toml above the work dir: the project "
+                    f"{self.project_dir}, whose .lich/sessions the transcripts go to")
+        return "the user config (no .lich/config.toml in the work dir or its parents)"
+
+
+def config_search_dirs(work_dir: str | os.PathLike[str]) -> list[Path]:
+    """Where a project's ``.lich/config.toml`` is looked for, nearest first: the work
+    dir, then its parents up to the filesystem root — or, under ``$HOME``, up to but
+    not including ``$HOME`` (a ``~/.lich`` would otherwise claim every project in the
+    home directory; the user config is for that)."""
+    start = Path(work_dir).resolve()
+    home_value = os.environ.get("HOME")
+    home = Path(home_value).resolve() if home_value else None
+    dirs = [start]
+    for parent in start.parents:
+        if parent == home:
+            break
+        dirs.append(parent)
+    return dirs
+
+
+def locate_config(
+    work_dir: str | os.PathLike[str], explicit: str | None = None
+) -> ConfigLocation | None:
+    """The config file to use and why: ``explicit``, else the nearest project's
+    ``.lich/config.toml`` (:func:`config_search_dirs`), else the user's.
+
+    :raises ConfigError: ``explicit`` names no file.
+    """
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
             raise ConfigError([f"config not found: {path}"])
-        return path
-    for candidate in (Path(work_dir) / ".lich" / "config.toml", user_config_path()):
+        return ConfigLocation(path, "flag")
+    dirs = config_search_dirs(work_dir)
+    for directory in dirs:
+        candidate = directory / ".lich" / "config.toml"
         if candidate.is_file():
-            return candidate
-    return None
+            return ConfigLocation(candidate, "work_dir" if directory == dirs[0] else "parent",
+                                  directory)
+    user = user_config_path()
+    return ConfigLocation(user, "user") if user.is_file() else None
+
+
+def find_config_file(work_dir: str | os.PathLike[str], explicit: str | None = None) -> Path | None:
+    """The path of :func:`locate_config`'s file, or ``None``."""
+    location = locate_config(work_dir, explicit)
+    return location.path if location else None
+
+
+_ADD = "+"
+
+
+def _expand_additions(raw: dict[str, Any], file_name: str | None) -> None:
+    """``plugins = ["+shout.py"]``: the default plugins plus these. Listing plugins
+    without ``+`` replaces the defaults (all of them: gateway, anthropic, ollama…)."""
+    listed = raw.get("plugins")
+    if not isinstance(listed, list | tuple):
+        return  # structure() reports the bad type with its path
+    added = [isinstance(e, str) and e.startswith(_ADD) for e in listed]
+    if not any(added):
+        return
+    problems = []
+    if not all(added):
+        plain = ", ".join(repr(e) for e, a in zip(listed, added, strict=True) if not a)
+        problems.append(
+            f"$.plugins: either add to the defaults (every entry \"+name\") or list every "
+            f"plugin (no \"+\"), not both: {plain} has no \"+\""
+        )
+    for i, entry in enumerate(listed):
+        if isinstance(entry, str) and not entry[len(_ADD):].strip():
+            problems.append(f"$.plugins[{i}]: \"+\" names no plugin")
+    if problems:
+        raise ConfigError(problems, file_name)
+    extra = dict.fromkeys(e[len(_ADD):].strip() for e in listed)  # once each, in order
+    raw["plugins"] = [*BUILTIN_PLUGINS, *(e for e in extra if e not in BUILTIN_PLUGINS)]
+
+
+def _looks_like_path(entry: str) -> bool:
+    return entry.endswith(".py") or "/" in entry or os.sep in entry
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -233,13 +332,25 @@ def load_config(
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     base_dir = Path(work_dir or flags.get("work_dir") or os.getcwd()).resolve()
     file: Path | None = None
+    location: ConfigLocation | None = None
     if data is None:
-        file = find_config_file(base_dir, config_path)
+        location = locate_config(base_dir, config_path)
+        file = location.path if location else None
         raw: dict[str, Any] = _read_file(file) if file else {}
     else:
         raw = dict(data)
     sources: dict[str, Source] = {k: "file" for k in raw}
     file_name = str(file) if file else None
+    _expand_additions(raw, file_name)
+    # A project config found in a parent of the work dir: its relative paths are the
+    # project's, wherever below it lich was started.
+    above = location.project_dir if location is not None and location.reason == "parent" else None
+    if above is not None and isinstance(raw.get("plugins"), list):
+        raw["plugins"] = [
+            str(above / Path(e).expanduser()) if isinstance(e, str) and _looks_like_path(e)
+            and not Path(e).expanduser().is_absolute() else e
+            for e in raw["plugins"]
+        ]
 
     if "work_dir" in raw and isinstance(raw["work_dir"], str) and file is not None:
         raw["work_dir"] = str((file.parent.parent if file.parent.name == ".lich" else file.parent)
@@ -248,12 +359,27 @@ def load_config(
     if "work_dir" in flags:
         raw["work_dir"] = str(Path(flags["work_dir"]).resolve())
         sources["work_dir"] = "flag"
-    # A session_dir written in the file is relative to the work dir (not to wherever lich
-    # was started) and may start with "~".
+    if (file is not None and "work_dir" in sources) or "work_dir" in flags:
+        # Never created: a mistyped work dir is an error, not a new empty project.
+        where = "$.work_dir" if sources.get("work_dir") == "file" else "work_dir"
+        if isinstance(raw["work_dir"], str) and not Path(raw["work_dir"]).is_dir():
+            raise ConfigError([f"{where}: no such directory: {raw['work_dir']}"],
+                              file_name if where == "$.work_dir" else None)
+    # A session_dir written in the file is relative to the work dir the file names, else
+    # to the project (which is the work dir unless the file was found in a parent: the
+    # work dir stays where lich was started, the agent works where you are), and may
+    # start with "~".
+    relative_to = Path(raw["work_dir"]) if isinstance(raw["work_dir"], str) else base_dir
+    if above is not None and sources.get("work_dir") != "file":
+        relative_to = above
     session_dir = raw.get("session_dir")
-    if isinstance(session_dir, str) and session_dir and isinstance(raw["work_dir"], str):
+    if isinstance(session_dir, str) and session_dir:
         path = Path(session_dir).expanduser()
-        raw["session_dir"] = str(path if path.is_absolute() else Path(raw["work_dir"]) / path)
+        raw["session_dir"] = str(path if path.is_absolute() else relative_to / path)
+    elif above is not None and not session_dir:
+        # Transcripts go to the project's .lich/sessions wherever in the tree lich was
+        # started (a --session-dir flag still wins, below).
+        raw["session_dir"] = str(above / ".lich" / "sessions")
 
     # Environment, then flags, for plain keys.
     if env.get("LICH_STRICT_PLUGINS", "").strip().lower() in _ENV_BOOL_TRUE:
@@ -301,7 +427,7 @@ def load_config(
         config = structure_settings(raw, LichConfig)
     except ConfigError as exc:
         raise ConfigError(exc.problems, file_name) from exc
-    return LoadedConfig(config=config, file=file_name, sources=sources)
+    return LoadedConfig(config=config, file=file_name, sources=sources, location=location)
 
 
 def _apply_provider_overrides(

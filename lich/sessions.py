@@ -30,6 +30,7 @@ from typing import IO, Any
 from attrs import field, frozen
 
 from lich import serialization
+from lich.dotlich import make_dirs
 from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
 __all__ = [
@@ -109,7 +110,7 @@ class SessionWriter:
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.path.parent)  # a new .lich/ gets its .gitignore
             self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
             self._heal_torn_tail()
         return self._file

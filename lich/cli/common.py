@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from lich.agent import Agent
     from lich.config import LichConfig, LoadedConfig
-    from lich.plugins import PluginHost
+    from lich.plugins import LoadReport, PluginHost
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -50,10 +50,12 @@ __all__ = [
     "Assembly",
     "CommandError",
     "assemble",
+    "check_named_plugins",
     "echo_error",
     "echo_warning",
     "host_for",
     "load_settings_config",
+    "named_plugin_failures",
     "quiet_plugin_log",
     "setup_logging",
     "warn_plugin_failures",
@@ -192,6 +194,34 @@ def warn_plugin_failures(host: PluginHost) -> None:
         )
 
 
+def named_plugin_failures(settings: Settings, host: PluginHost) -> list[LoadReport]:
+    """The reports of the ``--plugin`` entries that did not load (at import, at
+    registration or in ``lich_check_config``), in load order."""
+    named = set(settings.plugins)
+    # The same file or module loaded under another spelling (the config's relative
+    # "guard.py" and the command line's absolute path) is skipped as a duplicate: that
+    # plugin is loaded, so it is no failure.
+    loaded = {r.resolved for r in host.reports if r.ok and r.resolved}
+    return [r for r in host.failures if r.entry in named
+            and not (r.status == "skipped" and r.resolved in loaded)]
+
+
+def check_named_plugins(settings: Settings, host: PluginHost) -> None:
+    """A plugin named on the command line must load: a guard given with ``--plugin``
+    that has a typo would otherwise mean no guard at all. Plugins from the config keep
+    warn-and-continue (``--strict-plugins`` makes them fatal too).
+
+    :raises CommandError: listing the load report of every failed ``--plugin`` entry.
+    """
+    failed = named_plugin_failures(settings, host)
+    if failed:
+        lines = [f"  {r.entry}: {r.status}: {r.describe_error()}" for r in failed]
+        raise CommandError(
+            "a plugin given with --plugin did not load:\n" + "\n".join(lines)
+            + "\n(a --plugin entry must load; `lich plugins --plugin ...` shows its report)"
+        )
+
+
 class CommandError(Exception):
     """A command cannot go on. :meth:`report` prints ``lich: error: <message>`` and
     returns the exit code (``EXIT_USAGE`` unless told otherwise)."""
@@ -241,7 +271,8 @@ def assemble(
         its own from it, inspection commands need none).
     :param console: the rich console log lines go through while a run is shown.
     :param service: log as a long-running service (timestamped lines).
-    :raises CommandError: a configuration error, or plugins failing in strict mode.
+    :raises CommandError: a configuration error, a ``--plugin`` entry that did not
+        load (:func:`check_named_plugins`), or plugins failing in strict mode.
     """
     from lich.config import ConfigError, LoadedConfig
     from lich.plugins import PluginLoadError
@@ -255,6 +286,9 @@ def assemble(
     host = host_for(settings, loaded.config)
     built: Agent | None = None
     try:
+        # A --plugin entry that failed to import or register is the error, before
+        # anything else it might cause (a provider kind it was to bring, say) is.
+        check_named_plugins(settings, host)
         if loaded.config.strict_plugins:
             host.raise_if_failed()
         if agent:
@@ -262,7 +296,13 @@ def assemble(
 
             with quiet_plugin_log():
                 built = Agent(loaded.config, host=host)
+            # Building the agent runs lich_check_config and the registration hooks:
+            # a --plugin entry may fail there too.
+            check_named_plugins(settings, host)
     except (ConfigError, PluginLoadError) as exc:
+        check_named_plugins(settings, host)  # the cause, when a --plugin entry failed
         raise CommandError(str(exc)) from exc
+    # (An agent dropped by a failed check has made no request: its providers' clients
+    # hold no connection to close.)
     warn_plugin_failures(host)
     return Assembly(loaded=loaded, host=host, agent=built)

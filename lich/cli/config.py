@@ -33,6 +33,7 @@ from lich.cli.common import (
     echo_warning,
     host_for,
     load_settings_config,
+    named_plugin_failures,
     quiet_plugin_log,
 )
 from lich.cli.options import Settings, config_options, get_settings, json_option
@@ -227,22 +228,25 @@ def config_show(settings: Settings, as_json: bool) -> int:
 
 
 def config_path(settings: Settings) -> int:
-    """``lich config path``: the config file in use (exit 1 when there is none)."""
-    from lich.config import ConfigError, find_config_file, user_config_path
+    """``lich config path``: the config file in use on stdout, why on stderr (exit 1
+    when there is none, with the places looked in)."""
+    from lich.config import ConfigError, config_search_dirs, locate_config, user_config_path
 
     work_dir = Path(settings.work_dir or os.getcwd()).resolve()
     try:
-        found = find_config_file(work_dir, settings.config_path)
+        found = locate_config(work_dir, settings.config_path)
     except ConfigError as exc:
         echo_error(str(exc))
         return EXIT_USAGE
     if found is None:
         click.echo("no config file found; looked for:", err=True)
-        for candidate in (work_dir / ".lich" / "config.toml", user_config_path()):
-            click.echo(f"  {candidate}", err=True)
+        for directory in config_search_dirs(work_dir):
+            click.echo(f"  {directory / '.lich' / 'config.toml'}", err=True)
+        click.echo(f"  {user_config_path()}", err=True)
         click.echo("`lich config init` writes one.", err=True)
         return EXIT_STOPPED
-    click.echo(str(found.resolve()))
+    click.echo(str(found.path.resolve()))
+    click.echo(f"({found.describe()})", err=True)
     return EXIT_OK
 
 
@@ -385,7 +389,9 @@ def write_text_atomically(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all: a temporary file beside it, then a rename."""
     import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from lich.dotlich import make_dirs
+
+    make_dirs(path.parent)  # a new .lich/ gets its .gitignore
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -448,9 +454,11 @@ def config_validate(settings: Settings) -> int:
         errors.extend(host.check_config(config))
         host.register_providers(registry)
         tools = build_tool_registry(host, config)
+    named = named_plugin_failures(settings, host)
     for report in host.failures:
         text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"
-        (errors if config.strict_plugins else warnings).append(text)
+        # A --plugin entry must load (as in a run); config entries only in strict mode.
+        (errors if config.strict_plugins or report in named else warnings).append(text)
     for i, provider in enumerate(config.providers):
         try:
             registry.resolve(provider, i)

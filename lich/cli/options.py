@@ -97,6 +97,17 @@ def _plugin_entry(entry: str) -> str:
     return entry
 
 
+def _work_dir(value: str) -> str:
+    # The work dir is where the agent reads and writes: a mistyped one must not be
+    # created (with a .lich/sessions inside) and worked in as if it were the project.
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        problem = "is not a directory" if path.exists() else "does not exist"
+        raise click.BadParameter(f"{value} {problem} (lich does not create the work dir)",
+                                 param_hint="'--work-dir'")
+    return value
+
+
 def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or value is False or value == ():
@@ -104,6 +115,8 @@ def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
         settings = get_settings(ctx)
         if attr == "plugins":
             settings.plugins.extend(_plugin_entry(v) for v in value)
+        elif attr == "work_dir":
+            settings.work_dir = _work_dir(value)
         else:
             setattr(settings, attr, value)
 
@@ -118,12 +131,14 @@ def _option(*decls: str, attr: str, **kwargs: Any) -> Callable[[F], F]:
 # that `lich --plugin x.py --help` already knows which plugin commands to list.
 CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--config", "config_path", attr="config_path", metavar="FILE", is_eager=True,
-            help="Config file (TOML or JSON) instead of .lich/config.toml / the user config."),
+            help="Config file (TOML or JSON) instead of the nearest .lich/config.toml / the user "
+                 "config."),
     _option("--work-dir", attr="work_dir", metavar="DIR", is_eager=True,
-            help="Directory the agent works in (default: the current directory)."),
+            help="Directory the agent works in; must exist (default: the current directory)."),
     _option("--plugin", "plugins", attr="plugins", metavar="PATH|NAME", multiple=True,
             is_eager=True,
-            help="Load this plugin too (entry point, module or .py file); repeatable."),
+            help="Load this plugin too (entry point, module or .py file); it must load. "
+                 "Repeatable."),
     _option("--strict-plugins", attr="strict_plugins", is_flag=True, default=None,
             help="Exit with an error when any plugin fails to load."),
     _option("--model", attr="model", metavar="MODEL", help="Model of the first provider."),
@@ -137,7 +152,7 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--system-prompt", attr="system_prompt", metavar="TEXT",
             help="System prompt instead of the default."),
     _option("--session-dir", attr="session_dir", metavar="DIR",
-            help="Where transcripts are written (default: <work-dir>/.lich/sessions)."),
+            help="Where transcripts are written (default: the project's .lich/sessions)."),
     _option("--log-level", attr="log_level", type=click.Choice(LOG_LEVELS), metavar="LEVEL",
             help="debug, info, warn or error."),
     _option("--no-stream", attr="no_stream", is_flag=True, default=None,

@@ -15,6 +15,7 @@ from lich.cli.common import (
     echo_warning,
     host_for,
     load_settings_config,
+    named_plugin_failures,
     quiet_plugin_log,
 )
 from lich.cli.options import Settings, config_options, get_settings, json_option
@@ -60,7 +61,8 @@ def _exercise(host: PluginHost, config: LichConfig) -> None:
 
 
 def plugins_list(settings: Settings, as_json: bool) -> int:
-    """``lich plugins``: one row per configured entry; exit 2 in strict mode on failure."""
+    """``lich plugins``: one row per configured entry; exit 2 when a ``--plugin`` entry
+    (or, in strict mode, any entry) did not load."""
     from lich import serialization
 
     loaded = load_or_report(settings)
@@ -90,6 +92,9 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
         if failed:
             console.print(f"{failed} of {len(reports)} plugin entries did not load.",
                           markup=False, soft_wrap=True)
+    # The table is the answer either way; the exit code says whether a run would start.
+    if named_plugin_failures(settings, host):
+        return EXIT_USAGE
     if config.strict_plugins and host.failures:
         return EXIT_USAGE
     return EXIT_OK

@@ -156,8 +156,8 @@ class LichGroup(click.Group):
     def _refuse_near_miss(self, ctx: click.Context, word: str) -> None:
         """Exit 2 when ``word`` is close to a command's name, or names a plugin that
         failed to load (whose commands are missing)."""
-        if not _COMMAND_NAME.match(word):
-            return
+        if not _COMMAND_NAME.match(word) or ctx.resilient_parsing:
+            return  # (resilient: shell completion, which must never exit with an error)
         import difflib
 
         from lich.cli.common import EXIT_USAGE, echo_error

@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
-from lich.cli.common import EXIT_OK, EXIT_USAGE, host_for, quiet_plugin_log, warn_plugin_failures
+from lich.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    check_named_plugins,
+    host_for,
+    quiet_plugin_log,
+    warn_plugin_failures,
+)
 from lich.cli.options import Settings, config_options, get_settings, json_option
 
 __all__ = ["tools_command", "tools_list"]
@@ -36,6 +44,10 @@ def tools_list(settings: Settings, as_json: bool) -> int:
         # unloaded whole, so its tools must not be listed as if a run could use them.
         host.register_providers(ProviderRegistry())
         registry = build_tool_registry(host, config)
+    try:
+        check_named_plugins(settings, host)
+    except CommandError as exc:
+        return exc.report()
     warn_plugin_failures(host)
     tools = registry.list()
     if as_json:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from lich.cli.common import EXIT_USAGE, CommandError, assemble, echo_error
 from lich.cli.options import Settings, get_settings, json_option, session_options
 
-__all__ = ["launch_tui", "tui_command"]
+__all__ = ["launch_tui", "terminal_problem", "tui_command"]
 
 
 @click.command("tui")
@@ -17,6 +19,20 @@ __all__ = ["launch_tui", "tui_command"]
 def tui_command(ctx: click.Context) -> None:
     """The terminal UI (needs the `tui` extra: pip install 'lich[tui]')."""
     ctx.exit(launch_tui(get_settings(ctx)))
+
+
+def terminal_problem() -> str | None:
+    """Why the TUI cannot run here (``"stdin is not a terminal"``), or ``None``.
+
+    Textual on a pipe never sees a key and writes escape codes into the pipe: it
+    would spin forever instead of failing, so this is checked first."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        try:
+            if stream is None or not stream.isatty():
+                return f"{name} is not a terminal"
+        except ValueError:  # a closed stream
+            return f"{name} is closed"
+    return None
 
 
 def launch_tui(settings: Settings) -> int:
@@ -34,6 +50,11 @@ def launch_tui(settings: Settings) -> int:
         return EXIT_USAGE
     try:
         require_textual()  # before anything is loaded: the install hint is the answer
+        problem = terminal_problem()
+        if problem is not None:
+            echo_error(f"the TUI needs a terminal: {problem} (a task from a pipe: "
+                       "echo TASK | lich; a conversation without the TUI: lich chat)")
+            return EXIT_USAGE
         built = assemble(settings)
     except TuiUnavailableError:
         echo_error("the TUI needs Textual: pip install 'lich[tui]'")

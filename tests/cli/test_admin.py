@@ -372,9 +372,12 @@ def test_tui_gets_the_assembled_agent_with_resume_and_plugins(
         calls.append((agent, resume))
         return 0
 
+    import lich.cli.tui as cli_tui
     import lich.tui as tui
 
     monkeypatch.setattr(tui, "run_tui", run_tui)
+    # CliRunner's streams are no terminals; a real one is tested in test_paths_and_terminals.
+    monkeypatch.setattr(cli_tui, "terminal_problem", lambda: None)
     server = scripted(["an answer"])
     write_config(work, server.base_url)
     (work / "extra.py").write_text("", encoding="utf-8")
@@ -399,9 +402,11 @@ def test_tui_resume_of_a_missing_session_exits_2_before_the_tui_starts(
     def run_tui(*_args: Any, **_kwargs: Any) -> int:
         raise AssertionError("the TUI must not start")
 
+    import lich.cli.tui as cli_tui
     import lich.tui as tui
 
     monkeypatch.setattr(tui, "run_tui", run_tui)
+    monkeypatch.setattr(cli_tui, "terminal_problem", lambda: None)  # CliRunner has none
     server = scripted()
     write_config(work, server.base_url)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from lich import hookimpl, tool
-from lich.agent import DEFAULT_SYSTEM_PROMPT, Agent
+from lich.agent import DEFAULT_SYSTEM_PROMPT, Agent, default_system_prompt
 from lich.cancel import CancelToken
 from lich.events import Envelope, RunEnd, TextDelta
 from lich.hooks import RunOutcome
@@ -62,9 +64,36 @@ class Tools:
         registry.register(wait_forever)
 
 
+TODAY = datetime.date(2026, 3, 14)
+
+
 def make_agent(tmp_path: Path, chat: Any, *plugins: tuple[str, object], **config: Any) -> Agent:
     return Agent(make_test_config(tmp_path, **config), plugins=[("tools", Tools()), *plugins],
-                 chat=chat)
+                 chat=chat, today=lambda: TODAY)
+
+
+def test_the_default_system_prompt_names_the_work_dir_the_os_and_the_date(
+    tmp_path: Path,
+) -> None:
+    prompt = default_system_prompt(str(tmp_path), today=TODAY)
+
+    assert prompt.startswith(DEFAULT_SYSTEM_PROMPT)
+    assert f"Working directory: {tmp_path}\n" in prompt
+    assert f"Operating system: {platform.system()}\n" in prompt
+    assert prompt.endswith("Today's date: 2026-03-14")
+
+
+async def test_runs_get_the_default_system_prompt_unless_one_is_configured(
+    tmp_path: Path,
+) -> None:
+    default = make_agent(tmp_path, ScriptedChat(["a"]))
+    configured = make_agent(tmp_path, ScriptedChat(["b"]), system_prompt="be terse")
+
+    first = await default.run("hi")
+    second = await configured.run("hi")
+
+    assert first.messages[0] == SystemMessage(default_system_prompt(str(tmp_path), today=TODAY))
+    assert second.messages[0] == SystemMessage("be terse")
 
 
 def run_end_outcome(recorder: HookRecorder) -> RunOutcome:
@@ -182,7 +211,8 @@ async def test_abort_before_the_first_turn(tmp_path: Path) -> None:
     token.cancel()
     result = await agent.run("stop at once", cancel=token)
     assert result.stopped_reason == "aborted"
-    assert result.messages == (SystemMessage(DEFAULT_SYSTEM_PROMPT), UserMessage("stop at once"))
+    assert result.messages == (SystemMessage(default_system_prompt(str(tmp_path), today=TODAY)),
+                               UserMessage("stop at once"))
     assert chat.calls == []
     assert run_end_outcome(recorder).stopped_reason == "aborted"
 

@@ -1,7 +1,8 @@
 """The plugin zoo (``zoo/``, see its README): every kind of broken plugin at once.
 
-The CLI is run as a real subprocess (``python -m lich --plugin …``) against a
-scripted model server on 127.0.0.1 with the whole zoo loaded: the run must end
+The CLI is run as a real subprocess (``python -m lich``, the zoo listed in the
+config's ``plugins``: a ``--plugin`` entry that fails would stop the run, by design)
+against a scripted model server on 127.0.0.1 with the whole zoo loaded: the run must end
 ``final``, every load failure must be reported with its plugin named, every
 run-time failure must land where the design says (before-hooks fail closed,
 after-hooks and observers fail open, tool failures are results), and the process
@@ -100,12 +101,18 @@ def work(tmp_path: Path, server: ScriptedServer) -> Path:
 
 def lich(work: Path, *args: str, entries: list[str] = ZOO_ENTRIES,
          timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``python -m lich --plugin <each entry> ARGS`` in ``work``; a hang fails the test
-    (TimeoutExpired) instead of blocking the suite."""
-    plugin_args = [a for entry in entries for a in ("--plugin", entry)]
+    """``python -m lich ARGS`` in ``work`` with ``entries`` added to the config's
+    plugins (where a failing plugin is warned about, not fatal as with ``--plugin``);
+    a hang fails the test (TimeoutExpired) instead of blocking the suite."""
+    config = work / ".lich" / "config.toml"
+    base = config.read_text(encoding="utf-8")
+    if base.startswith("plugins = "):
+        base = base.split("\n", 1)[1]
+    config.write_text(f"plugins = {json.dumps(['+' + e for e in entries])}\n{base}",
+                      encoding="utf-8")
     env = lich_env(work.parent / "home")
     return subprocess.run(
-        [sys.executable, "-m", "lich", *plugin_args, *args], cwd=work, capture_output=True,
+        [sys.executable, "-m", "lich", *args], cwd=work, capture_output=True,
         text=True, timeout=timeout, env=env,
     )
 
