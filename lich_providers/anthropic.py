@@ -161,8 +161,8 @@ class AnthropicProvider(HttpProvider):
         status = _ERROR_STATUS.get(str(kind_name))
         # An error type we do not know, reported mid-stream, is treated as a broken stream.
         kind = kind_for_status(status, message, self.overflow) if status else "network"
-        return ProviderError(
-            kind, self.name, f"{what}: {kind_name or 'error'}: {cut(message)}", status=status
+        return self.http.error(
+            kind, f"{what}: {kind_name or 'error'}: {cut(message)}", status=status
         )
 
     def parse_response(self, data: Any) -> ChatResult:

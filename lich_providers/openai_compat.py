@@ -170,7 +170,7 @@ class OpenAICompatProvider(HttpProvider):
             message, code = str(error), None
         status = code if isinstance(code, int) and 400 <= code < 600 else None
         kind = kind_for_status(status, message, self.overflow) if status else default
-        return ProviderError(kind, self.name, f"error in response: {cut(message)}", status=status)
+        return self.http.error(kind, f"error in response: {cut(message)}", status=status)
 
     def assembler(self, options: ChatOptions) -> StreamAssembler:
         """An assembler for one chat-completions SSE stream."""

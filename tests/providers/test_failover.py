@@ -279,9 +279,12 @@ async def test_all_failed_error_lists_every_attempt() -> None:
     )
     # The last failure decides the kind (the loop reports it); the message names them all.
     assert (error.kind, error.status, error.provider_name) == ("bad_request", 400, "failover")
-    assert error.message.startswith("all 3 providers failed (5 attempts): ")
-    for name, n, kind, _ in error.attempts:
-        assert f"{name} attempt {n}: {kind}" in error.message
+    # Each provider once, with its last cause, its attempt count and any earlier cause.
+    assert error.message == (
+        "all 3 providers failed (5 attempts): one: auth 401: auth happened (1 attempt); "
+        "two: network: network happened (3 attempts; before that: rate_limit 429: "
+        "rate_limit happened); three: bad_request 400: bad_request happened (1 attempt)"
+    )
     assert [type(e).__name__ for e in events] == ["Failover", "Retry", "Retry", "Failover"]
 
 

@@ -105,7 +105,7 @@ SCENARIOS = [
     Scenario("reset-mid-stream", f.ResetMidStream(6), resets_stream=True),
     Scenario("never-answers", f.NeverAnswer(), timeout_s=TIMEOUT_S),
     Scenario("stalls-after-tokens", f.StallAfter(6), resets_stream=True, timeout_s=TIMEOUT_S),
-    Scenario("garbage-body", f.Garbage(), kind=sse_ignores("bad_request", "bad_request")),
+    Scenario("garbage-body", f.Garbage(), kind=always("bad_request")),
     Scenario("truncated-json", f.Truncated(honest_length=True), kind=always("bad_request")),
     Scenario("truncated-body", f.Truncated(honest_length=False)),
     Scenario("html-page", f.WrongContentType(), kind=always("bad_request")),
@@ -159,6 +159,7 @@ async def run_case(
         for server in servers:
             await asyncio.to_thread(server.stop)
     outcome["faults"] = servers[0].faults
+    outcome["primary_url"] = servers[0].base_url
     outcome["requests"] = [len(s.requests) for s in servers]
     return outcome
 
@@ -189,7 +190,10 @@ def check(outcome: dict[str, Any], dialect: str, stream: bool, scenario: Scenari
     else:
         assert isinstance(error, ProviderError), f"{label}: expected a ProviderError"
         assert error.kind == expected_kind, f"{label}: {error}"
-        assert error.provider_name == "failover"
+        # One provider: its own error (naming where it was sent), not a failover wrapper.
+        assert error.provider_name == "primary", label
+        assert error.url is not None, label
+        assert error.url.startswith(outcome["primary_url"]), label
         assert error.message, label
         assert error.attempts, label
         assert all(a[0] == "primary" for a in error.attempts)
