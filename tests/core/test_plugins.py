@@ -207,7 +207,10 @@ def test_unknown_hook_name_fails_validation_and_registers_nothing(work: Path) ->
     assert report.status == "failed"
     assert report.phase == "validate"
     assert report.error_type == "UnknownHook"
-    assert "lich_before_tool" in (report.error_message or "")
+    assert report.error_message == (
+        "no hook specification named lich_before_tool (did you mean "
+        "'lich_before_tool_call'?) (hooks start with lich_; see docs/plugins.md)"
+    )
     assert host.pm.get_plugin("unknown_hook_plugin") is None
 
 
@@ -219,7 +222,11 @@ async def test_hookimpl_asking_for_an_unknown_argument_fails_validation_whole(wo
     assert report.status == "failed"
     assert report.phase == "validate"
     assert report.error_type == "PluginValidationError"
-    assert "budget" in (report.error_message or "")
+    # The hook's own arguments are named, so the fix is plain.
+    assert report.error_message == (
+        "lich_run_start(run, budget): 'budget' is not an argument of lich_run_start, "
+        "which takes (run)"
+    )
     assert host.pm.get_plugin("bad_args_plugin") is None
     assert not host.has_impls("lich_before_tool_call")
     decision = await host.before_tool_call(ToolCall("1", "anything", {}), run_info(work))
@@ -408,3 +415,18 @@ def test_file_plugin_source_code_path_is_not_a_module_name(work: Path) -> None:
     (report,) = host_in(work).load(["json/plug.py"])
     assert report.source == "file"
     assert report.status == "loaded"
+
+
+def test_a_hook_argument_error_says_what_the_hook_takes(work: Path) -> None:
+    (work / "wrong_args.py").write_text(
+        "def lich_before_tool_call(tool_call, runinfo, budget=None):\n"
+        "    return None\n",
+        encoding="utf-8",
+    )
+    # (An argument with a default is not asked for, as pluggy counts them.)
+    (report,) = host_in(work).load(["wrong_args.py"])
+    assert (report.status, report.phase) == ("failed", "validate")
+    assert report.error_message == (
+        "lich_before_tool_call(tool_call, runinfo): 'tool_call', 'runinfo' are not "
+        "arguments of lich_before_tool_call, which takes (call, run)"
+    )
