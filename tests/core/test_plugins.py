@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 import lich
@@ -430,3 +431,27 @@ def test_a_hook_argument_error_says_what_the_hook_takes(work: Path) -> None:
         "lich_before_tool_call(tool_call, runinfo): 'tool_call', 'runinfo' are not "
         "arguments of lich_before_tool_call, which takes (call, run)"
     )
+
+
+def test_a_command_name_taken_by_another_plugin_is_reported(work: Path) -> None:
+    for name in ("first", "second"):
+        (work / f"{name}.py").write_text(
+            "import click\n"
+            "def lich_register_commands(cli):\n"
+            f"    @cli.command('hello')\n"
+            f"    def hello():\n"
+            f"        click.echo({name!r})\n",
+            encoding="utf-8",
+        )
+    host = host_in(work)
+    host.load(["first.py", "second.py"])
+    group = click.Group("scratch")
+    host.register_commands(group)
+    # One of them keeps the name (pluggy calls later plugins first); the other is told.
+    kept = group.commands["hello"].callback
+    assert kept is not None
+    warned = [r for r in host.reports if r.warnings]
+    assert len(warned) == 1
+    (warning,) = warned[0].warnings
+    assert warning.startswith("command_name_taken: command 'hello' not added; plugin ")
+    assert warned[0].plugin not in warning
