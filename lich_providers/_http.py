@@ -16,6 +16,11 @@ bad_request every other non-2xx status; a 2xx body that does not parse
 network    connection errors, timeouts, a stream that breaks mid-way
 ========== =============================================================
 
+Every error names the URL it was sent to, and the proxy from the environment it
+went through (:meth:`HttpClient.error`): the one place that maps foreign errors.
+A streamed request answered ``200 application/json`` (the server ignored
+``stream: true``) raises :class:`WholeAnswer` with the parsed body.
+
 ``Retry-After`` (seconds or an HTTP-date) becomes ``retry_after`` in seconds.
 Error bodies are cut to :data:`MAX_ERROR_BODY` characters in the message.
 
