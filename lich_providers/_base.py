@@ -29,7 +29,7 @@ from lich.types import (
     ToolDefinition,
     json_type_name,
 )
-from lich_providers._http import HttpClient, WholeAnswer, cut
+from lich_providers._http import HttpClient, SseEvent, WholeAnswer, cut, iter_sse
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +46,7 @@ __all__ = [
     "merge_fields",
     "parse_tool_args",
     "read_key",
+    "sse_events",
 ]
 
 
@@ -304,6 +305,28 @@ def _forget(cache: dict[int, tuple[weakref.ref[Any], Any]], key: int, ref: Any) 
     entry = cache.get(key)
     if entry is not None and entry[0] is ref:
         del cache[key]
+
+
+async def sse_events(provider: HttpProvider, lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """The server-sent events of a streamed answer.
+
+    A body without a single event is no stream (whatever its content type said):
+    one JSON document is the whole answer (:class:`WholeAnswer`), anything else is
+    ``bad_request`` — not a broken stream, retried in vain.
+    """
+    stray: list[str] = []
+    seen = False
+    async for event in iter_sse(lines, stray):
+        seen = True
+        yield event
+    text = "\n".join(stray)
+    if seen or not text.strip():
+        return
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise provider.http.bad_stream("expected a server-sent event stream, got", text) from None
+    raise WholeAnswer(data)
 
 
 def loads_event(provider: HttpProvider, data: str) -> Any:

@@ -194,17 +194,23 @@ class SseEvent:
     data: str
 
 
-async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+async def iter_sse(
+    lines: AsyncIterator[str], stray: list[str] | None = None
+) -> AsyncIterator[SseEvent]:
     """Server-sent events from a stream of lines (the ``text/event-stream`` format).
 
     Multi-line ``data`` is joined with ``\\n``; comments (``:``) and unknown
     fields are ignored; an event still open when the stream ends is delivered.
+    Lines that are no SSE field at all, until the first event, are appended to
+    ``stray`` when given (to tell a body that is not a stream from a broken one).
     """
     event = ""
     data: list[str] = []
+    seen = False
     async for line in lines:
         if not line:
             if data:
+                seen = True
                 yield SseEvent(event, "\n".join(data))
             event, data = "", []
             continue
@@ -217,6 +223,8 @@ async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
             data.append(value)
         elif name == "event":
             event = value
+        elif stray is not None and not seen and name not in ("id", "retry"):
+            stray.append(line)
     if data:
         yield SseEvent(event, "\n".join(data))
 

@@ -108,3 +108,20 @@ async def test_ndjson_labelled_application_json_is_still_read_as_a_stream() -> N
                                  content=lines))
     assert result.message.content == "two lines"
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "two lines"
+
+
+async def test_a_whole_json_answer_under_another_label_is_the_answer_too(kind: str) -> None:
+    # No stream event in the body, but one JSON document: that is the answer.
+    result, events, wire = await ask_streamed(
+        kind, lambda w: whole_answer(w, Reply("labelled text/plain"), "text/plain"))
+    assert result.message.content == "labelled text/plain"
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "labelled text/plain"
+    assert len(wire.requests) == 1
+
+
+async def test_a_body_that_is_neither_a_stream_nor_json_is_bad_request(kind: str) -> None:
+    with pytest.raises(ProviderError) as info:
+        await ask_streamed(kind, httpx.Response(
+            200, headers={"content-type": "text/plain"}, content=b"Service temporarily odd\n"))
+    assert (info.value.kind, info.value.status) == ("bad_request", 200)
+    assert "Service temporarily odd" in info.value.message

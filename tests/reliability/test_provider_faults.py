@@ -66,18 +66,6 @@ def always(kind: str | None) -> Callable[[str, bool], str | None]:
     return lambda _d, _s: kind
 
 
-def sse_ignores(plain: str | None, ollama_stream: str | None) -> Callable[[str, bool], str | None]:
-    # An SSE parser skips lines that are not SSE fields, so a non-SSE body on a streamed
-    # call reads as a stream that ended before its answer (network); Ollama's NDJSON
-    # parser reads the same body line by line.
-    def kind(dialect: str, stream: bool) -> str | None:
-        if not stream:
-            return plain
-        return ollama_stream if dialect == "ollama" else "network"
-
-    return kind
-
-
 OK_PRIMARY = f.Ok(Reply(PRIMARY_TEXT))
 BACKOFF_1 = compute_backoff(1, FAILOVER["base_delay_s"], FAILOVER["max_delay_s"])
 
@@ -110,9 +98,13 @@ SCENARIOS = [
     Scenario("truncated-body", f.Truncated(honest_length=False)),
     Scenario("html-page", f.WrongContentType(), kind=always("bad_request")),
     # The right JSON under a wrong label: content types are not checked for whole
-    # answers, so the answer is used.
+    # answers, so the answer is used, streamed call or not (a body with no stream
+    # events in it that is one JSON document is the whole answer).
     Scenario("json-labelled-text-plain", f.WrongContentType("text/plain", None),
-             kind=sse_ignores(None, None), primary_text=f.LONG_TEXT),
+             kind=always(None), primary_text=f.LONG_TEXT),
+    # Neither a stream nor JSON, under a label that is no error page either.
+    Scenario("garbage-text-plain", f.Garbage(content_type="text/plain"),
+             kind=always("bad_request")),
 ]
 
 
