@@ -137,3 +137,17 @@ def test_a_misspelt_provider_kind_gets_a_did_you_mean(work: Path, lich: Any) -> 
     line = error_line(result.stderr)
     assert "$.providers[0].kind: unknown provider kind 'openai-compat' " \
            "(did you mean 'openai_compat'?)" in line
+
+
+def test_config_validate_warns_about_a_missing_key(work: Path, lich: Any) -> None:
+    config = work / ".lich" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[[providers]]\nkind = \"openai_compat\"\nname = \"p\"\nmodel = \"m\"\n",
+                      encoding="utf-8")
+
+    result = lich("config", "validate")
+
+    # The file is fine; this environment lacks the key a run would need.
+    assert result.exit_code == 0, result.stderr
+    assert ("lich: warning: $.providers[0]: provider 'p': missing API key: set the "
+            "environment variable OPENAI_API_KEY") in result.stderr
