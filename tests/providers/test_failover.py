@@ -288,6 +288,24 @@ async def test_all_failed_error_lists_every_attempt() -> None:
     assert [type(e).__name__ for e in events] == ["Failover", "Retry", "Retry", "Failover"]
 
 
+async def test_one_provider_failing_is_its_own_error_not_a_failover_wrapper() -> None:
+    where = "http://127.0.0.1:9/v1/chat/completions"
+    refused = ProviderError("network", "solo", "connection refused", url=where)
+    busy = ProviderError("rate_limit", "solo", "HTTP 503: busy", status=503, url=where)
+    solo = FakeProvider("solo", busy, refused, refused)
+    r, _ = router(solo)
+    with pytest.raises(ProviderError) as info:
+        await call(r)
+    error = info.value
+    assert (error.provider_name, error.kind, error.url) == ("solo", "network", where)
+    # The last cause, the attempt count, and an earlier different cause: each once.
+    assert str(error) == (
+        f"provider 'solo' ({where}): network: connection refused "
+        "(3 attempts; before that: rate_limit 503: HTTP 503: busy)"
+    )
+    assert [a[2] for a in error.attempts] == ["rate_limit", "network", "network"]
+
+
 async def test_events_without_a_listener_do_not_break_the_router() -> None:
     one, two = FakeProvider("one", err("network", "one"), err("auth", "one")), FakeProvider("two")
     r, _ = router(one, two)
