@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -39,7 +39,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from lich.types import AssistantMessage, ToolCall, ToolMessage, ToolResult, json_type_name
 
-__all__ = ["CHECK", "PARSE", "converter", "describe_errors", "json_type_name"]
+__all__ = ["CHECK", "PARSE", "converter", "describe_errors", "did_you_mean", "json_type_name"]
 
 #: attrs field metadata keys set by :func:`lich.settings.setting`.
 CHECK = "lich.settings.check"
@@ -230,7 +230,7 @@ def describe_errors(exc: BaseException, path: str = "$") -> list[str]:
         where = _bare_keys(where)
         if message.startswith(_UNKNOWN):
             keys, known = message.removeprefix(_UNKNOWN).split("\x00")
-            out.extend(f"{where}.{k}: unknown key{_suggest(k, known.split())}"
+            out.extend(f"{where}.{k}: unknown key{did_you_mean(k, known.split())}"
                        for k in keys.split())
             continue
         name, sep, rest = message.partition(": ")
@@ -247,10 +247,11 @@ def _bare_keys(path: str) -> str:
     return _KEY_IN_BRACKETS.sub(lambda m: f".{m.group(1)}", path)
 
 
-def _suggest(key: str, known: list[str]) -> str:
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a misspelt ``key``, or ''."""
     import difflib
 
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

@@ -18,7 +18,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, get_args
 
 import attrs
 from attrs import field, frozen
@@ -385,8 +385,15 @@ def load_config(
     if env.get("LICH_STRICT_PLUGINS", "").strip().lower() in _ENV_BOOL_TRUE:
         raw["strict_plugins"] = True
         sources["strict_plugins"] = "env"
-    if env.get("LICH_LOG_LEVEL"):
-        raw["log_level"] = env["LICH_LOG_LEVEL"]
+    env_level = env.get("LICH_LOG_LEVEL", "").strip().lower()
+    if env_level and "log_level" not in flags:
+        if env_level not in get_args(LogLevel):
+            # The variable's fault, not the file's: no file name, no $.log_level.
+            raise ConfigError([
+                f"LICH_LOG_LEVEL: {env['LICH_LOG_LEVEL']!r} is not a log level; use one of "
+                + ", ".join(get_args(LogLevel))
+            ])
+        raw["log_level"] = env_level
         sources["log_level"] = "env"
     for key in (
         "system_prompt",

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import attrs
 from attrs import field, frozen
 
+from lich._converter import did_you_mean
 from lich.config import ConfigError, LichConfig, ProviderConfig, no_model_message
 from lich.registry import Registry
 from lich.types import ChatFn, Provider
@@ -194,17 +195,33 @@ class ProviderRegistry(Registry[ProviderKind]):
 
         # By convention a provider plugin's entry point is named after its kind: point at
         # the installed one rather than guessing.
-        plugin = f"the {kind!r} plugin" if kind in installed_entry_points() else (
-            "the plugin that provides it")
+        installed = kind in installed_entry_points()
+        guess = "" if installed else did_you_mean(kind, self.kinds())
+        if guess:  # a typo of a loaded kind ("openai-compat")
+            return (f"$.providers[{index}].kind: unknown provider kind {kind!r}{guess} "
+                    f"(registered kinds: {known})")
+        plugin = f"the {kind!r} plugin" if installed else "the plugin that provides it"
         return (f"$.providers[{index}].kind: provider kind {kind!r} is not registered by any "
                 f"loaded plugin; enable {plugin} (add it to `plugins` in the config) "
                 f"(registered kinds: {known})")
 
     def create(self, config: ProviderConfig, index: int = 0) -> Provider:
-        """Build the provider for ``config``; :class:`ConfigError` if its kind is unknown."""
+        """Build the provider for ``config``.
+
+        A provider may say it cannot work as configured before any request is made:
+        when it has a ``config_problem()`` method returning a reason (the builtin HTTP
+        providers: a required API key that is not set), that is a configuration error.
+
+        :raises ConfigError: the kind is unknown, or the provider reports a problem.
+        """
         resolved = self.resolve(config, index)
         kind = self._items[resolved.kind or ""]
-        return kind.factory(resolved)
+        provider = kind.factory(resolved)
+        check = getattr(provider, "config_problem", None)
+        problem = check() if callable(check) else None
+        if problem:
+            raise ConfigError([f"$.providers[{index}]: provider {resolved.name!r}: {problem}"])
+        return provider
 
 
 def secret_env_names(config: LichConfig, registry: ProviderRegistry) -> frozenset[str]:
@@ -221,7 +238,16 @@ def build_providers(config: LichConfig, registry: ProviderRegistry) -> list[Prov
     """One provider per ``providers`` entry, in config order."""
     if not config.providers:
         raise ConfigError([no_model_message()])
-    return [registry.create(p, i) for i, p in enumerate(config.providers)]
+    providers: list[Provider] = []
+    problems: list[str] = []
+    for i, p in enumerate(config.providers):
+        try:
+            providers.append(registry.create(p, i))
+        except ConfigError as exc:  # every entry's problems at once, not one per try
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return providers
 
 
 def build_chat(

@@ -267,8 +267,11 @@ class ProviderError(Exception):
 
     ``kind`` tells the router what to do: retry ``rate_limit`` and ``network``
     in place, fail over at once on the rest. ``retry_after`` is in seconds.
-    ``attempts`` is filled by a router that tried several providers: one
-    ``(provider, attempt, kind, message)`` tuple per failed attempt.
+    ``attempts`` is filled by a router: one ``(provider, attempt, kind, message)``
+    tuple per failed attempt. ``url`` is the endpoint the request went to and
+    ``proxy`` the HTTP proxy it went through (``"<url> from <VARIABLE>"``, when the
+    environment named one), both without credentials; an HTTP provider sets them so
+    the message says where the call failed.
     """
 
     kind: ProviderErrorKind
@@ -277,13 +280,23 @@ class ProviderError(Exception):
     status: int | None = None
     retry_after: float | None = None
     attempts: tuple[tuple[str, int, str, str], ...] = ()
+    url: str | None = None
+    proxy: str | None = None
 
     def __attrs_post_init__(self) -> None:
         Exception.__init__(self, self.message)
 
     def __str__(self) -> str:
         status = f" {self.status}" if self.status is not None else ""
-        return f"{self.provider_name}: {self.kind}{status}: {self.message}"
+        return f"{self.where}: {self.kind}{status}: {self.message}"
+
+    @property
+    def where(self) -> str:
+        """Who failed: ``provider 'x' (<url>, through the proxy <p>)``, or just the name."""
+        if self.url is None:
+            return self.provider_name
+        proxy = f", through the proxy {self.proxy}" if self.proxy else ""
+        return f"provider {self.provider_name!r} ({self.url}{proxy})"
 
     def __repr__(self) -> str:
         return (

@@ -29,7 +29,7 @@ from lich.types import (
     ToolDefinition,
     json_type_name,
 )
-from lich_providers._http import HttpClient, cut
+from lich_providers._http import HttpClient, SseEvent, WholeAnswer, cut, iter_sse
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +46,7 @@ __all__ = [
     "merge_fields",
     "parse_tool_args",
     "read_key",
+    "sse_events",
 ]
 
 
@@ -161,6 +162,7 @@ class HttpProvider:
             timeout_s=config.timeout_s,
             transport=transport,
             headers=config.headers,
+            path=self.path,
         )
         # id(message) -> (weak reference to it, its wire form); see wire_of().
         self._wire_cache: dict[int, tuple[weakref.ref[Any], Any]] = {}
@@ -235,12 +237,22 @@ class HttpProvider:
 
     def missing_key(self, var: str, why: str = "") -> ProviderError:
         """The ``auth`` error for a required key that is not set."""
-        return ProviderError(
+        return self.http.error(
             "auth",
-            self.name,
             f"missing API key: set the environment variable {var}{why} "
             "(or name another variable in this provider's api_key_env)",
         )
+
+    def config_problem(self) -> str | None:
+        """Why a call cannot work as configured — a required key that is not set — or
+        ``None``. The provider registry asks when it builds the provider, so a missing
+        key is a configuration error before any request (the same check runs again at
+        every call, for a key removed later)."""
+        try:
+            self.auth_headers()
+        except ProviderError as exc:
+            return exc.message
+        return None
 
     def _body(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
@@ -253,9 +265,8 @@ class HttpProvider:
         except ProviderError:
             raise
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-            raise ProviderError(
+            raise self.http.error(
                 "bad_request",
-                self.name,
                 f"unexpected response shape ({type(exc).__name__}: {exc}): "
                 f"{cut(json.dumps(data, default=str))}",
                 status=200,
@@ -273,8 +284,15 @@ class HttpProvider:
         if not options.stream:
             return self._parse(await self.http.post_json(self.path, body, headers))
         assembler = self.assembler(options)
-        async with aclosing(self.http.stream_lines(self.path, body, headers)) as lines:
-            await assembler.consume(lines)
+        try:
+            async with aclosing(self.http.stream_lines(self.path, body, headers)) as lines:
+                await assembler.consume(lines)
+        except WholeAnswer as whole:
+            # The server ignored `stream: true`: its answer is the non-streamed one, and
+            # its text goes out as one delta, so a streaming UI still shows it.
+            result = self._parse(whole.data)
+            assembler.text(result.message.content)
+            return result
         return self._parse(assembler.response())
 
     async def aclose(self) -> None:
@@ -287,6 +305,28 @@ def _forget(cache: dict[int, tuple[weakref.ref[Any], Any]], key: int, ref: Any) 
     entry = cache.get(key)
     if entry is not None and entry[0] is ref:
         del cache[key]
+
+
+async def sse_events(provider: HttpProvider, lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """The server-sent events of a streamed answer.
+
+    A body without a single event is no stream (whatever its content type said):
+    one JSON document is the whole answer (:class:`WholeAnswer`), anything else is
+    ``bad_request`` — not a broken stream, retried in vain.
+    """
+    stray: list[str] = []
+    seen = False
+    async for event in iter_sse(lines, stray):
+        seen = True
+        yield event
+    text = "\n".join(stray)
+    if seen or not text.strip():
+        return
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise provider.http.bad_stream("expected a server-sent event stream, got", text) from None
+    raise WholeAnswer(data)
 
 
 def loads_event(provider: HttpProvider, data: str) -> Any:

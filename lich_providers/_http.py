@@ -16,6 +16,11 @@ bad_request every other non-2xx status; a 2xx body that does not parse
 network    connection errors, timeouts, a stream that breaks mid-way
 ========== =============================================================
 
+Every error names the URL it was sent to, and the proxy from the environment it
+went through (:meth:`HttpClient.error`): the one place that maps foreign errors.
+A streamed request answered ``200 application/json`` (the server ignored
+``stream: true``) raises :class:`WholeAnswer` with the parsed body.
+
 ``Retry-After`` (seconds or an HTTP-date) becomes ``retry_after`` in seconds.
 Error bodies are cut to :data:`MAX_ERROR_BODY` characters in the message.
 
@@ -39,6 +44,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from attrs import frozen
 
@@ -57,8 +63,10 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "HttpClient",
     "SseEvent",
+    "WholeAnswer",
     "cut",
     "encode_body",
+    "env_proxy",
     "error_for_status",
     "iter_sse",
     "kind_for_status",
@@ -186,17 +194,23 @@ class SseEvent:
     data: str
 
 
-async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+async def iter_sse(
+    lines: AsyncIterator[str], stray: list[str] | None = None
+) -> AsyncIterator[SseEvent]:
     """Server-sent events from a stream of lines (the ``text/event-stream`` format).
 
     Multi-line ``data`` is joined with ``\\n``; comments (``:``) and unknown
     fields are ignored; an event still open when the stream ends is delivered.
+    Lines that are no SSE field at all, until the first event, are appended to
+    ``stray`` when given (to tell a body that is not a stream from a broken one).
     """
     event = ""
     data: list[str] = []
+    seen = False
     async for line in lines:
         if not line:
             if data:
+                seen = True
                 yield SseEvent(event, "\n".join(data))
             event, data = "", []
             continue
@@ -209,13 +223,91 @@ async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
             data.append(value)
         elif name == "event":
             event = value
+        elif stray is not None and not seen and name not in ("id", "retry"):
+            stray.append(line)
     if data:
         yield SseEvent(event, "\n".join(data))
 
 
-def _network(provider: str, exc: BaseException, what: str) -> ProviderError:
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what caused it, outermost first (each once)."""
+    out: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and all(cause is not seen for seen in out):
+        out.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return out
+
+
+def _transport_reason(exc: BaseException, what: str) -> str:
+    """What a transport failure means, in words: "connection refused", not httpx's
+    "ConnectError: All connection attempts failed"."""
+    import ssl
+    from socket import gaierror
+
+    causes = _causes(exc)
+    names = {cls.__name__ for cause in causes for cls in type(cause).__mro__}
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, gaierror):
+            return f"cannot resolve the host name ({cause.strerror or cause})"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS failed: {cut(cause.reason or str(cause), 200)}"
+    if "ConnectTimeout" in names:
+        return "connection timed out"
     detail = str(exc) or _os_reason(exc) or type(exc).__name__
-    return ProviderError("network", provider, f"{what}: {type(exc).__name__}: {cut(detail, 200)}")
+    return f"{what}: {type(exc).__name__}: {cut(detail, 200)}"
+
+
+def _public_url(url: str) -> str:
+    """``url`` without its credentials (``user:password@``), to show in a message."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return url
+    if "@" not in parts.netloc or host is None:
+        return url
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether ``no_proxy`` (``*``, or host names and domain suffixes) exempts ``host``."""
+    host = host.lower()
+    for entry in no_proxy.split(","):
+        entry = entry.strip().lower().lstrip(".")
+        if entry == "*" or (entry and (host == entry or host.endswith(f".{entry}"))):
+            return True
+    return False
+
+
+def env_proxy(url: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The proxy from the environment that a request to ``url`` goes through, as
+    ``"<proxy url> from <VARIABLE>"`` (credentials removed), or ``None``.
+
+    Mirrors how httpx picks one (``<scheme>_proxy``, then ``all_proxy``, lower case
+    before upper case, ``no_proxy`` honoured); for messages only.
+    """
+    env = os.environ if env is None else env
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    for base in (parts.scheme.lower(), "all"):
+        for var in (f"{base}_proxy", f"{base}_proxy".upper()):
+            value = env.get(var, "").strip()
+            if not value:
+                continue
+            if _bypassed(parts.hostname or "", env.get("no_proxy") or env.get("NO_PROXY") or ""):
+                return None
+            if "://" not in value:
+                value = f"http://{value}"
+            return f"{_public_url(value)} from {var}"
+    return None
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -229,6 +321,31 @@ def _os_reason(exc: BaseException) -> str:
             return cause.strerror or os.strerror(cause.errno or 0)
         cause = cause.__cause__ or cause.__context__
     return ""
+
+
+class WholeAnswer(Exception):
+    """A streamed request answered with one complete JSON body, not a stream.
+
+    Some servers and proxies ignore ``stream: true`` and answer ``200
+    application/json``. :meth:`HttpClient.stream_lines` raises this (before any line)
+    with the parsed body; the provider reads it as its non-streamed answer.
+    """
+
+    def __init__(self, data: Any) -> None:
+        super().__init__("the server answered with a whole JSON body")
+        self.data = data
+
+
+def _json_lines(text: str) -> list[str] | None:
+    """The lines of ``text`` when every non-blank one is a JSON document (NDJSON), else None."""
+    lines = _NEWLINE.split(text)
+    try:
+        for line in lines:
+            if line.strip():
+                json.loads(line)
+    except ValueError:
+        return None
+    return lines
 
 
 class _TooLarge(Exception):
@@ -269,6 +386,8 @@ class HttpClient:
     :param transport: an ``httpx.AsyncBaseTransport`` (tests pass ``httpx.MockTransport``).
     :param headers: sent with every request.
     :param max_response_bytes: a larger answer is refused (``bad_request``) as it is read.
+    :param path: the path the provider posts to, named in the errors raised outside a
+        request (:meth:`bad_stream`, :meth:`broken_stream`, :meth:`error`).
     """
 
     def __init__(
@@ -281,8 +400,10 @@ class HttpClient:
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        path: str = "",
     ) -> None:
         self.provider = provider
+        self.path = path
         self.base_url = base_url.rstrip("/")
         self.overflow = overflow
         self.timeout_s = timeout_s or DEFAULT_TIMEOUT_S
@@ -339,6 +460,22 @@ class HttpClient:
         """The absolute URL of ``path``."""
         return f"{self.base_url}{path}"
 
+    def error(
+        self, kind: ProviderErrorKind, message: str, *, path: str | None = None, **fields: Any
+    ) -> ProviderError:
+        """A :class:`ProviderError` of this provider that names the URL it tried (and the
+        proxy from the environment the request went through, if any)."""
+        url = self.url(self.path if path is None else path)
+        # httpx only honours the environment's proxies on its own transport.
+        proxy = env_proxy(url) if self._transport is None else None
+        return ProviderError(kind, self.provider, message, url=_public_url(url), proxy=proxy,
+                             **fields)
+
+    def _transport_error(
+        self, exc: BaseException, what: str, path: str | None = None
+    ) -> ProviderError:
+        return self.error("network", _transport_reason(exc, what), path=path)
+
     async def _post(
         self, client: httpx.AsyncClient, path: str, body: Mapping[str, Any],
         headers: Mapping[str, str] | None,
@@ -350,23 +487,24 @@ class HttpClient:
         )
         return await client.send(request, stream=True)
 
-    def _error(self, response: httpx.Response, body: str) -> ProviderError:
-        return error_for_status(
+    def _error(self, response: httpx.Response, body: str, path: str) -> ProviderError:
+        plain = error_for_status(
             self.provider, response.status_code, response.headers, body, self.overflow
         )
+        return self.error(plain.kind, plain.message, path=path, status=plain.status,
+                          retry_after=plain.retry_after)
 
-    def _too_large(self, status: int, size: int) -> ProviderError:
-        return ProviderError(
-            "bad_request", self.provider,
+    def _too_large(self, status: int, size: int, path: str) -> ProviderError:
+        return self.error(
+            "bad_request",
             f"response too large: over the {self.max_response_bytes}-byte limit "
             f"(at least {size} bytes); refused",
-            status=status,
+            path=path, status=status,
         )
 
-    def _bad_body(self, body: str, why: str) -> ProviderError:
-        return ProviderError(
-            "bad_request", self.provider, f"{why}: {cut(body.strip()) or '(empty body)'}",
-            status=200,
+    def _bad_body(self, body: str, why: str, path: str) -> ProviderError:
+        return self.error(
+            "bad_request", f"{why}: {cut(body.strip()) or '(empty body)'}", path=path, status=200
         )
 
     async def post_json(
@@ -391,20 +529,20 @@ class HttpClient:
                 finally:
                     self._checkin(client, slots)
         except _TooLarge as exc:
-            raise self._too_large(response.status_code, exc.size) from None
+            raise self._too_large(response.status_code, exc.size, path) from None
         except TimeoutError as exc:
-            raise ProviderError(
-                "network", self.provider, f"request timed out after {self.timeout_s:g}s"
+            raise self.error(
+                "network", f"request timed out after {self.timeout_s:g}s", path=path
             ) from exc
         except httpx.HTTPError as exc:
-            raise _network(self.provider, exc, "request failed") from exc
+            raise self._transport_error(exc, "request failed", path) from exc
         text = raw.decode(response.encoding or "utf-8", "replace")
         if not response.is_success:
-            raise self._error(response, text)
+            raise self._error(response, text, path)
         try:
             return json.loads(text)
         except ValueError as exc:
-            raise self._bad_body(text, "unparseable response body") from exc
+            raise self._bad_body(text, "unparseable response body", path) from exc
 
     async def stream_lines(
         self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
@@ -431,11 +569,11 @@ class HttpClient:
                     self._checkin(client, slots)
                     raise
         except TimeoutError as exc:
-            raise ProviderError(
-                "network", self.provider, f"request timed out after {self.timeout_s:g}s"
+            raise self.error(
+                "network", f"request timed out after {self.timeout_s:g}s", path=path
             ) from exc
         except httpx.HTTPError as exc:
-            raise _network(self.provider, exc, "request failed") from exc
+            raise self._transport_error(exc, "request failed", path) from exc
         chunks = response.aiter_bytes()
         try:
             if not response.is_success:
@@ -444,7 +582,7 @@ class HttpClient:
                         raw = await _read_capped(response, _MAX_ERROR_READ, strict=False)
                 except (TimeoutError, httpx.HTTPError):
                     raw = b""
-                raise self._error(response, raw.decode("utf-8", "replace"))
+                raise self._error(response, raw.decode("utf-8", "replace"), path)
             media = response.headers.get("content-type", "").split(";")[0].strip().lower()
             if media == "text/html":
                 # A proxy's or a captive portal's page, never a model stream: say so, instead
@@ -455,7 +593,12 @@ class HttpClient:
                 except (TimeoutError, httpx.HTTPError):
                     raw = b""
                 raise self._bad_body(raw.decode("utf-8", "replace"),
-                                     "expected a streamed answer, got a text/html page")
+                                     "expected a streamed answer, got a text/html page", path)
+            if media == "application/json" or media.endswith("+json"):
+                # A server that ignored `stream: true`: the body is the whole answer.
+                async for line in self._whole_json(response, path):
+                    yield line
+                return
             # Lines are split here rather than by httpx's aiter_lines(), which would buffer
             # an endless line whole: every byte is counted against the cap as it arrives.
             decoder = codecs.getincrementaldecoder(response.encoding or "utf-8")("replace")
@@ -469,15 +612,14 @@ class HttpClient:
                 except StopAsyncIteration:
                     break
                 except TimeoutError as exc:
-                    raise ProviderError(
-                        "network", self.provider,
-                        f"stream stalled: no data for {self.timeout_s:g}s",
+                    raise self.error(
+                        "network", f"stream stalled: no data for {self.timeout_s:g}s", path=path
                     ) from exc
                 except httpx.HTTPError as exc:
-                    raise _network(self.provider, exc, "stream broken") from exc
+                    raise self._transport_error(exc, "stream broken", path) from exc
                 size += len(chunk)
                 if size > self.max_response_bytes:
-                    raise self._too_large(response.status_code, size)
+                    raise self._too_large(response.status_code, size, path)
                 text = carry + decoder.decode(chunk)
                 carry = "\r" if text.endswith("\r") else ""
                 text = text[: len(text) - len(carry)]
@@ -502,14 +644,49 @@ class HttpClient:
             finally:
                 self._checkin(client, slots)
 
+    async def _whole_json(
+        self, response: httpx.Response, path: str
+    ) -> AsyncGenerator[str, None]:
+        """A ``200 application/json`` answer to a streamed request: raise
+        :class:`WholeAnswer` with it, or yield its lines when it is NDJSON under the
+        wrong label; anything else is ``bad_request`` (not retried: the server would
+        answer the same again)."""
+        import httpx
+
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                raw = await _read_capped(response, self.max_response_bytes)
+        except _TooLarge as exc:
+            raise self._too_large(response.status_code, exc.size, path) from None
+        except TimeoutError as exc:
+            raise self.error(
+                "network", f"response stalled: no data for {self.timeout_s:g}s", path=path
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, "response broken", path) from exc
+        text = raw.decode(response.encoding or "utf-8", "replace")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            lines = _json_lines(text) if text.strip() else None
+            if lines is None:
+                raise self._bad_body(
+                    text, "unparseable response body (application/json, asked for a stream)",
+                    path,
+                ) from None
+            for line in lines:
+                yield line
+            return
+        raise WholeAnswer(data)
+
     def bad_stream(self, why: str, data: str = "") -> ProviderError:
         """The error for a stream whose content makes no sense (``bad_request``)."""
         suffix = f": {cut(data.strip())}" if data.strip() else ""
-        return ProviderError("bad_request", self.provider, f"{why}{suffix}", status=200)
+        return self.error("bad_request", f"{why}{suffix}", status=200)
 
     def broken_stream(self, why: str) -> ProviderError:
         """The error for a stream that ended before its answer was complete (``network``)."""
-        return ProviderError("network", self.provider, f"stream broken: {why}")
+        return self.error("network", f"stream broken: {why}")
 
     async def aclose(self) -> None:
         """Close every connection, idle or in use (new ones are opened by the next request).

@@ -43,8 +43,9 @@ from lich_providers._base import (
     loads_event,
     parse_tool_args,
     read_key,
+    sse_events,
 )
-from lich_providers._http import cut, iter_sse, kind_for_status
+from lich_providers._http import cut, kind_for_status
 
 if TYPE_CHECKING:
     from lich.providers import ProviderRegistry
@@ -161,8 +162,8 @@ class AnthropicProvider(HttpProvider):
         status = _ERROR_STATUS.get(str(kind_name))
         # An error type we do not know, reported mid-stream, is treated as a broken stream.
         kind = kind_for_status(status, message, self.overflow) if status else "network"
-        return ProviderError(
-            kind, self.name, f"{what}: {kind_name or 'error'}: {cut(message)}", status=status
+        return self.http.error(
+            kind, f"{what}: {kind_name or 'error'}: {cut(message)}", status=status
         )
 
     def parse_response(self, data: Any) -> ChatResult:
@@ -232,7 +233,7 @@ class _AnthropicStream(StreamAssembler):
         self.text(piece)
 
     async def consume(self, lines: AsyncIterator[str]) -> None:
-        async for event in iter_sse(lines):
+        async for event in sse_events(self.provider, lines):
             data = loads_event(self.provider, event.data)
             if not isinstance(data, dict):
                 raise self.provider.http.bad_stream("stream event is not an object", event.data)

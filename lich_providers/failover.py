@@ -207,20 +207,51 @@ class FailoverRouter:
     def _all_failed(self, failures: Sequence[tuple[str, int, ProviderError]]) -> ProviderError:
         last = failures[-1][2]
         attempts = tuple((name, n, e.kind, e.message) for name, n, e in failures)
+        if len(self.providers) == 1:
+            # One provider: its own error, where it happened, and how often it was tried;
+            # no "failover" wrapper around it, no cause repeated once per attempt.
+            return attrs.evolve(_summary([e for _, _, e in failures]), attempts=attempts)
+        by_provider: dict[str, list[ProviderError]] = {}
+        for name, _, error in failures:
+            by_provider.setdefault(name, []).append(error)
         listing = "; ".join(
-            f"{name} attempt {n}: {e.kind}: {truncate_text(e.message, 200, style='inline')}"
-            for name, n, e in failures
+            truncate_text(str(_summary(errors)), 400, style="inline")
+            for errors in by_provider.values()
         )
         count = len(self.providers)
         return ProviderError(
             last.kind,
             "failover",
             f"all {count} provider{'s' if count != 1 else ''} failed "
-            f"({len(failures)} attempt{'s' if len(failures) != 1 else ''}): {listing}",
+            f"({_attempts(len(failures))}): {listing}",
             status=last.status,
             retry_after=last.retry_after,
             attempts=attempts,
         )
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt{'s' if count != 1 else ''}"
+
+
+def _summary(errors: Sequence[ProviderError]) -> ProviderError:
+    """One provider's failed attempts as its last error, saying how many there were and
+    each earlier cause that differed (once)."""
+    last = errors[-1]
+    seen = {_cause(last)}
+    earlier = []
+    for error in errors[:-1]:
+        if _cause(error) not in seen:
+            seen.add(_cause(error))
+            status = f" {error.status}" if error.status is not None else ""
+            earlier.append(f"; before that: {error.kind}{status}: "
+                           f"{truncate_text(error.message, 200, style='inline')}")
+    return attrs.evolve(last, message=f"{last.message} ({_attempts(len(errors))}"
+                                      f"{''.join(earlier)})")
+
+
+def _cause(error: ProviderError) -> tuple[str, int | None, str]:
+    return (error.kind, error.status, error.message)
 
 
 @attrs.frozen

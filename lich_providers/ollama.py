@@ -195,7 +195,7 @@ class OllamaProvider(HttpProvider):
 
     def _error(self, error: Any) -> ProviderError:
         text = error if isinstance(error, str) else json.dumps(error)
-        return ProviderError("bad_request", self.name, f"ollama error: {cut(text)}", status=200)
+        return self.http.error("bad_request", f"ollama error: {cut(text)}", status=200)
 
     def assembler(self, options: ChatOptions) -> StreamAssembler:
         """An assembler for one NDJSON stream."""

@@ -40,8 +40,9 @@ from lich_providers._base import (
     loads_event,
     parse_tool_args,
     read_key,
+    sse_events,
 )
-from lich_providers._http import cut, iter_sse, kind_for_status
+from lich_providers._http import cut, kind_for_status
 
 if TYPE_CHECKING:
     from lich.providers import ProviderRegistry
@@ -170,7 +171,7 @@ class OpenAICompatProvider(HttpProvider):
             message, code = str(error), None
         status = code if isinstance(code, int) and 400 <= code < 600 else None
         kind = kind_for_status(status, message, self.overflow) if status else default
-        return ProviderError(kind, self.name, f"error in response: {cut(message)}", status=status)
+        return self.http.error(kind, f"error in response: {cut(message)}", status=status)
 
     def assembler(self, options: ChatOptions) -> StreamAssembler:
         """An assembler for one chat-completions SSE stream."""
@@ -200,7 +201,7 @@ class _OpenAIStream(StreamAssembler):
         return self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
 
     async def consume(self, lines: AsyncIterator[str]) -> None:
-        async for event in iter_sse(lines):
+        async for event in sse_events(self.provider, lines):
             if event.data.strip() == "[DONE]":
                 return
             chunk = loads_event(self.provider, event.data)

@@ -464,6 +464,13 @@ def config_validate(settings: Settings) -> int:
             registry.resolve(provider, i)
         except ConfigError as exc:
             errors.extend(exc.problems)
+            continue
+        try:
+            # What the provider itself would refuse (a required key not set): this
+            # environment's problem, not the file's, so a warning.
+            registry.create(provider, i)
+        except ConfigError as exc:
+            warnings.extend(exc.problems)
     if len(config.providers) > 1 and not host.has_impls("lich_make_router"):
         errors.append("$.providers: several providers but no router plugin is loaded; "
                       "enable the 'failover' plugin")

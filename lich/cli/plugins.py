@@ -57,7 +57,9 @@ def _exercise(host: PluginHost, config: LichConfig) -> None:
     with quiet_plugin_log():
         host.register_providers(ProviderRegistry())
         build_tool_registry(host, config)
-        host.register_commands(click.Group("scratch"))
+        from lich.cli.root import BUILTIN_COMMANDS
+
+        host.register_commands(click.Group("scratch"), reserved=BUILTIN_COMMANDS)
 
 
 def plugins_list(settings: Settings, as_json: bool) -> int:
@@ -84,8 +86,11 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
         for r in reports:
             style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
             hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
+            # A loaded plugin's warnings (a command name it could not take) go where a
+            # failed one's error would.
+            problem = r.describe_error() or "; ".join(f"warning: {w}" for w in r.warnings)
             add_row(table, r.entry, r.plugin or "", r.version or "",
-                     Text(r.status, style=style), hooks, r.describe_error())
+                     Text(r.status, style=style), hooks, problem)
         console = out_console()
         print_table(console, table)
         failed = len(host.failures)

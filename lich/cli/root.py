@@ -93,15 +93,12 @@ class LichGroup(click.Group):
             config = load_settings_config(settings).config
             host = self._host = host_for(settings, config)
             with quiet_plugin_log():
-                host.register_commands(self)
+                # Builtins win over plugin commands; a plugin's command named like one is
+                # left out and reported on its load report (`lich plugins` shows it).
+                host.register_commands(self, reserved=BUILTIN_COMMANDS)
         except Exception as exc:  # whatever happens here, `lich --help` must keep working
             self.plugin_problem = f"{type(exc).__name__}: {exc}"
             return
-        for name in set(self.commands) - set(before):
-            if name in BUILTIN_COMMANDS:
-                del self.commands[name]  # builtins win over plugin commands
-        for name, command in before.items():
-            self.commands[name] = command  # (also over a plugin replacing a loaded one)
         self._plugin_commands = set(self.commands) - set(before) - set(BUILTIN_COMMANDS)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

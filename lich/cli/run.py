@@ -141,13 +141,15 @@ def exit_code_for(outcome: Interruptible) -> int:
 
 
 def describe_provider_error(exc: ProviderError) -> str:
-    """The error and, for a router, every attempt it made."""
+    """``model call failed: <who and where>: <kind>: <why>``, and any attempt of a
+    router whose cause its message does not already say (each cause once)."""
     text = str(exc)
     lines = [f"model call failed: {text}"]
     for provider, attempt, kind, message in exc.attempts:
-        line = f"{provider} attempt {attempt}: {kind}: {message}"
-        if line not in text:  # the failover router already lists them in its message
-            lines.append(f"  {line}")
+        if message in text:  # the router's message already says it (e.g. cut to fit)
+            continue
+        text += message
+        lines.append(f"  {provider} attempt {attempt}: {kind}: {message}")
     return "\n".join(lines)
 
 

@@ -137,6 +137,9 @@ _KIND_TEXT = {
     "network": "the model provider could not be reached; try again shortly",
     "unknown": "the model provider failed",
 }
+# rate_limit also covers a provider's 5xx answers (they are retried the same way), but a
+# user whose model failed must not be told it is rate limiting them. 529 is "overloaded".
+_SERVER_ERROR_TEXT = "the model provider failed (a server error); try again shortly"
 
 
 def sanitize_error(exc: BaseException) -> tuple[str, str]:
@@ -151,6 +154,9 @@ def sanitize_error(exc: BaseException) -> tuple[str, str]:
     kind = getattr(exc, "kind", None)
     if isinstance(kind, str) and kind in _KIND_TEXT and hasattr(exc, "provider_name"):
         reason = _KIND_TEXT[kind]
+        status = getattr(exc, "status", None)
+        if kind == "rate_limit" and isinstance(status, int) and status >= 500 and status != 529:
+            reason = _SERVER_ERROR_TEXT
     elif isinstance(exc, TimeoutError):
         reason = "the request timed out"
     else:

@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -134,17 +134,43 @@ class PluginHost(PluginLoader, HookCaller):
                 self._fail_loaded(impl.plugin_name, "validate", exc)
         return problems
 
-    def register_commands(self, cli: click.Group) -> None:
-        """Call ``lich_register_commands``; a plugin whose hook raises has its commands removed."""
+    def register_commands(self, cli: click.Group, reserved: Collection[str] = ()) -> None:
+        """Call ``lich_register_commands``; a plugin whose hook raises has its commands removed.
+
+        A command whose name is taken — one of ``reserved`` (the builtin commands), or a
+        command already in ``cli`` (another plugin's) — is not added: the one there stays,
+        and the plugin's load report gets a warning naming the collision.
+        """
+        owners: dict[str, str] = {}
         for impl in self._impls("lich_register_commands"):
-            before = set(cli.commands)
+            before = dict(cli.commands)
             try:
                 _call_sync(impl, {"cli": cli})
             except Exception as exc:
-                for name in set(cli.commands) - before:
+                for name in set(cli.commands) - set(before):
                     del cli.commands[name]
                 self._forget_everywhere(impl.plugin_name)
                 self._fail_loaded(impl.plugin_name, "register", exc)
+                continue
+            for name, command in list(cli.commands.items()):
+                if before.get(name) is command:
+                    continue
+                if name in reserved:
+                    taken = "the builtin command"
+                elif name in before:
+                    owner = owners.get(name)
+                    taken = (f"plugin {owner!r}'s command" if owner
+                             else "an existing command")
+                else:
+                    owners[name] = impl.plugin_name
+                    continue
+                if name in before:
+                    cli.commands[name] = before[name]
+                else:
+                    del cli.commands[name]
+                self._warn(impl.plugin_name,
+                           f"command_name_taken: command {name!r} not added; {taken} "
+                           f"{name!r} keeps the name (rename the plugin's command)")
 
     def make_router(self, providers: list[Provider], config: LichConfig) -> ChatFn | None:
         """``lich_make_router``: the first non-``None`` answer, or ``None``.

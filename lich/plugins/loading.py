@@ -36,6 +36,7 @@ import pluggy
 from attrs import evolve, field, frozen
 
 from lich import hookspecs
+from lich._converter import did_you_mean
 from lich.hooks import PROJECT
 
 __all__ = [
@@ -276,10 +277,12 @@ class PluginLoader:
             # plugin's name): take them all out so nothing of a failed plugin stays.
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
-            phase: Phase = "validate" if isinstance(exc, pluggy.PluginValidationError) else (
-                "register"
-            )
-            return _failed(base, phase, exc)
+            if isinstance(exc, pluggy.PluginValidationError):
+                failed = _failed(base, "validate", exc)
+                # pluggy names the hook but not what it takes: say that instead.
+                problem = self._argument_problem(plugin)
+                return evolve(failed, error_message=problem) if problem else failed
+            return _failed(base, "register", exc)
         unknown = [
             caller.name
             for caller in self.pm.get_hookcallers(plugin) or ()
@@ -290,16 +293,51 @@ class PluginLoader:
         ]
         if unknown:
             self.pm.unregister(plugin)
+            known = self._hook_names()
             return evolve(
                 base,
                 phase="validate",
                 error_type="UnknownHook",
                 error_message="no hook specification named "
-                + ", ".join(sorted(unknown))
+                + ", ".join(f"{name}{did_you_mean(name, known)}" for name in sorted(unknown))
                 + " (hooks start with lich_; see docs/plugins.md)",
             )
         hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
         return evolve(base, status="loaded", hooks=tuple(hooks))
+
+    def _hook_names(self) -> list[str]:
+        """Every hook lich specifies."""
+        return sorted(name for name, caller in vars(self.pm.hook).items()
+                      if getattr(caller, "spec", None) is not None)
+
+    def _argument_problem(self, plugin: object) -> str | None:
+        """What is wrong with the arguments of ``plugin``'s hook implementations, naming
+        the arguments each hook takes (``lich_before_tool_call takes (call, run)``)."""
+        problems = []
+        for attr in dir(plugin):
+            opts = self.pm.parse_hookimpl_opts(plugin, attr)
+            if opts is None:
+                continue
+            hook = opts.get("specname") or attr
+            spec = getattr(getattr(self.pm.hook, hook, None), "spec", None)
+            if spec is None:
+                continue
+            try:
+                params = inspect.signature(getattr(plugin, attr)).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            # As pluggy counts them: the arguments without a default.
+            wanted = [p.name for p in params if p.default is p.empty and p.kind in (
+                p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            extra = [name for name in wanted if name not in spec.argnames]
+            if extra:
+                which = ", ".join(repr(name) for name in extra)
+                problems.append(
+                    f"{attr}({', '.join(wanted)}): {which} "
+                    f"{'is not an argument' if len(extra) == 1 else 'are not arguments'} "
+                    f"of {hook}, which takes ({', '.join(spec.argnames)})"
+                )
+        return "; ".join(problems) or None
 
     def _resolve(self, entry: str) -> _Resolved:
         if not entry:

@@ -233,6 +233,22 @@ def test_plugin_commands_appear_in_help_and_run(
     assert "remembers the conversation" in chat_help.stdout
 
 
+def test_a_plugin_command_named_like_a_builtin_is_reported(work: Path, lich: Any) -> None:
+    (work / "greeter.py").write_text(COMMAND_PLUGIN, encoding="utf-8")
+
+    listed = lich("--plugin", "greeter.py", "plugins", "--json")
+    table = lich("--plugin", "greeter.py", "plugins")
+
+    assert listed.exit_code == 0, listed.stderr
+    (report,) = [r for r in json.loads(listed.stdout) if r["entry"].endswith("greeter.py")]
+    taken = ("command_name_taken: command 'chat' not added; the builtin command 'chat' "
+             "keeps the name (rename the plugin's command)")
+    # The plugin still loads (its other command works); the collision is on its report.
+    assert report["status"] == "loaded"
+    assert report["warnings"] == [taken]
+    assert f"warning: {taken}" in " ".join(table.stdout.split())
+
+
 def test_plugin_commands_from_the_config(work: Path, scripted: Any, lich: Any) -> None:
     (work / "greeter.py").write_text(COMMAND_PLUGIN, encoding="utf-8")
     server = scripted()

@@ -316,6 +316,25 @@ def test_strict_plugins_and_log_level_from_env(tmp_path: Path, home: Path) -> No
     assert load(tmp_path, env={"LICH_STRICT_PLUGINS": "0"}).strict_plugins is False
 
 
+def test_a_bad_log_level_in_the_environment_is_blamed_on_the_variable(
+    tmp_path: Path, home: Path
+) -> None:
+    # A config file exists (and is fine): the message must not point at it.
+    write_config(tmp_path, "max_turns = 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(work_dir=tmp_path, env={"LICH_LOG_LEVEL": "verbose"})
+    assert str(info.value) == (
+        "LICH_LOG_LEVEL: 'verbose' is not a log level; use one of debug, info, warn, "
+        "warning, error"
+    )
+    assert info.value.file is None
+    # Case does not matter in the variable; a --log-level flag makes it irrelevant.
+    assert load(tmp_path, env={"LICH_LOG_LEVEL": "DEBUG"}).log_level == "debug"
+    flagged = load_config(work_dir=tmp_path, env={"LICH_LOG_LEVEL": "verbose"},
+                          flags={"log_level": "error"})
+    assert flagged.config.log_level == "error"
+
+
 def test_flags_win_over_file_and_env(tmp_path: Path, home: Path) -> None:
     write_config(tmp_path, "max_turns = 5\nplugins = ['builtin_tools']\n")
     other = tmp_path / "other"

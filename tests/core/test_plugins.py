@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 import lich
@@ -207,7 +208,10 @@ def test_unknown_hook_name_fails_validation_and_registers_nothing(work: Path) ->
     assert report.status == "failed"
     assert report.phase == "validate"
     assert report.error_type == "UnknownHook"
-    assert "lich_before_tool" in (report.error_message or "")
+    assert report.error_message == (
+        "no hook specification named lich_before_tool (did you mean "
+        "'lich_before_tool_call'?) (hooks start with lich_; see docs/plugins.md)"
+    )
     assert host.pm.get_plugin("unknown_hook_plugin") is None
 
 
@@ -219,7 +223,11 @@ async def test_hookimpl_asking_for_an_unknown_argument_fails_validation_whole(wo
     assert report.status == "failed"
     assert report.phase == "validate"
     assert report.error_type == "PluginValidationError"
-    assert "budget" in (report.error_message or "")
+    # The hook's own arguments are named, so the fix is plain.
+    assert report.error_message == (
+        "lich_run_start(run, budget): 'budget' is not an argument of lich_run_start, "
+        "which takes (run)"
+    )
     assert host.pm.get_plugin("bad_args_plugin") is None
     assert not host.has_impls("lich_before_tool_call")
     decision = await host.before_tool_call(ToolCall("1", "anything", {}), run_info(work))
@@ -408,3 +416,42 @@ def test_file_plugin_source_code_path_is_not_a_module_name(work: Path) -> None:
     (report,) = host_in(work).load(["json/plug.py"])
     assert report.source == "file"
     assert report.status == "loaded"
+
+
+def test_a_hook_argument_error_says_what_the_hook_takes(work: Path) -> None:
+    (work / "wrong_args.py").write_text(
+        "def lich_before_tool_call(tool_call, runinfo, budget=None):\n"
+        "    return None\n",
+        encoding="utf-8",
+    )
+    # (An argument with a default is not asked for, as pluggy counts them.)
+    (report,) = host_in(work).load(["wrong_args.py"])
+    assert (report.status, report.phase) == ("failed", "validate")
+    assert report.error_message == (
+        "lich_before_tool_call(tool_call, runinfo): 'tool_call', 'runinfo' are not "
+        "arguments of lich_before_tool_call, which takes (call, run)"
+    )
+
+
+def test_a_command_name_taken_by_another_plugin_is_reported(work: Path) -> None:
+    for name in ("first", "second"):
+        (work / f"{name}.py").write_text(
+            "import click\n"
+            "def lich_register_commands(cli):\n"
+            f"    @cli.command('hello')\n"
+            f"    def hello():\n"
+            f"        click.echo({name!r})\n",
+            encoding="utf-8",
+        )
+    host = host_in(work)
+    host.load(["first.py", "second.py"])
+    group = click.Group("scratch")
+    host.register_commands(group)
+    # One of them keeps the name (pluggy calls later plugins first); the other is told.
+    kept = group.commands["hello"].callback
+    assert kept is not None
+    warned = [r for r in host.reports if r.warnings]
+    assert len(warned) == 1
+    (warning,) = warned[0].warnings
+    assert warning.startswith("command_name_taken: command 'hello' not added; plugin ")
+    assert warned[0].plugin not in warning

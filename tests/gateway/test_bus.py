@@ -192,6 +192,9 @@ async def test_errors_reach_users_sanitised_and_the_logs_in_full(
     assert re.fullmatch(r"agent error: [^\n]+ \(ref [0-9a-f]{8}\)", reply.text)
     assert secret not in reply.text
     assert "Traceback" not in reply.text
+    # The model's server failed (HTTP 500): said so, not blamed on rate limiting.
+    assert "the model provider failed (a server error)" in reply.text
+    assert "rate limit" not in reply.text
     ref = reply.text.rsplit("ref ", 1)[1].rstrip(")")
     failed = events(gateway_log, "run_failed")
     assert failed

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lich.gateway._format import split_text, utf16_len
+from lich.gateway._format import sanitize_error, split_text, utf16_len
+from lich.types import ProviderError
 
 EMOJI = "\U0001F600"
 
@@ -56,3 +57,22 @@ def test_utf16_chunks_fit_and_keep_every_non_space_character(text: str, limit: i
     assert all(0 < utf16_len(c) <= limit for c in chunks)
     # Only whitespace at the cuts is dropped.
     assert "".join("".join(chunks).split()) == "".join(text.split())
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (500, "the model provider failed (a server error); try again shortly"),
+        (502, "the model provider failed (a server error); try again shortly"),
+        (503, "the model provider failed (a server error); try again shortly"),
+        (429, "the model provider is rate limiting requests; try again shortly"),
+        (529, "the model provider is rate limiting requests; try again shortly"),
+        (None, "the model provider is rate limiting requests; try again shortly"),
+    ],
+)
+def test_a_server_error_is_not_called_rate_limiting(status: int | None, said: str) -> None:
+    # Every 5xx is retried like a rate limit (kind rate_limit); the user is told what
+    # really happened.
+    error = ProviderError("rate_limit", "p", f"HTTP {status}: upstream broke", status=status)
+    text, ref = sanitize_error(error)
+    assert text == f"agent error: {said} (ref {ref})"

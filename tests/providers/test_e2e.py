@@ -201,7 +201,12 @@ def test_run_sync_twice_reuses_the_provider_across_event_loops(
 
 
 @pytest.mark.parametrize("missing", KINDS)
-def test_provider_kind_without_its_plugin_is_a_config_error(missing: str, tmp_path: Path) -> None:
+def test_provider_kind_without_its_plugin_is_a_config_error(
+    missing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Keys set: the providers that can be built are fine (a missing key is another error).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     others = tuple(k for k in KINDS if k != missing)
     config = make_test_config(
         tmp_path,
@@ -224,8 +229,10 @@ def test_several_providers_without_a_router_is_a_config_error(tmp_path: Path) ->
     config = make_test_config(
         tmp_path,
         plugins=("openai_compat",),
-        providers=(ProviderConfig(kind="openai_compat", name="a", model="m"),
-                   ProviderConfig(kind="openai_compat", name="b", model="m")),
+        providers=(ProviderConfig(kind="openai_compat", name="a", model="m",
+                                  base_url="http://127.0.0.1:9/v1"),
+                   ProviderConfig(kind="openai_compat", name="b", model="m",
+                                  base_url="http://127.0.0.1:9/v1")),
     )
     with pytest.raises(ConfigError, match="enable the 'failover' plugin"):
         Agent(config)

@@ -280,10 +280,31 @@ async def test_all_failed_error_lists_every_attempt() -> None:
     )
     # The last failure decides the kind (the loop reports it); the message names them all.
     assert (error.kind, error.status, error.provider_name) == ("bad_request", 400, "failover")
-    assert error.message.startswith("all 3 providers failed (5 attempts): ")
-    for name, n, kind, _ in error.attempts:
-        assert f"{name} attempt {n}: {kind}" in error.message
+    # Each provider once, with its last cause, its attempt count and any earlier cause.
+    assert error.message == (
+        "all 3 providers failed (5 attempts): one: auth 401: auth happened (1 attempt); "
+        "two: network: network happened (3 attempts; before that: rate_limit 429: "
+        "rate_limit happened); three: bad_request 400: bad_request happened (1 attempt)"
+    )
     assert [type(e).__name__ for e in events] == ["Failover", "Retry", "Retry", "Failover"]
+
+
+async def test_one_provider_failing_is_its_own_error_not_a_failover_wrapper() -> None:
+    where = "http://127.0.0.1:9/v1/chat/completions"
+    refused = ProviderError("network", "solo", "connection refused", url=where)
+    busy = ProviderError("rate_limit", "solo", "HTTP 503: busy", status=503, url=where)
+    solo = FakeProvider("solo", busy, refused, refused)
+    r, _ = router(solo)
+    with pytest.raises(ProviderError) as info:
+        await call(r)
+    error = info.value
+    assert (error.provider_name, error.kind, error.url) == ("solo", "network", where)
+    # The last cause, the attempt count, and an earlier different cause: each once.
+    assert str(error) == (
+        f"provider 'solo' ({where}): network: connection refused "
+        "(3 attempts; before that: rate_limit 503: HTTP 503: busy)"
+    )
+    assert [a[2] for a in error.attempts] == ["rate_limit", "network", "network"]
 
 
 async def test_events_without_a_listener_do_not_break_the_router() -> None:

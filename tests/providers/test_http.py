@@ -9,7 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lich_providers._base import parse_tool_args
-from lich_providers._http import SseEvent, cut, iter_sse, kind_for_status, parse_retry_after
+from lich_providers._http import (
+    SseEvent,
+    cut,
+    env_proxy,
+    iter_sse,
+    kind_for_status,
+    parse_retry_after,
+)
 
 OVERFLOW = re.compile(r"context|token|maximum", re.I)
 
@@ -76,3 +83,26 @@ def test_parse_tool_args(raw: object, args: dict[str, object], error: str | None
     else:
         assert got_error is not None
         assert got_error.startswith(error)
+
+
+@pytest.mark.parametrize(
+    ("env", "url", "expected"),
+    [
+        ({}, "http://h/x", None),
+        ({"HTTP_PROXY": "http://p:1"}, "http://h/x", "http://p:1 from HTTP_PROXY"),
+        ({"HTTP_PROXY": "http://p:1"}, "https://h/x", None),
+        ({"http_proxy": "p:2", "HTTP_PROXY": "http://p:1"}, "http://h/x",
+         "http://p:2 from http_proxy"),
+        ({"ALL_PROXY": "socks5://p:3"}, "https://h/x", "socks5://p:3 from ALL_PROXY"),
+        ({"HTTPS_PROXY": "http://u:pw@p:4"}, "https://h/x", "http://p:4 from HTTPS_PROXY"),
+        ({"HTTP_PROXY": "http://p:1", "NO_PROXY": "example.com,h"}, "http://h/x", None),
+        ({"HTTP_PROXY": "http://p:1", "no_proxy": ".example.com"}, "http://a.example.com/", None),
+        ({"HTTP_PROXY": "http://p:1", "NO_PROXY": "*"}, "http://h/x", None),
+        ({"HTTP_PROXY": "http://p:1", "NO_PROXY": "xh"}, "http://h/x",
+         "http://p:1 from HTTP_PROXY"),
+    ],
+)
+def test_env_proxy_names_the_proxy_a_request_goes_through(
+    env: dict[str, str], url: str, expected: str | None
+) -> None:
+    assert env_proxy(url, env) == expected

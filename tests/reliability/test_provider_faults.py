@@ -66,18 +66,6 @@ def always(kind: str | None) -> Callable[[str, bool], str | None]:
     return lambda _d, _s: kind
 
 
-def sse_ignores(plain: str | None, ollama_stream: str | None) -> Callable[[str, bool], str | None]:
-    # An SSE parser skips lines that are not SSE fields, so a non-SSE body on a streamed
-    # call reads as a stream that ended before its answer (network); Ollama's NDJSON
-    # parser reads the same body line by line.
-    def kind(dialect: str, stream: bool) -> str | None:
-        if not stream:
-            return plain
-        return ollama_stream if dialect == "ollama" else "network"
-
-    return kind
-
-
 OK_PRIMARY = f.Ok(Reply(PRIMARY_TEXT))
 BACKOFF_1 = compute_backoff(1, FAILOVER["base_delay_s"], FAILOVER["max_delay_s"])
 
@@ -105,14 +93,18 @@ SCENARIOS = [
     Scenario("reset-mid-stream", f.ResetMidStream(6), resets_stream=True),
     Scenario("never-answers", f.NeverAnswer(), timeout_s=TIMEOUT_S),
     Scenario("stalls-after-tokens", f.StallAfter(6), resets_stream=True, timeout_s=TIMEOUT_S),
-    Scenario("garbage-body", f.Garbage(), kind=sse_ignores("bad_request", "bad_request")),
+    Scenario("garbage-body", f.Garbage(), kind=always("bad_request")),
     Scenario("truncated-json", f.Truncated(honest_length=True), kind=always("bad_request")),
     Scenario("truncated-body", f.Truncated(honest_length=False)),
     Scenario("html-page", f.WrongContentType(), kind=always("bad_request")),
     # The right JSON under a wrong label: content types are not checked for whole
-    # answers, so the answer is used.
+    # answers, so the answer is used, streamed call or not (a body with no stream
+    # events in it that is one JSON document is the whole answer).
     Scenario("json-labelled-text-plain", f.WrongContentType("text/plain", None),
-             kind=sse_ignores(None, None), primary_text=f.LONG_TEXT),
+             kind=always(None), primary_text=f.LONG_TEXT),
+    # Neither a stream nor JSON, under a label that is no error page either.
+    Scenario("garbage-text-plain", f.Garbage(content_type="text/plain"),
+             kind=always("bad_request")),
 ]
 
 
@@ -159,6 +151,7 @@ async def run_case(
         for server in servers:
             await asyncio.to_thread(server.stop)
     outcome["faults"] = servers[0].faults
+    outcome["primary_url"] = servers[0].base_url
     outcome["requests"] = [len(s.requests) for s in servers]
     return outcome
 
@@ -189,7 +182,10 @@ def check(outcome: dict[str, Any], dialect: str, stream: bool, scenario: Scenari
     else:
         assert isinstance(error, ProviderError), f"{label}: expected a ProviderError"
         assert error.kind == expected_kind, f"{label}: {error}"
-        assert error.provider_name == "failover"
+        # One provider: its own error (naming where it was sent), not a failover wrapper.
+        assert error.provider_name == "primary", label
+        assert error.url is not None, label
+        assert error.url.startswith(outcome["primary_url"]), label
         assert error.message, label
         assert error.attempts, label
         assert all(a[0] == "primary" for a in error.attempts)
