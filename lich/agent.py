@@ -47,7 +47,13 @@ from lich.loop import (
     seed_system_prompt,
 )
 from lich.plugins import PluginHost
-from lich.providers import ProviderRegistry, build_chat, build_providers, secret_env_names
+from lich.providers import (
+    ProviderRegistry,
+    build_chat,
+    build_providers,
+    redacting_chat,
+    secret_env_names,
+)
 from lich.sessions import SessionStore, SessionWriter
 from lich.tools import ToolRegistry
 from lich.types import (
@@ -177,10 +183,13 @@ class Agent:
             chat = build_chat(config, host, self.providers)
         if config.strict_plugins:
             host.raise_if_failed()
-        self.chat: ChatFn = chat
+        secret_names = secret_env_names(config, self.provider_kinds)
+        # Provider errors are redacted where they enter: an error body quoting the
+        # key must not reach an event, the transcript or a log.
+        self.chat: ChatFn = redacting_chat(chat, secret_names)
         self.executor = ToolExecutor(
             self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools,
-            secret_env_names=secret_env_names(config, self.provider_kinds),
+            secret_env_names=secret_names,
         )
         self.sessions = SessionStore(config.session_dir)
 
