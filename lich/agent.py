@@ -183,13 +183,10 @@ class Agent:
             chat = build_chat(config, host, self.providers)
         if config.strict_plugins:
             host.raise_if_failed()
-        secret_names = secret_env_names(config, self.provider_kinds)
-        # Provider errors are redacted where they enter: an error body quoting the
-        # key must not reach an event, the transcript or a log.
-        self.chat: ChatFn = redacting_chat(chat, secret_names)
+        self.chat: ChatFn = chat
         self.executor = ToolExecutor(
             self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools,
-            secret_env_names=secret_names,
+            secret_env_names=secret_env_names(config, self.provider_kinds),
         )
         self.sessions = SessionStore(config.session_dir)
 
@@ -299,7 +296,9 @@ class Agent:
             emitter.emit(event)
 
         deps = LoopDeps(
-            chat=self.chat,
+            # Provider errors are redacted where they enter the run: an error body
+            # quoting the key must not reach an event, the transcript or a log.
+            chat=redacting_chat(self.chat, self.executor.secret_env_names),
             tools=HookedToolRunner(self.executor, self.host, run),
             definitions=self.tools.definitions,
             emit=emit,

@@ -21,6 +21,7 @@ import attrs
 from attrs import field, frozen
 
 from lich.config import ConfigError, LichConfig, ProviderConfig, no_model_message
+from lich.events import Event, Failover, Retry
 from lich.registry import Registry
 from lich.secrets import redact_values, secret_values
 from lich.types import (
@@ -263,12 +264,24 @@ def redacting_chat(chat: ChatFn, names: Iterable[str] = ()) -> ChatFn:
 
     Done once, where provider errors enter lich, so that no later consumer
     (event, transcript, ``--json`` stream, gateway reply or log) has to remember to.
+    The ``retry`` and ``failover`` events a router emits during the call quote
+    the failed attempt's message: theirs are redacted too.
     """
     frozen_names = frozenset(names)
 
     async def chat_redacted(
         messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
     ) -> ChatResult:
+        on_event = options.on_event
+        if on_event is not None:
+            def emit_redacted(event: Event) -> None:
+                if isinstance(event, (Retry, Failover)):
+                    clean = redact_values(event.message, secret_values(frozen_names))
+                    if clean != event.message:
+                        event = attrs.evolve(event, message=clean)
+                on_event(event)
+
+            options = attrs.evolve(options, on_event=emit_redacted)
         try:
             return await chat(messages, tools, options)
         except ProviderError as exc:
