@@ -65,6 +65,25 @@ def _has_mark(pid: int, mark: bytes) -> bool:
         return False
 
 
+def _children(pid: int) -> list[int] | None:
+    """The children of ``pid`` from ``/proc/<pid>/task/*/children``; ``None`` when
+    the kernel has no such files (``CONFIG_PROC_CHILDREN``) or ``pid`` is gone."""
+    try:
+        tids = os.listdir(f"{_PROC}/{pid}/task")
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"{_PROC}/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(n) for n in fh.read().split())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            continue  # that thread just exited
+    return out
+
+
 def _pids() -> list[int]:
     try:
         return [int(n) for n in os.listdir(_PROC) if n.isdigit()]
@@ -95,6 +114,11 @@ class CallProcesses:
         """
         if not self.available or self.root is None:
             return {}
+        if not marked:
+            walked = self._walk()
+            if walked is not None:
+                self.seen.update(walked)
+                return walked
         me = os.getpid()
         table: dict[int, tuple[int, int]] = {}
         for pid in _pids():
@@ -122,6 +146,30 @@ class CallProcesses:
         self.seen.update(live)
         return live
 
+    def _walk(self) -> dict[int, int] | None:
+        """The tree below the root and the recorded processes, read from their
+        ``children`` files only (a few reads, not all of ``/proc``); ``None``
+        when the kernel does not provide them."""
+        assert self.root is not None
+        stack = [self.root] + [
+            p for p, start in self.seen.items() if (_stat(p) or (0, -1))[1] == start
+        ]
+        found: dict[int, int] = {}
+        while stack:
+            pid = stack.pop()
+            if pid in found:
+                continue
+            info = _stat(pid)
+            kids = _children(pid)
+            if info is None:
+                continue  # gone: nothing below it is reachable through it any more
+            if kids is None:
+                return None
+            found[pid] = info[1]
+            stack.extend(kids)
+        found.pop(self.root, None)
+        return found
+
     def kill_all(self) -> int:
         """Stop, then ``SIGKILL``, every process of the call (the root's group too);
         how many were signalled. Bounded: a few scan passes, no waiting."""
@@ -129,17 +177,20 @@ class CallProcesses:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.root, signal.SIGSTOP)
         stopped: dict[int, int] = {}
-        for _ in range(_KILL_ROUNDS):
-            fresh = {p: s for p, s in self.scan().items() if p not in stopped}
-            if not fresh:
-                break
-            _signal(fresh, signal.SIGSTOP)
-            stopped.update(fresh)
-        _signal(stopped, signal.SIGKILL)
-        if self.root is not None:
-            # SIGKILL ends a stopped process too: no SIGCONT is needed.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.root, signal.SIGKILL)
+        try:
+            for _ in range(_KILL_ROUNDS):
+                fresh = {p: s for p, s in self.scan().items() if p not in stopped}
+                if not fresh:
+                    break
+                _signal(fresh, signal.SIGSTOP)
+                stopped.update(fresh)
+        finally:
+            # Whatever happened while looking, nothing stopped may be left stopped.
+            _signal(stopped, signal.SIGKILL)
+            if self.root is not None:
+                # SIGKILL ends a stopped process too: no SIGCONT is needed.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.root, signal.SIGKILL)
         return len(stopped)
 
 
