@@ -13,9 +13,9 @@
   while the command runs: past the cap, data is drained and dropped, so a
   chatty command cannot grow memory.
 * The environment is the process environment plus the tool env, scrubbed of
-  secrets (provider key variables and ``*_API_KEY``, ``*_TOKEN``,
-  ``*SECRET*``, ``*PASSWORD*`` names) unless ``[tools.terminal] pass_env``
-  lists them. Before the first command, lich makes itself non-dumpable
+  secrets (provider key variables and the names
+  :func:`lich.secrets.is_secret_name` calls secret) unless
+  ``[tools.terminal] pass_env`` lists them. Before the first command, lich makes itself non-dumpable
   (``[tools.terminal] protect_process``), so a command cannot read lich's own
   environment or memory through ``/proc/$PPID`` either; only descriptors
   0-2 are inherited.
