@@ -50,7 +50,13 @@ from lich.loop import (
     seed_system_prompt,
 )
 from lich.plugins import PluginHost
-from lich.providers import ProviderRegistry, build_chat, build_providers, secret_env_names
+from lich.providers import (
+    ProviderRegistry,
+    build_chat,
+    build_providers,
+    redacting_chat,
+    secret_env_names,
+)
 from lich.sessions import SessionStore, SessionWriter
 from lich.tools import ToolRegistry
 from lich.types import (
@@ -314,7 +320,9 @@ class Agent:
             emitter.emit(event)
 
         deps = LoopDeps(
-            chat=self.chat,
+            # Provider errors are redacted where they enter the run: an error body
+            # quoting the key must not reach an event, the transcript or a log.
+            chat=redacting_chat(self.chat, self.executor.secret_env_names),
             tools=HookedToolRunner(self.executor, self.host, run),
             definitions=self.tools.definitions,
             emit=emit,

@@ -22,8 +22,18 @@ from attrs import field, frozen
 
 from lich._converter import did_you_mean
 from lich.config import ConfigError, LichConfig, ProviderConfig, no_model_message
+from lich.events import Event, Failover, Retry
 from lich.registry import Registry
-from lich.types import ChatFn, Provider
+from lich.secrets import redact_values, secret_values
+from lich.types import (
+    ChatFn,
+    ChatOptions,
+    ChatResult,
+    Message,
+    Provider,
+    ProviderError,
+    ToolDefinition,
+)
 
 if TYPE_CHECKING:
     from lich.plugins import PluginHost
@@ -36,6 +46,8 @@ __all__ = [
     "build_chat",
     "build_providers",
     "host_of",
+    "redact_provider_error",
+    "redacting_chat",
     "secret_env_names",
 ]
 
@@ -265,3 +277,61 @@ def build_chat(
             "enable the 'failover' plugin (add it to `plugins`)"
         ]
     )
+
+
+def redact_provider_error(exc: ProviderError, names: Iterable[str] = ()) -> ProviderError:
+    """``exc`` with the value of every secret variable replaced by ``[redacted]``.
+
+    The values are those of ``names`` (the provider key variables) and of
+    every secret-looking name (:func:`lich.secrets.is_secret_name`) in the
+    environment now. A provider's error body is the server's text: one that
+    quotes the request's ``Authorization`` header would otherwise carry the key
+    into the events, the transcript and the gateway log. ``exc`` itself is
+    returned when nothing needed hiding.
+    """
+    values = secret_values(names)
+    message = redact_values(exc.message, values)
+    attempts = tuple(
+        (provider, attempt, kind, redact_values(text, values))
+        for provider, attempt, kind, text in exc.attempts
+    )
+    if message == exc.message and attempts == exc.attempts:
+        return exc
+    return attrs.evolve(exc, message=message, attempts=attempts)
+
+
+def redacting_chat(chat: ChatFn, names: Iterable[str] = ()) -> ChatFn:
+    """``chat``, whose :class:`~lich.types.ProviderError` messages are redacted
+    (:func:`redact_provider_error`) before anything else sees them.
+
+    Done once, where provider errors enter lich, so that no later consumer
+    (event, transcript, ``--json`` stream, gateway reply or log) has to remember to.
+    The ``retry`` and ``failover`` events a router emits during the call quote
+    the failed attempt's message: theirs are redacted too.
+    """
+    frozen_names = frozenset(names)
+
+    async def chat_redacted(
+        messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
+    ) -> ChatResult:
+        on_event = options.on_event
+        if on_event is not None:
+            def emit_redacted(event: Event) -> None:
+                if isinstance(event, (Retry, Failover)):
+                    clean = redact_values(event.message, secret_values(frozen_names))
+                    if clean != event.message:
+                        event = attrs.evolve(event, message=clean)
+                on_event(event)
+
+            options = attrs.evolve(options, on_event=emit_redacted)
+        try:
+            return await chat(messages, tools, options)
+        except ProviderError as exc:
+            redacted = redact_provider_error(exc, frozen_names)
+            if redacted is exc:
+                raise
+            # ``from None``: the original, which still quotes the key, must not be
+            # printed as the cause in a traceback.
+            raise redacted from None
+
+    return chat_redacted

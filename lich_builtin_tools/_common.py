@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import os
 import re
 import signal
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from lich.guards import ToolError, resolve_in_root
+from lich.secrets import is_secret_name
 from lich.settings import ToolSettings
 from lich.tools import ToolContext
 
@@ -27,7 +28,6 @@ SKIP_NAMES = frozenset({"node_modules", ".git", "dist", ".lich", ".cursor"})
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36"
 
 _NAME_MAX = 255  # bytes in one path component on every common file system
-_SECRET_PATTERNS = ("*_API_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*")
 
 
 def schema(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
@@ -61,19 +61,11 @@ def output_cap(settings: ToolSettings, own_cap: int) -> int:
     return own_cap if settings.max_output_chars is None else settings.max_output_chars
 
 
-def is_secret_name(name: str) -> bool:
-    """Whether an environment variable name looks like it holds a secret.
-
-    ``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*`` (any case).
-    """
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p) for p in _SECRET_PATTERNS)
-
-
 def scrub_env(
     env: Mapping[str, str], provider_keys: Iterable[str], pass_env: Iterable[str]
 ) -> dict[str, str]:
-    """``env`` without provider key variables and secret-looking names, except ``pass_env``."""
+    """``env`` without provider key variables and secret-looking names
+    (:func:`lich.secrets.is_secret_name`), except ``pass_env``."""
     keep = set(pass_env)
     drop = set(provider_keys)
     return {
@@ -144,6 +136,41 @@ def parse_charset(content_type: str) -> str:
         except LookupError:
             pass
     return "utf-8"
+
+
+# prctl(2) option: whether the process may be dumped, and ptraced or read
+# through /proc/<pid>/{environ,mem} by other processes of the same user.
+_PR_SET_DUMPABLE = 4
+_protected = False
+
+
+def protect_process() -> bool:
+    """Make this (lich's) process non-dumpable, once: ``prctl(PR_SET_DUMPABLE, 0)``.
+
+    Its ``/proc/<pid>/environ``, ``mem``, ``maps`` and ``fd/`` then belong to
+    root, and ``ptrace`` by a process of the same user is refused, so a command
+    a tool starts cannot read the provider keys out of lich's environment or
+    memory. ``cmdline`` stays readable by everyone (``ps`` shows it), and root
+    is not stopped by any of this. Side effects: no core dump of lich, and a
+    debugger (``gdb -p``, ``py-spy``) cannot attach unless it runs as root.
+
+    Whether it was done (false off Linux or when ``prctl`` fails); done at most once.
+    """
+    global _protected
+    if _protected:
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    _protected = True
+    return True
 
 
 # How long a killed child may take to exit before we stop waiting for it.

@@ -21,6 +21,7 @@ from lich.guards import ToolError
 from lich.settings import (
     ConfigError,
     ToolSettings,
+    at_least,
     greater_than,
     setting,
     structure_settings,
@@ -54,6 +55,15 @@ class TerminalSettings(ToolSettings):
 
     pass_env: tuple[str, ...] = setting(
         (), help="names kept in the command's environment even though they look secret")
+    max_processes: int = setting(
+        0, check=at_least(0),
+        help="RLIMIT_NPROC of the command (processes of the user, all counted); 0 = unlimited")
+    max_memory_mb: int = setting(
+        0, check=at_least(0),
+        help="RLIMIT_AS of each process of the command, in MiB; 0 = unlimited")
+    protect_process: bool = setting(
+        True, help="make lich non-dumpable before the first command, so commands cannot "
+                   "read its environment or memory (false: debuggers may attach, core dumps)")
 
 
 @frozen

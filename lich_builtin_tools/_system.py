@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import subprocess
 from typing import Any
 
@@ -15,6 +14,7 @@ from lich.guards import (
     optional_string_arg,
     truncate_text,
 )
+from lich.secrets import is_secret_name
 from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
@@ -27,14 +27,13 @@ from lich_builtin_tools._common import (
 )
 from lich_builtin_tools._settings import tool_settings
 
-__all__ = ["SECRET_NAME", "disk_usage_tool", "make_env_get_tool", "process_list_tool"]
+__all__ = ["disk_usage_tool", "make_env_get_tool", "process_list_tool"]
 
 PROC = "/proc"
 CMDLINE_CAP = 200
 DU_TIMEOUT_S = 30.0
 ENV_VALUE_CAP = 2000
 ENV_MAX_KEYS = 50
-SECRET_NAME = re.compile(r"(secret|token|password|key|credential|auth)", re.I)
 
 
 # ---------------------------------------------------------------- process_list
@@ -200,7 +199,7 @@ def make_env_get_tool() -> Tool:
                 lines.append(f"{name}=<unset>")
             elif not reveal:
                 lines.append(f"{name}=set ({len(value)} chars)")
-            elif SECRET_NAME.search(name) or name in secret_names:
+            elif is_secret_name(name) or name in secret_names:
                 lines.append(f"{name}=<redacted: {len(value)} chars>")
             else:
                 lines.append(f"{name}={value[:ENV_VALUE_CAP]}")

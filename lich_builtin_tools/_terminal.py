@@ -1,8 +1,9 @@
 """The ``terminal`` tool: ``bash -lc <command>`` in the work dir, in its own process group.
 
-* The command runs in a new session (``start_new_session``), so its process
-  group holds everything it starts; on timeout or cancellation the whole
-  group gets ``SIGKILL`` — backgrounded grandchildren included.
+* The command runs in a new session (``start_new_session``); on timeout or
+  cancellation its whole process group gets ``SIGKILL``, and so does every
+  other process it started, found in ``/proc`` (:mod:`._procs`): one that
+  called ``setsid`` and was adopted by init is killed too.
 * When bash exits by itself, jobs it put in the background are left running
   (``server &`` then ``curl`` in the next call is a common agent pattern).
   One that still holds stdout/stderr makes the call wait ``_PIPE_GRACE_S``,
@@ -12,9 +13,14 @@
   while the command runs: past the cap, data is drained and dropped, so a
   chatty command cannot grow memory.
 * The environment is the process environment plus the tool env, scrubbed of
-  secrets (provider key variables and ``*_API_KEY``, ``*_TOKEN``,
-  ``*SECRET*``, ``*PASSWORD*`` names) unless ``[tools.terminal] pass_env``
-  lists them.
+  secrets (provider key variables and the names
+  :func:`lich.secrets.is_secret_name` calls secret) unless
+  ``[tools.terminal] pass_env`` lists them. Before the first command, lich makes itself non-dumpable
+  (``[tools.terminal] protect_process``), so a command cannot read lich's own
+  environment or memory through ``/proc/$PPID`` either; only descriptors
+  0-2 are inherited.
+* ``[tools.terminal] max_processes`` / ``max_memory_mb`` become the command's
+  ``RLIMIT_NPROC`` / ``RLIMIT_AS`` (0, the default: unlimited).
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ from lich.types import ToolResult
 from lich_builtin_tools._common import (
     kill_process,
     output_cap,
+    protect_process,
     reap,
     schema,
     scrub_env,
     time_cap_s,
 )
+from lich_builtin_tools._procs import POLL_S, CallProcesses
 from lich_builtin_tools._settings import TerminalSettings, tool_settings
 
 __all__ = ["make_terminal_tool"]
@@ -115,7 +123,14 @@ def make_terminal_tool() -> Tool:
         timeout_s = min(timeout_ms / 1000, time_cap_s(settings, MAX_TIMEOUT_MS / 1000))
         env = scrub_env({**os.environ, **ctx.env}, ctx.secret_env_names, settings.pass_env)
         cap = output_cap(settings, OUTPUT_CAP_CHARS)
-        return await run_command(command, str(ctx.work_dir), env, timeout_s, cap)
+        if settings.protect_process:
+            # Before the first command runs: from then on it cannot read lich's
+            # environment (the provider keys) or memory through /proc.
+            protect_process()
+        return await run_command(
+            command, str(ctx.work_dir), env, timeout_s, cap,
+            max_processes=settings.max_processes, max_memory_mb=settings.max_memory_mb,
+        )
 
     return Tool(
         name="terminal",
@@ -145,11 +160,51 @@ def make_terminal_tool() -> Tool:
     )
 
 
+def _argv(command: str, max_processes: int, max_memory_mb: int) -> list[str]:
+    """``bash -lc command``, behind ``ulimit`` when a limit is set.
+
+    The limits are set by a first bash that then ``exec``-s the command's
+    bash (same pid), so they hold from the command's first instruction: no
+    ``preexec_fn`` (unsafe with threads), no window before a ``prlimit``.
+    ``ulimit`` without ``-S``/``-H`` sets both: the command cannot raise them.
+    """
+    if not max_processes and not max_memory_mb:
+        return ["bash", "-lc", command]
+    limits: list[str] = []
+    if max_processes:
+        limits.append(f"ulimit -u {int(max_processes)}")
+    if max_memory_mb:
+        limits.append(f"ulimit -v {int(max_memory_mb) * 1024}")  # ulimit -v counts KiB
+    script = " && ".join(limits) + ' && exec bash -lc "$1"'
+    return ["bash", "-c", script, "bash", command]
+
+
+async def _record(procs: CallProcesses) -> None:
+    """Record the call's processes while it runs, so a detached one is still known."""
+    while True:
+        await asyncio.sleep(POLL_S)
+        procs.scan(marked=False)
+
+
+def _kill_call(procs: CallProcesses, proc: asyncio.subprocess.Process) -> None:
+    """Kill everything the call started: its group, and every process found by
+    :meth:`CallProcesses.kill_all` (``setsid`` children included)."""
+    procs.kill_all()
+    kill_process(proc, group=True)
+
+
 async def run_command(
-    command: str, cwd: str, env: dict[str, str], timeout_s: float, cap: int
+    command: str, cwd: str, env: dict[str, str], timeout_s: float, cap: int,
+    *, max_processes: int = 0, max_memory_mb: int = 0,
 ) -> ToolResult:
-    """Run ``command``; kill its process group on timeout or cancellation."""
+    """Run ``command``; on timeout or cancellation kill every process it started.
+
+    ``max_processes`` and ``max_memory_mb`` (0 = unlimited) become the
+    command's ``RLIMIT_NPROC`` and ``RLIMIT_AS``.
+    """
     loop = asyncio.get_running_loop()
+    procs = CallProcesses()
+    recorder: asyncio.Task[None] | None = None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     unowned = {out_r, out_w, err_r, err_w}  # fds nobody else will close for us
@@ -161,8 +216,11 @@ async def run_command(
     try:
         try:
             proc = await asyncio.create_subprocess_exec(
-                "bash", "-lc", command,
-                cwd=cwd, env=env,
+                *_argv(command, max_processes, max_memory_mb),
+                cwd=cwd, env=procs.env(env),
+                # No descriptor of lich's reaches the command but 0-2 (the default,
+                # said here because it is what keeps lich's files from the command).
+                close_fds=True,
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
                 start_new_session=True,
             )
@@ -188,6 +246,9 @@ async def run_command(
                 raise
             readers.append(reader)
             transports.append(transport)
+        procs.root = proc.pid
+        if procs.available:
+            recorder = asyncio.create_task(_record(procs))
         try:
             async with asyncio.timeout(timeout_s):
                 code = await proc.wait()
@@ -195,6 +256,7 @@ async def run_command(
                 finished = True
         except TimeoutError:
             timed_out = True
+            _kill_call(procs, proc)
             reaped = await reap(proc, group=True)
             code = -1 if reaped is None else reaped  # None: stuck in the kernel
             await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
@@ -202,11 +264,14 @@ async def run_command(
         # The executor gave up on us (its own timeout) or the run was cancelled:
         # kill the group, reap bash (bounded), and let the cancellation go on.
         if proc is not None:
+            _kill_call(procs, proc)
             await reap(proc, group=True)
         raise
     finally:
+        if recorder is not None:
+            recorder.cancel()
         if proc is not None and proc.returncode is None:
-            kill_process(proc, group=True)  # any other way out must not leave it running
+            _kill_call(procs, proc)  # any other way out must not leave it running
         for fd in unowned:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -36,7 +36,12 @@ def _group_members(pgid: int) -> list[int]:
 
 
 async def _appears(path: Path) -> None:
-    await async_wait_for(lambda: asyncio.to_thread(path.exists), what=f"{path} to appear",
+    # Written, not just created: a kill between bash's open and its write would
+    # leave an empty pid file behind.
+    def written() -> bool:
+        return path.exists() and bool(path.read_text().strip())
+
+    await async_wait_for(lambda: asyncio.to_thread(written), what=f"{path} to be written",
                          interval=0.02)
 
 
