@@ -74,7 +74,7 @@ class _BadRequest(Exception):
         self.message = message
 
 
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+_LOOPBACK_NAMES = frozenset({"localhost"})
 # What a client that was too slow with its headers is told before the connection closes.
 _TIMEOUT_BODY = b'{"error": "the request headers took too long"}'
 _REQUEST_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
@@ -83,13 +83,14 @@ _REQUEST_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/
 
 
 def _split_host(value: str) -> str:
-    """The host of a ``Host`` header or URL authority (``[::1]:80`` → ``::1``), lower-cased."""
+    """The host of a ``Host`` header or URL authority (``[::1]:80`` → ``::1``), lower-cased,
+    without the trailing dot of a fully qualified name (``localhost.`` is ``localhost``)."""
     value = value.strip().lower()
     if value.startswith("["):
         return value[1:].partition("]")[0]
     if value.count(":") > 1:  # a bare IPv6 address (no port can be told apart)
         return value
-    return value.partition(":")[0]
+    return value.partition(":")[0].rstrip(".")
 
 
 class HostPolicy:

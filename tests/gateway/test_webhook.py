@@ -244,7 +244,7 @@ async def test_allowed_hosts_are_served_too(start_gateway: Any, client: httpx.As
     runner, url = await _webhook(
         start_gateway, gateway={"webhook": {"port": 0, "allowed_hosts": ["lich.internal"]}})
     ok = await client.post(f"{url}/message", json={"text": "hi"},
-                           headers={"host": "LICH.internal:8089", "origin": "http://lich.internal"})
+                           headers={"host": "LICH.internal.:8089", "origin": "http://lich.internal"})
     assert ok.status_code == 200, ok.text
     other = await client.post(f"{url}/message", json={"text": "hi"},
                               headers={"host": "other.internal"})
