@@ -203,7 +203,7 @@ class WebhookSettings:
     The connection limits apply before any request is read: ``header_timeout_s``
     bounds the time to send a request's headers, ``idle_timeout_s`` how long a
     kept-alive connection may wait for its next request, ``max_connections`` the
-    open connections and ``max_unauthenticated`` those that have not yet made an
+    open connections and ``max_unauthenticated`` those that have not yet sent a whole
     authorized request (the oldest of them is dropped to make room for a new one).
     ``allowed_hosts`` are the ``Host`` names accepted besides the loopback ones.
     """

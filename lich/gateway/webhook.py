@@ -22,7 +22,7 @@ cannot reach the webhook through DNS rebinding. Connections are bounded before
 authentication: headers must arrive within ``header_timeout_s``, an idle
 kept-alive connection is closed after ``idle_timeout_s``, at most
 ``max_connections`` are open and at most ``max_unauthenticated`` of them have
-not made an authorized request yet (the oldest such is dropped for a newcomer),
+not sent a whole authorized request yet (the oldest such is dropped for a newcomer),
 so slow or silent clients cannot use up the gateway's file descriptors.
 """
 
@@ -139,7 +139,7 @@ class ConnectionGuard:
     """Bounds the webhook's connections before authentication.
 
     Every connection starts *unauthenticated* and becomes authenticated once a
-    request on it passed the token check (:meth:`authenticated`). At most
+    request on it passed the token check and its whole body came (:meth:`authenticated`). At most
     ``max_unauthenticated`` unauthenticated and ``max_connections`` connections
     in all are open: a new connection beyond either limit makes the oldest
     unauthenticated one close, and is itself closed only when all the others
@@ -184,7 +184,8 @@ class ConnectionGuard:
             del self.by_peer[peer]
 
     def authenticated(self, peer: Any) -> None:
-        """The connection from ``peer`` (the ASGI scope's ``client``) made an authorized request."""
+        """The connection from ``peer`` (the ASGI scope's ``client``) sent a whole authorized
+        request: its token was right and its body came."""
         connection = self.by_peer.get(tuple(peer) if peer is not None else None)
         if connection is not None:
             self.unauthenticated.pop(connection, None)
@@ -404,11 +405,13 @@ class WebhookAdapter:
     async def _inbound(self, request: Request) -> InboundMessage:
         if not self._authorized(request):
             raise _BadRequest(401, "unauthorized")
-        self.guard.authenticated(request.scope.get("client"))
         content_type = request.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
             raise _BadRequest(415, "content-type must be application/json")
         body = await self._read_body(request)
+        # Only now: a client trickling its body stays evictable like a half-sent header
+        # (without a token, anyone on loopback gets this far).
+        self.guard.authenticated(request.scope.get("client"))
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -236,3 +236,25 @@ async def test_a_silent_connection_is_closed_without_an_answer(webhook: Webhook)
     finally:
         sock.close()
     assert received == b""
+
+
+async def test_trickled_bodies_cannot_fill_the_connections(webhook: Webhook) -> None:
+    # Valid headers, then a body that never ends: without a token anyone on loopback
+    # gets that far, and such a connection stays unauthenticated, so it is rotated out.
+    head = (b"POST /message HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: 100000\r\n\r\n{\"text\": \"")
+    sockets = [s for _ in range(MAX_CONNECTIONS) if (s := _connect(webhook.port, head))]
+    try:
+        response = await webhook.ask("past the tricklers")
+        assert response.status_code == 200, response.text
+        open_ones = list(sockets)
+
+        def rotated_out() -> bool:
+            open_ones[:] = [s for s in open_ones if not _closed_by_peer(s)]
+            return len(open_ones) <= MAX_UNAUTHENTICATED
+
+        await async_wait_for(rotated_out, 60,
+                             lambda: f"{len(open_ones)} trickling connections still open")
+    finally:
+        for sock in sockets:
+            sock.close()
