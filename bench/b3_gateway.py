@@ -57,8 +57,12 @@ def _repo_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
-def write_config(work: Path, base_url: str, max_conversations: int) -> Path:
-    """The lich config file both sides use (JSON, which ``--config`` accepts)."""
+def write_config(work: Path, base_url: str, max_conversations: int,
+                 connections: int = 100) -> Path:
+    """The lich config file both sides use (JSON, which ``--config`` accepts).
+
+    ``connections``: how many the load opens at once, all before its first request.
+    """
     config = {
         "providers": [{"kind": "openai_compat", "name": "bench", "model": "scripted",
                        "base_url": base_url}],
@@ -73,7 +77,11 @@ def write_config(work: Path, base_url: str, max_conversations: int) -> Path:
             # Every conversation of the run stays in memory, as in the direct baseline
             # (an evicted one would be reloaded from its session file).
             "max_conversations": max_conversations,
-            "webhook": {"port": 0},
+            # The load opens all its connections before sending anything: to the
+            # webhook's guard that is a flood of unauthenticated ones, which it would
+            # rotate out. A throughput benchmark lifts the limits to its own size.
+            "webhook": {"port": 0, "max_connections": connections,
+                        "max_unauthenticated": connections},
         },
     }
     path = work / "lich-bench.json"
@@ -252,7 +260,8 @@ def run(loads: Sequence[tuple[int, int]] = ((1, 20), (50, 10), (500, 4)),
     with tempfile.TemporaryDirectory(prefix="lich-bench-b3-") as tmp, \
             ModelServer(TOOL, [1]) as model:
         work = Path(tmp)
-        config = write_config(work, model.base_url(1), max_conversations=4 * largest + 100)
+        config = write_config(work, model.base_url(1), max_conversations=4 * largest + 100,
+                              connections=largest + 10)
         gateway = Gateway(config, work).start()
         try:
             idle = rss_kib(gateway.pid)

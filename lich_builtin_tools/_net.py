@@ -11,6 +11,15 @@ answer that changes between check and connect cannot slip through.
 Redirects are followed by hand for that reason, and bodies are read as a
 stream up to a byte cap.
 
+Content encodings (``gzip``, ``deflate``, stacked as in ``gzip, gzip``) are
+undone here rather than by httpx, whose decoders hand back whatever one
+network chunk expands to: 2 MB of gzip could become hundreds of megabytes in
+memory before a cap of a few kilobytes was even checked. Here the compressed
+bytes are counted as they arrive and each decoder is asked for at most the
+room left under the cap, so memory stays bounded by the cap whatever the
+ratio. Only what can be decoded this way is asked for (``accept-encoding:
+gzip, deflate``); a body in another encoding is passed on as it came.
+
 httpx is imported inside the functions: importing this module stays cheap.
 """
 
@@ -20,7 +29,8 @@ import asyncio
 import ipaddress
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from attrs import field, frozen
@@ -50,6 +60,10 @@ _METADATA = frozenset(
     for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# The encodings _Decoder undoes with bounded output, in accept-encoding form.
+ACCEPT_ENCODING = "gzip, deflate"
+# Decoded bytes asked of a decoder at a time: what one step can hold in memory.
+_DECODE_STEP = 64 * 1024
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -133,6 +147,8 @@ class FetchResult:
     body: bytes
     truncated: bool
     url: str
+    cut: str = ""
+    """Why the body was cut short (``""`` when it was not): the cap it reached."""
 
     @property
     def content_type(self) -> str:
@@ -140,11 +156,19 @@ class FetchResult:
         return self.headers.get("content-type", "")
 
     def size_label(self) -> str:
-        """``<n>``: the content-length if given, else what was read (``more than <n>`` if cut)."""
+        """``<n>``: the content-length if given, else what was read (``more than <n>`` if cut).
+
+        The content-length of an encoded body counts compressed bytes: it is not used then.
+        """
         length = self.headers.get("content-length", "")
-        if length.isdigit():
+        encoded = self.headers.get("content-encoding", "identity").strip().lower()
+        if length.isdigit() and encoded in ("", "identity"):
             return length
         return f"more than {len(self.body)}" if self.truncated else str(len(self.body))
+
+    def cut_note(self) -> str:
+        """A line saying the body was cut and why (``""`` when it was not)."""
+        return f"[body cut: {self.cut}; the rest was not read]" if self.cut else ""
 
 
 @frozen
@@ -231,6 +255,10 @@ class NetGuard:
 
         url = parse_http_url(raw_url)
         sent_headers = {k: v for k, v in (headers or {}).items() if k.lower() != "host"}
+        if not any(k.lower() == "accept-encoding" for k in sent_headers):
+            # httpx would also offer br and zstd when their packages are installed;
+            # only what _Decoder decodes with bounded memory is asked for.
+            sent_headers["accept-encoding"] = ACCEPT_ENCODING
         client = httpx.AsyncClient(
             transport=self.transport,
             trust_env=False,  # a proxy from the environment would bypass the pinned address
@@ -272,8 +300,9 @@ class NetGuard:
                     )
                     if before_body is not None:
                         before_body(head)
-                    data, truncated = await _read_capped(response, max_bytes)
-                    return FetchResult(head.status, head.headers, data, truncated, str(url))
+                    data, cut = await _read_capped(response, max_bytes)
+                    return FetchResult(head.status, head.headers, data, bool(cut), str(url),
+                                       cut)
                 finally:
                     await response.aclose()
             raise ToolError(f"too_many_redirects: more than {self.max_redirects}")
@@ -334,15 +363,111 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
-    """At most ``max_bytes`` of the (decoded) body; whether more was left unread."""
+class _Decoder:
+    """One content encoding undone with bounded output (:meth:`feed` yields pieces of
+    at most ``limit`` bytes, however much they expand)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        # gzip: a gzip header; deflate: the zlib wrapper, which many servers leave
+        # out (raw deflate) — tried first, as httpx does, with raw as the fallback.
+        wbits = zlib.MAX_WBITS | 16 if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self.inflate = zlib.decompressobj(wbits)
+        self.first = encoding == "deflate"
+
+    @property
+    def done(self) -> bool:
+        """Whether the compressed stream ended (bytes after it are ignored, as by httpx)."""
+        return self.inflate.eof
+
+    def feed(self, data: bytes, limit: Callable[[], int]) -> Iterator[bytes]:
+        """The decoded pieces of ``data``, each at most ``limit()`` bytes (asked anew each time)."""
+        pending = data
+        while not self.inflate.eof:
+            room = max(1, limit())
+            try:
+                out = self.inflate.decompress(pending, room)
+            except zlib.error as exc:
+                if not self.first:
+                    raise ToolError(
+                        f"network_error: cannot decode the {self.encoding} body: {exc}"
+                    ) from None
+                self.inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+                self.first = False
+                continue
+            self.first = False
+            pending = self.inflate.unconsumed_tail
+            if out:
+                yield out
+            # A full piece may leave output inside zlib though all input was taken.
+            if not pending and len(out) < room:
+                return
+
+
+def _decoders(response: httpx.Response) -> list[_Decoder] | None:
+    """The decoders for the response's content-encoding, the last applied first;
+    ``None`` when an encoding is not one lich decodes (the body is passed on as it is)."""
+    encodings = [e.strip().lower() for e in
+                 response.headers.get_list("content-encoding", split_commas=True)]
+    decoders: list[_Decoder] = []
+    for encoding in reversed(encodings):
+        if encoding in ("", "identity"):
+            continue
+        if encoding not in ("gzip", "x-gzip", "deflate"):
+            return None
+        decoders.append(_Decoder(encoding))
+    return decoders
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, str]:
+    """At most ``max_bytes`` of the decoded body, and why it was cut (``""`` if it was not).
+
+    The compressed bytes are capped too (at twice the cap plus 64 KiB: a body that
+    compresses at all is far smaller), so a stream that decodes to nothing — empty
+    deflate blocks for ever — ends as well.
+    """
+    import httpx
+
+    try:
+        # A response made with its content (a mock transport's) has no raw stream
+        # left; its content is what there is, already decoded.
+        content = response.content
+    except httpx.ResponseNotRead:
+        decoders = _decoders(response)
+        stream = response.aiter_raw()
+    else:
+        decoders = []
+        stream = _once(content)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
-        room = max_bytes - size
-        if len(chunk) > room:
-            chunks.append(chunk[:room])
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks), False
+    raw_size = 0
+    raw_cap = max_bytes if not decoders else 2 * max_bytes + 65536
+
+    def room() -> int:
+        # One byte over the cap tells "exactly the cap" from "more than the cap".
+        return min(_DECODE_STEP, max_bytes + 1 - size)
+
+    def pump(stage: int, data: bytes) -> Iterator[bytes]:
+        if decoders is None or stage == len(decoders):
+            yield data
+            return
+        for piece in decoders[stage].feed(data, room):
+            yield from pump(stage + 1, piece)
+
+    async for raw in stream:
+        raw_size += len(raw)
+        for piece in pump(0, raw):
+            take = min(len(piece), max_bytes - size)
+            chunks.append(piece[:take])
+            size += take
+            if take < len(piece):
+                return b"".join(chunks), f"over the {max_bytes}-byte cap"
+        if decoders and decoders[0].done:
+            break
+        if raw_size > raw_cap:
+            return b"".join(chunks), f"over the {raw_cap}-byte cap on encoded bytes"
+    return b"".join(chunks), ""

@@ -82,7 +82,8 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         if "text/html" in ct.lower():
             body = "[html content]\n" + body
         header = f"# {result.status} {ct or 'unknown'} ({result.size_label()} bytes)"
-        return ToolResult.success(f"{header}\n{body}")
+        note = f"\n{result.cut_note()}" if result.cut else ""
+        return ToolResult.success(f"{header}\n{body}{note}")
 
     fetch_url_tool = Tool(
         name="fetch_url",
@@ -178,6 +179,8 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
                 lines.append(f"# header {name}: {result.headers[name]}")
         lines.append("")
         lines.append(truncate_text(_decode(result), max_chars))
+        if result.cut:
+            lines.append(result.cut_note())
         return ToolResult.success("\n".join(lines))
 
     http_request_tool = Tool(

@@ -23,6 +23,7 @@ a third-party adapter of that name (:meth:`GatewayConfig.settings_for`).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -174,14 +175,54 @@ def _check_backoff(lo: float, hi: float) -> None:
         raise ValueError(f"backoff_max_s: must be at least backoff_min_s ({lo:g}), got {hi:g}")
 
 
+def _host_name(value: Any) -> str:
+    """One entry of ``allowed_hosts``: a host name or an IP address, without a port."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a host name, got {json_type_name(value)}")
+    name = value.strip().lower()
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if not bare:
+        raise ValueError("must not be empty")
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        pass
+    if any(c in bare for c in "/:@ \t") or name != bare:
+        raise ValueError(
+            f"expected a host name or an IP address without scheme or port, got {value!r}")
+    return bare.rstrip(".")
+
+
+_host_names = each(_host_name, into=frozenset, what="an array of host names")
+
+
 @frozen
 class WebhookSettings:
-    """``[gateway.webhook]``: an HTTP endpoint, loopback-only unless a token is set."""
+    """``[gateway.webhook]``: an HTTP endpoint, loopback-only unless a token is set.
+
+    The connection limits apply before any request is read: ``header_timeout_s``
+    bounds the time to send a request's headers, ``idle_timeout_s`` how long a
+    kept-alive connection may wait for its next request, ``max_connections`` the
+    open connections and ``max_unauthenticated`` those that have not yet sent a whole
+    authorized request (the oldest of them is dropped to make room for a new one).
+    ``allowed_hosts`` are the ``Host`` names accepted besides the loopback ones.
+    """
 
     host: str = setting("127.0.0.1", check=non_empty)
     port: int = setting(8089, check=between(0, 65535))
     token_env: str = setting("LICH_GATEWAY_TOKEN", check=non_empty)
     max_body_bytes: int = setting(1_048_576, check=at_least(1))
+    header_timeout_s: float = setting(10.0, check=greater_than(0))
+    idle_timeout_s: float = setting(5.0, check=greater_than(0))
+    max_connections: int = setting(100, check=at_least(1))
+    max_unauthenticated: int = setting(32, check=at_least(1))
+    allowed_hosts: frozenset[str] = setting(frozenset(), parse=_host_names)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_unauthenticated > self.max_connections:
+            raise ValueError(
+                f"max_unauthenticated: must be at most max_connections "
+                f"({self.max_connections}), got {self.max_unauthenticated}")
 
 
 @frozen

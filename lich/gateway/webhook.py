@@ -14,6 +14,16 @@ token is set (``LICH_GATEWAY_TOKEN``), which clients send as ``x-lich-token``
 or ``Authorization: Bearer``; it is compared in constant time. Bodies over
 ``max_body_bytes`` (1 MB) get 413, a wrong content type 415, bad JSON or a
 missing ``text`` 400 — each a JSON ``{"error": ...}``.
+
+Before any of that: a ``Host`` that is not a loopback name or address (or one
+of ``allowed_hosts``) gets 421, and a browser's cross-site request (an
+``Origin`` of another host, ``Sec-Fetch-Site: cross-site``) 403 — a web page
+cannot reach the webhook through DNS rebinding. Connections are bounded before
+authentication: headers must arrive within ``header_timeout_s``, an idle
+kept-alive connection is closed after ``idle_timeout_s``, at most
+``max_connections`` are open and at most ``max_unauthenticated`` of them have
+not sent a whole authorized request yet (the oldest such is dropped for a newcomer),
+so slow or silent clients cannot use up the gateway's file descriptors.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ if TYPE_CHECKING:
     from lich.events import Envelope
     from lich.gateway.config import WebhookSettings
 
-__all__ = ["WebhookAdapter", "is_loopback"]
+__all__ = ["ConnectionGuard", "HostPolicy", "WebhookAdapter", "is_loopback"]
 
 PLATFORM = "webhook"
 MAX_ID_CHARS = 256
@@ -64,10 +74,182 @@ class _BadRequest(Exception):
         self.message = message
 
 
+_LOOPBACK_NAMES = frozenset({"localhost"})
+# What a client that was too slow with its headers is told before the connection closes.
+_TIMEOUT_BODY = b'{"error": "the request headers took too long"}'
+_REQUEST_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                    % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+
+
+def _split_host(value: str) -> str:
+    """The host of a ``Host`` header or URL authority (``[::1]:80`` → ``::1``), lower-cased,
+    without the trailing dot of a fully qualified name (``localhost.`` is ``localhost``)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    if value.count(":") > 1:  # a bare IPv6 address (no port can be told apart)
+        return value
+    return value.partition(":")[0].rstrip(".")
+
+
+class HostPolicy:
+    """Which ``Host`` and ``Origin`` values the webhook accepts.
+
+    :param allowed: host names or addresses accepted besides the loopback ones.
+    :param check_host: whether ``Host`` is checked at all. It is, unless the
+        webhook is bound to a non-loopback address (with a token, necessarily)
+        and no ``allowed_hosts`` were given: then the clients' name for the
+        machine is not known, and the token is what keeps strangers out.
+    """
+
+    def __init__(self, allowed: frozenset[str], *, check_host: bool) -> None:
+        self.allowed = allowed
+        self.check_host = check_host
+
+    def allows(self, host: str) -> bool:
+        """Whether ``host`` (no port) is a loopback name or address, or an allowed one."""
+        if host in _LOOPBACK_NAMES or host in self.allowed:
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return address.is_loopback or str(address) in self.allowed
+
+    def refusal(self, headers: Any) -> tuple[int, str] | None:
+        """``(status, reason)`` when a request with these headers must be refused."""
+        raw_host = headers.get("host")
+        host = _split_host(raw_host) if raw_host is not None else None
+        if self.check_host and host is not None and not self.allows(host):
+            return 421, "this host name is not served here (see allowed_hosts)"
+        if headers.get("sec-fetch-site", "").strip().lower() == "cross-site":
+            return 403, "cross-site requests are refused"
+        origin = headers.get("origin")
+        if origin is not None:
+            _scheme, sep, rest = origin.strip().partition("://")
+            origin_host = _split_host(rest.partition("/")[0]) if sep else ""
+            same_origin = origin_host != "" and origin_host == host
+            if not (same_origin or (origin_host and self.allows(origin_host))):
+                return 403, "cross-site requests are refused"
+        return None
+
+
+class ConnectionGuard:
+    """Bounds the webhook's connections before authentication.
+
+    Every connection starts *unauthenticated* and becomes authenticated once a
+    request on it passed the token check and its whole body came (:meth:`authenticated`). At most
+    ``max_unauthenticated`` unauthenticated and ``max_connections`` connections
+    in all are open: a new connection beyond either limit makes the oldest
+    unauthenticated one close, and is itself closed only when all the others
+    are authenticated. A flood of half-open connections thus cannot lock a
+    legitimate client out, which sends its request at once and is served.
+    """
+
+    def __init__(self, max_connections: int, max_unauthenticated: int) -> None:
+        self.max_connections = max_connections
+        self.max_unauthenticated = max_unauthenticated
+        self.open: dict[Any, None] = {}
+        # Insertion-ordered: the first is the oldest.
+        self.unauthenticated: dict[Any, None] = {}
+        self.by_peer: dict[Any, Any] = {}
+        self.dropped = 0
+
+    def opened(self, connection: Any) -> None:
+        """A connection was accepted; close what the limits call for."""
+        self.open[connection] = None
+        self.unauthenticated[connection] = None
+        self.by_peer[connection.client] = connection
+        while (len(self.unauthenticated) > self.max_unauthenticated
+               or len(self.open) > self.max_connections):
+            # The oldest unauthenticated one: the newcomer itself when every other
+            # connection is authenticated.
+            victim = next(iter(self.unauthenticated), connection)
+            self._drop(victim)
+            if victim is connection:
+                break
+
+    def _drop(self, connection: Any) -> None:
+        self.closed(connection)
+        self.dropped += 1
+        connection.transport.close()
+
+    def closed(self, connection: Any) -> None:
+        """A connection is gone (closed by either side)."""
+        self.open.pop(connection, None)
+        self.unauthenticated.pop(connection, None)
+        peer = connection.client
+        if self.by_peer.get(peer) is connection:
+            del self.by_peer[peer]
+
+    def authenticated(self, peer: Any) -> None:
+        """The connection from ``peer`` (the ASGI scope's ``client``) sent a whole authorized
+        request: its token was right and its body came."""
+        connection = self.by_peer.get(tuple(peer) if peer is not None else None)
+        if connection is not None:
+            self.unauthenticated.pop(connection, None)
+
+
+def _protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[Any]:
+    """uvicorn's h11 protocol with a header-read timeout and the connection guard."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        # uvicorn arms no timer until a response was sent: a client that connects and
+        # sends nothing, or half a request, would hold its connection (and a file
+        # descriptor) for ever. This one must finish its headers in header_timeout_s.
+        header_timer: asyncio.TimerHandle | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # uvicorn's keep-alive timer is the idle timeout; its Config wants whole seconds.
+            self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            guard.opened(self)
+            if not transport.is_closing():
+                self._arm_header_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            guard.closed(self)
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                self._cancel_header_timer()  # the headers are in (or the connection is gone)
+            elif self.header_timer is None:
+                self._arm_header_timer()  # the next request on a kept-alive connection began
+
+        def _arm_header_timer(self) -> None:
+            self.header_timer = self.loop.call_later(settings.header_timeout_s,
+                                                     self._header_timeout)
+
+        def _cancel_header_timer(self) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+                self.header_timer = None
+
+        def _header_timeout(self) -> None:
+            self.header_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self.conn.trailing_data[0]:  # part of a request came: say why it ends
+                self.transport.write(_REQUEST_TIMEOUT)
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
 class _Server:
     """uvicorn's Server without its signal handling: the gateway runner owns the signals."""
 
-    def __init__(self, app: Any, settings: WebhookSettings, graceful_s: float) -> None:
+    def __init__(self, app: Any, settings: WebhookSettings, graceful_s: float,
+                 guard: ConnectionGuard) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -79,7 +261,12 @@ class _Server:
             app,
             host=settings.host,
             port=settings.port,
-            http="h11",
+            http=_protocol_class(settings, guard),
+            # asyncio accepts up to `backlog` connections at each wake-up before any of
+            # them is looked at: uvicorn's 2048 would open that many descriptors at once,
+            # past a small fd limit, before the guard can close one. Each newcomer is
+            # unauthenticated, so more than max_unauthenticated at once is never useful.
+            backlog=settings.max_unauthenticated,
             ws="none",
             lifespan="off",
             log_config=None,
@@ -101,6 +288,12 @@ class WebhookAdapter:
         self.log = context.log
         self.token = context.secret(self.settings.token_env)
         self.port: int | None = None
+        self.guard = ConnectionGuard(self.settings.max_connections,
+                                     self.settings.max_unauthenticated)
+        self.hosts = HostPolicy(
+            self.settings.allowed_hosts,
+            check_host=is_loopback(self.settings.host) or bool(self.settings.allowed_hosts),
+        )
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -141,7 +334,7 @@ class WebhookAdapter:
                       path=request.url.path, error=type(exc).__name__)
             return JSONResponse({"error": "internal error"}, status_code=500)
 
-        return Starlette(
+        app = Starlette(
             routes=[
                 Route("/health", health, methods=["GET"]),
                 Route("/message", message, methods=["POST"]),
@@ -149,6 +342,23 @@ class WebhookAdapter:
             ],
             exception_handlers={HTTPException: not_found, Exception: internal},
         )
+        return self._host_checked(app)
+
+    def _host_checked(self, app: Any) -> Any:
+        """``app`` behind the :class:`HostPolicy`: refused requests never reach a route."""
+        from starlette.datastructures import Headers
+        from starlette.requests import Request
+
+        async def checked(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                refusal = self.hosts.refusal(Headers(scope=scope))
+                if refusal is not None:
+                    response = self._error(Request(scope), *refusal)
+                    await response(scope, receive, send)
+                    return
+            await app(scope, receive, send)
+
+        return checked
 
     def _error(self, request: Request, status: int, message: str) -> Response:
         from starlette.responses import JSONResponse
@@ -199,6 +409,9 @@ class WebhookAdapter:
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
             raise _BadRequest(415, "content-type must be application/json")
         body = await self._read_body(request)
+        # Only now: a client trickling its body stays evictable like a half-sent header
+        # (without a token, anyone on loopback gets this far).
+        self.guard.authenticated(request.scope.get("client"))
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -285,7 +498,8 @@ class WebhookAdapter:
             reason = exc.strerror or exc
             raise GatewayError(f"webhook cannot listen on {host}:{port}: {reason}") from exc
         self.port = sock.getsockname()[1]
-        server = _Server(self.build_app(), self.settings, self.context.config.grace_s + 5).server
+        server = _Server(self.build_app(), self.settings, self.context.config.grace_s + 5,
+                         self.guard).server
         self._server = server
         self._task = asyncio.create_task(server.serve(sockets=[sock]), name="lich-webhook")
         while not server.started:

@@ -90,6 +90,36 @@ def test_every_problem_is_reported_with_its_path():
     ])
 
 
+def test_the_webhook_connection_limits_and_allowed_hosts():
+    webhook = parse_gateway_config({}).webhook
+    assert (webhook.header_timeout_s, webhook.idle_timeout_s) == (10.0, 5.0)
+    assert (webhook.max_connections, webhook.max_unauthenticated) == (100, 32)
+    assert webhook.allowed_hosts == frozenset()
+    listed = parse_gateway_config({"webhook": {
+        "allowed_hosts": ["Lich.Example.", "[::1]", "10.0.0.7"], "header_timeout_s": 0.5}})
+    assert listed.webhook.allowed_hosts == frozenset({"lich.example", "::1", "10.0.0.7"})
+    assert listed.webhook.header_timeout_s == 0.5
+    with pytest.raises(ConfigError) as info:
+        parse_gateway_config({"webhook": {
+            "header_timeout_s": 0, "idle_timeout_s": -1, "max_connections": 0,
+            "allowed_hosts": ["gw.example:8089", "https://gw.example", " ", 7],
+        }})
+    assert sorted(info.value.problems) == sorted([
+        "$.gateway.webhook.header_timeout_s: must be greater than 0, got 0.0",
+        "$.gateway.webhook.idle_timeout_s: must be greater than 0, got -1.0",
+        "$.gateway.webhook.max_connections: must be at least 1, got 0",
+        "$.gateway.webhook.allowed_hosts[0]: expected a host name or an IP address without "
+        "scheme or port, got 'gw.example:8089'",
+        "$.gateway.webhook.allowed_hosts[1]: expected a host name or an IP address without "
+        "scheme or port, got 'https://gw.example'",
+        "$.gateway.webhook.allowed_hosts[2]: must not be empty",
+        "$.gateway.webhook.allowed_hosts[3]: expected a host name, got integer",
+    ])
+    with pytest.raises(ConfigError, match=r"max_unauthenticated: must be at most "
+                                          r"max_connections \(10\), got 32"):
+        parse_gateway_config({"webhook": {"max_connections": 10}})
+
+
 def test_a_typo_in_a_builtin_platform_table_names_the_key_meant():
     with pytest.raises(ConfigError) as info:
         parse_gateway_config({"telegram": {"allowed_user": [1]}, "platfroms": ["telegram"]})

@@ -213,3 +213,112 @@ def test_listening_socket_is_tcp_so_asyncio_disables_nagle() -> None:
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+# --------------------------------------------------------------- Host and Origin
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8089", "192.0.2.7",
+                                  "[2001:db8::1]:80", "localhost.evil.example", "127.0.0.1.nip.io"])
+async def test_a_foreign_host_is_refused_before_any_run(start_gateway: Any,
+                                                        client: httpx.AsyncClient, host: str):
+    # DNS rebinding: a web page whose name now resolves to 127.0.0.1 sends its own name.
+    runner, url = await _webhook(start_gateway)
+    for method, path in (("POST", "/message"), ("POST", "/message/stream"), ("GET", "/health")):
+        response = await client.request(method, f"{url}{path}", json={"text": "hi"},
+                                         headers={"host": host})
+        assert response.status_code == 421, (host, path, response.text)
+        assert "allowed_hosts" in response.json()["error"]
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8089", "127.0.0.1", "127.3.4.5:1",
+                                  "[::1]:8089", "localhost."])
+async def test_loopback_hosts_pass(start_gateway: Any, client: httpx.AsyncClient, host: str):
+    _, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message", json={"text": "hi"}, headers={"host": host})
+    assert response.status_code == 200, response.text
+
+
+async def test_allowed_hosts_are_served_too(start_gateway: Any, client: httpx.AsyncClient):
+    runner, url = await _webhook(
+        start_gateway, gateway={"webhook": {"port": 0, "allowed_hosts": ["lich.internal"]}})
+    ok = await client.post(f"{url}/message", json={"text": "hi"},
+                           headers={"host": "LICH.internal.:8089", "origin": "http://lich.internal"})
+    assert ok.status_code == 200, ok.text
+    other = await client.post(f"{url}/message", json={"text": "hi"},
+                              headers={"host": "other.internal"})
+    assert other.status_code == 421
+    assert len(runner.chat.requests) == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("headers", [
+    {"origin": "https://evil.example"},
+    {"origin": "null"},
+    {"origin": "http://127.0.0.1.evil.example:8089"},
+    {"sec-fetch-site": "cross-site"},
+    {"sec-fetch-site": "cross-site", "origin": "http://localhost:8089"},
+], ids=["origin", "null-origin", "lookalike-origin", "fetch-site", "fetch-site-wins"])
+async def test_cross_site_browser_requests_are_refused(start_gateway: Any,
+                                                       client: httpx.AsyncClient,
+                                                       headers: dict[str, str]):
+    runner, url = await _webhook(start_gateway, env={"LICH_GATEWAY_TOKEN": TOKEN})
+    response = await client.post(f"{url}/message", json={"text": "hi"},
+                                 headers={**headers, "x-lich-token": TOKEN})
+    assert response.status_code == 403, response.text
+    assert response.json() == {"error": "cross-site requests are refused"}
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+async def test_same_origin_browser_requests_pass(start_gateway: Any, client: httpx.AsyncClient):
+    _, url = await _webhook(start_gateway)
+    for headers in ({"origin": url, "sec-fetch-site": "same-origin"},
+                    {"origin": "http://localhost:3000", "sec-fetch-site": "same-site"},
+                    {"sec-fetch-site": "none"}):
+        response = await client.post(f"{url}/message", json={"text": "hi"}, headers=headers)
+        assert response.status_code == 200, (headers, response.text)
+
+
+def test_a_public_bind_with_a_token_checks_hosts_only_when_listed() -> None:
+    from lich.gateway.webhook import HostPolicy
+
+    open_policy = HostPolicy(frozenset(), check_host=False)
+    assert open_policy.refusal({"host": "gateway.example.com"}) is None
+    # Same-origin from the machine's own name passes; a foreign page does not.
+    assert open_policy.refusal({"host": "gw.example", "origin": "https://gw.example"}) is None
+    assert open_policy.refusal({"host": "gw.example", "origin": "https://evil.example"}) == (
+        403, "cross-site requests are refused")
+    listed = HostPolicy(frozenset({"gw.example"}), check_host=True)
+    assert listed.refusal({"host": "gw.example:443"}) is None
+    assert listed.refusal({"host": "evil.example"})[0] == 421  # type: ignore[index]
+
+
+def test_connection_guard_drops_the_oldest_unauthenticated_connection() -> None:
+    from lich.gateway.webhook import ConnectionGuard
+
+    class Conn:
+        def __init__(self, port: int) -> None:
+            self.client = ("127.0.0.1", port)
+            self.closed = False
+            self.transport = self
+
+        def close(self) -> None:
+            self.closed = True
+
+    guard = ConnectionGuard(max_connections=3, max_unauthenticated=2)
+    a, b, c, d, e = (Conn(p) for p in range(5))
+    guard.opened(a)
+    guard.authenticated(["127.0.0.1", 0])  # the ASGI scope gives a list or a tuple
+    guard.opened(b)
+    guard.opened(c)
+    assert not any(x.closed for x in (a, b, c))
+    guard.opened(d)  # a third unauthenticated one: the oldest (b) goes
+    assert b.closed
+    assert not c.closed
+    assert not d.closed
+    guard.authenticated(c.client)
+    guard.authenticated(d.client)
+    guard.opened(e)  # over max_connections with every other one authenticated: e goes
+    assert e.closed
+    assert not any(x.closed for x in (a, c, d))
+    assert guard.dropped == 2

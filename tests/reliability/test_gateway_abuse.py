@@ -278,10 +278,10 @@ async def oversized(gw: Gateway) -> None:
         assert streamed.status_code == 413, streamed.text
     # A content-length that lies, and a header block far beyond any sane size.
     for raw in (
-        b"POST /message HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"POST /message HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
         b"x-lich-token: " + TOKEN.encode() + b"\r\ncontent-length: 999999999999\r\n\r\n{}",
-        b"POST /message HTTP/1.1\r\nhost: x\r\nx-junk: " + b"j" * 200_000 + b"\r\n\r\n",
-        b"POST /message HTTP/1.1\r\nhost: x\r\ncontent-length: -5\r\n\r\n",
+        b"POST /message HTTP/1.1\r\nhost: 127.0.0.1\r\nx-junk: " + b"j" * 200_000 + b"\r\n\r\n",
+        b"POST /message HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: -5\r\n\r\n",
         b"GARBAGE\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello to a plain HTTP port
     ):
@@ -308,7 +308,7 @@ async def raw_exchange(port: int, data: bytes) -> bytes:
 async def slow_clients(gw: Gateway, count: int) -> None:
     """``count`` connections that never finish a request, open while the probes run."""
     sockets: list[socket.socket] = []
-    head = (b"POST /message HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    head = (b"POST /message HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"x-lich-token: " + TOKEN.encode() + b"\r\ncontent-length: 100000\r\n\r\n")
     try:
         for i in range(count):

@@ -8,9 +8,17 @@ loopback (10.0.0.1, 169.254.169.254) are checked at the guard; when
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gzip
+import json
 import socket
+import subprocess
+import sys
 import time
+import zlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -436,3 +444,132 @@ async def test_the_next_checked_address_is_tried_when_one_refuses(
     assert result.ok, result
     assert result.output.endswith("second address")
     assert server.hits[0].headers["host"] == f"dual.test:{server.port}"
+
+
+# ------------------------------------------------------------ content encodings
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+def _zeros_gzipped(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzipped a MiB at a time (the zeros are never all in memory)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = bytes(1 << 20)
+    return b"".join(packer.compress(block) for _ in range(mib)) + packer.flush()
+
+
+@functools.cache
+def _bombs() -> dict[str, tuple[dict[str, str], bytes]]:
+    """Bodies whose every 64 kB network chunk expands to tens of megabytes."""
+    zeros = _zeros_gzipped(256)  # 256 MiB of zeros in about 250 kB
+    raw_deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return {
+        "/gzip": ({"content-encoding": "gzip"}, zeros),
+        "/stacked": ({"content-encoding": "gzip, gzip"}, _gzip(zeros)),
+        "/two-headers": ({"content-encoding": "gzip"}, _gzip(zeros)),  # + a second header below
+        "/deflate": ({"content-encoding": "deflate"},
+                     b"".join(raw_deflate.compress(bytes(1 << 20)) for _ in range(256))
+                     + raw_deflate.flush()),
+    }
+
+
+def _serve_bombs(server: LoopbackServer) -> None:
+    for path, (headers, body) in _bombs().items():
+        def route(hit: Hit, headers: dict[str, str] = headers, body: bytes = body,
+                  path: str = path) -> None:
+            handler = hit.handler
+            handler.send_response(200)
+            handler.send_header("content-type", "text/plain")
+            for name, value in headers.items():
+                handler.send_header(name, value)
+            if path == "/two-headers":
+                handler.send_header("content-encoding", "gzip")
+            handler.send_header("content-length", str(len(body)))
+            handler.end_headers()
+            with contextlib.suppress(OSError):  # the client stops reading at its cap
+                handler.wfile.write(body)
+
+        server.routes[path] = route
+    server.routes["/small"] = (200, {"content-type": "text/plain"}, b"small")
+
+
+@pytest.mark.parametrize("path", ["/gzip", "/stacked", "/two-headers", "/deflate"])
+async def test_a_decompression_bomb_is_capped_with_memory_bounded(
+    http_server: ServerFactory, tmp_path: Path, path: str
+) -> None:
+    # In a process of its own, so that its peak resident size is this fetch's alone.
+    server = http_server()
+    _serve_bombs(server)
+    child = Path(__file__).with_name("_fetch_child.py")
+
+    def measure(target: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, str(child), server.url("/small"), server.url(target), "1000"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+        assert done.returncode == 0, done.stderr
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report
+
+    baseline = measure("/small")
+    bomb = measure(path)
+    growth = (bomb["after"] - bomb["before"]) * 1024  # ru_maxrss is in KiB on Linux
+    baseline_growth = (baseline["after"] - baseline["before"]) * 1024
+    # 256 MiB of zeros behind it; httpx's own decoding added 64 MiB and more per chunk.
+    assert growth < 32 * 1024 * 1024 + baseline_growth, (growth, baseline_growth)
+    assert bomb["ok"], bomb["error"]
+    header, _, rest = bomb["output"].partition("\n")
+    # The content-length counts compressed bytes: the header says what was read.
+    assert header == "# 200 text/plain (more than 4000 bytes)"
+    assert rest.startswith("\0" * 1000 + "\n[... truncated, 3000 chars omitted ...]")
+    assert rest.endswith("\n[body cut: over the 4000-byte cap; the rest was not read]")
+
+
+async def test_encoded_bodies_are_decoded(run: Runner, http_server: ServerFactory) -> None:
+    server = http_server()
+    text = b"hello, encoded world\n" * 50
+    raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    server.routes["/gzip"] = (200, {"content-type": "text/plain", "content-encoding": "gzip"},
+                              _gzip(text))
+    server.routes["/zlib"] = (200, {"content-type": "text/plain", "content-encoding": "deflate"},
+                              zlib.compress(text))
+    server.routes["/raw"] = (200, {"content-type": "text/plain", "content-encoding": "deflate"},
+                             raw.compress(text) + raw.flush())
+    server.routes["/stacked"] = (200, {"content-type": "text/plain",
+                                       "content-encoding": "deflate, gzip"},
+                                 _gzip(zlib.compress(text)))
+    server.routes["/identity"] = (200, {"content-type": "text/plain",
+                                        "content-encoding": "identity"}, text)
+    for path in ("/gzip", "/zlib", "/raw", "/stacked", "/identity"):
+        result = await run("fetch_url", {"url": server.url(path)}, settings=ALLOW)
+        assert result.ok, (path, result)
+        # The content-length of an encoded body is not its size: what was read is.
+        assert result.output == f"# 200 text/plain ({len(text)} bytes)\n{text.decode()}", path
+        assert server.hits_for(path)[-1].headers["accept-encoding"] == "gzip, deflate"
+    result = await run("http_request", {"url": server.url("/stacked"), "max_chars": 30},
+                       settings=ALLOW)
+    assert result.ok, result
+    assert result.output.endswith("\n[body cut: over the 120-byte cap; the rest was not read]")
+
+
+async def test_a_corrupt_encoded_body_is_a_network_error(run: Runner,
+                                                         http_server: ServerFactory) -> None:
+    server = http_server()
+    server.routes["/bad"] = (200, {"content-type": "text/plain", "content-encoding": "gzip"},
+                             b"\x1f\x8b\x08\x00not really gzip at all")
+    result = await run("fetch_url", {"url": server.url("/bad")}, settings=ALLOW)
+    assert result.error is not None
+    assert result.error.startswith("network_error: cannot decode the gzip body:"), result.error
+
+
+async def test_an_encoding_lich_does_not_decode_is_passed_on_capped(
+    run: Runner, http_server: ServerFactory
+) -> None:
+    server = http_server()
+    server.routes["/br"] = (200, {"content-type": "text/plain", "content-encoding": "br"},
+                            b"\x8b" * 10_000)
+    result = await run("http_request", {"url": server.url("/br"), "max_chars": 100},
+                       settings=ALLOW)
+    assert result.ok, result
+    assert result.output.endswith("[body cut: over the 400-byte cap; the rest was not read]")
