@@ -29,6 +29,7 @@ from typing import IO, Any
 from attrs import field, frozen
 
 from lich import serialization
+from lich._private import make_private_dirs, open_private_append
 from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
 __all__ = [
@@ -95,8 +96,9 @@ class SessionWriter:
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
+            # A transcript is what was said and done: private to its user (0700 / 0600).
+            make_private_dirs(self.path.parent)
+            self._file = open_private_append(self.path)
             self._heal_torn_tail()
         return self._file
 
