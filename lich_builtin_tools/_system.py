@@ -19,6 +19,7 @@ from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
+    hidden,
     output_cap,
     reap,
     resolve_path,
@@ -135,6 +136,8 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError(f"not_a_directory: {target}") from None
     except OSError as exc:
         raise ToolError(f"du_unavailable: {exc.strerror or exc}") from exc
+    # Protected children are left out, as if absent (their sizes would say they exist).
+    names = [n for n in names if not hidden(ctx, os.path.join(path, n))]
     sizes: dict[str, int] = {}
     if names:
         try:

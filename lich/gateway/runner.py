@@ -42,14 +42,17 @@ def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConf
     """The agent configuration of the gateway: the tools narrowed to ``[gateway] tools``.
 
     The gateway's list never widens what the main config allows: with a
-    ``tools_enabled`` list there, the gateway gets the intersection.
+    ``tools_enabled`` list there, the gateway gets the intersection. Private
+    files are always protected (``protect_private_files = false`` is for the
+    CLI's own runs only): a chat user must never read another conversation's
+    transcript, the config or a ``.env`` through the tools.
     """
     if gateway.tools is None:
-        return config
+        return config_with(config, protect_private_files=True)
     tools = gateway.tools
     if config.tools_enabled is not None:
         tools = tuple(t for t in tools if t in config.tools_enabled)
-    return config_with(config, tools_enabled=tools)
+    return config_with(config, tools_enabled=tools, protect_private_files=True)
 
 
 class GatewayRunner:
@@ -124,6 +127,11 @@ class GatewayRunner:
             if absent:
                 log_event(log, logging.WARNING, "tools_unavailable", tools=",".join(absent),
                           detail="listed in [gateway] tools but no loaded plugin provides them")
+        if self.agent.tools.has("terminal"):
+            # A shell reads whatever the OS user can: no path policy confines it.
+            log_event(log, logging.WARNING, "terminal_unconfined",
+                      detail="terminal is enabled: chat users can read lich's files, other "
+                             "conversations' transcripts and secret files through it")
         self.bus = GatewayBus.from_config(self.agent, self.gateway)
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
