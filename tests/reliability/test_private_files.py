@@ -346,17 +346,20 @@ async def test_a_new_transcript_and_its_directories_are_private(
     assert _mode(work / ".lich") == 0o700
 
 
+@pytest.mark.parametrize(("reader", "name"), [("_ReadlineReader", "chat_history_readline"),
+                                              ("_PromptReader", "chat_history")])
 def test_the_chat_history_and_state_dir_are_private(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, permissive_umask: None
+    reader: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    permissive_umask: None,
 ):
     state = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    from lich.cli.chat import _ReadlineReader
+    from lich.cli import chat
 
-    reader = _ReadlineReader()
-    assert reader.path is not None
-    assert _mode(reader.path) == 0o600
-    assert _mode(reader.path.parent) == 0o700  # the state dir: <XDG_STATE_HOME>/lich
+    getattr(chat, reader)()  # what `lich chat` makes at its first prompt
+    history = state / "lich" / name
+    assert _mode(history) == 0o600
+    assert _mode(history.parent) == 0o700  # the state dir: <XDG_STATE_HOME>/lich
     assert _mode(state) == 0o700
 
 
@@ -373,3 +376,29 @@ async def test_the_audit_log_is_private(tmp_path: Path, permissive_umask: None):
     assert log.is_file()  # made when the plugin started
     assert _mode(log) == 0o600
     assert _mode(log.parent) == 0o700
+
+
+async def test_names_are_judged_below_the_work_dir_only(tmp_path: Path):
+    # A project that itself lives in a directory named like a secret stays usable; a
+    # secret-named file inside it does not.
+    work = tmp_path / "vault.key" / "work"
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text(NOTES, encoding="utf-8")
+    (work / "sub").mkdir()
+    (work / "sub" / "api.KEY").write_text(CANARY_KEY, encoding="utf-8")
+    agent = Agent(make_test_config(work, plugins=("builtin_tools",)), chat=ScriptedChat([]))
+    try:
+        ok = await agent.executor.execute(ToolCall("1", "read_file", {"path": "notes.txt"}))
+        refused = await agent.executor.execute(
+            ToolCall("2", "read_file", {"path": "sub/api.KEY"}))
+        listing = await agent.executor.execute(
+            ToolCall("3", "list_dir", {"path": ".", "depth": 2}))
+    finally:
+        await agent.aclose()
+    assert ok.ok
+    assert ok.output == NOTES
+    assert not refused.ok
+    assert refused.error is not None
+    assert refused.error.startswith("forbidden_path: sub/api.KEY")
+    assert "notes.txt" in listing.output
+    assert "api.KEY" not in listing.output
