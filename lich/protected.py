@@ -7,8 +7,9 @@ link named ``notes.txt`` pointing at ``.env`` is refused too), and the
 walking tools (``list_dir``, ``grep_files``, ``disk_usage``, the docs tools)
 leave protected entries out silently. What is protected:
 
-* whole directories: ``<work_dir>/.lich`` (config, sessions, audit logs) and
-  the session directory wherever it lives;
+* whole directories: ``<work_dir>/.lich`` (config, sessions, audit logs), any
+  other ``.lich`` below the root a tool works in, and the session directory
+  wherever it lives;
 * secret files by name, anywhere below the root a tool works in:
   :data:`SECRET_FILE_GLOBS` (``.env``, ``.env.*``, ``*.pem``, ``*.key``,
   ``id_rsa*``, ``id_ed25519*``), matched case-insensitively against every
@@ -76,7 +77,8 @@ class ProtectedPaths:
             os.path.realpath(Path(config.work_dir) / ".lich"),
             os.path.realpath(config.session_dir),
         }
-        return cls(tuple(sorted(dirs)), SECRET_FILE_GLOBS)
+        # ".lich" by name too: a nested project's own .lich/ is as private as ours.
+        return cls(tuple(sorted(dirs)), (".lich", *SECRET_FILE_GLOBS))
 
     def __bool__(self) -> bool:
         return bool(self.dirs or self.names)

@@ -68,6 +68,9 @@ def _project(work: Path) -> None:
     (work / ".lich" / "config.toml").write_text(
         f'system_prompt = "{CANARY_CONFIG}"\n', encoding="utf-8")
     (work / ".env").write_text(f"API_TOKEN={CANARY_ENV}\n", encoding="utf-8")
+    (work / "vendor" / ".lich").mkdir(parents=True)  # a nested project's own lich files
+    (work / "vendor" / ".lich" / "config.toml").write_text(
+        f'system_prompt = "{CANARY_CONFIG}"\n', encoding="utf-8")
     (work / ".env.production").write_text(f"DB={CANARY_ENV}\n", encoding="utf-8")
     (work / "certs").mkdir()
     (work / "certs" / "server.pem").write_text(f"-----BEGIN {CANARY_PEM}-----\n",
@@ -98,6 +101,7 @@ def _attacks(work: Path, victim_file: str) -> list[ToolCall]:
         {"name": "read_file", "args": {"path": "readme-env.txt"}},
         {"name": "read_file", "args": {"path": "certs/server.pem"}},
         {"name": "read_file", "args": {"path": "deploy/id_ed25519"}},
+        {"name": "read_file", "args": {"path": "vendor/.lich/config.toml"}},
         {"name": "grep_files", "args": {"pattern": "CANARY"}},
         {"name": "grep_files", "args": {"pattern": "CANARY", "path": ".lich"}},
         {"name": "grep_files", "args": {"pattern": "CANARY", "path": ".lich/sessions"}},
@@ -107,6 +111,7 @@ def _attacks(work: Path, victim_file: str) -> list[ToolCall]:
         {"name": "grep_files", "args": {"pattern": "CANARY", "path": "certs"}},
         {"name": "grep_files", "args": {"pattern": "CANARY", "glob": "*.pem"}},
         {"name": "grep_files", "args": {"pattern": "CANARY", "path": "readme-env.txt"}},
+        {"name": "grep_files", "args": {"pattern": "CANARY", "path": "vendor/.lich"}},
         {"name": "list_dir", "args": {"path": ".", "depth": 4}},
         {"name": "list_dir", "args": {"path": ".lich"}},
         {"name": "list_dir", "args": {"path": ".lich/sessions"}},
