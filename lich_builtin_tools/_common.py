@@ -82,7 +82,7 @@ def scrub_env(
     }
 
 
-PROTECTED_TEXT = "lich's own files and secret files are not readable by tools"
+PROTECTED_TEXT = "lich's own files and secret files are off limits to tools"
 
 
 def resolve_path(ctx: ToolContext, target: str) -> Path:
