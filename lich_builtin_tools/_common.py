@@ -107,16 +107,19 @@ def refuse_protected(ctx: ToolContext, resolved: str | os.PathLike[str], target:
         raise ToolError(f"forbidden_path: {target[:200]} ({PROTECTED_TEXT})")
 
 
-def hidden(ctx: ToolContext, path: str | os.PathLike[str]) -> bool:
+def hidden(ctx: ToolContext, path: str | os.PathLike[str], root: str | None = None) -> bool:
     """Whether a walking tool must leave ``path`` out (``ctx.protected`` covers it).
 
     ``path`` is what the walk met; a symlink is judged by where it leads too,
-    so neither a link named like a secret nor a link to one shows.
+    so neither a link named like a secret nor a link to one shows. ``root`` is
+    :func:`real_root` when the caller has it already (one ``realpath`` per walk,
+    not per entry).
     """
     policy = ctx.protected
     if not policy:
         return False
-    root = real_root(ctx)
+    if root is None:
+        root = real_root(ctx)
     return is_protected(policy, path, root) or is_protected(
         policy, os.path.realpath(path), root
     )

@@ -21,6 +21,7 @@ from lich.types import ToolResult
 from lich_builtin_tools._common import (
     hidden,
     output_cap,
+    real_root,
     reap,
     resolve_path,
     schema,
@@ -137,7 +138,8 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     except OSError as exc:
         raise ToolError(f"du_unavailable: {exc.strerror or exc}") from exc
     # Protected children are left out, as if absent (their sizes would say they exist).
-    names = [n for n in names if not hidden(ctx, os.path.join(path, n))]
+    root = real_root(ctx)
+    names = [n for n in names if not hidden(ctx, os.path.join(path, n), root)]
     sizes: dict[str, int] = {}
     if names:
         try:
