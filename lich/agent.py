@@ -50,6 +50,7 @@ from lich.loop import (
     seed_system_prompt,
 )
 from lich.plugins import PluginHost
+from lich.protected import ProtectedPaths
 from lich.providers import (
     ProviderRegistry,
     build_chat,
@@ -210,6 +211,7 @@ class Agent:
         self.executor = ToolExecutor(
             self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools,
             secret_env_names=secret_env_names(config, self.provider_kinds),
+            protected=ProtectedPaths.for_config(config),
         )
         self.sessions = SessionStore(config.session_dir)
 

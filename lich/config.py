@@ -141,6 +141,7 @@ class LichConfig:
     compress_threshold: float = setting(0.8, check=between(0.1, 0.95))
     session_dir: str = ""
     persist_sessions: bool = True
+    protect_private_files: bool = True
     plugins: tuple[str, ...] = BUILTIN_PLUGINS
     log_level: LogLevel = "info"
     tools: Mapping[str, Mapping[str, Any]] = setting(factory=dict, parse=each_value(_tool_table))

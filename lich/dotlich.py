@@ -12,6 +12,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from lich._private import make_private_dirs
+
 __all__ = ["GITIGNORE_TEXT", "LICH_DIR", "ensure_gitignore", "make_dirs"]
 
 LICH_DIR = ".lich"
@@ -42,7 +44,8 @@ def ensure_gitignore(lich_dir: Path) -> None:
 
 
 def make_dirs(path: str | os.PathLike[str]) -> Path:
-    """``mkdir -p path``; every ``.lich`` directory on the way gets its ``.gitignore``.
+    """``mkdir -p path`` (new directories ``0700``); every ``.lich`` directory on the
+    way gets its ``.gitignore``.
 
     Every place that creates something under ``.lich/`` (session transcripts,
     ``lich config init``) goes through this, so no ``.lich/`` is ever left without one.
@@ -50,7 +53,7 @@ def make_dirs(path: str | os.PathLike[str]) -> Path:
     :raises OSError: the directory cannot be created.
     """
     target = Path(path)
-    target.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(target)  # 0700: what lich keeps here is its user's alone
     for directory in (target, *target.parents):
         if directory.name == LICH_DIR:
             ensure_gitignore(directory)

@@ -25,6 +25,7 @@ from lich.cancel import Cancelled, CancelToken, race
 from lich.guards import ToolError, truncate_text
 from lich.hooks import RunInfo
 from lich.loop import ToolOutcome
+from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
 from lich.tools import Tool, ToolContext, ToolRegistry
 from lich.types import ToolCall, ToolResult
@@ -51,6 +52,8 @@ class ToolExecutor:
     :param env: extra environment handed to tools in their context.
     :param tool_settings: the ``[tools.<name>]`` tables; ``timeout_s`` and
         ``max_output_chars`` there override the tool's own limits.
+    :param protected: what no tool may read, list or search (handed to every
+        call as ``ctx.protected``); nothing by default.
     """
 
     def __init__(
@@ -61,12 +64,14 @@ class ToolExecutor:
         env: Mapping[str, str] | None = None,
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
         secret_env_names: frozenset[str] = frozenset(),
+        protected: ProtectedPaths | None = None,
     ) -> None:
         self.registry = registry
         self.work_dir = Path(work_dir)
         self.env = dict(env or {})
         self.tool_settings = tool_settings or {}
         self.secret_env_names = secret_env_names
+        self.protected = protected if protected is not None else ProtectedPaths()
 
     def limits(self, item: Tool) -> tuple[float, int]:
         """The effective ``(timeout_s, max_output_chars)`` of ``item``.
@@ -113,6 +118,7 @@ class ToolExecutor:
             run=run,
             call_id=call.id,
             secret_env_names=self.secret_env_names,
+            protected=self.protected,
         )
         deadline = asyncio.timeout(timeout_s)
         try:

@@ -30,6 +30,7 @@ from typing import IO, Any
 from attrs import field, frozen
 
 from lich import serialization
+from lich._private import open_private_append
 from lich.dotlich import make_dirs
 from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
@@ -110,8 +111,10 @@ class SessionWriter:
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
-            make_dirs(self.path.parent)  # a new .lich/ gets its .gitignore
-            self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the writer
+            # A transcript is what was said and done: private to its user (0700 / 0600);
+            # a new .lich/ gets its .gitignore.
+            make_dirs(self.path.parent)
+            self._file = open_private_append(self.path)
             self._heal_torn_tail()
         return self._file
 

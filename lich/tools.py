@@ -27,6 +27,7 @@ from lich._lazy import lazy_exports
 from lich.cancel import CancelToken
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from lich.hooks import RunInfo
+from lich.protected import ProtectedPaths
 from lich.registry import DuplicateNameError, Registry
 from lich.types import ToolDefinition, ToolResult
 
@@ -58,6 +59,8 @@ class ToolContext:
     ``secret_env_names`` are the environment variables holding provider keys
     (every registered kind's default key variable and every ``api_key_env``
     of the config): a tool must never show their values to the model.
+    ``protected`` is what no tool may read, list or search (lich's own files,
+    secret files): check resolved paths with :func:`lich.protected.is_protected`.
     """
 
     work_dir: Path
@@ -67,6 +70,7 @@ class ToolContext:
     run: RunInfo | None = None
     call_id: str = ""
     secret_env_names: frozenset[str] = frozenset()
+    protected: ProtectedPaths = field(factory=ProtectedPaths)
 
 
 @frozen

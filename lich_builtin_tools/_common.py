@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lich.guards import ToolError, resolve_in_root
+from lich.protected import is_protected
 from lich.secrets import is_secret_name
 from lich.settings import ToolSettings
 from lich.tools import ToolContext
@@ -73,17 +74,47 @@ def scrub_env(
     }
 
 
-def resolve_path(ctx: ToolContext, target: str) -> Path:
-    """``target`` resolved (realpath) inside the work dir.
+PROTECTED_TEXT = "lich's own files and secret files are off limits to tools"
 
-    :raises ToolError: ``path_escape:`` outside the work dir, ``invalid_path:`` for NUL or length.
+
+def resolve_path(ctx: ToolContext, target: str) -> Path:
+    """``target`` resolved (realpath) inside the work dir, and not protected.
+
+    :raises ToolError: ``path_escape:`` outside the work dir, ``invalid_path:`` for NUL or
+        length, ``forbidden_path:`` for a path ``ctx.protected`` covers (checked on the
+        resolved path, before anything is known about whether it exists).
     """
     resolved = resolve_in_root(ctx.work_dir, target)
     # A component longer than the file system allows would only fail later, with a raw
     # OSError from whichever call touches it first; say so up front.
     if any(len(os.fsencode(part)) > _NAME_MAX for part in resolved.parts):
         raise ToolError(f"invalid_path: name too long: {target[:200]}")
+    refuse_protected(ctx, resolved, target)
     return resolved
+
+
+def refuse_protected(ctx: ToolContext, resolved: str | os.PathLike[str], target: str) -> None:
+    """Raise ``forbidden_path:`` when ``ctx.protected`` covers the resolved path."""
+    if is_protected(ctx.protected, resolved, real_root(ctx)):
+        raise ToolError(f"forbidden_path: {target[:200]} ({PROTECTED_TEXT})")
+
+
+def hidden(ctx: ToolContext, path: str | os.PathLike[str], root: str | None = None) -> bool:
+    """Whether a walking tool must leave ``path`` out (``ctx.protected`` covers it).
+
+    ``path`` is what the walk met; a symlink is judged by where it leads too,
+    so neither a link named like a secret nor a link to one shows. ``root`` is
+    :func:`real_root` when the caller has it already (one ``realpath`` per walk,
+    not per entry).
+    """
+    policy = ctx.protected
+    if not policy:
+        return False
+    if root is None:
+        root = real_root(ctx)
+    return is_protected(policy, path, root) or is_protected(
+        policy, os.path.realpath(path), root
+    )
 
 
 def real_root(ctx: ToolContext) -> str:

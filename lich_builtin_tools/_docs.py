@@ -28,9 +28,10 @@ from lich.guards import (
     resolve_in_root,
     truncate_text,
 )
+from lich.protected import ProtectedPaths, is_protected
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
-from lich_builtin_tools._common import schema
+from lich_builtin_tools._common import PROTECTED_TEXT, schema
 
 __all__ = [
     "DOCS_UNAVAILABLE",
@@ -90,11 +91,18 @@ def _file_inside(entry: os.DirEntry[str], root: Path) -> bool:
     return entry.is_file(follow_symlinks=False)
 
 
-def list_doc_files(root: Path) -> list[str]:
+def list_doc_files(root: Path, protected: ProtectedPaths | None = None) -> list[str]:
     """Every ``.md`` file under ``root``, as sorted ``/``-joined relative paths.
 
-    The walk goes 4 levels deep and skips ``.vitepress``.
+    The walk goes 4 levels deep and skips ``.vitepress`` and whatever
+    ``protected`` covers (judged by the path met and, for a link, its target).
     """
+    real = os.path.realpath(root)
+
+    def hidden(path: str) -> bool:
+        return is_protected(protected, path, real) or is_protected(
+            protected, os.path.realpath(path), real)
+
     found: list[str] = []
     stack: list[tuple[Path, int]] = [(root, 0)]
     while stack:
@@ -104,7 +112,7 @@ def list_doc_files(root: Path) -> list[str]:
         except OSError:
             continue
         for entry in entries:
-            if entry.name in _WALK_SKIP:
+            if entry.name in _WALK_SKIP or (protected and hidden(entry.path)):
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False):
@@ -184,17 +192,19 @@ def _snippet(body: str, terms: list[str]) -> str:
     return " ".join(body[start:start + _SNIPPET_CHARS].split())
 
 
-def search_docs(root: Path, query: str, max_results: int) -> list[tuple[Section, int]]:
+def search_docs(
+    root: Path, query: str, max_results: int, protected: ProtectedPaths | None = None
+) -> list[tuple[Section, int]]:
     """The best ``max_results`` sections for ``query``, as ``(section, score)``.
 
     Per term: +3 if the heading contains it, +2 if the file path does, +1 per
     body occurrence (at most 5); +10 once if the body contains the whole
-    query. Ties keep file order.
+    query. Ties keep file order. Files ``protected`` covers are not searched.
     """
     terms = _terms(query)
     whole = query.strip().lower()
     scored: list[tuple[Section, int]] = []
-    for rel in list_doc_files(root):
+    for rel in list_doc_files(root, protected):
         for section in _sections(root, rel):
             score = _score(section, terms, whole)
             if score > 0:
@@ -218,8 +228,10 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
         root = root_for(ctx)
         if os.path.isabs(target):
             raise ToolError(f"path_escape: {target} is not relative to the docs root")
-        resolve_in_root(root, target)  # path_escape / invalid_path, symlinks followed
-        files = list_doc_files(root)
+        resolved = resolve_in_root(root, target)  # path_escape / invalid_path, links followed
+        if is_protected(ctx.protected, resolved, root):
+            raise ToolError(f"forbidden_path: {target[:200]} ({PROTECTED_TEXT})")
+        files = list_doc_files(root, ctx.protected)
         wanted = os.path.normpath(target).replace(os.sep, "/")
         rel = next((c for c in (wanted, f"{wanted}.md") if c in files), None)
         if rel is None:
@@ -240,7 +252,7 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
         query = require_string_arg(args, "query")
         max_results = optional_int_arg(args, "max_results", 5, lo=1, hi=20)
         root = root_for(ctx)
-        hits = search_docs(root, query, max_results)
+        hits = search_docs(root, query, max_results, ctx.protected)
         if not hits:
             return ToolResult.success(f"no results for: {query}")
         terms = _terms(query)

@@ -30,6 +30,7 @@ from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     SKIP_NAMES,
+    hidden,
     os_error,
     output_cap,
     real_root,
@@ -247,9 +248,10 @@ edit_file_tool = Tool(
 # ---------------------------------------------------------------- list_dir
 
 
-def _sorted_entries(path: str) -> list[os.DirEntry[str]]:
+def _sorted_entries(path: str, ctx: ToolContext, root: str) -> list[os.DirEntry[str]]:
     with os.scandir(path) as it:
-        entries = [e for e in it if e.name not in SKIP_NAMES]
+        # Protected entries are left out as if absent: the listing does not confirm them.
+        entries = [e for e in it if e.name not in SKIP_NAMES and not hidden(ctx, e.path, root)]
 
     def key(e: os.DirEntry[str]) -> tuple[int, str, str]:
         try:
@@ -292,7 +294,7 @@ def _walk_listing(start: str, depth: int, root: str, ctx: ToolContext) -> Iterat
             return
         current, level = queue.popleft()
         try:
-            entries = _sorted_entries(current)
+            entries = _sorted_entries(current, ctx, root)
         except OSError:
             continue  # unreadable directories are skipped, as in the reference
         for entry in entries:

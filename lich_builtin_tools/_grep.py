@@ -73,6 +73,10 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         "glob": glob,
         "limit": max_results + 1,
         "skip": sorted(SKIP_NAMES),
+        # The worker runs without lich (python -I -S): it gets the policy as data and
+        # applies the same rule as lich.protected.ProtectedPaths.blocks.
+        "protected_dirs": list(ctx.protected.dirs),
+        "protected_names": list(ctx.protected.names),
     }
     hits, finished = await _run_worker(spec, budget)
     lines = hits[:max_results]
@@ -127,7 +131,8 @@ grep_files_tool = Tool(
     description=(
         "Search file contents for a regular expression (Python syntax). Lines come back as "
         "'<path>:<line>: <text>'. glob filters file names ('*.py', 'prefix*', exact name). "
-        "Skips node_modules, .git, dist, .lich, .cursor, binary files and files of 1 MB or more. "
+        "Skips node_modules, .git, dist, .lich, .cursor, secret files (.env, keys), binary "
+        "files and files of 1 MB or more. "
         "Each search has a time budget (10 s by default)."
     ),
     parameters=schema(

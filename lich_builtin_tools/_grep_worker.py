@@ -9,6 +9,7 @@ interrupted inside a single match, which is why the bound is a process.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -41,6 +42,20 @@ def _within(root: str, path: str) -> bool:
         return False
 
 
+def _protected(root: str, path: str, dirs: list[str], names: list[str]) -> bool:
+    """lich.protected.ProtectedPaths.blocks, restated: this process cannot import lich."""
+    if any(_within(d, path) for d in dirs):
+        return True
+    if not names:
+        return False
+    if _within(root, path):
+        rel = os.path.relpath(path, root)
+        parts = [] if rel == "." else rel.split(os.sep)
+    else:
+        parts = [os.path.basename(path)]
+    return any(fnmatch.fnmatchcase(part.lower(), glob) for part in parts for glob in names)
+
+
 def main() -> int:
     """Run one search described by the JSON spec on stdin."""
     spec: dict[str, Any] = json.load(sys.stdin)
@@ -50,6 +65,11 @@ def main() -> int:
     glob: str = spec.get("glob", "")
     limit: int = spec["limit"]
     skip = frozenset(spec.get("skip", ()))
+    protected_dirs: list[str] = spec.get("protected_dirs", [])
+    protected_names: list[str] = spec.get("protected_names", [])
+
+    def hidden(path: str) -> bool:
+        return _protected(root, path, protected_dirs, protected_names)
     out = sys.stdout
     found = 0
 
@@ -90,7 +110,9 @@ def main() -> int:
                 continue
             subdirs = []
             for entry in entries:
-                if entry.name in skip:
+                # Protected entries are left out silently, judged by the path met and,
+                # for a link, by where it leads.
+                if entry.name in skip or hidden(entry.path):
                     continue
                 display = f"{prefix}{entry.name}"
                 try:
@@ -98,6 +120,8 @@ def main() -> int:
                         # Follow a link only to a file inside the root; never into a directory
                         # (no escapes, no cycles).
                         real = os.path.realpath(entry.path)
+                        if hidden(real):
+                            continue
                         if _within(root, real) and os.path.isfile(real) and _glob_ok(
                             entry.name, glob
                         ):

@@ -19,7 +19,9 @@ from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
+    hidden,
     output_cap,
+    real_root,
     reap,
     resolve_path,
     schema,
@@ -134,6 +136,9 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError(f"not_a_directory: {target}") from None
     except OSError as exc:
         raise ToolError(f"du_unavailable: {exc.strerror or exc}") from exc
+    # Protected children are left out, as if absent (their sizes would say they exist).
+    root = real_root(ctx)
+    names = [n for n in names if not hidden(ctx, os.path.join(path, n), root)]
     sizes: dict[str, int] = {}
     if names:
         try:

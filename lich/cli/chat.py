@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from lich._private import touch_private
 from lich._slash import SLASH_COMMANDS, model_lines
 from lich.cli._render import HumanRenderer, make_err_console
 from lich.cli.common import (
@@ -73,7 +74,7 @@ class _PromptReader:
             import platformdirs
 
             path = Path(platformdirs.user_state_dir("lich")) / "chat_history"
-            path.parent.mkdir(parents=True, exist_ok=True)
+            touch_private(path)  # what was typed stays private: 0600 in a 0700 state dir
             history = FileHistory(str(path))
         except OSError:
             history = InMemoryHistory()
@@ -101,9 +102,8 @@ class _ReadlineReader:
             import platformdirs
 
             self.path = Path(platformdirs.user_state_dir("lich")) / "chat_history_readline"
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.path.exists():
-                readline.read_history_file(str(self.path))
+            touch_private(self.path)  # what was typed stays private: 0600 in a 0700 state dir
+            readline.read_history_file(str(self.path))
         except OSError:
             self.path = None
 

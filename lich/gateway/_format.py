@@ -6,6 +6,7 @@ Nothing here imports a network library; the bus and every adapter use it.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import re
 import secrets
@@ -15,6 +16,7 @@ from typing import Any
 __all__ = [
     "conversation_session_id",
     "flatten_line",
+    "legacy_session_id",
     "log_event",
     "redact",
     "sanitize_error",
@@ -96,16 +98,37 @@ def flatten_line(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
-def conversation_session_id(platform: str, chat_id: str) -> str:
-    """The stable session id of one conversation: ``gw-<platform>-<chat>-<hash>``.
-
-    Readable (the platform and a slug of the chat id) and unique (a hash of
-    both, so two chat ids that slug alike still differ). Always a valid
-    session id, whatever characters the platform uses for its chat ids.
-    """
-    digest = hashlib.sha256(f"{platform}\x00{chat_id}".encode()).hexdigest()[:12]
+def _slugs(platform: str, chat_id: str) -> tuple[str, str]:
     platform_slug = _SLUG_UNSAFE.sub("-", platform).strip("-._")[:24] or "p"
     chat_slug = _SLUG_UNSAFE.sub("-", chat_id).strip("-._")[:48] or "chat"
+    return platform_slug, chat_slug
+
+
+def conversation_session_id(platform: str, chat_id: str, key: bytes) -> str:
+    """The stable session id of one conversation: ``gw-<platform>-<chat>-<mac>``.
+
+    Readable (the platform and a slug of the chat id) and unguessable: the
+    last part is an HMAC-SHA256 of both under ``key``, the install's secret
+    (:func:`lich.gateway._keys.load_or_create_key`), cut to 96 bits — so
+    knowing a chat id is not enough to name, or find, its transcript, and two
+    chat ids that slug alike still differ. Always a valid session id,
+    whatever characters the platform uses for its chat ids.
+    """
+    if len(key) < 16:
+        raise ValueError("the session id key must be at least 16 bytes")
+    mac = hmac.new(key, f"{platform}\x00{chat_id}".encode(), hashlib.sha256).hexdigest()[:24]
+    platform_slug, chat_slug = _slugs(platform, chat_id)
+    return f"gw-{platform_slug}-{chat_slug}-{mac}"
+
+
+def legacy_session_id(platform: str, chat_id: str) -> str:
+    """The session id earlier versions gave a conversation: an unkeyed hash anyone can compute.
+
+    Only read, to move an existing transcript to its keyed name once
+    (:class:`lich.gateway.GatewayBus` does it when the conversation is next used).
+    """
+    digest = hashlib.sha256(f"{platform}\x00{chat_id}".encode()).hexdigest()[:12]
+    platform_slug, chat_slug = _slugs(platform, chat_id)
     return f"gw-{platform_slug}-{chat_slug}-{digest}"
 
 

@@ -2,10 +2,12 @@
 
 * Runs are serialised per conversation (``platform`` + ``chat_id``) and run in
   parallel across conversations, on one shared :class:`lich.Agent`.
-* Each conversation is a lich session with a stable id
-  (:func:`~lich.gateway._format.conversation_session_id`), so after a
-  gateway restart — or after the conversation was evicted from memory — it
-  resumes from its JSONL transcript.
+* Each conversation is a lich session with a stable, unguessable id
+  (:func:`~lich.gateway._format.conversation_session_id`, keyed with the
+  install's secret), so after a gateway restart — or after the conversation
+  was evicted from memory — it resumes from its JSONL transcript. A
+  transcript under the unkeyed name of earlier versions is renamed to the
+  keyed one the first time its conversation is used again.
 * The history handed to the model is capped (:func:`cap_history`) without
   splitting a tool call from its results and without losing the system prompt.
 * Idle conversations are evicted least-recently-used past ``max_conversations``.
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -29,7 +33,14 @@ from attrs import frozen
 
 from lich.cancel import CancelToken
 from lich.events import EventHandler
-from lich.gateway._format import conversation_session_id, log_event, redact, sanitize_error
+from lich.gateway._format import (
+    conversation_session_id,
+    legacy_session_id,
+    log_event,
+    redact,
+    sanitize_error,
+)
+from lich.gateway._keys import KEY_BYTES, load_or_create_key
 from lich.types import Message, SystemMessage, ToolMessage, Usage, UserMessage
 
 if TYPE_CHECKING:
@@ -120,7 +131,7 @@ def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
 
 
 class _Conversation:
-    __slots__ = ("history", "key", "lock", "pending", "session_id")
+    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id")
 
     def __init__(self, key: tuple[str, str], session_id: str) -> None:
         self.key = key
@@ -128,6 +139,7 @@ class _Conversation:
         self.history: list[Message] | None = None  # None: load from the session file first
         self.lock = asyncio.Lock()
         self.pending = 0  # running + waiting
+        self.legacy_checked = False  # whether a transcript under the old name was looked for
 
 
 class GatewayBus:
@@ -138,6 +150,12 @@ class GatewayBus:
     :param max_conversations: conversations kept in memory; idle ones are
         evicted least-recently-used beyond it (their sessions stay on disk).
     :param queue_limit: messages a conversation may have running or waiting.
+    :param id_key: the secret session ids are keyed with; by default the
+        install's (``.gateway-id.key`` in the session directory, made on first
+        use), or a random one for this bus when sessions are not persisted.
+
+    :raises OSError: the install's key cannot be created or read.
+    :raises ValueError: a limit is out of range, or the key file is not a key.
     """
 
     def __init__(
@@ -147,9 +165,14 @@ class GatewayBus:
         history_cap: int = 40,
         max_conversations: int = 200,
         queue_limit: int = 5,
+        id_key: bytes | None = None,
     ) -> None:
         if history_cap < 2 or max_conversations < 1 or queue_limit < 1:
             raise ValueError("history_cap >= 2, max_conversations >= 1 and queue_limit >= 1")
+        if id_key is None:
+            id_key = (load_or_create_key(agent.sessions.directory)
+                      if agent.config.persist_sessions else secrets.token_bytes(KEY_BYTES))
+        self._id_key = id_key
         self.agent = agent
         self.history_cap = history_cap
         self.max_conversations = max_conversations
@@ -182,6 +205,10 @@ class GatewayBus:
         """Messages being handled right now (running or waiting their turn)."""
         return self._active
 
+    def session_id_for(self, platform: str, chat_id: str) -> str:
+        """The session id of a conversation (keyed: not computable without the install's key)."""
+        return conversation_session_id(platform, chat_id, self._id_key)
+
     def conversation_keys(self) -> list[tuple[str, str]]:
         """The conversations in memory, least recently used first."""
         return list(self._conversations)
@@ -197,7 +224,7 @@ class GatewayBus:
             self._conversations.move_to_end(key)
             return conv
         self._evict_idle()
-        conv = _Conversation(key, conversation_session_id(*key))
+        conv = _Conversation(key, self.session_id_for(*key))
         self._conversations[key] = conv
         return conv
 
@@ -225,7 +252,7 @@ class GatewayBus:
         """
         key = (message.platform, message.chat_id)
         if self._closed:
-            return BusReply("closed", CLOSED_TEXT, conversation_session_id(*key))
+            return BusReply("closed", CLOSED_TEXT, self.session_id_for(*key))
         conv = self._conversation(key)
         log_event(log, logging.INFO, "message_in", platform=message.platform,
                   chat=message.chat_id, user=message.user_id, chars=len(message.text))
@@ -252,6 +279,9 @@ class GatewayBus:
     async def _handle_in_turn(
         self, conv: _Conversation, message: InboundMessage, on_event: EventHandler | None
     ) -> BusReply:
+        if not conv.legacy_checked:
+            await asyncio.to_thread(self._adopt_legacy_transcript, conv)
+            conv.legacy_checked = True
         text = message.text
         command = _COMMAND.match(text.strip())
         if command is not None:
@@ -264,6 +294,27 @@ class GatewayBus:
             else:
                 text = START_INPUT
         return await self._run(conv, message, text, on_event)
+
+    def _adopt_legacy_transcript(self, conv: _Conversation) -> None:
+        """Rename a transcript saved under the old, unkeyed id to the keyed one (once).
+
+        So a conversation started before ids were keyed resumes where it was;
+        the guessable name disappears from the session directory.
+        """
+        sessions = self.agent.sessions
+        old = sessions.path_for(legacy_session_id(*conv.key))
+        new = sessions.path_for(conv.session_id)
+        if not old.is_file() or new.exists():
+            return
+        try:
+            # Runs of one conversation are serialised: nothing writes either name meanwhile.
+            os.rename(old, new)
+        except OSError as exc:
+            log_event(log, logging.ERROR, "session_migration_failed", session=conv.session_id,
+                      error=f"{type(exc).__name__}: {exc}")
+            return
+        log_event(log, logging.INFO, "session_migrated", platform=conv.key[0],
+                  chat=conv.key[1], session=conv.session_id)
 
     async def _reset(self, conv: _Conversation) -> None:
         conv.history = []

@@ -43,11 +43,14 @@ def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConf
     and retries spread with jitter unless the config says otherwise.
 
     The gateway's list never widens what the main config allows: with a
-    ``tools_enabled`` list there, the gateway gets the intersection. Hundreds of
+    ``tools_enabled`` list there, the gateway gets the intersection. Private
+    files are always protected (``protect_private_files = false`` is for the
+    CLI's own runs only): a chat user must never read another conversation's
+    transcript, the config or a ``.env`` through the tools. Hundreds of
     conversations retrying a rate-limited provider at the same instants would be
     limited again together, so ``retry_jitter`` defaults to ``"full"`` here.
     """
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"protect_private_files": True}
     if config.retry_jitter is None:
         changes["retry_jitter"] = "full"
     if gateway.tools is not None:
@@ -55,7 +58,7 @@ def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConf
         if config.tools_enabled is not None:
             tools = tuple(t for t in tools if t in config.tools_enabled)
         changes["tools_enabled"] = tools
-    return config_with(config, **changes) if changes else config
+    return config_with(config, **changes)
 
 
 class GatewayRunner:
@@ -130,6 +133,11 @@ class GatewayRunner:
             if absent:
                 log_event(log, logging.WARNING, "tools_unavailable", tools=",".join(absent),
                           detail="listed in [gateway] tools but no loaded plugin provides them")
+        if self.agent.tools.has("terminal"):
+            # A shell reads whatever the OS user can: no path policy confines it.
+            log_event(log, logging.WARNING, "terminal_unconfined",
+                      detail="terminal is enabled: chat users can read lich's files, other "
+                             "conversations' transcripts and secret files through it")
         self.bus = GatewayBus.from_config(self.agent, self.gateway)
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",

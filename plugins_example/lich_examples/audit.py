@@ -141,7 +141,8 @@ def _lock_for(path: Path) -> threading.Lock:
 def _prepare(path: Path) -> None:
     """Create the log (and its directory) if needed; raise ``OSError`` if it cannot be written."""
     parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
+    # The log says what every tool did: its directory is private too (a new one is 0700).
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.close(fd)

@@ -46,7 +46,7 @@ async def test_a_run_uses_a_tool_and_is_recorded_in_its_session(
     reply = await bus.handle(msg("read notes.txt"))
     assert reply.kind == "reply"
     assert reply.text == f"the file says: {NOTES.strip()}"
-    assert reply.session_id == conversation_session_id("test", "c1")
+    assert reply.session_id == bus.session_id_for("test", "c1")
     assert reply.usage is not None
     assert reply.usage.total_tokens > 0
     contents = bus.agent.sessions.read(reply.session_id)
@@ -356,11 +356,14 @@ def test_cap_history_properties(turns: list[list[Message]], cap: int, with_syste
 @settings(max_examples=200, deadline=None)
 @given(st.text(min_size=1, max_size=300), st.text(min_size=1, max_size=40))
 def test_session_ids_are_always_valid_and_distinct(chat_id: str, platform: str):
-    sid = conversation_session_id(platform, chat_id)
+    key = b"k" * 32
+    sid = conversation_session_id(platform, chat_id, key)
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", sid)
     SessionStore("/tmp/x").path_for(sid)  # accepted by the store
-    assert sid != conversation_session_id(platform, chat_id + "x")
-    assert sid == conversation_session_id(platform, chat_id)
+    assert sid != conversation_session_id(platform, chat_id + "x", key)
+    assert sid == conversation_session_id(platform, chat_id, key)
+    # Another install's key names the same chat differently.
+    assert sid != conversation_session_id(platform, chat_id, b"j" * 32)
 
 
 async def test_a_failing_reset_is_a_clean_error(make_bus: Callable[..., GatewayBus],

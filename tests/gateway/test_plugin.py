@@ -194,6 +194,16 @@ async def test_tools_listed_but_missing_are_warned_about(
 ):
     await start_gateway(["webhook"], {"webhook": {"port": 0}, "tools": ["read_file", "nope"]})
     assert events(gateway_log, "tools_unavailable")[0]["tools"] == "nope"
+    assert not events(gateway_log, "terminal_unconfined")
+
+
+async def test_terminal_in_the_gateway_is_warned_about(
+    start_gateway: Any, gateway_log: pytest.LogCaptureFixture,
+):
+    # A shell is not confined by path: every chat user could read every transcript.
+    await start_gateway(["webhook"], {"webhook": {"port": 0}, "tools": ["read_file", "terminal"]})
+    (warning,) = events(gateway_log, "terminal_unconfined")
+    assert "transcripts" in warning["detail"]
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 
-from lich.gateway._format import conversation_session_id
 from lich.gateway.registry import GatewayError
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.webhook import is_loopback
@@ -40,7 +39,8 @@ async def test_message_runs_the_agent_with_a_tool(start_gateway: Any, client: ht
     assert response.status_code == 200
     body = response.json()
     assert body["reply"] == f"the file says: {NOTES.strip()}"
-    assert body["session_id"] == conversation_session_id("webhook", "c1")
+    assert runner.bus is not None
+    assert body["session_id"] == runner.bus.session_id_for("webhook", "c1")
     assert body["usage"]["total_tokens"] > 0
     assert set(body) == {"reply", "usage", "session_id"}
     # The read-only gateway toolset: read_file is offered, write_file is not.
@@ -59,10 +59,12 @@ async def test_health(start_gateway: Any, client: httpx.AsyncClient):
 
 async def test_the_platform_is_not_chosen_by_the_client(start_gateway: Any,
                                                        client: httpx.AsyncClient):
-    _, url = await _webhook(start_gateway)
+    runner, url = await _webhook(start_gateway)
     response = await client.post(f"{url}/message",
                                  json={"text": "hi", "chat_id": "7", "platform": "telegram"})
-    assert response.json()["session_id"] == conversation_session_id("webhook", "7")
+    bus = runner.bus
+    assert bus is not None
+    assert response.json()["session_id"] == bus.session_id_for("webhook", "7")
 
 
 @pytest.mark.parametrize(
