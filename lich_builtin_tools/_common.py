@@ -12,11 +12,12 @@ import fnmatch
 import os
 import re
 import signal
-from collections.abc import Iterable, Mapping
+import stat
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lich.guards import ToolError, resolve_in_root
+from lich.guards import Opened, ToolError, open_beneath, resolve_in_root
 from lich.settings import ToolSettings
 from lich.tools import ToolContext
 
@@ -92,6 +93,64 @@ def resolve_path(ctx: ToolContext, target: str) -> Path:
     if any(len(os.fsencode(part)) > _NAME_MAX for part in resolved.parts):
         raise ToolError(f"invalid_path: name too long: {target[:200]}")
     return resolved
+
+
+def open_in_work_dir(
+    ctx: ToolContext,
+    target: str,
+    flags: int = os.O_RDONLY,
+    *,
+    check: Callable[[str], None] | None = None,
+    make_parents: bool = False,
+    follow_links: bool = True,
+) -> Opened:
+    """Open ``target`` inside the work dir with :func:`lich.guards.open_beneath`.
+
+    The one way the builtin tools open a path: a symlink is followed only while
+    it stays inside, and a directory swapped for a link mid-call cannot send the
+    open outside. ``check(rel)`` gets the resolved path relative to the work dir
+    (``/``-joined) before the file is opened or created; path policies
+    (protected files, ``.git/``) go there. Refuses a component longer than the
+    file system allows up front, as :func:`resolve_path` does.
+
+    :raises ToolError: the confinement errors, what ``check`` raises, and
+        :func:`os_error`'s coded errors for a failed open.
+    """
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in target.split("/")):
+        raise ToolError(f"invalid_path: name too long: {target[:200]}")
+    try:
+        return open_beneath(ctx.work_dir, target, flags, check=check,
+                            make_parents=make_parents, follow_links=follow_links)
+    except OSError as exc:
+        raise os_error(exc, target) from exc
+
+
+def refuse_hard_link(st: os.stat_result, target: str, table: str) -> None:
+    """Refuse a regular file with more than one hard link.
+
+    A hard link made inside the work dir to a file outside it (``ln ~/.ssh/id_rsa
+    x``) is the same file: no path check can tell. ``table`` is the settings
+    table whose ``allow_hard_links = true`` lifts the refusal.
+    """
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise ToolError(
+            f"hard_link_refused: {target} has {st.st_nlink} hard links and may be a file "
+            f"outside the work dir; set [tools.{table}] allow_hard_links = true to allow it"
+        )
+
+
+def refuse_git_dir(rel: str, target: str, table: str) -> None:
+    """Refuse a write into ``.git/`` (or to a ``.git`` file) on a resolved path.
+
+    ``.git/config`` can set ``core.fsmonitor`` and ``.git/hooks/`` holds scripts:
+    git runs both at the user's next ``git status`` or commit. Any case, for
+    case-insensitive file systems. ``[tools.<table>] allow_git_dir = true`` lifts it.
+    """
+    if any(part.casefold() == ".git" for part in rel.split("/")):
+        raise ToolError(
+            f"forbidden_path: {target} (writes into .git/ are refused: git runs commands "
+            f"from its config and hooks; set [tools.{table}] allow_git_dir = true to allow it)"
+        )
 
 
 def real_root(ctx: ToolContext) -> str:
