@@ -121,7 +121,7 @@ def _swapping(work: Path) -> Iterator[None]:
         thread.join(10)
         assert not thread.is_alive()
         assert not errors, errors
-        if not Path(d, "f.txt").exists() or Path(d).is_symlink():
+        if Path(d).is_symlink():
             swap_names(d, swap)  # leave d the real directory again
 
 
@@ -396,3 +396,32 @@ async def test_links_inside_the_work_dir_behave_as_documented(
     assert "d link_dir/" in listing
     assert "- climb (symlink outside the work dir)" in listing
     assert listing.count("- in.txt (4 bytes)") == 1
+
+
+async def test_a_docs_directory_swapped_for_a_symlink_never_leads_outside(
+    run: Runner, work: Path, tmp_path: Path
+) -> None:
+    """``docs_read`` and ``docs_search`` over ``<work>/docs`` while ``docs/d`` is swapped."""
+    outside = tmp_path / "outside"
+    (outside / "page.md").write_text(f"# page\n{CANARY}\n")
+    docs = work / "docs"
+    (docs / "d").mkdir(parents=True)
+    (docs / "index.md").write_text("# docs\n")
+    (docs / "d" / "page.md").write_text("# page\ninside\n")
+    (docs / "swap").symlink_to(outside)
+    run.env = {}
+    before = _snapshot(outside)
+    seen: list[str] = []
+    deadline = time.monotonic() + RACE_BUDGET_S
+    with _swapping(docs):
+        for i in range(RACE_CALLS):
+            if time.monotonic() > deadline:
+                break
+            tool, args = (("docs_read", {"path": "d/page"}) if i % 2 == 0
+                          else ("docs_search", {"query": "page canary outside"}))
+            result = await run(tool, args)
+            seen.append(f"{result.output}\n{result.error or ''}")
+    assert _snapshot(outside) == before
+    assert seen
+    for text in seen:
+        assert CANARY not in text, text[:300]
