@@ -219,6 +219,22 @@ def _under(prefix: str, path: str) -> list[str] | None:
     return None
 
 
+def _lexical(base: list[str], rest: list[str]) -> str | None:
+    """``base`` (resolved components) joined with ``rest`` lexically, ``/``-joined, or
+    ``None`` when a ``..`` climbs above the root."""
+    out = list(base)
+    for part in rest:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+        else:
+            out.append(part)
+    return "/".join(out) or "."
+
+
 def _is_link(name: str, dir_fd: int) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -280,6 +296,7 @@ def open_beneath(
     root_fd = os.open(real, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     held: list[tuple[int, str]] = []  # the directories below the root, outermost first
     links = retries = 0
+    created = False  # whether make_parents has made a directory yet
     try:
         pending.reverse()  # a stack: the next component is last
         while True:
@@ -320,6 +337,14 @@ def open_beneath(
             except FileNotFoundError:
                 if last or not make_parents:
                     raise
+                if check is not None and not created:
+                    # Below a missing directory nothing exists, so no link can intervene:
+                    # the final path is known now, and checked before anything is made.
+                    final = _lexical([name for _, name in held], [part, *reversed(pending)])
+                    if final is None:
+                        raise escape from None
+                    check(final)
+                created = True
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=parent)
                 pending.append(part)  # and open it on the next turn

@@ -176,7 +176,8 @@ def _open_for_write(ctx: ToolContext, target: str, table: str, *, create: bool) 
     """The file to write, opened read-write without truncating it: the hard-link
     check needs its stat before anything changes."""
     settings = tool_settings(ctx, table, WriteFileSettings)
-    flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    # write_file only writes (a write-only file is fine); edit_file reads it back too.
+    flags = (os.O_WRONLY | os.O_CREAT) if create else os.O_RDWR
     fd = _open_file(ctx, target, flags, check=_write_check(ctx, target, table, settings),
                     make_parents=create)
     try:

@@ -245,6 +245,13 @@ def test_check_sees_the_resolved_path_before_anything_is_created(work: Path) -> 
         open_beneath(work, "notes", os.O_WRONLY | os.O_CREAT, check=refuse)
     assert checked == ["secret/plan.txt"]
     assert not (work / "secret" / "plan.txt").exists()
+    # A write below missing directories is checked before the first one is made.
+    checked.clear()
+    with pytest.raises(ToolError, match=r"^forbidden_path: secret/new/deeper/x\.txt$"):
+        open_beneath(work, "secret/../secret/new/./deeper/x.txt", os.O_WRONLY | os.O_CREAT,
+                     check=refuse, make_parents=True)
+    assert checked == ["secret/new/deeper/x.txt"]
+    assert not (work / "secret" / "new").exists()
 
 
 # ---------------------------------------------------------------- hard links
@@ -324,6 +331,7 @@ async def test_a_write_into_git_is_refused_so_git_status_runs_nothing(
         ("write_file", {"path": "cfg", "content": config + FSMONITOR}),
         ("write_file", {"path": "./sub/../.git/hooks/pre-commit", "content": "#!/bin/sh\n"}),
         ("write_file", {"path": ".GIT/config", "content": FSMONITOR}),
+        ("write_file", {"path": ".git/made/up/x", "content": "x"}),
         ("edit_file", {"path": ".git/config", "old_string": "[core]",
                        "new_string": FSMONITOR.rstrip("\n")}),
     ]
@@ -334,6 +342,7 @@ async def test_a_write_into_git_is_refused_so_git_status_runs_nothing(
         assert "allow_git_dir = true" in result.error
     assert (repo / ".git" / "config").read_text() == config
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    assert not (repo / ".git" / "made").exists()  # refused before any directory is made
     # The attack, had it worked: git status would have run the fsmonitor command.
     await asyncio.to_thread(_git_status, repo)
     assert not (repo / "pwned-by-fsmonitor").exists()
