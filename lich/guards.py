@@ -267,12 +267,13 @@ def open_beneath(
     ``flags`` are those of the final :func:`os.open` (``O_NOFOLLOW`` and
     ``O_CLOEXEC`` are added). ``check(rel)`` runs on the resolved relative path
     just before that open, so a policy on resolved paths sees what will be
-    opened, and refuses before ``O_CREAT`` creates anything; a last component
-    that is a link is checked by where it leads (should it become a link only
-    after the check, the open fails, the link is followed and its target
-    checked too: the check may see both names, never only the wrong one). ``make_parents`` creates
-    missing directories on the way (mode ``0o777`` less the umask);
-    ``follow_links=False`` refuses every symlink (``symlink_refused:``).
+    opened, and refuses before ``O_CREAT`` (or ``make_parents``) creates
+    anything; a last component that is a link is checked by where it leads
+    (should it become a link only after the check, the open fails, the link is
+    followed and its target checked too: the check may see both names, never
+    only the wrong one). ``make_parents`` creates missing directories on the
+    way (mode ``0o777`` less the umask); ``follow_links=False`` refuses every
+    symlink (``symlink_refused:``).
 
     :raises ToolError: ``invalid_path:`` (NUL, length, too many links),
         ``path_escape: <target> escapes <root>``, ``symlink_refused: <target>``,
@@ -297,6 +298,7 @@ def open_beneath(
     held: list[tuple[int, str]] = []  # the directories below the root, outermost first
     links = retries = 0
     created = False  # whether make_parents has made a directory yet
+    made: tuple[int, str] | None = None  # the directory it made last (depth, name)
     try:
         pending.reverse()  # a stack: the next component is last
         while True:
@@ -345,12 +347,14 @@ def open_beneath(
                         raise escape from None
                     check(final)
                 created = True
+                if made == (len(held), part):  # made a moment ago, and gone again: a race
+                    retries += 1
+                    if retries > _MAX_RACE_RETRIES:
+                        raise
+                made = (len(held), part)
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=parent)
                 pending.append(part)  # and open it on the next turn
-                retries += 1
-                if retries > _MAX_RACE_RETRIES:
-                    raise
                 continue
             except OSError as exc:
                 # O_NOFOLLOW says ELOOP for a link, O_DIRECTORY | O_NOFOLLOW says ENOTDIR.

@@ -252,6 +252,11 @@ def test_check_sees_the_resolved_path_before_anything_is_created(work: Path) -> 
                      check=refuse, make_parents=True)
     assert checked == ["secret/new/deeper/x.txt"]
     assert not (work / "secret" / "new").exists()
+    # However deep: every missing directory is made (not a bounded number of them).
+    deep = open_beneath(work, "m/" * 150 + "x.txt", os.O_WRONLY | os.O_CREAT,
+                        make_parents=True)
+    os.close(deep.fd)
+    assert deep.rel == "m/" * 150 + "x.txt"
 
 
 # ---------------------------------------------------------------- hard links
