@@ -85,6 +85,10 @@ def scrub_env(
 def resolve_path(ctx: ToolContext, target: str) -> Path:
     """``target`` resolved (realpath) inside the work dir.
 
+    A checked name, not an open file: the builtin tools open paths with
+    :func:`open_in_work_dir` instead, which a symlink swapped in mid-call cannot
+    redirect.
+
     :raises ToolError: ``path_escape:`` outside the work dir, ``invalid_path:`` for NUL or length.
     """
     resolved = resolve_in_root(ctx.work_dir, target)
@@ -187,6 +191,8 @@ def os_error(exc: OSError, target: str) -> ToolError:
         return ToolError(f"permission_denied: {target}")
     if code == errno.ENAMETOOLONG:
         return ToolError(f"invalid_path: name too long: {target[:200]}")
+    if code == errno.ENXIO:  # a FIFO opened for writing with no reader (O_NONBLOCK)
+        return ToolError(f"not_a_regular_file: {target}")
     if code == errno.ELOOP:
         return ToolError(f"invalid_path: too many levels of symbolic links: {target}")
     return ToolError(f"io_error: {exc.strerror or exc}: {target}")

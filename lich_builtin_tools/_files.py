@@ -51,6 +51,7 @@ LIST_MAX_LINES = 500
 LIST_MAX_DEPTH = 4
 _CHUNK = 65_536
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
 
 
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO opens at once, then is refused
@@ -335,7 +336,9 @@ def _describe_link(ctx: ToolContext, rel: str, name: str) -> str:
     so what is shown is what a tool given this path would open.
     """
     try:
-        opened = open_in_work_dir(ctx, _join(rel, name), os.O_RDONLY | _O_NONBLOCK)
+        # O_PATH (Linux): stat the target without opening it for reading (no side
+        # effects, and a file without read permission is still described).
+        opened = open_in_work_dir(ctx, _join(rel, name), _O_PATH)
     except ToolError as exc:
         if str(exc).startswith("path_escape:"):
             return f"- {name} (symlink outside the work dir)"
