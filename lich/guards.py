@@ -200,7 +200,8 @@ class Opened(tuple[int, str]):
 
 
 def check_path_arg(target: str) -> None:
-    """Refuse a path argument no file system accepts: a NUL byte, over 4096 characters.
+    """Refuse a path argument no file system accepts: a NUL byte, over 4096 characters,
+    a character with no file-name encoding (a lone surrogate such as ``"\\ud800"``).
 
     :raises ToolError: ``invalid_path: …``.
     """
@@ -208,6 +209,10 @@ def check_path_arg(target: str) -> None:
         raise ToolError("invalid_path: path contains a NUL byte")
     if len(target) > MAX_PATH_CHARS:
         raise ToolError(f"invalid_path: path longer than {MAX_PATH_CHARS} characters")
+    try:
+        os.fsencode(target)
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"invalid_path: {exc.reason} in the path") from None
 
 
 def _under(prefix: str, path: str) -> list[str] | None:

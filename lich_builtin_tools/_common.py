@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lich.guards import Opened, ToolError, open_beneath, resolve_in_root
+from lich.guards import Opened, ToolError, check_path_arg, open_beneath, resolve_in_root
 from lich.settings import ToolSettings
 from lich.tools import ToolContext
 
@@ -120,6 +120,7 @@ def open_in_work_dir(
     :raises ToolError: the confinement errors, what ``check`` raises, and
         :func:`os_error`'s coded errors for a failed open.
     """
+    check_path_arg(target)  # NUL, length, encoding: before the names are measured
     if any(len(os.fsencode(part)) > _NAME_MAX for part in target.split("/")):
         raise ToolError(f"invalid_path: name too long: {target[:200]}")
     try:

@@ -223,6 +223,8 @@ def test_open_beneath_follows_inside_links_and_refuses_the_rest(
     for target in ("climb", "../x", "a/../../x", "/etc/passwd", "dir_link/../../x"):
         with pytest.raises(ToolError, match=r"^path_escape: "):
             open_beneath(work, target)
+    with pytest.raises(ToolError, match=r"^invalid_path: surrogates not allowed in the path"):
+        open_beneath(work, "a/\ud800.txt", os.O_WRONLY | os.O_CREAT)
     with pytest.raises(ToolError, match=r"^invalid_path: too many levels of symbolic links"):
         open_beneath(work, "loop")
     with pytest.raises(ToolError, match=r"^symlink_refused: dir_link/in\.txt"):
@@ -439,3 +441,17 @@ async def test_a_docs_directory_swapped_for_a_symlink_never_leads_outside(
     assert seen
     for text in seen:
         assert CANARY not in text, text[:300]
+
+
+@pytest.mark.parametrize("tool", ["read_file", "write_file", "list_dir", "grep_files",
+                                  "disk_usage"])
+async def test_a_path_with_no_file_name_encoding_is_a_clear_error(
+    run: Runner, tool: str
+) -> None:
+    args: dict[str, Any] = {"path": "a/\ud800", "content": "x", "pattern": "x"}
+    if tool != "write_file":
+        del args["content"]
+    if tool != "grep_files":
+        del args["pattern"]
+    result = await run(tool, args)
+    assert result.error == "invalid_path: surrogates not allowed in the path"
