@@ -21,7 +21,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_CHARS",
@@ -179,24 +179,13 @@ MAX_SYMLINKS = 40
 _MAX_RACE_RETRIES = 64  # an entry seen flipping between a link and a non-link
 
 
-class Opened(tuple[int, str]):
-    """What :func:`open_beneath` opened: ``fd`` (the caller closes it) and ``rel``,
-    the resolved path relative to the root (``/``-joined, ``.`` for the root)."""
+class Opened(NamedTuple):
+    """What :func:`open_beneath` opened."""
 
-    __slots__ = ()
-
-    def __new__(cls, fd: int, rel: str) -> Opened:
-        return super().__new__(cls, (fd, rel))
-
-    @property
-    def fd(self) -> int:
-        """The open descriptor."""
-        return self[0]
-
-    @property
-    def rel(self) -> str:
-        """The resolved path relative to the root."""
-        return self[1]
+    fd: int
+    """The open descriptor; the caller closes it."""
+    rel: str
+    """The resolved path relative to the root (``/``-joined, ``.`` for the root)."""
 
 
 def check_path_arg(target: str) -> None:

@@ -90,11 +90,11 @@ def arena(work: Path, tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _swapping(work: Path) -> Iterator[None]:
-    """A thread exchanging ``work/d`` and ``work/swap`` for as long as the block runs."""
+def _swapping(work: Path, real: str = "d", link: str = "swap") -> Iterator[None]:
+    """A thread exchanging ``work/<real>`` and ``work/<link>`` while the block runs."""
     stop = threading.Event()
     exchange = _exchanger()
-    d, swap, parked = str(work / "d"), str(work / "swap"), str(work / "parked")
+    d, swap, parked = str(work / real), str(work / link), str(work / "parked")
     errors: list[BaseException] = []
 
     def fallback(a: str, b: str) -> None:
@@ -126,12 +126,12 @@ def _swapping(work: Path) -> Iterator[None]:
 
 
 async def _race(run: Runner, tool: str, make_args: Callable[[int], dict[str, Any]],
-                work: Path, outside: Path) -> list[str]:
-    """Call ``tool`` in a loop while ``d`` is swapped; every call's text, for checks."""
+                work: Path, outside: Path, swap: tuple[str, str] = ("d", "swap")) -> list[str]:
+    """Call ``tool`` in a loop while ``swap`` is exchanged; every call's text, for checks."""
     before = _snapshot(outside)
     seen: list[str] = []
     deadline = time.monotonic() + RACE_BUDGET_S
-    with _swapping(work):
+    with _swapping(work, *swap):
         for i in range(RACE_CALLS):
             if time.monotonic() > deadline:
                 break
@@ -174,6 +174,21 @@ async def test_a_directory_swapped_for_a_symlink_never_leads_outside(
     # Every answer is either the inside directory's or a coded error; never a crash.
     for text in seen:
         assert "Traceback" not in text
+
+
+FILE_RACED = [item for item in RACED
+              if item[0] in ("read_file", "write_file", "edit_file") and "new" not in
+              str(item[1](0)["path"])]
+
+
+@pytest.mark.parametrize(("tool", "make_args"), FILE_RACED, ids=["read", "write", "edit"])
+async def test_a_file_swapped_for_a_symlink_never_leads_outside(
+    run: Runner, work: Path, arena: Path, tool: str,
+    make_args: Callable[[int], dict[str, Any]],
+) -> None:
+    """The last component raced: ``d/f.txt`` exchanged with a link to the outside file."""
+    (work / "d" / "fswap").symlink_to(arena / "f.txt")
+    await _race(run, tool, make_args, work, arena, swap=("d/f.txt", "d/fswap"))
 
 
 async def test_the_swap_also_works_when_the_tree_is_still(run: Runner, work: Path,
