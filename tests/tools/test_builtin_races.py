@@ -37,7 +37,7 @@ CANARY_SIZE = 987_654_321  # the apparent size of a sparse file outside: du must
 MARKER_A = "marker-AAAA"
 MARKER_B = "marker-BBBB"
 RACE_CALLS = 400
-RACE_BUDGET_S = 2.5
+RACE_BUDGET_S = 2.0
 
 
 def _snapshot(directory: Path) -> dict[str, str]:
@@ -170,6 +170,10 @@ async def test_a_directory_swapped_for_a_symlink_never_leads_outside(
     run: Runner, work: Path, arena: Path, tool: str,
     make_args: Callable[[int], dict[str, Any]],
 ) -> None:
+    if "new" in str(make_args(0).get("path")) and _exchanger() is None:
+        # Without an atomic exchange d is missing for a moment, and write_file would
+        # make it anew (make_parents), which breaks the swapper's renames.
+        pytest.skip("renameat2(RENAME_EXCHANGE) is not available")
     seen = await _race(run, tool, make_args, work, arena)
     # Every answer is either the inside directory's or a coded error; never a crash.
     for text in seen:
