@@ -174,8 +174,8 @@ def _write_check(ctx: ToolContext, target: str, table: str,
 
 
 def _open_for_write(ctx: ToolContext, target: str, table: str, *, create: bool) -> int:
-    """The file to write, opened read-write without truncating it: the hard-link
-    check needs its stat before anything changes."""
+    """The file to write, opened without truncating it: the hard-link check needs
+    its stat before anything changes."""
     settings = tool_settings(ctx, table, WriteFileSettings)
     # write_file only writes (a write-only file is fine); edit_file reads it back too.
     flags = (os.O_WRONLY | os.O_CREAT) if create else os.O_RDWR
@@ -190,11 +190,21 @@ def _open_for_write(ctx: ToolContext, target: str, table: str, *, create: bool) 
     return fd
 
 
-def _replace_content(fd: int, content: str) -> None:
-    """Make the file open as ``fd`` hold exactly ``content``; closes ``fd``."""
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+def _encode(text: str, arg: str) -> bytes:
+    """``text`` as UTF-8, encoded before the file is touched: a lone surrogate must
+    fail the call, not leave the file truncated."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"invalid_arg: {arg}: {exc.reason}") from None
+
+
+def _replace_content(fd: int, data: bytes) -> None:
+    """Make the file open as ``fd`` hold exactly ``data``; closes ``fd``."""
+    with os.fdopen(fd, "wb") as fh:
+        fh.seek(0)
         fh.truncate(0)
-        fh.write(content)
+        fh.write(data)
 
 
 def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -202,9 +212,10 @@ def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     content = args.get("content")
     if not isinstance(content, str):
         raise ToolError("missing_arg: content")
+    data = _encode(content, "content")
     fd = _open_for_write(ctx, target, "write_file", create=True)
     try:
-        _replace_content(fd, content)
+        _replace_content(fd, data)
     except OSError as exc:
         raise os_error(exc, target) from exc
     return ToolResult.success(f"wrote {len(content)} chars to {target}")
@@ -270,8 +281,12 @@ def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     replaced = occurrences if replace_all else 1
     try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        _replace_content(fd, updated)
+        data = _encode(updated, "new_string")
+    except ToolError:
+        os.close(fd)
+        raise
+    try:
+        _replace_content(fd, data)
     except OSError as exc:
         raise os_error(exc, target) from exc
     return ToolResult.success(f"edited {target} (replaced {replaced} occurrence(s))")

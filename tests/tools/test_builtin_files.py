@@ -73,6 +73,14 @@ async def test_write_empty_content_and_bad_content(run: Runner, work: Path) -> N
         "missing_arg: content"
     )
     assert (await run("write_file", {"path": "x.txt"})).error == "missing_arg: content"
+    # Text with no UTF-8 form fails before the file is touched (not truncated).
+    (work / "kept.txt").write_text("keep")
+    assert (await run("write_file", {"path": "kept.txt", "content": "a\ud800"})).error == (
+        "invalid_arg: content: surrogates not allowed")
+    assert (await run("edit_file", {"path": "kept.txt", "old_string": "keep",
+                                    "new_string": "\udfff"})).error == (
+        "invalid_arg: new_string: surrogates not allowed")
+    assert (work / "kept.txt").read_text() == "keep"
     assert not (work / "x.txt").exists()
 
 
