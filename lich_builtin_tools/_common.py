@@ -11,12 +11,13 @@ import contextlib
 import os
 import re
 import signal
+import stat
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lich.guards import ToolError, resolve_in_root
+from lich.guards import Opened, ToolError, check_path_arg, open_beneath, resolve_in_root
 from lich.protected import is_protected
 from lich.secrets import is_secret_name
 from lich.settings import ToolSettings
@@ -76,9 +77,12 @@ def scrub_env(
 
 PROTECTED_TEXT = "lich's own files and secret files are off limits to tools"
 
-
 def resolve_path(ctx: ToolContext, target: str) -> Path:
     """``target`` resolved (realpath) inside the work dir, and not protected.
+
+    A checked name, not an open file: the builtin tools open paths with
+    :func:`open_in_work_dir` instead, which a symlink swapped in mid-call cannot
+    redirect.
 
     :raises ToolError: ``path_escape:`` outside the work dir, ``invalid_path:`` for NUL or
         length, ``forbidden_path:`` for a path ``ctx.protected`` covers (checked on the
@@ -117,6 +121,80 @@ def hidden(ctx: ToolContext, path: str | os.PathLike[str], root: str | None = No
     )
 
 
+def open_in_work_dir(
+    ctx: ToolContext,
+    target: str,
+    flags: int = os.O_RDONLY,
+    *,
+    check: Callable[[str], None] | None = None,
+    make_parents: bool = False,
+    follow_links: bool = True,
+) -> Opened:
+    """Open ``target`` inside the work dir with :func:`lich.guards.open_beneath`.
+
+    The one way the builtin tools open a path: a symlink is followed only while
+    it stays inside, and a directory swapped for a link mid-call cannot send the
+    open outside. ``check(rel)`` gets the resolved path relative to the work dir
+    (``/``-joined) before the file is opened or created; path policies
+    (``.git/``) go there. ``ctx.protected`` (lich's own files, secret files) is
+    always applied first, on that same resolved path, so no builtin tool opens a
+    protected file whatever it was called with. Refuses a component longer than
+    the file system allows up front, as :func:`resolve_path` does.
+
+    :raises ToolError: the confinement errors, ``forbidden_path:`` for a protected
+        path, what ``check`` raises, and :func:`os_error`'s coded errors for a
+        failed open.
+    """
+    check_path_arg(target)  # NUL, length, encoding: before the names are measured
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in target.split("/")):
+        raise ToolError(f"invalid_path: name too long: {target[:200]}")
+    policy_check = check
+    if ctx.protected:
+        root = real_root(ctx)
+
+        def policy_check(rel: str) -> None:
+            # Before anything is known about whether the file exists: the answer
+            # must not confirm that a protected file is there.
+            refuse_protected(ctx, os.path.join(root, rel) if rel not in ("", ".") else root,
+                             target)
+            if check is not None:
+                check(rel)
+
+    try:
+        return open_beneath(ctx.work_dir, target, flags, check=policy_check,
+                            make_parents=make_parents, follow_links=follow_links)
+    except OSError as exc:
+        raise os_error(exc, target) from exc
+
+
+def refuse_hard_link(st: os.stat_result, target: str, table: str) -> None:
+    """Refuse a regular file with more than one hard link.
+
+    A hard link made inside the work dir to a file outside it (``ln ~/.ssh/id_rsa
+    x``) is the same file: no path check can tell. ``table`` is the settings
+    table whose ``allow_hard_links = true`` lifts the refusal.
+    """
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise ToolError(
+            f"hard_link_refused: {target} has {st.st_nlink} hard links and may be a file "
+            f"outside the work dir; set [tools.{table}] allow_hard_links = true to allow it"
+        )
+
+
+def refuse_git_dir(rel: str, target: str, table: str) -> None:
+    """Refuse a write into ``.git/`` (or to a ``.git`` file) on a resolved path.
+
+    ``.git/config`` can set ``core.fsmonitor`` and ``.git/hooks/`` holds scripts:
+    git runs both at the user's next ``git status`` or commit. Any case, for
+    case-insensitive file systems. ``[tools.<table>] allow_git_dir = true`` lifts it.
+    """
+    if any(part.casefold() == ".git" for part in rel.split("/")):
+        raise ToolError(
+            f"forbidden_path: {target} (writes into .git/ are refused: git runs commands "
+            f"from its config and hooks; set [tools.{table}] allow_git_dir = true to allow it)"
+        )
+
+
 def real_root(ctx: ToolContext) -> str:
     """The work dir with symlinks resolved."""
     return os.path.realpath(ctx.work_dir)
@@ -151,6 +229,8 @@ def os_error(exc: OSError, target: str) -> ToolError:
         return ToolError(f"permission_denied: {target}")
     if code == errno.ENAMETOOLONG:
         return ToolError(f"invalid_path: name too long: {target[:200]}")
+    if code == errno.ENXIO:  # a FIFO opened for writing with no reader (O_NONBLOCK)
+        return ToolError(f"not_a_regular_file: {target}")
     if code == errno.ELOOP:
         return ToolError(f"invalid_path: too many levels of symbolic links: {target}")
     return ToolError(f"io_error: {exc.strerror or exc}: {target}")

@@ -10,8 +10,10 @@ their own docs); the parsed files are cached by path, size and mtime.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,6 +24,7 @@ from attrs import frozen
 from lich.guards import (
     ToolError,
     is_within,
+    open_beneath,
     optional_int_arg,
     optional_number_arg,
     require_string_arg,
@@ -138,16 +141,50 @@ _cache_lock = threading.Lock()
 _section_cache: dict[str, tuple[tuple[int, int], list[Section]]] = {}
 
 
-def _sections(root: Path, rel: str) -> list[Section]:
+def _open_doc(
+    root: Path, rel: str, protected: ProtectedPaths | None = None
+) -> tuple[int, os.stat_result]:
+    """The doc ``rel`` opened beneath ``root`` (:func:`lich.guards.open_beneath`: a
+    link swapped in since the listing cannot lead outside, nor to a file ``protected``
+    covers) and its stat.
+
+    :raises OSError: gone, unreadable, protected, or not a regular file.
+    :raises ToolError: ``path_escape:`` / ``invalid_path:``.
+    """
+
+    def check(resolved: str) -> None:
+        if protected and is_protected(protected, os.path.join(root, resolved), root):
+            raise OSError(errno.EACCES, "protected")
+
+    fd = open_beneath(root, rel, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0), check=check).fd
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd, st
+
+
+def _read_doc(fd: int) -> str:
+    """The text of the doc open as ``fd`` (closed here), invalid UTF-8 replaced."""
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read().decode("utf-8", "replace")
+
+
+def _sections(root: Path, rel: str, protected: ProtectedPaths | None = None) -> list[Section]:
     path = root / rel
     try:
-        st = path.stat()
+        fd, st = _open_doc(root, rel, protected)
+    except (OSError, ToolError):
+        return []
+    try:
         key = (st.st_size, st.st_mtime_ns)
         with _cache_lock:
             hit = _section_cache.get(str(path))
         if hit is not None and hit[0] == key:
+            os.close(fd)
             return hit[1]
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _read_doc(fd)
     except OSError:
         return []
     sections: list[Section] = []
@@ -205,7 +242,7 @@ def search_docs(
     whole = query.strip().lower()
     scored: list[tuple[Section, int]] = []
     for rel in list_doc_files(root, protected):
-        for section in _sections(root, rel):
+        for section in _sections(root, rel, protected):
             score = _score(section, terms, whole)
             if score > 0:
                 scored.append((section, score))
@@ -237,11 +274,11 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
         if rel is None:
             available = ", ".join(files[:8]) or "none"
             raise ToolError(f"not_found: {target} (available: {available})")
-        resolve_in_root(root, rel)  # the .md form must not escape through a link either
         offset = max(1, int(optional_number_arg(args, "offset", 1)))
         limit = max(1, int(optional_number_arg(args, "limit", 400)))
         try:
-            text = (root / rel).read_text(encoding="utf-8", errors="replace")
+            # Opened beneath the root: the .md form must not escape through a link either.
+            text = _read_doc(_open_doc(root, rel, ctx.protected)[0])
         except OSError as exc:
             raise ToolError(f"not_found: {target} ({exc.strerror})") from exc
         window = "\n".join(text.split("\n")[offset - 1:offset - 1 + limit])

@@ -1,8 +1,12 @@
 """File tools: ``read_file``, ``write_file``, ``edit_file``, ``list_dir``.
 
-Every path resolves with symlinks followed and must stay inside the work dir
-(:func:`lich.guards.resolve_in_root`). The bodies are plain functions: the
-executor runs them in a worker thread, off the event loop.
+Every path is opened with :func:`lich_builtin_tools._common.open_in_work_dir`
+(:func:`lich.guards.open_beneath`): component by component from directory
+descriptors, symlinks followed only while they stay inside the work dir, and
+every later check (file type, hard links, size) made on the descriptor, so a
+tree changed mid-call cannot redirect a read or a write outside. The bodies
+are plain functions: the executor runs them in a worker thread, off the event
+loop.
 """
 
 from __future__ import annotations
@@ -11,13 +15,12 @@ import codecs
 import os
 import stat
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 from lich.guards import (
     ToolError,
-    is_within,
     optional_bool_arg,
     optional_int_arg,
     optional_number_arg,
@@ -25,20 +28,21 @@ from lich.guards import (
     require_string_arg,
     truncate_text,
 )
-from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     SKIP_NAMES,
     hidden,
+    open_in_work_dir,
     os_error,
     output_cap,
     real_root,
+    refuse_git_dir,
+    refuse_hard_link,
     refuse_protected_write,
-    resolve_path,
     schema,
 )
-from lich_builtin_tools._settings import tool_settings
+from lich_builtin_tools._settings import ReadFileSettings, WriteFileSettings, tool_settings
 
 __all__ = ["edit_file_tool", "list_dir_tool", "read_file_tool", "write_file_tool"]
 
@@ -47,29 +51,42 @@ EDIT_MAX_BYTES = 10_000_000
 LIST_MAX_LINES = 500
 LIST_MAX_DEPTH = 4
 _CHUNK = 65_536
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
 
 
-def _require_regular(path: Path, target: str, *, missing_ok: bool = False) -> None:
-    """Refuse directories and special files (a FIFO would block the worker forever)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        if missing_ok:
-            return
-        raise ToolError(f"not_found: {target}") from None
-    except OSError as exc:
-        raise os_error(exc, target) from exc
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO opens at once, then is refused
+
+
+def _regular_fd(fd: int, target: str) -> os.stat_result:
+    """The stat of an opened ``fd``: a directory or special file is refused (a FIFO
+    would block the worker forever); checked on the descriptor, so on the file opened."""
+    st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"is_a_directory: {target}")
     if not stat.S_ISREG(st.st_mode):
         raise ToolError(f"not_a_regular_file: {target}")
+    os.set_blocking(fd, True)
+    return st
+
+
+def _open_file(ctx: ToolContext, target: str, flags: int, **kwargs: Any) -> int:
+    """An opened regular file inside the work dir (see :func:`open_in_work_dir`)."""
+    opened = open_in_work_dir(ctx, target, flags | _O_NONBLOCK, **kwargs)
+    try:
+        _regular_fd(opened.fd, target)
+    except BaseException:
+        os.close(opened.fd)
+        raise
+    return opened.fd
 
 
 # ---------------------------------------------------------------- read_file
 
 
-def _read_window(path: Path, start: int, count: int | None, cap: int) -> str:
-    """Lines ``[start, start+count)`` of ``path`` (split on ``\\n``), at most ``cap + 1`` chars.
+def _read_window(fd: int, start: int, count: int | None, cap: int) -> str:
+    """Lines ``[start, start+count)`` of the file open as ``fd`` (split on ``\\n``), at
+    most ``cap + 1`` chars; closes ``fd``.
 
     Streams the file so that a window deep inside a huge log costs memory for
     the window only; invalid UTF-8 is replaced, not fatal.
@@ -79,7 +96,6 @@ def _read_window(path: Path, start: int, count: int | None, cap: int) -> str:
     size = 0
     line = 0  # index of the line the decoder is currently in
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
         while True:
             chunk = fh.read(_CHUNK)
@@ -102,15 +118,21 @@ def _read_window(path: Path, start: int, count: int | None, cap: int) -> str:
 
 def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     target = require_string_arg(args, "path")
-    path = resolve_path(ctx, target)
     offset = optional_number_arg(args, "offset", 1)
     limit = optional_number_arg(args, "limit", float("inf"))
     start = max(0, int(offset) - 1)
     count = None if limit == float("inf") else max(0, int(limit))
-    cap = output_cap(tool_settings(ctx, "read_file", ToolSettings), READ_MAX_CHARS)
-    _require_regular(path, target)
+    settings = tool_settings(ctx, "read_file", ReadFileSettings)
+    cap = output_cap(settings, READ_MAX_CHARS)
+    fd = _open_file(ctx, target, os.O_RDONLY)
     try:
-        text = _read_window(path, start, count, cap)
+        if not settings.allow_hard_links:
+            refuse_hard_link(os.fstat(fd), target, "read_file")
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        text = _read_window(fd, start, count, cap)
     except OSError as exc:
         raise os_error(exc, target) from exc
     return ToolResult.success(truncate_text(text, cap))
@@ -139,12 +161,51 @@ read_file_tool = Tool(
 # ---------------------------------------------------------------- write_file
 
 
-def _write_text(path: Path, content: str) -> None:
-    # O_NOFOLLOW: the path was resolved already; refuse a link swapped in since.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o666)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-        fh.write(content)
+def _write_check(ctx: ToolContext, target: str, table: str,
+                 settings: WriteFileSettings) -> Callable[[str], None]:
+    """The policy a write's resolved path must pass, before anything is created."""
+    root = Path(real_root(ctx))
+
+    def check(rel: str) -> None:
+        refuse_protected_write(ctx, root / rel, target)
+        if not settings.allow_git_dir:
+            refuse_git_dir(rel, target, table)
+
+    return check
+
+
+def _open_for_write(ctx: ToolContext, target: str, table: str, *, create: bool) -> int:
+    """The file to write, opened without truncating it: the hard-link check needs
+    its stat before anything changes."""
+    settings = tool_settings(ctx, table, WriteFileSettings)
+    # write_file only writes (a write-only file is fine); edit_file reads it back too.
+    flags = (os.O_WRONLY | os.O_CREAT) if create else os.O_RDWR
+    fd = _open_file(ctx, target, flags, check=_write_check(ctx, target, table, settings),
+                    make_parents=create)
+    try:
+        if not settings.allow_hard_links:
+            refuse_hard_link(os.fstat(fd), target, table)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _encode(text: str, arg: str) -> bytes:
+    """``text`` as UTF-8, encoded before the file is touched: a lone surrogate must
+    fail the call, not leave the file truncated."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"invalid_arg: {arg}: {exc.reason}") from None
+
+
+def _replace_content(fd: int, data: bytes) -> None:
+    """Make the file open as ``fd`` hold exactly ``data``; closes ``fd``."""
+    with os.fdopen(fd, "wb") as fh:
+        fh.seek(0)
+        fh.truncate(0)
+        fh.write(data)
 
 
 def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -152,12 +213,10 @@ def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     content = args.get("content")
     if not isinstance(content, str):
         raise ToolError("missing_arg: content")
-    path = resolve_path(ctx, target)
-    refuse_protected_write(ctx, path, target)
-    _require_regular(path, target, missing_ok=True)
+    data = _encode(content, "content")
+    fd = _open_for_write(ctx, target, "write_file", create=True)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_text(path, content)
+        _replace_content(fd, data)
     except OSError as exc:
         raise os_error(exc, target) from exc
     return ToolResult.success(f"wrote {len(content)} chars to {target}")
@@ -191,32 +250,44 @@ def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if not isinstance(new, str):  # empty is fine: it deletes old_string
         raise ToolError("missing_arg: new_string")
     replace_all = optional_bool_arg(args, "replace_all", False)
-    path = resolve_path(ctx, target)
-    refuse_protected_write(ctx, path, target)
-    _require_regular(path, target)
+    # One descriptor for the read and the write back: the file edited is the file read.
+    fd = _open_for_write(ctx, target, "edit_file", create=False)
     try:
-        if path.stat().st_size > EDIT_MAX_BYTES:
+        if os.fstat(fd).st_size > EDIT_MAX_BYTES:
             raise ToolError(f"file_too_large: {target} is over {EDIT_MAX_BYTES} bytes")
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise os_error(exc, target) from exc
+        chunks = []
+        while chunk := os.read(fd, _CHUNK):
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise os_error(exc, target) from exc
+        raise
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Writing back a lossy decode would corrupt the file.
-        raise ToolError(f"invalid_encoding: {target} is not valid UTF-8 text") from exc
-    occurrences = text.count(old)
-    if occurrences == 0:
-        raise ToolError("old_string_not_found")
-    if occurrences > 1 and not replace_all:
-        raise ToolError(f"old_string_not_unique ({occurrences} occurrences)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # Writing back a lossy decode would corrupt the file.
+            raise ToolError(f"invalid_encoding: {target} is not valid UTF-8 text") from exc
+        occurrences = text.count(old)
+        if occurrences == 0:
+            raise ToolError("old_string_not_found")
+        if occurrences > 1 and not replace_all:
+            raise ToolError(f"old_string_not_unique ({occurrences} occurrences)")
+    except BaseException:
+        os.close(fd)
+        raise
     # str.replace is literal: no pattern or "$&"-style characters are special.
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     replaced = occurrences if replace_all else 1
     try:
-        _write_text(path, updated)
+        data = _encode(updated, "new_string")
+    except ToolError:
+        os.close(fd)
+        raise
+    try:
+        _replace_content(fd, data)
     except OSError as exc:
         raise os_error(exc, target) from exc
     return ToolResult.success(f"edited {target} (replaced {replaced} occurrence(s))")
@@ -248,76 +319,117 @@ edit_file_tool = Tool(
 # ---------------------------------------------------------------- list_dir
 
 
-def _sorted_entries(path: str, ctx: ToolContext, root: str) -> list[os.DirEntry[str]]:
-    with os.scandir(path) as it:
-        # Protected entries are left out as if absent: the listing does not confirm them.
-        entries = [e for e in it if e.name not in SKIP_NAMES and not hidden(ctx, e.path, root)]
+def _sorted_entries(fd: int) -> list[tuple[str, os.stat_result | None]]:
+    """The entries of the directory open as ``fd``, each with its own stat (links not
+    followed; ``None`` if it could not be read), directories first, then by name."""
+    entries: list[tuple[str, os.stat_result | None]] = []
+    with os.scandir(fd) as it:
+        # A DirEntry of a descriptor stats through it, so while the scan is open.
+        for entry in it:
+            if entry.name in SKIP_NAMES:
+                continue
+            try:
+                entries.append((entry.name, entry.stat(follow_symlinks=False)))
+            except OSError:
+                entries.append((entry.name, None))
 
-    def key(e: os.DirEntry[str]) -> tuple[int, str, str]:
-        try:
-            is_dir = e.is_dir(follow_symlinks=False)
-        except OSError:
-            is_dir = False
-        return (0 if is_dir else 1, e.name.casefold(), e.name)
+    def key(item: tuple[str, os.stat_result | None]) -> tuple[int, str, str]:
+        name, st = item
+        is_dir = st is not None and stat.S_ISDIR(st.st_mode)
+        return (0 if is_dir else 1, name.casefold(), name)
 
     return sorted(entries, key=key)
 
 
-def _describe(entry: os.DirEntry[str], root: str) -> tuple[str, str | None]:
-    """The listing line for ``entry`` and the directory to descend into (if any).
+def _join(rel: str, name: str) -> str:
+    return name if rel == "." else f"{rel}/{name}"
 
-    Symlinks are described by their target only when it stays inside the
-    root, and never descended (no cycles, no escapes).
+
+def _describe_link(ctx: ToolContext, rel: str, name: str) -> str:
+    """The listing line of a symlink: its target's, when that stays inside the work dir.
+
+    The link is resolved with :func:`open_in_work_dir` like any path argument,
+    so what is shown is what a tool given this path would open.
     """
     try:
-        if entry.is_symlink():
-            real = os.path.realpath(entry.path)
-            if not is_within(root, real):
-                return f"- {entry.name} (symlink outside the work dir)", None
-            if not os.path.exists(real):
-                return f"- {entry.name} (broken symlink)", None
-            if os.path.isdir(real):
-                return f"d {entry.name}/", None
-            return f"- {entry.name} ({os.stat(real).st_size} bytes)", None
-        st = entry.stat(follow_symlinks=False)
-    except OSError:
-        return f"- {entry.name} (0 bytes)", None
+        # O_PATH (Linux): stat the target without opening it for reading (no side
+        # effects, and a file without read permission is still described).
+        opened = open_in_work_dir(ctx, _join(rel, name), _O_PATH)
+    except ToolError as exc:
+        if str(exc).startswith("path_escape:"):
+            return f"- {name} (symlink outside the work dir)"
+        return f"- {name} (broken symlink)"
+    try:
+        st = os.fstat(opened.fd)
+    finally:
+        os.close(opened.fd)
     if stat.S_ISDIR(st.st_mode):
-        return f"d {entry.name}/", entry.path
-    return f"- {entry.name} ({st.st_size} bytes)", None
+        return f"d {name}/"
+    return f"- {name} ({st.st_size} bytes)"
 
 
-def _walk_listing(start: str, depth: int, root: str, ctx: ToolContext) -> Iterator[str]:
-    queue: deque[tuple[str, int]] = deque([(start, 1)])
+def _walk_listing(
+    fd: int, rel: str, depth: int, ctx: ToolContext
+) -> Generator[str, None, None]:
+    """The listing lines, breadth-first from the directory open as ``fd`` (closed here).
+
+    Each deeper directory is opened again from the work dir by its resolved path
+    with no symlink followed, so one swapped for a link since it was listed is
+    skipped, never entered; links are described, never descended (no cycles).
+    """
+    queue: deque[tuple[str, int]] = deque([(rel, 1)])
+    first: int | None = fd
+    root = real_root(ctx)
     while queue:
         if ctx.cancel.cancelled:
-            return
+            break
         current, level = queue.popleft()
+        if first is None:
+            try:
+                dir_fd = open_in_work_dir(ctx, current, os.O_RDONLY | _O_DIRECTORY,
+                                          follow_links=False).fd
+            except ToolError:
+                continue  # gone, unreadable or swapped for a link: skipped
+        else:
+            dir_fd, first = first, None
         try:
-            entries = _sorted_entries(current, ctx, root)
+            entries = _sorted_entries(dir_fd)
         except OSError:
             continue  # unreadable directories are skipped, as in the reference
-        for entry in entries:
-            line, descend = _describe(entry, root)
-            yield line
-            if descend is not None and level < depth:
-                queue.append((descend, level + 1))
+        finally:
+            os.close(dir_fd)
+        for name, st in entries:
+            if hidden(ctx, os.path.join(root, current, name), root):
+                # Left out as if absent: the listing does not confirm a protected file.
+                continue
+            if st is None:
+                yield f"- {name} (0 bytes)"
+            elif stat.S_ISLNK(st.st_mode):
+                yield _describe_link(ctx, current, name)
+            elif stat.S_ISDIR(st.st_mode):
+                yield f"d {name}/"
+                if level < depth:
+                    queue.append((_join(current, name), level + 1))
+            else:
+                yield f"- {name} ({st.st_size} bytes)"
+    if first is not None:
+        os.close(first)
 
 
 def _list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     target = optional_string_arg(args, "path", ".")
     depth = optional_int_arg(args, "depth", 1, lo=1, hi=LIST_MAX_DEPTH)
-    path = resolve_path(ctx, target)
-    if not path.exists():
-        raise ToolError(f"not_found: {target}")
-    if not path.is_dir():
-        raise ToolError(f"not_a_directory: {target}")
+    opened = open_in_work_dir(ctx, target, os.O_RDONLY | _O_DIRECTORY)
     lines: list[str] = []
-    for line in _walk_listing(str(path), depth, real_root(ctx), ctx):
-        if len(lines) >= LIST_MAX_LINES:
-            lines.append(f"(... truncated at {LIST_MAX_LINES} entries)")
-            break
-        lines.append(line)
+    listing = _walk_listing(opened.fd, opened.rel, depth, ctx)
+    try:
+        for line in listing:
+            if len(lines) >= LIST_MAX_LINES:
+                lines.append(f"(... truncated at {LIST_MAX_LINES} entries)")
+                break
+            lines.append(line)
+    finally:
+        listing.close()  # closes the directory descriptor of an unfinished walk
     return ToolResult.success("\n".join(lines))
 
 

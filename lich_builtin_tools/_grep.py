@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from lich import guards
 from lich.guards import ToolError, optional_int_arg, optional_string_arg, require_string_arg
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     SKIP_NAMES,
+    open_in_work_dir,
     real_root,
     reap,
-    resolve_path,
     schema,
     time_cap_s,
 )
@@ -63,22 +65,29 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     )
     settings = tool_settings(ctx, "grep_files", GrepFilesSettings)
     budget = min(settings.time_budget_s, time_cap_s(settings, grep_files_tool.timeout_s))
-    path = resolve_path(ctx, target)
-    if not path.exists():
-        raise ToolError(f"not_found: {target}")
-    spec = {
-        "pattern": pattern,
-        "root": real_root(ctx),
-        "target": str(path),
-        "glob": glob,
-        "limit": max_results + 1,
-        "skip": sorted(SKIP_NAMES),
-        # The worker runs without lich (python -I -S): it gets the policy as data and
-        # applies the same rule as lich.protected.ProtectedPaths.blocks.
-        "protected_dirs": list(ctx.protected.dirs),
-        "protected_names": list(ctx.protected.names),
-    }
-    hits, finished = await _run_worker(spec, budget)
+    # The worker searches the very file or directory checked here: it inherits the
+    # descriptor, and walks below it from descriptors too (see _grep_worker).
+    opened = open_in_work_dir(ctx, target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        spec = {
+            "pattern": pattern,
+            "root": real_root(ctx),
+            "fd": opened.fd,
+            "rel": opened.rel,
+            "name": os.path.basename(opened.rel),
+            "guards": guards.__file__,
+            "allow_hard_links": settings.allow_hard_links,
+            "glob": glob,
+            "limit": max_results + 1,
+            "skip": sorted(SKIP_NAMES),
+            # The worker runs without lich (python -I -S): it gets the policy as data and
+            # applies the same rule as lich.protected.ProtectedPaths.blocks.
+            "protected_dirs": list(ctx.protected.dirs),
+            "protected_names": list(ctx.protected.names),
+        }
+        hits, finished = await _run_worker(spec, budget, opened.fd)
+    finally:
+        os.close(opened.fd)
     lines = hits[:max_results]
     if len(hits) > max_results:
         lines.append(f"(... {len(hits) - max_results} more matches suppressed)")
@@ -93,12 +102,15 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult.success(output)
 
 
-async def _run_worker(spec: dict[str, Any], budget_s: float) -> tuple[list[str], bool]:
-    """Run the worker; returns the hits and whether it finished within ``budget_s``."""
+async def _run_worker(
+    spec: dict[str, Any], budget_s: float, fd: int
+) -> tuple[list[str], bool]:
+    """Run the worker on the file or directory open as ``fd`` (passed down to it);
+    returns the hits and whether it finished within ``budget_s``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-S", str(_WORKER),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        limit=1 << 20,
+        limit=1 << 20, pass_fds=(fd,),
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -132,7 +144,7 @@ grep_files_tool = Tool(
         "Search file contents for a regular expression (Python syntax). Lines come back as "
         "'<path>:<line>: <text>'. glob filters file names ('*.py', 'prefix*', exact name). "
         "Skips node_modules, .git, dist, .lich, .cursor, secret files (.env, keys), binary "
-        "files and files of 1 MB or more. "
+        "files, files of 1 MB or more and files with more than one hard link. "
         "Each search has a time budget (10 s by default)."
     ),
     parameters=schema(

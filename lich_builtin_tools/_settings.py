@@ -37,8 +37,10 @@ __all__ = [
     "SETTINGS",
     "GrepFilesSettings",
     "NetSettings",
+    "ReadFileSettings",
     "TerminalSettings",
     "WebSearchSettings",
+    "WriteFileSettings",
     "check_tool_tables",
     "tool_settings",
 ]
@@ -67,7 +69,23 @@ class TerminalSettings(ToolSettings):
 
 
 @frozen
-class GrepFilesSettings(ToolSettings):
+class ReadFileSettings(ToolSettings):
+    """``[tools.read_file]``."""
+
+    allow_hard_links: bool = setting(
+        False, help="true reads files with more than one hard link (one may be outside)")
+
+
+@frozen
+class WriteFileSettings(ReadFileSettings):
+    """``[tools.write_file]`` and ``[tools.edit_file]``."""
+
+    allow_git_dir: bool = setting(
+        False, help="true allows writes into .git/ (its config and hooks run commands)")
+
+
+@frozen
+class GrepFilesSettings(ReadFileSettings):
     """``[tools.grep_files]``."""
 
     time_budget_s: float = setting(DEFAULT_TIME_BUDGET_S, check=greater_than(0),
@@ -91,9 +109,9 @@ class WebSearchSettings(NetSettings):
 
 
 SETTINGS: Mapping[str, type[ToolSettings]] = {
-    "read_file": ToolSettings,
-    "write_file": ToolSettings,
-    "edit_file": ToolSettings,
+    "read_file": ReadFileSettings,
+    "write_file": WriteFileSettings,
+    "edit_file": WriteFileSettings,
     "list_dir": ToolSettings,
     "terminal": TerminalSettings,
     "grep_files": GrepFilesSettings,

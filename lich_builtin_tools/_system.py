@@ -20,10 +20,10 @@ from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     hidden,
+    open_in_work_dir,
     output_cap,
     real_root,
     reap,
-    resolve_path,
     schema,
     time_cap_s,
 )
@@ -98,16 +98,28 @@ process_list_tool = Tool(
 # ---------------------------------------------------------------- disk_usage
 
 
-async def _du(directory: str, names: list[str], seconds: float) -> dict[str, int]:
-    """Apparent sizes (``du -sbl``) of ``names`` inside ``directory``, in one ``du`` run.
+def _fd_dir(fd: int) -> str:
+    """A path that names the directory open as ``fd`` in a child that inherits it.
+
+    ``/proc/self/fd/N`` is resolved by the kernel to the open directory itself,
+    not by name, so ``du`` starts in the directory that was checked even if its
+    path has been swapped for a symlink since.
+    """
+    return f"/proc/self/fd/{fd}"
+
+
+async def _du(dir_fd: int, names: list[str], seconds: float) -> dict[str, int]:
+    """Apparent sizes (``du -sbl``) of ``names`` inside the directory open as
+    ``dir_fd``, in one ``du`` run.
 
     ``-l`` counts hard links each time, as separate runs would; symlinks are
-    measured, not followed. NUL-separated output survives any file name.
+    measured, not followed (``du`` walks with ``fts`` relative to directory
+    descriptors). NUL-separated output survives any file name.
     """
     proc = await asyncio.create_subprocess_exec(
         "du", "-sbl0", "--", *names,
-        cwd=directory, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        cwd=_fd_dir(dir_fd), pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
     try:
         async with asyncio.timeout(seconds):
@@ -127,28 +139,30 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     target = optional_string_arg(args, "path", ".")
     max_entries = optional_int_arg(args, "max_entries", 25, lo=1, hi=200)
     cap_s = time_cap_s(tool_settings(ctx, "disk_usage", ToolSettings), DU_TIMEOUT_S)
-    path = resolve_path(ctx, target)
+    # Opened and listed in the event loop's thread (a few system calls): a worker thread
+    # cancelled mid-way would leave the descriptor open, or see it closed under it.
+    opened = open_in_work_dir(ctx, target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    dir_fd = opened.fd
     try:
-        names = await asyncio.to_thread(os.listdir, path)
-    except FileNotFoundError:
-        raise ToolError(f"not_found: {target}") from None
-    except NotADirectoryError:
-        raise ToolError(f"not_a_directory: {target}") from None
-    except OSError as exc:
-        raise ToolError(f"du_unavailable: {exc.strerror or exc}") from exc
-    # Protected children are left out, as if absent (their sizes would say they exist).
-    root = real_root(ctx)
-    names = [n for n in names if not hidden(ctx, os.path.join(path, n), root)]
-    sizes: dict[str, int] = {}
-    if names:
         try:
-            sizes = await _du(str(path), names, cap_s)
-        except (OSError, TimeoutError) as exc:
-            raise ToolError("du_unavailable") from exc
-        # A child du could not size at all (it vanished, or is unreadable) fails the whole
-        # answer, as in the reference; du's partial sizes for unreadable subtrees are kept.
-        if set(names) - set(sizes):
-            raise ToolError("du_unavailable")
+            names = os.listdir(dir_fd)
+        except OSError as exc:
+            raise ToolError(f"du_unavailable: {exc.strerror or exc}") from exc
+        # Protected children are left out, as if absent (their sizes would say they exist).
+        root = real_root(ctx)
+        names = [n for n in names if not hidden(ctx, os.path.join(root, opened.rel, n), root)]
+        sizes: dict[str, int] = {}
+        if names:
+            try:
+                sizes = await _du(dir_fd, names, cap_s)
+            except (OSError, TimeoutError) as exc:
+                raise ToolError("du_unavailable") from exc
+    finally:
+        os.close(dir_fd)
+    # A child du could not size at all (it vanished, or is unreadable) fails the whole
+    # answer, as in the reference; du's partial sizes for unreadable subtrees are kept.
+    if set(names) - set(sizes):
+        raise ToolError("du_unavailable")
     ranked = sorted(names, key=lambda n: (-sizes[n], n))
     lines = [f"{sizes[n]}\t{n}" for n in ranked[:max_entries]]
     if len(ranked) > max_entries:

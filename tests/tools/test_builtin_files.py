@@ -52,6 +52,11 @@ async def test_read_errors(run: Runner, work: Path) -> None:
     assert (await run("read_file", {"path": "d"})).error == "is_a_directory: d"
     os.mkfifo(work / "pipe")
     assert (await run("read_file", {"path": "pipe"})).error == "not_a_regular_file: pipe"
+    # Writing one neither blocks (no reader) nor writes into it, nor does editing.
+    assert (await run("write_file", {"path": "pipe", "content": "x"})).error == (
+        "not_a_regular_file: pipe")
+    assert (await run("edit_file", {"path": "pipe", "old_string": "a", "new_string": "b"})
+            ).error == "not_a_regular_file: pipe"
 
 
 async def test_read_replaces_invalid_utf8(run: Runner, work: Path) -> None:
@@ -68,6 +73,14 @@ async def test_write_empty_content_and_bad_content(run: Runner, work: Path) -> N
         "missing_arg: content"
     )
     assert (await run("write_file", {"path": "x.txt"})).error == "missing_arg: content"
+    # Text with no UTF-8 form fails before the file is touched (not truncated).
+    (work / "kept.txt").write_text("keep")
+    assert (await run("write_file", {"path": "kept.txt", "content": "a\ud800"})).error == (
+        "invalid_arg: content: surrogates not allowed")
+    assert (await run("edit_file", {"path": "kept.txt", "old_string": "keep",
+                                    "new_string": "\udfff"})).error == (
+        "invalid_arg: new_string: surrogates not allowed")
+    assert (work / "kept.txt").read_text() == "keep"
     assert not (work / "x.txt").exists()
 
 
@@ -206,5 +219,10 @@ async def test_list_dir_describes_symlinks_without_following_them_out(
     assert "- out_dir (symlink outside the work dir)" in listing
     assert "- out_file (symlink outside the work dir)" in listing
     assert "- dangling (broken symlink)" in listing
+    # A link to a file that cannot be read is still described (by its stat).
+    (work / "locked.txt").write_text("abc")
+    (work / "locked.txt").chmod(0)
+    (work / "to_locked").symlink_to("locked.txt")
+    assert "- to_locked (3 bytes)" in (await run("list_dir", {})).output.split("\n")
     assert listing.count("- in.txt (1 bytes)") == 1  # reached through real/, not the link
     assert "secret" not in "\n".join(listing)
