@@ -47,11 +47,11 @@ def gateway_command(
     """
     import asyncio
 
-    from lich.cli.common import CommandError, assemble, echo_error
+    from lich.cli.common import CommandError, assemble, check_named_plugins, echo_error
     from lich.config import ConfigError
     from lich.gateway.config import parse_gateway_config, with_overrides
     from lich.gateway.registry import GatewayError, UnknownPlatformError
-    from lich.gateway.runner import run_gateway
+    from lich.gateway.runner import gateway_agent_config, run_gateway
     from lich.plugins import PluginLoadError
 
     settings = get_settings(ctx)
@@ -59,6 +59,13 @@ def gateway_command(
         # The gateway builds its agents itself (with the gateway's tools), on this host.
         built = assemble(settings, agent=False, service=True)
         gateway = parse_gateway_config(built.config.gateway)
+        # The agents are built later, by the runner: check the plugins' settings now, as
+        # assembling an agent would, so that a --plugin entry failing its own check is
+        # refused here too (and a bad table is exit 2 before anything listens).
+        problems = built.host.check_config(gateway_agent_config(built.config, gateway))
+        check_named_plugins(settings, built.host)
+        if problems:
+            raise ConfigError(problems)
     except CommandError as exc:
         ctx.exit(exc.report())
     except ConfigError as exc:

@@ -152,3 +152,32 @@ def test_a_plugin_both_in_the_config_and_on_the_command_line_is_loaded_once(
     assert same_name.exit_code == 2
     assert "skipped: register: DuplicatePlugin" in same_name.stderr
     assert len(server.requests) == 1
+
+
+def test_the_gateway_refuses_a_plugin_failing_its_check_before_it_listens(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    """The gateway builds its agents itself, later: the check must not wait for them."""
+    server = scripted(["must not be asked"])
+    write_config(work, server.base_url)
+    (work / "check_boom.py").write_text(RAISES_IN_CHECK_CONFIG, encoding="utf-8")
+
+    result = lich("--plugin", "check_boom.py", "gateway", "webhook", "--port", "0")
+
+    assert result.exit_code == 2, result.output
+    assert "a plugin given with --plugin did not load" in result.stderr
+    assert "validate: RuntimeError: check exploded" in result.stderr
+    assert server.requests == []
+
+
+def test_the_gateway_refuses_a_bad_plugin_table_before_it_listens(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    server = scripted(["must not be asked"])
+    write_config(work, server.base_url,
+                 extra="[plugin_settings.failover]\nmax_attempts = 0\n")
+
+    result = lich("gateway", "webhook", "--port", "0")
+
+    assert result.exit_code == 2, result.output
+    assert "$.plugin_settings.failover.max_attempts: must be at least 1" in result.stderr
