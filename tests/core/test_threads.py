@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lich import _threads
 from lich._threads import run_in_daemon_thread
 from lich.agent import Agent
 from lich.hooks import hookimpl
@@ -44,7 +45,12 @@ async def test_a_sync_tool_raising_stop_iteration_is_a_failed_result(tmp_path: P
     assert "StopIteration" in result.error
 
 
-async def test_a_cancelled_caller_leaves_the_worker_to_finish_and_serve_again() -> None:
+async def test_a_cancelled_caller_leaves_the_worker_to_finish_and_serve_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pool of its own: with the process-wide one already holding its maximum of idle
+    # workers (earlier tests leave some), the worker would retire instead of rejoining.
+    monkeypatch.setattr(_threads, "_idle", [])
     started, release, finished = threading.Event(), threading.Event(), threading.Event()
     ident: list[int] = []
 
