@@ -18,10 +18,12 @@ a socket path) are exempt.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 
 __all__ = [
     "REDACTED",
+    "is_secret_entry",
     "is_secret_name",
     "redact_values",
     "secret_values",
@@ -33,7 +35,7 @@ REDACTED = "[redacted]"
 _SECRET_WORDS = frozenset({
     "KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD",
     "PASSWORDS", "PASSWD", "PASS", "PWD", "AUTH", "CREDENTIAL", "CREDENTIALS", "CREDS",
-    "COOKIE", "DSN", "PASSPHRASE", "OAUTH", "AUTHORIZATION",
+    "COOKIE", "DSN", "PASSPHRASE", "OAUTH", "AUTHORIZATION", "PAT", "WEBHOOK",
 })
 # Substrings that mark a name wherever they occur (names written without ``_``).
 _SECRET_PARTS = (
@@ -45,6 +47,9 @@ _SECRET_SUFFIXES = ("DATABASE_URL", "DB_URL", "CONNECTION_STRING")
 # Names that match the words above but hold no secret: the shell's working
 # directories, and the path of the ssh agent's socket (git over ssh needs it).
 _NOT_SECRET = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
+# A URL that carries its own credentials (``redis://:pw@host``, ``http://u:pw@proxy``):
+# a secret whatever the variable is called.
+_CREDENTIALS_IN_URL = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
 # A value shorter than this is not replaced in text: "1" or "yes" would turn
 # every occurrence of a common word into noise and protect nothing.
 _MIN_VALUE_CHARS = 6
@@ -65,6 +70,12 @@ def is_secret_name(name: str) -> bool:
     return any(part in upper for part in _SECRET_PARTS) or upper.endswith(_SECRET_SUFFIXES)
 
 
+def is_secret_entry(name: str, value: str) -> bool:
+    """Whether the variable ``name=value`` holds a secret: a secret-looking name
+    (:func:`is_secret_name`), or a value that is a URL with a password in it."""
+    return is_secret_name(name) or bool(_CREDENTIALS_IN_URL.search(value))
+
+
 def secret_values(
     names: Iterable[str] = (), env: Mapping[str, str] | None = None
 ) -> frozenset[str]:
@@ -78,7 +89,7 @@ def secret_values(
     return frozenset(
         value
         for key, value in source.items()
-        if (key in wanted or is_secret_name(key)) and len(value) >= _MIN_VALUE_CHARS
+        if (key in wanted or is_secret_entry(key, value)) and len(value) >= _MIN_VALUE_CHARS
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from lich.guards import Opened, ToolError, check_path_arg, open_beneath, resolve_in_root
 from lich.protected import is_protected
-from lich.secrets import is_secret_name
+from lich.secrets import is_secret_entry
 from lich.settings import ToolSettings
 from lich.tools import ToolContext
 
@@ -71,8 +71,19 @@ def scrub_env(
     keep = set(pass_env)
     drop = set(provider_keys)
     return {
-        k: v for k, v in env.items() if k in keep or (k not in drop and not is_secret_name(k))
+        k: v for k, v in env.items()
+        if k in keep or (k not in drop and not is_secret_entry(k, v))
     }
+
+
+def child_env(ctx: ToolContext) -> dict[str, str]:
+    """The environment of a helper process a tool starts (the grep worker, ``du``).
+
+    Scrubbed as the ``terminal``'s is: a child's ``/proc/<pid>/environ`` is readable
+    by every process of the same user (``PR_SET_DUMPABLE`` covers lich, not what it
+    execs), so a command left running by ``terminal`` could harvest the keys from it.
+    """
+    return scrub_env(os.environ, ctx.secret_env_names, ())
 
 
 PROTECTED_TEXT = "lich's own files and secret files are off limits to tools"
@@ -95,6 +106,19 @@ def resolve_path(ctx: ToolContext, target: str) -> Path:
         raise ToolError(f"invalid_path: name too long: {target[:200]}")
     refuse_protected(ctx, resolved, target)
     return resolved
+
+
+def _refuse_protected_on_the_way(ctx: ToolContext, target: str, root: str) -> None:
+    """Refuse a path that passes through a protected entry as written (``.env/..``,
+    ``.lich/sessions/x.jsonl/..``): the walk would otherwise step into it, and whether
+    it failed there (not a directory, not found) would tell that the file exists."""
+    current = "/" if os.path.isabs(target) else root
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        current = os.path.dirname(current) if part == ".." else os.path.join(current, part)
+        if part != ".." and is_protected(ctx.protected, current, root):
+            raise ToolError(f"forbidden_path: {target[:200]} ({PROTECTED_TEXT})")
 
 
 def refuse_protected(ctx: ToolContext, resolved: str | os.PathLike[str], target: str) -> None:
@@ -151,6 +175,7 @@ def open_in_work_dir(
     policy_check = check
     if ctx.protected:
         root = real_root(ctx)
+        _refuse_protected_on_the_way(ctx, target, root)
 
         def policy_check(rel: str) -> None:
             # Before anything is known about whether the file exists: the answer

@@ -22,6 +22,7 @@ from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     SKIP_NAMES,
+    child_env,
     open_in_work_dir,
     real_root,
     reap,
@@ -85,7 +86,7 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "protected_dirs": list(ctx.protected.dirs),
             "protected_names": list(ctx.protected.names),
         }
-        hits, finished = await _run_worker(spec, budget, opened.fd)
+        hits, finished = await _run_worker(spec, budget, opened.fd, child_env(ctx))
     finally:
         os.close(opened.fd)
     lines = hits[:max_results]
@@ -103,14 +104,15 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 async def _run_worker(
-    spec: dict[str, Any], budget_s: float, fd: int
+    spec: dict[str, Any], budget_s: float, fd: int, env: dict[str, str]
 ) -> tuple[list[str], bool]:
-    """Run the worker on the file or directory open as ``fd`` (passed down to it);
-    returns the hits and whether it finished within ``budget_s``."""
+    """Run the worker on the file or directory open as ``fd`` (passed down to it), in
+    ``env`` (scrubbed of secrets); returns the hits and whether it finished within
+    ``budget_s``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-S", str(_WORKER),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        limit=1 << 20, pass_fds=(fd,),
+        limit=1 << 20, pass_fds=(fd,), env=env,
     )
     assert proc.stdin is not None
     assert proc.stdout is not None

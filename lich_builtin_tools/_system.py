@@ -14,11 +14,12 @@ from lich.guards import (
     optional_string_arg,
     truncate_text,
 )
-from lich.secrets import is_secret_name
+from lich.secrets import is_secret_entry
 from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
+    child_env,
     hidden,
     open_in_work_dir,
     output_cap,
@@ -108,18 +109,33 @@ def _fd_dir(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
 
 
-async def _du(dir_fd: int, names: list[str], seconds: float) -> dict[str, int]:
+def _protected_globs(ctx: ToolContext) -> tuple[str, ...]:
+    """What ``du`` must not count: protected names, and the protected dirs' own names
+    (a relocated session dir below the measured one would otherwise show its growth)."""
+    policy = ctx.protected
+    if not policy:
+        return ()
+    # du matches globs case-sensitively; the policy's are lower case (common spellings).
+    names = (*policy.names, *(os.path.basename(d) for d in policy.dirs))
+    return tuple(dict.fromkeys((*names, *(n.upper() for n in names))))
+
+
+async def _du(
+    dir_fd: int, names: list[str], seconds: float, env: dict[str, str],
+    exclude: tuple[str, ...] = (),
+) -> dict[str, int]:
     """Apparent sizes (``du -sbl``) of ``names`` inside the directory open as
-    ``dir_fd``, in one ``du`` run.
+    ``dir_fd``, in one ``du`` run, in ``env`` (scrubbed of secrets).
 
     ``-l`` counts hard links each time, as separate runs would; symlinks are
     measured, not followed (``du`` walks with ``fts`` relative to directory
-    descriptors). NUL-separated output survives any file name.
+    descriptors). NUL-separated output survives any file name. ``exclude`` are
+    name globs left out of every size (protected files: a size would show them).
     """
     proc = await asyncio.create_subprocess_exec(
-        "du", "-sbl0", "--", *names,
+        "du", "-sbl0", *(f"--exclude={glob}" for glob in exclude), "--", *names,
         cwd=_fd_dir(dir_fd), pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
     )
     try:
         async with asyncio.timeout(seconds):
@@ -154,7 +170,8 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         sizes: dict[str, int] = {}
         if names:
             try:
-                sizes = await _du(dir_fd, names, cap_s)
+                sizes = await _du(dir_fd, names, cap_s, child_env(ctx),
+                                  _protected_globs(ctx))
             except (OSError, TimeoutError) as exc:
                 raise ToolError("du_unavailable") from exc
     finally:
@@ -218,7 +235,7 @@ def make_env_get_tool() -> Tool:
                 lines.append(f"{name}=<unset>")
             elif not reveal:
                 lines.append(f"{name}=set ({len(value)} chars)")
-            elif is_secret_name(name) or name in secret_names:
+            elif is_secret_entry(name, value) or name in secret_names:
                 lines.append(f"{name}=<redacted: {len(value)} chars>")
             else:
                 lines.append(f"{name}={value[:ENV_VALUE_CAP]}")

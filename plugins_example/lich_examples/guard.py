@@ -457,10 +457,14 @@ def _path_forms(value: str, work_dir: str) -> Iterator[str]:
     """The forms a path is matched in: relative to the work dir and absolute, as
     written and with symlinks resolved."""
     root = os.path.realpath(work_dir)
-    expanded = os.path.expanduser(os.path.expandvars(value))
-    lexical = os.path.normpath(os.path.join(root, expanded))
+    literal = os.path.join(root, value)  # as the tools take it: no ~ or $VAR expansion
+    expanded = os.path.join(root, os.path.expanduser(os.path.expandvars(value)))
+    # realpath of the joined path, not of its normpath: "link/../x" goes where the
+    # link's parent is, as the tool's own walk goes, not where the text suggests.
+    candidates = (os.path.normpath(literal), os.path.realpath(literal),
+                  os.path.normpath(expanded), os.path.realpath(expanded))
     seen = set()
-    for absolute in (lexical, os.path.realpath(lexical)):
+    for absolute in candidates:
         if absolute in seen:
             continue
         seen.add(absolute)
@@ -684,8 +688,7 @@ def _denied_inside(value: str, policy: Policy, work_dir: str) -> Block | None:
     """
     if not value or "\x00" in value:
         return None
-    start = os.path.realpath(
-        os.path.join(work_dir, os.path.expanduser(os.path.expandvars(value))))
+    start = os.path.realpath(os.path.join(work_dir, value))  # literal, as the tools take it
     if not os.path.isdir(start):
         return None
     seen_dirs: set[str] = set()

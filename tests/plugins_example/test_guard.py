@@ -627,3 +627,21 @@ async def test_a_later_trylast_rewriter_cannot_get_past_the_guard(tmp_path: Path
         "guard's rewrite rule (the rule gives 30000)",
     ]
     assert recorder.received == []
+
+
+def test_paths_are_judged_as_the_tools_take_them_literally_and_through_links(
+    tmp_path: Path,
+) -> None:
+    """``~/../secrets/x`` is a directory named ``~`` to the tools, and ``link/../x``
+    goes where the link's parent is: the guard judges the same path."""
+    work = tmp_path / "work"
+    (work / "secrets" / "inner").mkdir(parents=True)
+    (work / "secrets" / "token.txt").write_text("t", encoding="utf-8")
+    (work / "~").mkdir()
+    (work / "docs_link").symlink_to("secrets/inner")
+    policy = guard.parse_policy({"deny_paths": ["secrets/**"]})
+
+    for path in ("~/../secrets/token.txt", "$HOME/../secrets/token.txt",
+                 "docs_link/../token.txt", "docs_link/x"):
+        decision = guard.decide(policy, ToolCall("c", "read_file", {"path": path}), str(work))
+        assert isinstance(decision, Block), path
