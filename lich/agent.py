@@ -230,8 +230,11 @@ class Agent:
         :raises lich.config.ConfigError: the new configuration is unusable.
         :raises ValueError: this agent was given a chat function, not providers.
         """
-        if not self.config.providers:
-            raise ValueError("no provider is configured: there is no model to switch")
+        if not self.providers:
+            # An injected chat function (tests, embedding) has no provider to rebuild: a
+            # new agent from the config would silently call the real providers instead.
+            raise ValueError("this agent was given a chat function, not providers: "
+                             "there is no model to switch")
         first = attrs.evolve(self.config.providers[0], model=model)
         config = config_with(self.config, providers=(first, *self.config.providers[1:]))
         return Agent(config, host=self.host, env=self._env, today=self._today)

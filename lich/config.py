@@ -473,8 +473,8 @@ def _apply_provider_overrides(
     first = dict(providers[0])
     if "kind" in values and values["kind"] != first.get("kind"):
         # A new kind keeps nothing endpoint-specific from the old one.
-        first.pop("base_url", None)
-        first.pop("api_key_env", None)
+        for key in ("base_url", "api_key_env", "headers", "options", "keep_alive", "think"):
+            first.pop(key, None)  # headers often carry credentials for the old endpoint
     first.update(values)
     raw["providers"] = [first, *providers[1:]]
     return source

@@ -71,8 +71,12 @@ def _scheme_of(url: str | None) -> str:
         return ""
 
 
-def _hosts(value: Iterable[str] | None) -> tuple[str, ...]:
-    return tuple(h.lower() for h in value) if value is not None else ()
+def _hosts(value: Iterable[str] | str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None  # the default: filled in from base_url after init
+    if isinstance(value, str):  # one host, not its characters
+        value = (value,)
+    return tuple(h.lower() for h in value)
 
 
 @frozen
@@ -89,12 +93,13 @@ class ProviderDefaults:
 
     base_url: str | None = None
     key_env: str | None = None
-    key_hosts: tuple[str, ...] = field(converter=_hosts)
+    key_hosts: tuple[str, ...] = field(converter=_hosts, default=None)
 
-    @key_hosts.default
-    def _key_hosts_default(self) -> tuple[str, ...]:
-        host = host_of(self.base_url)
-        return (host,) if host else ()
+    def __attrs_post_init__(self) -> None:
+        # None (or left out): the host of base_url, as documented; () means no host.
+        if self.key_hosts is None:
+            host = host_of(self.base_url)
+            object.__setattr__(self, "key_hosts", (host,) if host else ())
 
     def is_key_host(self, base_url: str | None) -> bool:
         """Whether ``base_url`` points at a host the default key may be sent to.

@@ -36,6 +36,9 @@ class Registry(Generic[T]):
     def __init__(self) -> None:
         self._items: dict[str, T] = {}
         self._owners: dict[str, str | None] = {}
+        # What a duplicate registration lost, in order: put back if the winner's plugin
+        # is unloaded (a plugin that fails must not take a healthy plugin's name with it).
+        self._shadowed: dict[str, list[tuple[T, str | None]]] = {}
         #: The plugin whose registration hook is running (set by the plugin host).
         self.current_plugin: str | None = None
         #: ``(plugin, message)`` callback for a duplicate (set by the plugin host);
@@ -56,6 +59,7 @@ class Registry(Generic[T]):
             message = f"duplicate_{self.what}: {name}{by}"
             if self.on_duplicate is not None and self.current_plugin is not None:
                 self.on_duplicate(self.current_plugin, f"{message}; skipped")
+                self._shadowed.setdefault(name, []).append((item, self.current_plugin))
                 return False
             raise DuplicateNameError(message)
         self._items[name] = item
@@ -101,6 +105,17 @@ class Registry(Generic[T]):
         for n in gone:
             del self._items[n]
             del self._owners[n]
+        for n in list(self._shadowed):
+            kept = [(item, owner) for item, owner in self._shadowed[n] if owner != plugin]
+            if n in gone and kept:
+                # The next registration of the name takes its place (registration order).
+                item, owner = kept.pop(0)
+                self._items[n] = item
+                self._owners[n] = owner
+            if kept:
+                self._shadowed[n] = kept
+            else:
+                del self._shadowed[n]
         if gone:
             self._changed()
         return gone
@@ -109,4 +124,5 @@ class Registry(Generic[T]):
         """Keep only ``names`` (registration order is kept)."""
         self._items = {n: v for n, v in self._items.items() if n in names}
         self._owners = {n: v for n, v in self._owners.items() if n in names}
+        self._shadowed = {n: v for n, v in self._shadowed.items() if n in names}
         self._changed()

@@ -301,6 +301,9 @@ def assemble(
             check_named_plugins(settings, host)
     except (ConfigError, PluginLoadError) as exc:
         check_named_plugins(settings, host)  # the cause, when a --plugin entry failed
+        # A config plugin that failed may be the cause too (a provider kind it was to
+        # register): say so before the error.
+        warn_plugin_failures(host)
         raise CommandError(str(exc)) from exc
     # (An agent dropped by a failed check has made no request: its providers' clients
     # hold no connection to close.)

@@ -55,6 +55,8 @@ def _exercise(host: PluginHost, config: LichConfig) -> None:
     from lich.providers import ProviderRegistry
 
     with quiet_plugin_log():
+        # As an agent is assembled: the settings checks first, then registration.
+        host.check_config(config)
         host.register_providers(ProviderRegistry())
         build_tool_registry(host, config)
         from lich.cli.root import BUILTIN_COMMANDS

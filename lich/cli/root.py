@@ -117,7 +117,10 @@ class LichGroup(click.Group):
         # remember that the words came after a `--` (click drops it).
         after = args[args.index("--") + 1:] if "--" in args else None
         rest = super().parse_args(ctx, args)
-        remainder = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        # click >= 8.2 keeps the first word in _protected_args, 8.1 in protected_args.
+        state = vars(ctx)
+        protected = state.get("_protected_args", state.get("protected_args", ()))
+        remainder = [*protected, *ctx.args]
         if after and remainder == after:
             ctx.meta[_AFTER_DASHDASH] = True
         return rest
@@ -160,7 +163,7 @@ class LichGroup(click.Group):
         from lich.cli.common import EXIT_USAGE, echo_error
 
         names = self.list_commands(ctx)
-        close = difflib.get_close_matches(word.lower(), names, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(word, names, n=1, cutoff=0.8)
         failed = self._failed_plugin(word)
         if failed is not None:
             echo_error(f"unknown command {word!r}: the plugin {failed.plugin or failed.entry!r}, "

@@ -42,6 +42,7 @@ def tools_list(settings: Settings, as_json: bool) -> int:
     with quiet_plugin_log():
         # As an agent is assembled: a plugin that fails registering its providers is
         # unloaded whole, so its tools must not be listed as if a run could use them.
+        host.check_config(config)
         host.register_providers(ProviderRegistry())
         registry = build_tool_registry(host, config)
     try:
@@ -51,12 +52,17 @@ def tools_list(settings: Settings, as_json: bool) -> int:
     warn_plugin_failures(host)
     tools = registry.list()
     if as_json:
-        print_json([
-            {"name": t.name, "plugin": t.plugin, "description": t.description,
-             "parameters": t.parameters, "timeout_s": t.timeout_s,
-             "max_output_chars": t.max_output_chars}
-            for t in tools
-        ])
+        from lich.executor import ToolExecutor
+
+        # The limits a run uses: [tools.<name>] over the tool's own.
+        limits = ToolExecutor(registry, work_dir=config.work_dir, tool_settings=config.tools)
+        rows = []
+        for t in tools:
+            timeout_s, max_chars = limits.limits(t)
+            rows.append({"name": t.name, "plugin": t.plugin, "description": t.description,
+                         "parameters": t.parameters, "timeout_s": timeout_s,
+                         "max_output_chars": max_chars})
+        print_json(rows)
         return EXIT_OK
     if not tools:
         click.echo("no tools enabled (see `lich plugins`)", err=True)

@@ -16,7 +16,7 @@ from .conftest import write_config
     (["gatewy", "webhook"], "gateway"),
     (["tols"], "tools"),
     (["plugin"], "plugins"),
-    (["CHAT"], "chat"),
+    (["chats"], "chat"),
 ])
 def test_a_command_name_mistyped_exits_2_and_calls_no_model(
     words: list[str], meant: str, work: Path, lich: Any, scripted: Any
@@ -36,6 +36,7 @@ def test_a_command_name_mistyped_exits_2_and_calls_no_model(
     ["--", "confg", "show"],
     ["--max-turns", "2", "--", "confg", "show"],
     ["what", "is", "in", "here?"],
+    ["Run", "the", "tests"],  # a capitalised command word starts a sentence, not a typo
 ])
 def test_run_and_a_double_dash_always_run_the_task_as_given(
     args: list[str], work: Path, lich: Any, scripted: Any

@@ -126,3 +126,37 @@ def test_the_registry_resolves_the_default_kind_and_lists_every_default_key() ->
     assert registry.key_envs() == frozenset({"A_KEY", "BETA_KEY"})
     with pytest.raises(TypeError, match="ProviderDefaults"):
         registry.register("gamma", _factory, defaults={"key_env": "X"})  # type: ignore[arg-type]
+
+
+def test_a_failing_plugin_does_not_take_a_healthy_plugins_name_with_it() -> None:
+    """The plugin that won a name fails later and is forgotten: the registration it
+    shadowed takes the name back."""
+
+    class Shadow:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(_tool("list_dir"))
+
+        @hookimpl
+        def lich_register_providers(self, registry: ProviderRegistry) -> None:
+            raise RuntimeError("shadow breaks later")
+
+    class Healthy:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(_tool("list_dir"))
+
+    host = PluginHost()
+    host.register_object(Healthy(), "healthy")
+    host.register_object(Shadow(), "shadow")  # registered last: its hook runs first
+    tools = ToolRegistry()
+    host.register_tools(tools, config=None)  # type: ignore[arg-type]
+    assert tools.plugin_of("list_dir") == "shadow"
+
+    host.register_providers(ProviderRegistry())  # shadow fails here and is forgotten
+
+    assert [r.plugin for r in host.failures] == ["shadow"]
+    assert tools.plugin_of("list_dir") == "healthy"
+    item = tools.get("list_dir")
+    assert item is not None
+    assert item.plugin == "healthy"
