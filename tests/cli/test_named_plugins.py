@@ -122,6 +122,43 @@ def test_inspection_commands_show_the_report_and_exit_2(
     assert "a plugin given with --plugin did not load" in tools.stderr
 
 
+def test_inspection_commands_run_the_settings_checks_a_run_runs(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    """A plugin whose lich_check_config fails is failed in `lich plugins` and
+    `lich tools` too, as every run would refuse it."""
+    server = scripted()
+    write_config(work, server.base_url)
+    (work / "check_boom.py").write_text(
+        RAISES_IN_CHECK_CONFIG + "\n\n@hookimpl\ndef lich_register_tools(registry):\n"
+        "    from lich import Tool, ToolResult\n"
+        "    registry.register(Tool('shout', 'd', {'type': 'object'},"
+        " lambda a, c: ToolResult('x')))\n",
+        encoding="utf-8")
+    entry = str(work / "check_boom.py")
+
+    plugins = lich("plugins", "--plugin", "check_boom.py", "--json")
+    tools = lich("tools", "--plugin", "check_boom.py", "--json")
+
+    reports = {r["entry"]: r for r in json.loads(plugins.stdout)}
+    assert (reports[entry]["status"], reports[entry]["phase"]) == ("failed", "validate")
+    assert plugins.exit_code == 2
+    assert tools.exit_code == 2
+    assert "shout" not in tools.stdout
+
+
+def test_tools_json_shows_the_limits_a_run_uses(work: Path, scripted: Any, lich: Any) -> None:
+    server = scripted()
+    write_config(work, server.base_url,
+                 extra="[tools.list_dir]\ntimeout_s = 5\nmax_output_chars = 100\n")
+
+    result = lich("tools", "--json")
+
+    assert result.exit_code == 0, result.stderr
+    (row,) = [t for t in json.loads(result.stdout) if t["name"] == "list_dir"]
+    assert (row["timeout_s"], row["max_output_chars"]) == (5.0, 100)
+
+
 def test_a_plugin_that_loads_changes_nothing(work: Path, scripted: Any) -> None:
     server = scripted(["done"])
     write_config(work, server.base_url)

@@ -502,3 +502,14 @@ async def test_a_failed_run_still_counts_the_summarizer_tokens(tmp_path: Path) -
     (end,) = [e.event for e in envelopes if isinstance(e.event, RunEnd)]
     assert end.stopped_reason == "error"
     assert end.usage == Usage(100, 10, 110)
+
+
+def test_with_model_refuses_an_agent_given_a_chat_function(tmp_path: Path) -> None:
+    from lich.config import ProviderConfig
+    from lich.testing import ScriptedChat, make_test_config
+
+    config = make_test_config(tmp_path, providers=(
+        ProviderConfig(kind="openai_compat", name="p", model="m"),))
+    agent = Agent(config, chat=ScriptedChat(["hi"]))
+    with pytest.raises(ValueError, match="given a chat function"):
+        agent.with_model("other")

@@ -379,3 +379,16 @@ def test_the_real_environment_is_the_default(tmp_path: Path, home: Path,
     monkeypatch.setenv("LICH_MODEL", "env-model")
     assert load_config(work_dir=tmp_path).config.providers[0].model == "env-model"
     assert os.environ["LICH_MODEL"] == "env-model"
+
+
+def test_a_new_kind_keeps_no_header_or_option_of_the_old_endpoint(
+    tmp_path: Path, home: Path
+) -> None:
+    # Headers often carry the old endpoint's credentials: they must not follow the kind.
+    write_config(tmp_path, PROVIDER + 'headers = { X-Corp-Token = "abc" }\n'
+                 'options = { org = "corp" }\n')
+    switched = load(tmp_path, env={"LICH_PROVIDER_KIND": "anthropic"}).providers[0]
+    assert (switched.kind, dict(switched.headers), dict(switched.options)) == (
+        "anthropic", {}, {})
+    same = load(tmp_path, env={"LICH_MODEL": "m2"}).providers[0]
+    assert dict(same.headers) == {"X-Corp-Token": "abc"}

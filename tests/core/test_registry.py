@@ -160,3 +160,12 @@ def test_a_failing_plugin_does_not_take_a_healthy_plugins_name_with_it() -> None
     item = tools.get("list_dir")
     assert item is not None
     assert item.plugin == "healthy"
+
+
+def test_key_hosts_as_one_string_is_one_host_and_none_is_the_default() -> None:
+    one = ProviderDefaults(base_url="https://a.example", key_env="K", key_hosts="API.x.example")
+    assert one.key_hosts == ("api.x.example",)
+    assert one.is_key_host("https://api.x.example/v1")
+    assert ProviderDefaults(base_url="https://a.example", key_hosts=None).key_hosts == (
+        "a.example",)
+    assert ProviderDefaults(base_url="https://a.example", key_hosts=()).key_hosts == ()

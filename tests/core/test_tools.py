@@ -241,7 +241,11 @@ def test_registry_attributes_tools_to_the_registering_plugin() -> None:
     assert registry.get("a") is not None
     assert registry.get("a").plugin == "p1"
     assert registry.remove_plugin("p1") == ["a"]
-    assert registry.names() == ["b"]
+    # The registration the duplicate lost takes the name back.
+    assert registry.names() == ["b", "a"]
+    assert registry.get("a").plugin == "p2"  # type: ignore[union-attr]
+    assert registry.remove_plugin("p2") == ["b", "a"]
+    assert registry.names() == []
 
 
 # ------------------------------------------------------------------ executor
