@@ -16,10 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
-import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ from lich_env import lich_env
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, async_wait_for
 from lich.types import ToolCall
 
+from ._gateway_process import gateway_process
 from .conftest import TALLY, scaled
 from .test_plugin_zoo import ZOO, ZOO_ENTRIES
 
@@ -135,39 +133,16 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     )
     env = lich_env(tmp_path, LICH_GATEWAY_TOKEN=TOKEN, LICH_TELEGRAM_BOT_TOKEN=TG_TOKEN,
                    LICH_DISCORD_BOT_TOKEN=DC_TOKEN, LICH_TWITCH_OAUTH_TOKEN=TW_TOKEN)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lich", "--work-dir", str(work), "gateway",
-        cwd=work, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )
-    lines: list[str] = []
-
-    async def read_stderr() -> None:
-        assert process.stderr is not None
-        async for raw in process.stderr:
-            lines.append(raw.decode(errors="replace").rstrip())
-
-    reader = asyncio.create_task(read_stderr())
     try:
-        listening = await async_wait_for(
-            lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None), 60,
-            lambda: f"the webhook to listen; stderr: {lines}")
-        port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
-        await async_wait_for(lambda: any("event=gateway_ready" in ln for ln in lines), 60,
-                             lambda: f"the gateway to be ready; stderr: {lines}")
-        await async_wait_for(lambda: discord.ready.is_set(), 30, "discord READY")
-        await async_wait_for(lambda: any(ln.startswith("JOIN #") for ln in twitch.lines), 30,
-                             "twitch JOIN")
-        yield Gateway(process, lines, port, telegram, discord, twitch)
+        async with gateway_process(work, env) as gateway:
+            lines = gateway.lines
+            await async_wait_for(lambda: any("event=gateway_ready" in ln for ln in lines), 60,
+                                 lambda: f"the gateway to be ready; stderr: {lines}")
+            await async_wait_for(lambda: discord.ready.is_set(), 30, "discord READY")
+            await async_wait_for(lambda: any(ln.startswith("JOIN #") for ln in twitch.lines),
+                                 30, "twitch JOIN")
+            yield Gateway(gateway.process, lines, gateway.port, telegram, discord, twitch)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(reader, 10)
         await telegram.close()
         await discord.close()
         await twitch.close()

@@ -10,12 +10,8 @@ and the webhook stopped answering; a silent connection stayed open for good.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import re
 import resource
-import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,6 +21,7 @@ from lich_env import lich_env
 
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, async_wait_for
 
+from ._gateway_process import gateway_process
 from .conftest import TALLY
 
 FD_LIMIT = 256
@@ -77,35 +74,11 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
         f"max_unauthenticated = {MAX_UNAUTHENTICATED}\n",
         encoding="utf-8",
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lich", "--work-dir", str(work), "gateway", "webhook",
-        cwd=work, env=lich_env(tmp_path), stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE, preexec_fn=_limit_fds,
-    )
-    lines: list[str] = []
-
-    async def read_stderr() -> None:
-        assert process.stderr is not None
-        async for raw in process.stderr:
-            lines.append(raw.decode(errors="replace").rstrip())
-
-    reader = asyncio.create_task(read_stderr())
     try:
-        listening = await async_wait_for(
-            lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None), 60,
-            lambda: f"the webhook to listen; stderr: {lines}")
-        port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
-        yield Webhook(process, lines, port, model)
+        async with gateway_process(work, lich_env(tmp_path), "webhook",
+                                   preexec_fn=_limit_fds) as gateway:
+            yield Webhook(gateway.process, gateway.lines, gateway.port, model)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(reader, 10)
         model.stop()
 
 
