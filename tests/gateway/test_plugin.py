@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from gateway_process import gateway_process
 from lich_env import lich_env
 
 from lich.gateway.registry import (
@@ -269,27 +269,10 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
             '[gateway]\nplatforms = ["webhook"]\ngrace_s = 20\n'
             '[gateway.webhook]\nport = 0\n'
         )
-        env = lich_env()
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "lich", "--work-dir", str(tmp_path), "gateway",
-            cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        lines: list[str] = []
-
-        async def read_stderr() -> None:
-            assert process.stderr is not None
-            async for raw in process.stderr:
-                lines.append(raw.decode(errors="replace").rstrip())
-
-        reader = asyncio.create_task(read_stderr())
-        try:
-            listening = await async_wait_for(
-                lambda: next((ln for ln in lines if "event=webhook_listening" in ln), None),
-                timeout=60, what=lambda: f"the webhook to listen; stderr so far: {lines}")
-            port = int(re.search(r"port=(\d+)", listening).group(1))  # type: ignore[union-attr]
+        async with gateway_process(tmp_path, lich_env()) as gateway:
+            process, lines = gateway.process, gateway.lines
             async with httpx.AsyncClient(timeout=60) as client:
-                url = f"http://127.0.0.1:{port}"
+                url = f"http://127.0.0.1:{gateway.port}"
                 request = asyncio.create_task(
                     client.post(f"{url}/message", json={"text": "slow job", "chat_id": "t"}))
                 await async_wait_for(lambda: any("event=message_in" in ln for ln in lines),
@@ -299,11 +282,8 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
             assert response.status_code == 200, response.text
             assert response.json()["reply"] == "finished job"
             code = await asyncio.wait_for(process.wait(), 60)
-            await asyncio.wait_for(reader, 10)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+        await async_wait_for(lambda: any("event=gateway_stopped" in ln for ln in lines),
+                             timeout=10, what="the last log line to be read")
         assert code == 0, "\n".join(lines)
         text = "\n".join(lines)
         assert "event=signal signal=SIGTERM" in text

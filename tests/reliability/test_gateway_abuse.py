@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from gateway.fakes import BOT_ID, FakeDiscord, FakeTelegram, FakeTwitch, HttpResponse
+from gateway_process import gateway_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lich_env import lich_env
@@ -31,7 +32,6 @@ from lich_env import lich_env
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, async_wait_for
 from lich.types import ToolCall
 
-from ._gateway_process import gateway_process
 from .conftest import TALLY, scaled
 from .test_plugin_zoo import ZOO, ZOO_ENTRIES
 

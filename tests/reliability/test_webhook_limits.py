@@ -17,11 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gateway_process import gateway_process
 from lich_env import lich_env
 
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, async_wait_for
 
-from ._gateway_process import gateway_process
 from .conftest import TALLY
 
 FD_LIMIT = 256
