@@ -48,6 +48,16 @@ __all__ = [
 ]
 
 
+
+def _function_tool_names(body: dict[str, Any]) -> tuple[str, ...]:
+    """The tool names of a request in the ``{"type": "function", "function": {...}}``
+    shape that the OpenAI and Ollama dialects share."""
+    return tuple(
+        t.get("function", {}).get("name", "")
+        for t in body.get("tools") or []
+        if isinstance(t, dict)
+    )
+
 class Dialect(Protocol):
     """How one wire format is parsed and answered by :class:`~lich.testing.ScriptedServer`."""
 
@@ -108,11 +118,7 @@ class OpenAIDialect:
                 messages.append(ToolMessage(call_id, names.get(call_id, ""), content))
             else:
                 raise ValueError(f"unknown role {role!r}")
-        tools = tuple(
-            t.get("function", {}).get("name", "")
-            for t in body.get("tools") or []
-            if isinstance(t, dict)
-        )
+        tools = _function_tool_names(body)
         return ScriptRequest(
             tuple(messages), tools, str(body.get("model", "")), bool(body.get("stream")),
             self.name, body,
@@ -441,11 +447,7 @@ class OllamaDialect:
                 messages.append(ToolMessage(call.id if call else "", name, content))
             else:
                 raise ValueError(f"messages[{i}].role: unknown role {role!r}")
-        tools = tuple(
-            t.get("function", {}).get("name", "")
-            for t in body.get("tools") or []
-            if isinstance(t, dict)
-        )
+        tools = _function_tool_names(body)
         return ScriptRequest(
             tuple(messages), tools, str(body.get("model", "")), body.get("stream", True) is True,
             self.name, body,
