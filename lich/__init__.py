@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from lich.events import Envelope
     from lich.gateway.registry import AdapterRegistry
     from lich.guards import ToolError
-    from lich.hooks import Block, Rewrite, RunInfo, RunOutcome, hookimpl
+    from lich.hooks import (
+        Approval,
+        ApprovalRequest,
+        Ask,
+        Block,
+        Rewrite,
+        RunInfo,
+        RunOutcome,
+        hookimpl,
+    )
     from lich.plugins import LoadReport, PluginHost, PluginLoadError
     from lich.providers import ProviderDefaults, ProviderRegistry
     from lich.tools import Tool, ToolContext, ToolRegistry, tool
@@ -48,6 +57,9 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "AdapterRegistry": "lich.gateway.registry",
     "Agent": "lich.agent",
+    "Approval": "lich.hooks",
+    "ApprovalRequest": "lich.hooks",
+    "Ask": "lich.hooks",
     "AssistantMessage": "lich.types",
     "Block": "lich.hooks",
     "CancelToken": "lich.cancel",
@@ -91,6 +103,9 @@ _EXPORTS = {
 __all__ = [
     "AdapterRegistry",
     "Agent",
+    "Approval",
+    "ApprovalRequest",
+    "Ask",
     "AssistantMessage",
     "Block",
     "CancelToken",

@@ -29,6 +29,7 @@ from lich.settings import (
     TOOL_LIMIT_KEYS,
     ConfigError,
     ToolSettings,
+    at_least,
     between,
     each_value,
     greater_than,
@@ -148,6 +149,11 @@ class LichConfig:
     plugin_settings: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     stream: bool = True
     hook_timeout_s: float = setting(10.0, check=greater_than(0))
+    #: How long a tool call waits for a person's approval (lich_request_approval) before
+    #: it is denied; 0 waits for ever. Not hook_timeout_s: a person is slower than a hook.
+    approval_timeout_s: float = setting(300.0, check=at_least(0))
+    #: The [approvals] table: the builtin approvals plugin's rules (it checks them).
+    approvals: Mapping[str, Any] = field(factory=dict)
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact

@@ -1,26 +1,40 @@
 """What hook implementations receive and return.
 
-``hookimpl`` marks a plugin's functions; :class:`Block` and :class:`Rewrite`
-are the answers a ``lich_before_tool_call`` may give (``lich_check_tool_call``
-may only block); :class:`RunInfo` and
-:class:`RunOutcome` describe the run to the run-time hooks.
+``hookimpl`` marks a plugin's functions; :class:`Block`, :class:`Ask` and
+:class:`Rewrite` are the answers a ``lich_before_tool_call`` may give
+(``lich_check_tool_call`` may only block); :class:`ApprovalRequest` is what an
+approver (``lich_request_approval``) is shown and :class:`Approval` its answer;
+:class:`RunInfo` and :class:`RunOutcome` describe the run to the run-time hooks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pluggy
 from attrs import field, frozen
 
-from lich.types import AssistantMessage, Usage
+from lich.types import AssistantMessage, ToolCall, Usage
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import StoppedReason
+    from lich.tools import Tool
 
-__all__ = ["PROJECT", "Block", "Rewrite", "RunInfo", "RunOutcome", "hookimpl", "hookspec"]
+__all__ = [
+    "PROJECT",
+    "Approval",
+    "ApprovalRequest",
+    "ApprovalScope",
+    "Ask",
+    "Block",
+    "Rewrite",
+    "RunInfo",
+    "RunOutcome",
+    "hookimpl",
+    "hookspec",
+]
 
 PROJECT = "lich"
 
@@ -39,6 +53,87 @@ class Block:
     """
 
     reason: str = "blocked"
+
+
+@frozen
+class Ask:
+    """Answer of ``lich_before_tool_call``: run the tool only if a person approves.
+
+    ``reason`` is shown to the approver (``lich_request_approval``). Later
+    before-hooks still run: a later ``Block`` wins, a later ``Rewrite`` changes
+    what the person is asked about.
+    """
+
+    reason: str = "approval required"
+
+
+ApprovalScope: TypeAlias = Literal["once", "session", "always"]
+"""What an :class:`Approval` covers: this call, the same tool and pattern for the rest of
+the session, or from now on (an allow rule written to the config the person chose)."""
+
+_SCOPES = ("once", "session", "always")
+
+
+def _scope(value: str) -> str:
+    if value not in _SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(_SCOPES)}, not {value!r}")
+    return value
+
+
+@frozen
+class Approval:
+    """Answer of ``lich_request_approval``: the person's decision on one call.
+
+    :param approved: run the call (``True``) or not.
+    :param scope: ``once`` covers this call; ``session`` also every later call of
+        the session matching the request's :attr:`ApprovalRequest.rules`; ``always``
+        the same, after the approver wrote those rules to a config file's
+        ``[approvals] allow`` (the approver writes it, having shown it first).
+        A scope on a denial is recorded and otherwise ignored.
+    :param args: the arguments edited by the person, replacing the call's; they
+        are checked against the tool's schema and by ``lich_check_tool_call``
+        again, and the call is refused if they fail.
+    :param message: for a denial, what the model is told (``approval_denied:
+        <message>``); for an approval, recorded only.
+    :param approver: who answered, for the record (``terminal``, ``tui``,
+        ``telegram:<user>``, ``--yes``); the plugin's name when left out.
+    """
+
+    approved: bool
+    scope: ApprovalScope = field(default="once", validator=lambda _i, _a, v: _scope(v))
+    args: Mapping[str, Any] | None = field(
+        default=None, converter=lambda v: None if v is None else dict(v))
+    message: str | None = None
+    approver: str | None = None
+
+
+@frozen
+class ApprovalRequest:
+    """What an approver is asked: one tool call that some before-hook answered
+    :class:`Ask` for.
+
+    :param id: a short id for this request, unique among the pending ones of the
+        process (the gateway's ``/approve <id>``).
+    :param call: the call with its arguments as the tool would receive them.
+    :param reason: the ``Ask`` reasons, joined with ``; ``.
+    :param asked_by: the plugins that answered ``Ask``, in the order they ran.
+    :param rules: the ``[approvals]`` rules a ``session`` or ``always`` approval
+        grants (``terminal(git status*)``, one per simple command of a shell line).
+    :param tool: the tool that would run (``None`` for an unknown name).
+    :param preview: what the call would do (a diff for a file write), if the tool
+        can tell.
+    :param timeout_s: how long lich waits for the answer (``None``: no limit); the
+        call is denied when it passes.
+    """
+
+    id: str
+    call: ToolCall
+    reason: str
+    asked_by: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+    tool: Tool | None = field(default=None, eq=False, repr=False)
+    preview: str | None = None
+    timeout_s: float | None = None
 
 
 @frozen

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import Envelope
     from lich.gateway.registry import AdapterRegistry
-    from lich.hooks import Block, Rewrite, RunInfo, RunOutcome
+    from lich.hooks import Approval, ApprovalRequest, Ask, Block, Rewrite, RunInfo, RunOutcome
     from lich.providers import ProviderRegistry
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider, ToolCall, ToolResult
@@ -166,18 +166,32 @@ def lich_run_start(run: RunInfo) -> None:
 
 
 @hookspec
-def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Rewrite | None:
-    """A tool call is about to run. Allow it, rewrite its arguments, or block it.
+def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | Rewrite | None:
+    """A tool call is about to run. Allow it, ask a person, rewrite its arguments,
+    or block it.
 
     :param call: the call, with the arguments as rewritten by earlier hooks.
     :param run: the run it belongs to.
     :return: ``None`` to allow, :class:`lich.Rewrite` ``(args)`` to replace the
-        arguments, or :class:`lich.Block` ``(reason)`` to refuse.
+        arguments, :class:`lich.Ask` ``(reason)`` to run it only if a person
+        approves, or :class:`lich.Block` ``(reason)`` to refuse.
 
     Composition: implementations run one at a time in pluggy order; each sees
-    the arguments as rewritten so far. The first ``Block`` stops the chain:
-    the tool does not run, the after-hooks do not run, and the model receives
-    ``blocked_by_plugin: <reason>``. An implementation that raises, exceeds
+    the arguments as rewritten so far. Precedence across them:
+
+    1. The first ``Block`` wins over everything: the chain stops, the tool does
+       not run, no one is asked, the after-hooks do not run, and the model
+       receives ``blocked_by_plugin: <reason>``.
+    2. Otherwise any ``Ask`` means the call needs approval. The chain goes on
+       after an ``Ask`` (a later hook may still block or rewrite), and when it
+       ends the approver (:func:`lich_request_approval`) is asked once, about
+       the final arguments, with every ``Ask`` reason.
+    3. ``Rewrite`` answers compose: each replaces the arguments the next hook
+       sees.
+
+    Then :func:`lich_check_tool_call` judges the final arguments, before the
+    person is asked (no one is asked about a call a guard refuses) and again
+    on arguments the person edited. An implementation that raises, exceeds
     ``hook_timeout_s`` or returns anything else blocks the call (fail closed)
     with ``blocked_by_plugin: hook_error (<plugin>): <message>``; so does one
     that changes ``call.args`` in place (it gets its own deep copy, so the
@@ -185,7 +199,47 @@ def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Rewrite | Non
     still rewrite what this one allowed: a guard that must judge the final
     arguments implements :func:`lich_check_tool_call` instead. The plugins
     that rewrote or blocked are recorded on the ``tool_call_end`` event and in
-    the transcript.
+    the transcript; approval requests and answers as ``approval_requested``
+    and ``approval_resolved`` events.
+
+    A hook that wants a human must answer ``Ask``, not wait for one: it runs
+    under ``hook_timeout_s``, the approver under ``approval_timeout_s``.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_request_approval(
+    call: ToolCall, run: RunInfo, reason: str, request: ApprovalRequest
+) -> Approval | None:
+    """Ask a person whether ``call`` may run: the front end's approver.
+
+    :param call: the call, with the arguments the tool would receive.
+    :param run: the run it belongs to.
+    :param reason: why approval is needed (the ``Ask`` reasons, joined).
+    :param request: everything to show: the tool, a preview (a diff for a file
+        write), the rules a ``session``/``always`` approval grants, the request's
+        short ``id`` and its timeout.
+    :return: an :class:`lich.Approval`, or ``None`` when this implementation
+        cannot ask (no terminal, not its conversation): the next one is tried.
+
+    ``firstresult``: the first non-``None`` answer decides. The CLI, ``lich
+    chat``, the TUI and the gateway each register one; ``--yes`` registers one
+    that approves every ``Ask`` (a ``Block`` never reaches it). With no
+    answer at all the call is denied: ``approval_unavailable: run
+    non-interactively; allow the tool in [approvals] or pass --yes``.
+
+    It may take as long as a person does: ``approval_timeout_s`` (default
+    300; 0 waits for ever) bounds it, not ``hook_timeout_s``, and the call is
+    denied when it passes (``approval_timeout: ...``). A cancelled run stops
+    waiting at once. An implementation that raises, or returns anything else,
+    denies the call (fail closed). A plain ``def`` implementation runs in a
+    worker thread.
+
+    What the answer does: a denial gives the model ``approval_denied:
+    <message>``; an approval with ``args`` runs the edited arguments after they
+    pass the tool's schema and :func:`lich_check_tool_call`; ``session`` and
+    ``always`` approvals cover the request's ``rules`` for the rest of the
+    session without asking again.
     """
 
 

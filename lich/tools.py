@@ -17,7 +17,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 import attrs
 from attrs import field, frozen
@@ -46,6 +46,16 @@ __all__ = [
 ToolFn: TypeAlias = Callable[
     [dict[str, Any], "ToolContext"], "Awaitable[ToolResult] | ToolResult"
 ]
+
+PrimaryKind: TypeAlias = Literal["shell", "path", "url", "text"]
+"""How an approval rule's pattern reads a tool's primary argument: ``shell`` (a command
+line, split into its simple commands), ``path`` (resolved against the work dir),
+``url`` or plain ``text``."""
+
+PreviewFn: TypeAlias = Callable[[Mapping[str, Any], Path], "str | None"]
+"""``preview(args, work_dir)``: what a call would do, for the person approving it (a
+unified diff for a file write), or ``None``. Called in a worker thread; it must not
+change anything."""
 
 
 @frozen
@@ -82,6 +92,20 @@ class Tool:
     :class:`ToolResult`, or raises :class:`lich.guards.ToolError` for a coded
     failure. ``timeout_s`` and ``max_output_chars`` are the tool's own limits;
     ``[tools.<name>]`` in the config may override them.
+
+    What approvals need to know (see ``docs/tools.md``):
+
+    * ``read_only`` — the tool only reads: allowed without asking unless a rule
+      names it, and the only kind ``--read-only`` keeps.
+    * ``requires_approval`` — ask before every call even where the config's
+      ``[approvals] mode`` would allow it. It only ever tightens: ``False`` loosens
+      nothing.
+    * ``primary_arg`` / ``primary_kind`` — the argument a rule's pattern matches
+      (``terminal(git status*)`` matches ``command``) and how it is read. Left
+      out, the argument is the first required string parameter and the kind
+      follows its name (``command`` → shell, ``path``/``file`` → path, ``url`` →
+      url, anything else text).
+    * ``preview`` — a :data:`PreviewFn` showing the approver what the call does.
     """
 
     name: str
@@ -91,7 +115,21 @@ class Tool:
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     plugin: str | None = None
+    read_only: bool = False
+    requires_approval: bool = False
+    primary_arg: str | None = field(default=None)
+    primary_kind: PrimaryKind | None = None
+    preview: PreviewFn | None = field(default=None, eq=False, repr=False)
     is_async: bool = field(init=False, eq=False, repr=False)
+
+    @primary_arg.validator
+    def _check_primary_arg(self, _attribute: attrs.Attribute[Any], value: str | None) -> None:
+        # A rule pattern over an argument the tool does not take would silently match
+        # nothing; say so where the tool is made.
+        properties = self.parameters.get("properties")
+        if value is not None and isinstance(properties, Mapping) and value not in properties:
+            raise ValueError(f"tool {self.name!r}: primary_arg {value!r} is not one of its "
+                             f"parameters ({', '.join(properties) or 'none'})")
 
     @is_async.default
     def _is_async(self) -> bool:
@@ -121,6 +159,11 @@ def tool(
     description: str | None = None,
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+    read_only: bool = False,
+    requires_approval: bool = False,
+    primary_arg: str | None = None,
+    primary_kind: PrimaryKind | None = None,
+    preview: PreviewFn | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -132,6 +175,11 @@ def tool(
     description: str | None = None,
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+    read_only: bool = False,
+    requires_approval: bool = False,
+    primary_arg: str | None = None,
+    primary_kind: PrimaryKind | None = None,
+    preview: PreviewFn | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
@@ -152,7 +200,9 @@ def tool(
     ``Path``, a ``tuple``, never the raw JSON string or list. Return a ``str``
     (the output), a :class:`ToolResult`, or anything JSON-able.
 
-    Usable bare (``@tool``) or with options (``@tool(timeout_s=5)``)."""
+    ``read_only``, ``requires_approval``, ``primary_arg``, ``primary_kind`` and
+    ``preview`` are the :class:`Tool` fields approvals read. Usable bare
+    (``@tool``) or with options (``@tool(timeout_s=5, read_only=True)``)."""
 
     def build(func: Callable[..., Any]) -> Tool:
         signature = _schema.compile_signature(func, _is_context_param)
@@ -185,6 +235,11 @@ def tool(
             execute=execute,
             timeout_s=timeout_s,
             max_output_chars=max_output_chars,
+            read_only=read_only,
+            requires_approval=requires_approval,
+            primary_arg=primary_arg,
+            primary_kind=primary_kind,
+            preview=preview,
         )
 
     return build(fn) if fn is not None else build
