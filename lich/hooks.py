@@ -74,10 +74,13 @@ the session, or from now on (an allow rule written to the config the person chos
 _SCOPES = ("once", "session", "always")
 
 
-def _scope(value: str) -> str:
+def _check_scope(_instance: Any, _attribute: Any, value: str) -> None:
     if value not in _SCOPES:
         raise ValueError(f"scope must be one of {', '.join(_SCOPES)}, not {value!r}")
-    return value
+
+
+def _optional_dict(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else dict(value)
 
 
 @frozen
@@ -100,9 +103,8 @@ class Approval:
     """
 
     approved: bool
-    scope: ApprovalScope = field(default="once", validator=lambda _i, _a, v: _scope(v))
-    args: Mapping[str, Any] | None = field(
-        default=None, converter=lambda v: None if v is None else dict(v))
+    scope: ApprovalScope = field(default="once", validator=_check_scope)
+    args: Mapping[str, Any] | None = field(default=None, converter=_optional_dict)
     message: str | None = None
     approver: str | None = None
 
