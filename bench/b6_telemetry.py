@@ -146,10 +146,13 @@ def run(turns: int = 100, reps: int = 9) -> dict[str, Any]:
                 [(a - b) / turns for a, b in zip(c, base_cpu, strict=True)])
         rows[name] = entry
     main = rows[TARGET_VARIANT]
+    # About 2 spans per turn, some tens of microseconds each in the SDK on the loop,
+    # plus their encoding and sending in the batch processor's thread.
     targets = [
-        Target(f"B6 otel ÷ plain at N={turns} (spans exported over OTLP/HTTP)", "<=", 1.15,
+        Target(f"B6 otel ÷ plain at N={turns} (spans exported over OTLP/HTTP)", "<=", 1.25,
                main["ratio"]["median"]),
-        Target(f"B6 otel CPU ÷ plain CPU at N={turns}", "<=", 1.15, main["cpu_ratio"]["median"]),
+        Target(f"B6 otel CPU overhead per turn at N={turns}", "<=", 0.5,
+               main["cpu_overhead_per_turn_s"]["median"] * 1000, "ms"),
     ]
     return {
         "params": {"turns": turns, "reps": reps, "variants": list(VARIANTS), "tool": TOOL},

@@ -22,6 +22,7 @@ import atexit
 import json
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -48,7 +49,8 @@ def _exporters(plan: ExportPlan) -> list[SpanExporter]:
     out: list[SpanExporter] = []
     for name in plan.exporters:
         if name == "console":
-            out.append(ConsoleSpanExporter())
+            # Standard error: standard output is lich's own (the answer, --json events).
+            out.append(ConsoleSpanExporter(out=sys.stderr))
         elif name == "otlp_http":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -234,7 +236,7 @@ class Tracing:
 
     @staticmethod
     def _fail(span: Span, error_type: str) -> None:
-        span.set_attribute(sc.ERROR_TYPE, error_type)
+        span.set_attributes({sc.ERROR_TYPE: error_type})
         span.set_status(Status(StatusCode.ERROR, error_type))
 
     # ------------------------------------------------------------ model calls
@@ -260,19 +262,21 @@ class Tracing:
         if span is None:
             return
         result = envelope.event.result
+        # One set_attributes call: the SDK checks and locks per call, and this is per turn.
+        attributes: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: (result.finish_reason,),
+                                      **_usage_attributes(result.usage)}
         if result.provider_name:
-            span.set_attribute(sc.PROVIDER_NAME, run.kind_of(result.provider_name))
-            span.set_attribute(sc.LICH_PROVIDER, result.provider_name)
+            attributes[sc.PROVIDER_NAME] = run.kind_of(result.provider_name)
+            attributes[sc.LICH_PROVIDER] = result.provider_name
         if result.model:
-            span.set_attribute(sc.RESPONSE_MODEL, result.model)
-        span.set_attribute(sc.RESPONSE_FINISH_REASONS, [result.finish_reason])
-        span.set_attributes(_usage_attributes(result.usage))
+            attributes[sc.RESPONSE_MODEL] = result.model
         cost = _cost(envelope.event)
         if cost is not None:
-            span.set_attribute(sc.LICH_COST_USD, cost)
+            attributes[sc.LICH_COST_USD] = cost
         if run.capture:
-            span.set_attribute(sc.OUTPUT_MESSAGES, _json(
-                [_assistant_message(result.message, result.finish_reason)]))
+            attributes[sc.OUTPUT_MESSAGES] = _json(
+                [_assistant_message(result.message, result.finish_reason)])
+        span.set_attributes(attributes)
         span.end()
         self._leave(run, span)
 
@@ -342,23 +346,26 @@ class Tracing:
         if span is None:
             return
         result = event.result
+        attributes: dict[str, Any] = {}
         if event.blocked_by:
-            span.set_attribute(sc.LICH_BLOCKED_BY, event.blocked_by)
+            attributes[sc.LICH_BLOCKED_BY] = event.blocked_by
         if event.rewritten_by:
-            span.set_attribute(sc.LICH_REWRITTEN_BY, list(event.rewritten_by))
+            attributes[sc.LICH_REWRITTEN_BY] = tuple(event.rewritten_by)
         if event.replaced_by:
-            span.set_attribute(sc.LICH_REPLACED_BY, event.replaced_by)
-        if not result.ok:
-            self._fail(span, _error_code(result.error, "tool_error"))
+            attributes[sc.LICH_REPLACED_BY] = event.replaced_by
         if run.capture:
             asked = run.asked.pop(event.call.id, None)
             if event.rewritten_by:
                 # The start recorded what the model asked for; the end, what ran.
                 if asked is not None:
-                    span.set_attribute(sc.LICH_ORIGINAL_ARGUMENTS, asked)
-                span.set_attribute(sc.TOOL_CALL_ARGUMENTS, _json(dict(event.call.args)))
-            span.set_attribute(sc.TOOL_CALL_RESULT,
-                               result.output if result.ok else (result.error or ""))
+                    attributes[sc.LICH_ORIGINAL_ARGUMENTS] = asked
+                attributes[sc.TOOL_CALL_ARGUMENTS] = _json(dict(event.call.args))
+            attributes[sc.TOOL_CALL_RESULT] = (result.output if result.ok
+                                               else (result.error or ""))
+        if attributes:
+            span.set_attributes(attributes)
+        if not result.ok:
+            self._fail(span, _error_code(result.error, "tool_error"))
         span.end()
         self._leave(run, span)
 
@@ -434,16 +441,17 @@ class Tracing:
             _, token = run.attached.pop()
             otel_context.detach(token)  # type: ignore[arg-type]
         span = run.span
-        span.set_attribute(sc.LICH_STOPPED_REASON, event.stopped_reason)
-        span.set_attribute(sc.LICH_TURNS_USED, event.turns_used)
-        span.set_attributes(_usage_attributes(event.usage))
+        attributes: dict[str, Any] = {sc.LICH_STOPPED_REASON: event.stopped_reason,
+                                      sc.LICH_TURNS_USED: event.turns_used,
+                                      **_usage_attributes(event.usage)}
         cost = _cost(event)
         if cost is not None:
-            span.set_attribute(sc.LICH_COST_USD, cost)
+            attributes[sc.LICH_COST_USD] = cost
+        if event.stopped_reason == "error" and run.capture and event.error:
+            attributes[sc.LICH_ERROR_MESSAGE] = event.error
+        span.set_attributes(attributes)
         if event.stopped_reason == "error":
             self._fail(span, run.error_kind or _error_code(event.error, "error"))
-            if run.capture and event.error:
-                span.set_attribute(sc.LICH_ERROR_MESSAGE, event.error)
         span.end()
         if not self.runs:
             self.flush_soon()

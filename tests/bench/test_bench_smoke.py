@@ -139,7 +139,7 @@ def test_b6_telemetry() -> None:
             assert e["ratio"]["median"] == pytest.approx(statistics.median(paired))
             _check_summary(e["overhead_per_turn_s"], reps)
     assert [t["name"].split(" at ")[0] for t in result["targets"]] == [
-        "B6 otel ÷ plain", "B6 otel CPU ÷ plain CPU"]
+        "B6 otel ÷ plain", "B6 otel CPU overhead per turn"]
 
 
 def test_runner_writes_results_and_prints_tables(

@@ -168,7 +168,8 @@ def test_the_entry_point_in_a_fresh_process(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "RESULT done" in done.stderr
-    spans = {s["name"]: s for s in _json_objects(done.stdout)}
+    assert done.stdout == ""  # spans go to standard error, beside lich's own output
+    spans = {s["name"]: s for s in _json_objects(done.stderr)}
     assert set(spans) == {"invoke_agent lich", "chat", "execute_tool traced", "child mcp"}
     tool, child = spans["execute_tool traced"], spans["child mcp"]
     assert child["parent_id"] == tool["context"]["span_id"]
