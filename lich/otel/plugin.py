@@ -241,7 +241,8 @@ class OtelPlugin:
         self._given = tracer_provider
         self._environ = environ
         self._install_global = install_global
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # building the tracer
+        self._runs_lock = threading.Lock()  # opening and ending runs
         self._tracing: Tracing | None = None
         self._off = False
         # run id -> (start in ns, model, the caller's context) from the run_start event,
@@ -296,27 +297,38 @@ class OtelPlugin:
 
     @hookimpl
     def lich_run_start(self, run: RunInfo) -> None:
-        """Open the run's ``invoke_agent`` span (building the tracer on the first run)."""
-        pending = self._pending.pop(run.run_id, None)
+        """Open the run's ``invoke_agent`` span (building the tracer on the first run).
+
+        A run whose ``run_start`` event this plugin did not see gets no span, nor
+        one that already ended: the first call, which imports the SDK, may overrun
+        ``hook_timeout_s`` and finish after its run did.
+        """
         config = run.config
         settings = load_settings(config) if config is not None else OtelSettings()
         tracing = self._tracing_for(settings)
-        if tracing is None:
-            return
+        with self._runs_lock:
+            pending = self._pending.pop(run.run_id, None)
+            if tracing is None or pending is None:
+                return
+            self._open(tracing, run, settings, pending)
+
+    def _open(self, tracing: Tracing, run: RunInfo, settings: OtelSettings,
+              pending: tuple[int, str, contextvars.Context]) -> None:
+        config = run.config
         providers = config.providers if config is not None else ()
         tracing.start_run(RunStartInfo(
             run_id=run.run_id,
             session_id=run.session_id,
             input=run.input,
-            model=pending[1] if pending else (providers[0].model if providers else ""),
+            model=pending[1],
             agent_name=settings.agent_name,
             capture_content=_capture(settings, self.environ),
             provider_kinds={p.name: p.kind or p.name for p in providers},
             first_provider=providers[0].name if providers else "",
             temperature=config.temperature if config is not None else None,
             max_tokens=config.max_tokens if config is not None else None,
-            started_ns=pending[0] if pending else None,
-            caller=pending[2] if pending else None,
+            started_ns=pending[0],
+            caller=pending[2],
         ))
 
     @hookimpl
@@ -332,10 +344,15 @@ class OtelPlugin:
                                            contextvars.copy_context())
             return
         tracing = self._tracing
-        if tracing is not None:
-            tracing.on_event(event)
         if kind == "run_end":
-            self._pending.pop(event.run_id, None)
+            # Under the lock lich_run_start opens a span in: a late opening sees the
+            # run gone instead of leaving a span that never ends.
+            with self._runs_lock:
+                self._pending.pop(event.run_id, None)
+                if tracing is not None:
+                    tracing.on_event(event)
+        elif tracing is not None:
+            tracing.on_event(event)
 
 
 _PLUGIN = OtelPlugin()

@@ -452,3 +452,20 @@ def test_events_of_a_run_without_a_span_are_ignored(spans: Spans) -> None:
     for event in (TextDelta("x"), LlmStart(1), RunEnd("final", 1, Usage())):
         plugin.lich_event(Envelope("nobody", "s", 1, 1.0, event))
     assert spans.all == ()
+
+
+def test_a_late_run_start_opens_no_span(spans: Spans) -> None:
+    """The first lich_run_start imports the SDK and may overrun hook_timeout_s,
+    finishing after its run ended: it must not leave a span that never ends."""
+    from lich.events import RunEnd, RunStart
+    from lich.hooks import RunInfo
+
+    plugin = spans.plugin()
+    plugin.lich_event(Envelope("r1", "s1", 1, 1.0, RunStart("hi", "/w", "m")))
+    plugin.lich_event(Envelope("r1", "s1", 2, 2.0, RunEnd("aborted", 0, Usage())))
+    plugin.lich_run_start(RunInfo("r1", "s1", "hi", "/w", None))
+    # Nor a run whose run_start event the plugin never saw.
+    plugin.lich_run_start(RunInfo("r2", "s2", "hi", "/w", None))
+    assert plugin.tracing is not None
+    assert plugin.tracing.runs == {}
+    assert spans.all == ()
