@@ -107,11 +107,16 @@ def _str_table(value: Any) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
+def _exporter(value: Any) -> None:
+    if value is not None:  # unset: OTEL_TRACES_EXPORTER, else otlp_http
+        one_of(*EXPORTERS)(value)
+
+
 @frozen
 class OtelSettings:
     """``[plugin_settings.otel]``; see the module docstring."""
 
-    exporter: str | None = setting(None, check=one_of(None, *EXPORTERS))
+    exporter: str | None = setting(None, check=_exporter)
     endpoint: str | None = setting(None, check=url("http", "https"))
     headers: Mapping[str, str] = setting(factory=dict, parse=_str_table)
     headers_env: Mapping[str, str] = setting(factory=dict, parse=_str_table)
