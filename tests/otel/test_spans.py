@@ -469,3 +469,17 @@ def test_a_late_run_start_opens_no_span(spans: Spans) -> None:
     assert plugin.tracing is not None
     assert plugin.tracing.runs == {}
     assert spans.all == ()
+
+
+async def test_the_run_is_a_child_of_the_callers_current_span(
+    lich_agent_factory: Callable[..., Agent], spans: Spans
+) -> None:
+    """An application that runs lich inside its own span (a request) finds the run
+    in that trace."""
+    agent = lich_agent_factory(["hi"], objects=[("otel", spans.plugin())])
+    with spans.provider.get_tracer("app").start_as_current_span("handle request") as outer:
+        await agent.run("hello")
+    run = spans.one("invoke_agent lich")
+    assert run.parent is not None
+    assert run.parent.span_id == outer.get_span_context().span_id
+    assert run.context.trace_id == outer.get_span_context().trace_id
