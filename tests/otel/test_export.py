@@ -265,3 +265,28 @@ async def test_exporter_none_records_nothing(
                                plugin_settings={"otel": {"exporter": "none"}})
     assert (await agent.run("hello")).text == "hi"
     assert plugin.tracing is None
+
+
+def test_lich_config_validate_checks_the_plugin(tmp_path: Path) -> None:
+    """The settings and the variables are checked by ``lich config validate`` as by a run."""
+    import os
+
+    (tmp_path / ".lich").mkdir()
+    config = tmp_path / ".lich" / "config.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LICH_"))}
+
+    def validate(text: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        config.write_text('plugins = ["otel"]\n' + text, encoding="utf-8")
+        return subprocess.run([sys.executable, "-m", "lich", "config", "validate"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              env={**env, **extra}, check=False)
+
+    ok = validate('[plugin_settings.otel]\nexporter = "console"\ncapture_content = true\n')
+    assert ok.returncode == 0, ok.stderr
+    bad = validate('[plugin_settings.otel]\nexporter = "zipkin"\n')
+    assert bad.returncode == 2
+    assert ("$.plugin_settings.otel.exporter: must be one of 'otlp_http', 'console', 'none', "
+            "got 'zipkin'") in bad.stderr
+    env_bad = validate("", OTEL_TRACES_EXPORTER="zipkin")
+    assert env_bad.returncode == 2
+    assert "OTEL_TRACES_EXPORTER: 'zipkin' is not an exporter" in env_bad.stderr
