@@ -455,3 +455,39 @@ def test_a_command_name_taken_by_another_plugin_is_reported(work: Path) -> None:
     (warning,) = warned[0].warnings
     assert warning.startswith("command_name_taken: command 'hello' not added; plugin ")
     assert warned[0].plugin not in warning
+
+
+def test_the_host_does_not_keep_the_registries_of_agents_it_assembled(tmp_path: Path) -> None:
+    """Every assembly (each ``/model`` switch) fills new registries on the same host; the
+    host only keeps them while they live, and still undoes a failed plugin in the live one."""
+    import gc
+    import weakref
+
+    class Tools:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            @tool
+            def ping() -> str:
+                """Ping."""
+                return "pong"
+
+            registry.register(ping)
+
+    host = PluginHost(work_dir=tmp_path)
+    host.register_object(Tools(), "tools")
+    config = make_test_config(tmp_path)
+    dropped = []
+    for _ in range(50):
+        registry = ToolRegistry()
+        host.register_tools(registry, config)
+        dropped.append(weakref.ref(registry))
+        del registry
+    gc.collect()
+    assert all(ref() is None for ref in dropped)
+    assert len(host._undo) <= 1
+
+    live = ToolRegistry()
+    host.register_tools(live, config)
+    assert live.has("ping")
+    host._forget_everywhere("tools")
+    assert not live.has("ping")
