@@ -202,6 +202,33 @@ def test_a_plugin_raising_at_import_time_fails_cleanly(work: Path) -> None:
     assert not [m for m in sys.modules if m.startswith("_lich_plugin_raises_")]
 
 
+@pytest.mark.parametrize("marker", ["wrapper=True", "hookwrapper=True"])
+def test_a_hook_wrapper_fails_validation_instead_of_being_ignored(
+    work: Path, marker: str
+) -> None:
+    (work / "wrapping.py").write_text(textwrap.dedent(f"""
+        from lich import hookimpl
+
+        @hookimpl({marker})
+        def lich_before_tool_call(call):
+            outcome = yield
+            return outcome
+
+        @hookimpl
+        def lich_run_start(run):
+            pass
+    """))
+    host = host_in(work)
+    (report,) = host.load(["wrapping.py"])
+    assert (report.status, report.phase, report.error_type) == (
+        "failed", "validate", "UnsupportedHookWrapper")
+    assert report.error_message == (
+        "hook wrappers (wrapper=True / hookwrapper=True) are not supported for "
+        "lich_before_tool_call; implement the hook plainly (see docs/plugins.md)")
+    assert host.pm.get_plugin("wrapping") is None
+    assert not host.has_impls("lich_run_start")  # nothing of it stays
+
+
 def test_unknown_hook_name_fails_validation_and_registers_nothing(work: Path) -> None:
     host = host_in(work)
     (report,) = host.load(["plugins/unknown_hook_plugin.py"])
