@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from lich.events import Envelope
     from lich.gateway.registry import AdapterRegistry
     from lich.guards import ToolError
-    from lich.hooks import Block, Rewrite, RunInfo, RunOutcome, hookimpl
+    from lich.hooks import Block, Rewrite, RunInfo, RunOutcome, Stop, hookimpl
     from lich.plugins import LoadReport, PluginHost, PluginLoadError
     from lich.providers import ProviderDefaults, ProviderRegistry
     from lich.tools import Tool, ToolContext, ToolRegistry, tool
@@ -71,6 +71,7 @@ _EXPORTS = {
     "RunInfo": "lich.hooks",
     "RunOutcome": "lich.hooks",
     "RunResult": "lich.agent",
+    "Stop": "lich.hooks",
     "SystemMessage": "lich.types",
     "Tool": "lich.tools",
     "ToolCall": "lich.types",
@@ -114,6 +115,7 @@ __all__ = [
     "RunInfo",
     "RunOutcome",
     "RunResult",
+    "Stop",
     "SystemMessage",
     "Tool",
     "ToolCall",

@@ -60,6 +60,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "ollama",
     "failover",
     "gateway",
+    "budgets",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
@@ -131,6 +132,9 @@ class LichConfig:
         factory=tuple, check=_unique_provider_names)
     system_prompt: str | None = None
     max_turns: int = setting(25, check=between(1, 10_000))
+    #: Per-run budgets, enforced by the ``budgets`` plugin before each model call.
+    max_cost_usd: float | None = setting(None, check=greater_than(0))
+    max_total_tokens: int | None = setting(None, check=greater_than(0))
     work_dir: str = field(factory=os.getcwd)
     tools_enabled: tuple[str, ...] | None = field(
         default=None, converter=_tools_enabled, metadata={PARSE: _parse_tools_enabled})
@@ -150,6 +154,8 @@ class LichConfig:
     hook_timeout_s: float = setting(10.0, check=greater_than(0))
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
+    #: The ``[prices]`` table, kept raw: the ``prices`` plugin checks and reads it.
+    prices: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider
@@ -401,6 +407,8 @@ def load_config(
         "session_dir",
         "log_level",
         "max_turns",
+        "max_cost_usd",
+        "max_total_tokens",
         "strict_plugins",
         "stream",
     ):
