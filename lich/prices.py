@@ -77,6 +77,10 @@ if importlib.util.find_spec("genai_prices") is None:
     )
 
 _PER_MILLION = 1_000_000
+_MAX_MISSES = 1024
+#: (provider id, API URL, model) the price data does not know, for this process (an
+#: update of the data mid-process can only add models a restart then finds).
+_misses: set[tuple[str | None, str | None, str]] = set()
 
 
 @frozen
@@ -160,6 +164,9 @@ def price_of(
     from genai_prices import calc_price
 
     for name in dict.fromkeys(m for m in (model, configured) if m):
+        key = (provider_id, None if provider_id is not None else provider.base_url, name)
+        if key in _misses:
+            continue
         try:
             if provider_id is not None:
                 calculation = calc_price(_genai_usage(usage), name, provider_id=provider_id)
@@ -167,7 +174,13 @@ def price_of(
                 calculation = calc_price(_genai_usage(usage), name,
                                          provider_api_url=provider.base_url)
         except LookupError:
-            continue  # this provider or model is not in the data: try the next name
+            # This provider or model is not in the data: try the next name. Remembered, as
+            # genai-prices searches every model of the provider again on each miss (the
+            # answer's dated model id misses on every call when only the configured one
+            # is known).
+            if len(_misses) < _MAX_MISSES:
+                _misses.add(key)
+            continue
         except ValueError as exc:
             # Usage the price data cannot take (e.g. more cache reads than prompt tokens).
             log.debug("cannot price %s on %s: %s", name, provider.name, exc)
@@ -215,15 +228,20 @@ def _settings(config: LichConfig | None) -> PriceSettings:
 
 @hookimpl
 def lich_check_config(config: LichConfig) -> None:
-    """Check ``[prices]`` (``lich config validate`` and every run refuse a bad table);
-    start the price updates when ``update = true``."""
-    if _settings(config).update:
-        _updates.ensure()
+    """Check ``[prices]``: ``lich config validate`` and every run refuse a bad table."""
+    _settings(config)
 
 
 @hookimpl
 def lich_price_call(
     provider: ProviderConfig | None, model: str, usage: Usage, config: LichConfig
 ) -> float | None:
-    """The price of one call (see the module docstring); ``None`` when unknown."""
-    return price_of(_settings(config), provider, model, usage)
+    """The price of one call (see the module docstring); ``None`` when unknown.
+
+    With ``update = true`` the first call starts genai-prices' background updater
+    (not ``lich config validate``, which prices nothing).
+    """
+    settings = _settings(config)
+    if settings.update:
+        _updates.ensure()
+    return price_of(settings, provider, model, usage)

@@ -167,3 +167,24 @@ def test_without_genai_prices_the_plugin_is_a_load_error_saying_what_to_install(
     (report,) = host.reports
     assert (report.status, report.phase) == ("failed", "import")
     assert "pip install 'lich[prices]'" in (report.error_message or "")
+
+
+@pytest.mark.parametrize("update", [False, True])
+async def test_price_updates_only_when_turned_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, update: bool
+) -> None:
+    import genai_prices
+
+    import lich.prices
+
+    started: list[Any] = []
+    monkeypatch.setattr(lich.prices, "_updates", lich.prices._Updates())
+    monkeypatch.setattr(genai_prices.UpdatePrices, "start",
+                        lambda self, *, wait=False: started.append(wait))
+    config = make_test_config(tmp_path, plugins=("prices",), prices={"update": update})
+    agent = lich.Agent(config, chat=ScriptedChat(["one", "two"]))
+    assert started == []  # checking the config fetches nothing
+    await agent.run("a")
+    await agent.run("b")
+    # Once per process, in the background (the run does not wait for the network).
+    assert started == ([False] if update else [])
