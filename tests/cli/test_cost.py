@@ -189,3 +189,19 @@ def test_chat_shows_each_run_cost_and_the_total(work: Path, scripted: Any, lich:
     assert "this chat: 2 runs, 20000 prompt + 4000 completion = 24000 tokens, $0.0800" in (
         result.stderr)
     assert "last run: 10000 prompt + 2000 completion = 12000 tokens, $0.0400" in result.stderr
+
+
+def test_config_validate_reports_a_budget_nothing_enforces(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    from .conftest import write_config
+
+    server = scripted(["hi"])
+    write_config(work, server.base_url, plugins=["builtin_tools", "openai_compat"],
+                 extra="max_total_tokens = 1000")
+    result = lich("config", "validate")
+    assert result.exit_code == 2
+    assert "$.max_total_tokens: no loaded plugin enforces it" in result.stderr + result.stdout
+    # The same config refuses to run rather than run unlimited.
+    assert lich("hi").exit_code == 2
+    assert server.requests == []

@@ -249,6 +249,15 @@ async def test_budgets_that_are_not_spent_change_nothing(tmp_path: Path) -> None
     assert result.stopped_reason == "final"
 
 
+def test_a_budget_nothing_enforces_is_a_config_error(tmp_path: Path) -> None:
+    config = make_test_config(tmp_path, plugins=(), max_cost_usd=1.0, max_total_tokens=10)
+    with pytest.raises(lich.ConfigError) as info:
+        lich.Agent(config, chat=ScriptedChat(["hi"]))
+    assert [p.split(":")[0] for p in info.value.problems] == ["$.max_cost_usd",
+                                                              "$.max_total_tokens"]
+    assert 'add "budgets" to plugins' in info.value.problems[0]
+
+
 def test_the_budget_keys_are_checked(tmp_path: Path) -> None:
     with pytest.raises(lich.ConfigError) as info:
         lich.load_config(data={"max_cost_usd": 0, "max_total_tokens": "many",
