@@ -20,9 +20,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import StoppedReason
 
-__all__ = [
-    "PROJECT", "Block", "Rewrite", "RunInfo", "RunOutcome", "Stop", "hookimpl", "hookspec",
-]
+__all__ = ["PROJECT", "Block", "Rewrite", "RunInfo", "RunOutcome", "Stop", "hookimpl", "hookspec"]
 
 PROJECT = "lich"
 

@@ -11,7 +11,8 @@ Rules that hold for every hook:
   ``lich_before_tool_call``, ``lich_after_tool_call`` or ``lich_run_end``
   runs in a worker thread, so a slow one neither blocks the event loop nor
   escapes ``hook_timeout_s``; ``lich_event`` and the registration hooks run
-  inline.
+  inline. (So does ``lich_before_model_call`` in a thread, and
+  ``lich_price_call`` inline: it must be a fast plain ``def``.)
 * Implementations run in pluggy order: the most recently registered plugin
   first, ``tryfirst``/``trylast`` respected. Builtins are registered before
   third-party plugins, so a third-party implementation runs before a builtin.
