@@ -276,7 +276,8 @@ class HumanRenderer(_Output):
 
     def _on_budget_exhausted(self, event: Any) -> None:
         turns = event.turns_used
-        why = f": {event.reason}" if event.reason else ""
+        # The turn cap needs no more words than the count; another budget says what ran out.
+        why = "" if event.budget == "max_turns" or not event.reason else f": {event.reason}"
         self.note(f"budget exhausted after {turns} turn{'s' if turns != 1 else ''}{why}",
                   "yellow", always=True)
 
