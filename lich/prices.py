@@ -7,9 +7,9 @@ price data bundled with the ``genai-prices`` package — no network, unless
 ``[prices] update = true`` turns on its background price updates.
 
 The provider is recognised the way ``genai-prices`` recognises it: by the API
-URL the call went to (``https://api.openai.com/v1`` is OpenAI,
-``https://api.anthropic.com`` Anthropic, OpenRouter, Groq, Mistral … by theirs),
-so lich itself names no provider. A proxy or a compatible server at another URL
+URL the call went to (the provider's ``base_url``, with its kind's default
+applied), matched against the public endpoints in the price data — so lich
+itself names no provider and knows no URL. A proxy or a compatible server at another URL
 is named in ``[prices.providers]``; a model the data lacks (a local or private
 model) gets its price in ``[prices.models]``:
 
