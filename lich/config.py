@@ -62,6 +62,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "ollama",
     "failover",
     "gateway",
+    "budgets",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
@@ -133,6 +134,9 @@ class LichConfig:
         factory=tuple, check=_unique_provider_names)
     system_prompt: str | None = None
     max_turns: int = setting(25, check=between(1, 10_000))
+    #: Per-run budgets, enforced by the ``budgets`` plugin before each model call.
+    max_cost_usd: float | None = setting(None, check=greater_than(0))
+    max_total_tokens: int | None = setting(None, check=greater_than(0))
     work_dir: str = field(factory=os.getcwd)
     tools_enabled: tuple[str, ...] | None = field(
         default=None, converter=_tools_enabled, metadata={PARSE: _parse_tools_enabled})
@@ -159,6 +163,8 @@ class LichConfig:
     otel: Mapping[str, Any] = field(factory=dict)
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
+    #: The ``[prices]`` table, kept raw: the ``prices`` plugin checks and reads it.
+    prices: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider
@@ -413,6 +419,8 @@ def load_config(
         "session_dir",
         "log_level",
         "max_turns",
+        "max_cost_usd",
+        "max_total_tokens",
         "strict_plugins",
         "stream",
     ):

@@ -17,6 +17,12 @@
 * A tool call that needs approval is asked about in its chat; ``/approve <id>`` and
   ``/deny <id>`` from the same sender answer it, ahead of the conversation's queue
   (:mod:`lich.gateway.approvals`).
+* With ``max_cost_usd_per_day``, a conversation that has spent it on the current
+  UTC day gets a polite refusal (``budget``) instead of a run, until the next day.
+  The spend is read back from the conversation's transcript (the ``cost_usd`` of
+  its ``run_end`` records), so a restart does not reset it; ``/new`` does not
+  either. A run whose cost is unknown counts as over the limit: the budget is
+  not silently unenforced.
 * Users see sanitised errors; the details go to the log under a reference.
 """
 
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
     from lich.gateway.config import GatewayConfig
 
 __all__ = [
+    "BUDGET_TEXT",
     "BUSY_TEXT",
     "CLOSED_TEXT",
     "RESET_TEXT",
@@ -72,8 +79,12 @@ APPROVAL_CLOSED_TEXT = "the gateway is shutting down; no one can approve this ca
 HISTORY_STUB = "(earlier messages of this conversation were left out)"
 START_INPUT = "hello"
 
+BUDGET_TEXT = ("Sorry, this conversation has used up today's budget, so I can't answer "
+               "more today. Please try again tomorrow.")
+
 ReplyKind: TypeAlias = Literal[
-    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "approval"
+    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "budget",
+    "approval"
 ]
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
 
@@ -94,9 +105,10 @@ class BusReply:
 
     ``kind`` is ``reply`` (the agent answered), ``empty`` (it answered with no
     text), ``busy``, ``closed`` (shutting down), ``reset`` (``/new``),
-    ``error`` (sanitised), ``aborted`` (cancelled at shutdown) or ``approval``
-    (the answer to an ``/approve`` or ``/deny`` message). ``text`` is
-    what to send back; platforms send nothing when it is empty.
+    ``error`` (sanitised), ``aborted`` (cancelled at shutdown), ``approval``
+    (the answer to an ``/approve`` or ``/deny`` message) or ``budget`` (the
+    conversation spent its daily budget; ``text`` is the polite refusal).
+    ``text`` is what to send back; platforms send nothing when it is empty.
     """
 
     kind: ReplyKind
@@ -109,6 +121,11 @@ class BusReply:
     def ok(self) -> bool:
         """Whether the agent ran and answered."""
         return self.kind in ("reply", "empty")
+
+
+def _utc_day(ts: float) -> str:
+    """The UTC calendar day of a timestamp, ``YYYY-MM-DD``: a daily budget's day."""
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
 
 
 def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
@@ -139,7 +156,8 @@ def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
 
 
 class _Conversation:
-    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id")
+    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id",
+                 "spent_day", "spent_usd")
 
     def __init__(self, key: tuple[str, str], session_id: str) -> None:
         self.key = key
@@ -148,6 +166,10 @@ class _Conversation:
         self.lock = asyncio.Lock()
         self.pending = 0  # running + waiting
         self.legacy_checked = False  # whether a transcript under the old name was looked for
+        # The UTC day the spend is counted for (None: read it from the transcript first),
+        # and what the day's runs cost (None: one run's cost was unknown).
+        self.spent_day: str | None = None
+        self.spent_usd: float | None = 0.0
 
 
 class GatewayBus:
@@ -161,12 +183,15 @@ class GatewayBus:
     :param id_key: the secret session ids are keyed with; by default the
         install's (``.gateway-id.key`` in the session directory, made on first
         use), or a random one for this bus when sessions are not persisted.
+    :param max_cost_usd_per_day: what one conversation may spend per UTC day
+        (``None``: no limit). Needs a plugin that prices calls (``prices``).
 
     The bus registers its approver (:class:`~lich.gateway.approvals.ChatApprovals`,
     plugin name ``gateway-approvals``) on the agent's plugin host.
 
     :raises OSError: the install's key cannot be created or read.
     :raises ValueError: a limit is out of range, or the key file is not a key.
+    :raises lich.config.ConfigError: a daily budget, and nothing prices calls.
     """
 
     def __init__(
@@ -177,9 +202,19 @@ class GatewayBus:
         max_conversations: int = 200,
         queue_limit: int = 5,
         id_key: bytes | None = None,
+        max_cost_usd_per_day: float | None = None,
     ) -> None:
         if history_cap < 2 or max_conversations < 1 or queue_limit < 1:
             raise ValueError("history_cap >= 2, max_conversations >= 1 and queue_limit >= 1")
+        if max_cost_usd_per_day is not None and not agent.host.has_impls("lich_price_call"):
+            from lich.config import ConfigError
+
+            # Caught at start, not as a refusal of every message later on.
+            raise ConfigError([
+                "$.gateway.max_cost_usd_per_conversation_day: no loaded plugin prices model "
+                "calls, so the budget cannot be checked; enable the `prices` plugin "
+                "(plugins = [\"+prices\"], pip install 'lich[prices]')"])
+        self.max_cost_usd_per_day = max_cost_usd_per_day
         if id_key is None:
             id_key = (load_or_create_key(agent.sessions.directory)
                       if agent.config.persist_sessions else secrets.token_bytes(KEY_BYTES))
@@ -208,6 +243,7 @@ class GatewayBus:
             history_cap=config.history_cap,
             max_conversations=config.max_conversations,
             queue_limit=config.queue_limit,
+            max_cost_usd_per_day=config.max_cost_usd_per_conversation_day,
         )
 
     # ----------------------------------------------------------------- state
@@ -327,7 +363,59 @@ class GatewayBus:
                 text = rest
             else:
                 text = START_INPUT
+        if await self._over_budget(conv):
+            log_event(log, logging.WARNING, "budget_refused", platform=message.platform,
+                      chat=message.chat_id, session=conv.session_id, day=conv.spent_day,
+                      spent=conv.spent_usd, limit=self.max_cost_usd_per_day)
+            return BusReply("budget", BUDGET_TEXT, conv.session_id)
         return await self._run(conv, message, text, on_event, notify)
+
+    async def _over_budget(self, conv: _Conversation) -> bool:
+        """Whether the conversation has spent its budget for today (UTC)."""
+        limit = self.max_cost_usd_per_day
+        if limit is None:
+            return False
+        today = _utc_day(time.time())
+        if conv.spent_day != today:
+            conv.spent_usd = await asyncio.to_thread(self._spent_on, conv.session_id, today)
+            conv.spent_day = today
+        return conv.spent_usd is None or conv.spent_usd >= limit
+
+    def _spent_on(self, session_id: str, day: str) -> float | None:
+        """What the runs of ``session_id`` that ended on ``day`` cost, from its transcript."""
+        from lich.sessions import run_cost
+
+        sessions = self.agent.sessions
+        if not sessions.exists(session_id):
+            return 0.0
+        try:
+            records = sessions.read(session_id).records
+        except (OSError, ValueError) as exc:
+            log_event(log, logging.ERROR, "session_unreadable", session=session_id,
+                      error=f"{type(exc).__name__}: {exc}")
+            return None  # fail closed: an unreadable spend is not a zero spend
+        total = 0.0
+        for record in records:
+            if record.get("kind") != "meta" or record.get("event") != "run_end":
+                continue
+            ts = record.get("ts")
+            if not isinstance(ts, int | float) or _utc_day(ts) != day:
+                continue
+            cost = run_cost(record)
+            if cost is None:
+                return None
+            total += cost
+        return total
+
+    def _count_spend(self, conv: _Conversation, cost: float | None) -> None:
+        if self.max_cost_usd_per_day is None:
+            return
+        today = _utc_day(time.time())
+        if conv.spent_day != today:
+            conv.spent_day = None  # the day turned during the run: read it again
+            return
+        conv.spent_usd = None if conv.spent_usd is None or cost is None else (
+            conv.spent_usd + cost)
 
     def _adopt_legacy_transcript(self, conv: _Conversation) -> None:
         """Rename a transcript saved under the old, unkeyed id to the keyed one (once).
@@ -414,10 +502,12 @@ class GatewayBus:
             # read); without one, keep the history from before this message.
             if self.agent.config.persist_sessions:
                 conv.history = None
+            conv.spent_day = None  # what the failed run cost is in its run_end record
             return BusReply("error", user_text, conv.session_id)
         finally:
             self._tokens.discard(token)
         conv.history = cap_history(result.messages, self.history_cap)
+        self._count_spend(conv, result.cost_usd)
         log_event(log, logging.INFO, "run_end", platform=message.platform,
                   chat=message.chat_id, session=conv.session_id, run=result.run_id,
                   stopped=result.stopped_reason, turns=result.outcome.turns_used,

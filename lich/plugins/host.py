@@ -127,7 +127,8 @@ class PluginHost(PluginLoader, HookCaller):
         """``lich_check_config`` of every plugin: the problems they report, in plugin order.
 
         A plugin whose check raises anything but :class:`lich.config.ConfigError`
-        fails (phase ``validate``) and is unloaded.
+        fails (phase ``validate``) and is unloaded. A budget (``max_cost_usd``,
+        ``max_total_tokens``) that no loaded plugin enforces is a problem too.
         """
         from lich.settings import ConfigError
 
@@ -140,6 +141,14 @@ class PluginHost(PluginLoader, HookCaller):
             except Exception as exc:
                 self._forget_everywhere(impl.plugin_name)
                 self._fail_loaded(impl.plugin_name, "validate", exc)
+        # The budgets are core keys that a plugin enforces: set with no such plugin loaded
+        # (a plugin list without `budgets`), they would silently limit nothing.
+        limits = [key for key in ("max_cost_usd", "max_total_tokens")
+                  if getattr(config, key, None) is not None]
+        if limits and not self.has_impls("lich_before_model_call"):
+            problems.extend(
+                f"$.{key}: no loaded plugin enforces it (none implements "
+                "lich_before_model_call); add \"budgets\" to plugins" for key in limits)
         return problems
 
     def register_commands(self, cli: click.Group, reserved: Collection[str] = ()) -> None:
