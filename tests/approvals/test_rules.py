@@ -392,6 +392,15 @@ def test_url_rules_read_scheme_and_host(url: str, covered: bool) -> None:
 def test_a_url_suggestion_is_scheme_and_host() -> None:
     assert suggest_rules("http_request", {"url": "https://Example.com:8443/a/b?c"}, HTTP,
                          "/w") == ("http_request(https://example.com:8443/*)",)
+    assert suggest_rules("http_request", {"url": "no host"}, HTTP, "/w") == ()
+
+
+def test_a_path_no_file_system_takes_matches_nothing(tmp_path: Path) -> None:
+    args = {"path": "a\x00b", "content": ""}
+    assert suggest_rules("write_file", args, WRITE, str(tmp_path)) == ()
+    assert not rules_cover(["write_file(*)"], "write_file", args, WRITE, str(tmp_path))
+    rules = RuleSet.parse(allow=["write_file(*)"], deny=["write_file(*)"])
+    assert decide(rules, "ask", "write_file", args, WRITE, str(tmp_path)).action == "ask"
 
 
 @given(server=st.text(st.sampled_from("abcgit_"), min_size=1, max_size=8),
@@ -421,14 +430,15 @@ def test_names_glob(server: str, tool: str, deleting: bool) -> None:
     ("git status; git status", ("terminal(git status*)",)),
     ("PAGER=cat git log", ("terminal(PAGER=cat git log*)",)),
     ("make > build.log", ("terminal(make > build.log)",)),
-    ("echo 'unclosed", ("terminal(echo 'unclosed)",)),
+    ("echo 'unclosed", ()),  # no pattern ever allows an unreadable line: this call only
+    ("   ", ()),
+    ("git status; ; ;", ("terminal(git status*)",)),
 ])
 def test_suggestions_are_tight_and_cover_the_call(line: str, rules: tuple[str, ...]) -> None:
     suggested = suggest_rules("terminal", {"command": line}, TERMINAL, "/w")
     assert suggested == rules
     assert "terminal" not in suggested
-    readable = not line.endswith("'unclosed")
-    assert rules_cover(suggested, "terminal", {"command": line}, TERMINAL, "/w") is readable
+    assert rules_cover(suggested, "terminal", {"command": line}, TERMINAL, "/w") is bool(rules)
 
 
 @settings(max_examples=100)
