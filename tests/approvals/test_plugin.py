@@ -4,6 +4,7 @@ each mode, the deny rules applied again to final arguments, and its settings."""
 from __future__ import annotations
 
 import gc
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,8 @@ def test_deny_beats_ask_beats_allow(tmp_path: Path) -> None:
 def test_an_allow_rule_covers_only_what_it_names(tmp_path: Path) -> None:
     config = _config(tmp_path, allow=["terminal(touch ok*)", "write_file(src/*)"])
     _run(config, [_term("touch ok1"), _term("touch ok2; touch sneaky"),
-                  _term("touch ok3 $(touch sneaky2)"),
+                  _term("touch ok3 $(touch sneaky2)"), _term("touch ok4 > redirected"),
+                  _term(f"{shutil.which('touch')} ok5"),
                   ("write_file", {"path": "src/a.py", "content": "a"}),
                   ("write_file", {"path": "src/../top.py", "content": "b"})])
     assert (tmp_path / "ok1").exists()
@@ -84,6 +86,9 @@ def test_an_allow_rule_covers_only_what_it_names(tmp_path: Path) -> None:
     assert not (tmp_path / "sneaky").exists()
     assert not (tmp_path / "ok3").exists()
     assert not (tmp_path / "sneaky2").exists()
+    assert not (tmp_path / "ok4").exists()
+    assert not (tmp_path / "redirected").exists()
+    assert (tmp_path / "ok5").exists()  # an absolute program, by its basename
     assert (tmp_path / "src" / "a.py").read_text() == "a"
     assert not (tmp_path / "top.py").exists()
 
