@@ -273,7 +273,10 @@ class FakeDiscord:
 
     async def start(self) -> FakeDiscord:
         await self.rest.start()
-        self._server = await serve(self._gateway, "127.0.0.1", 0)
+        # No keepalive pings: websockets draws their payloads from the global `random`,
+        # and a hypothesis test drawing examples in another thread meanwhile (the
+        # gateway abuse test) is told its strategies used `random`.
+        self._server = await serve(self._gateway, "127.0.0.1", 0, ping_interval=None)
         return self
 
     async def close(self) -> None:
@@ -410,7 +413,7 @@ class FakeTwitch:
         self._ids = itertools.count(1)
 
     async def start(self) -> FakeTwitch:
-        self._server = await serve(self._handler, "127.0.0.1", 0)
+        self._server = await serve(self._handler, "127.0.0.1", 0, ping_interval=None)  # as above
         return self
 
     async def close(self) -> None:
