@@ -15,9 +15,11 @@ from lich.hooks import ApprovalRequest
 
 __all__ = [
     "CHOICES",
+    "CHOICE_WORDS",
     "MAX_ARGS_CHARS",
     "MAX_PREVIEW_CHARS",
     "args_text",
+    "choice_prompt",
     "describe",
     "headline",
 ]
@@ -29,6 +31,15 @@ CHOICES: tuple[tuple[str, str], ...] = (
     ("s", "yes, and for the rest of the session"),
     ("a", "always: add an allow rule to a config file"),
     ("e", "edit the arguments, then run"),
+)
+
+#: The one word each answer is offered as (``[s]ession``), by the keys of :data:`CHOICES`.
+CHOICE_WORDS: tuple[tuple[str, str], ...] = (
+    ("y", "yes"),
+    ("n", "no"),
+    ("s", "session"),
+    ("a", "always"),
+    ("e", "edit"),
 )
 
 MAX_ARGS_CHARS = 4_000
@@ -64,3 +75,8 @@ def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
     if request.timeout_s is not None:
         lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
     return lines
+
+
+def choice_prompt() -> str:
+    """``[y]es / [n]o / [s]ession / [a]lways / [e]dit``: the answers on one line."""
+    return " / ".join(f"[{key}]{word[len(key):]}" for key, word in CHOICE_WORDS)
