@@ -7,7 +7,10 @@ from the server's recorded requests; what was recorded, from the transcript.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,8 @@ from typing import Any
 import pytest
 
 from lich.sessions import SessionStore
+from lich.testing import Reply, ScriptRequest, wait_for
+from lich.types import ToolCall
 
 from .approval_terminal import (
     Terminal,
@@ -255,3 +260,107 @@ def test_chat_after_an_approval_timeout_the_next_line_goes_to_the_chat(
     assert last_users == ["write the note", "and now this"]
     result = tool_results(server.requests[:2])[0]
     assert json.loads(result)["error"].startswith("approval_timeout")
+
+
+CONFIG_COMMENT = "# keep this comment: the person's own words"
+
+
+def test_always_writes_the_rule_to_the_chosen_config_keeping_its_comments(
+    work: Path, scripted: Any, terminals: Any
+) -> None:
+    server = setup(work, scripted, NOTE_A, ("note", {"path": "a.txt", "text": "again"}),
+                   extra=CONFIG_COMMENT)
+    config = work / ".lich" / "config.toml"
+
+    term = terminals("write twice", cwd=work)
+    term.expect(PROMPT)
+    term.send("a\r")
+    listed = term.expect("which file?")
+    term.send("1\r")
+    term.expect("all done")
+
+    assert term.wait() == 0, term.text
+    assert "always allow: note(a.txt)" in listed
+    assert f"1) this project: {config}" in listed
+    text = config.read_text(encoding="utf-8")
+    assert CONFIG_COMMENT in text
+    assert 'kind = "openai_compat"' in text
+    assert tomllib.loads(text)["approvals"]["allow"] == ["note(a.txt)"]
+    assert term.text.count("note wants to run") == 1  # the second call is covered
+    assert tool_results(server.requests) == ["wrote a.txt", "wrote a.txt"]
+    first, second = resolutions(work)
+    assert (first["scope"], first["message"]) == ("always", f"allow rules written to {config}")
+    assert second["approver"] == "session"
+
+
+def test_always_that_cannot_write_says_so_and_approves_for_the_session(
+    work: Path, scripted: Any, terminals: Any, tmp_path: Path
+) -> None:
+    setup(work, scripted, NOTE_A)
+    # The user config's path is a directory: it cannot be written.
+    user_config = tmp_path / "home" / ".config" / "lich" / "config.toml"
+    user_config.mkdir(parents=True)
+
+    term = terminals("write the note", cwd=work)
+    term.expect(PROMPT)
+    term.send("a\r")
+    listed = term.expect("which file?")
+    term.send("2\r")
+    term.expect("approved for this session only")
+    term.expect("all done")
+
+    assert term.wait() == 0, term.text
+    assert f"2) your user config: {user_config}" in listed
+    assert f"could not write {user_config}" in term.text
+    assert not (work / ".lich" / "config.toml").read_text(encoding="utf-8").count("approvals")
+    (resolved,) = resolutions(work)
+    assert (resolved["approved"], resolved["scope"]) == (True, "session")
+    assert resolved["message"].startswith(f"always: writing {user_config} failed")
+
+
+def test_ctrl_c_still_cancels_the_run_after_an_approval(
+    work: Path, scripted: Any, terminals: Any
+) -> None:
+    """The prompt leaves the run's SIGINT handler in place: a later Ctrl-C cancels."""
+    plugin = write_plugin(work)
+
+    def respond(request: ScriptRequest) -> Reply:
+        if not request.tool_results_since_user():
+            return Reply(tool_calls=(ToolCall("c1", *NOTE_A),))
+        return Reply("too late", delay_s=60)  # the run waits here until cancelled
+
+    server = scripted(responder=respond)
+    write_config(work, server.base_url, plugins=["openai_compat", str(plugin)])
+
+    term = terminals("write the note", cwd=work)
+    term.expect(PROMPT)
+    term.send("y\r")
+    term.expect("approved by terminal")
+    wait_for(lambda: len(server.requests) == 2, 60, "the model call after the tool")
+    os.kill(term.proc.pid, signal.SIGINT)
+    term.expect("cancelling the run")
+
+    assert term.wait() == 130, term.text
+    assert (work / "a.txt").exists()
+
+
+def test_the_default_plugins_ask_before_write_file_and_show_its_diff(
+    work: Path, scripted: Any, terminals: Any
+) -> None:
+    """No test plugin: the builtin approvals plugin asks, the builtin tool previews."""
+    (work / "notes.md").write_text("first\nsecond\n", encoding="utf-8")
+    server = scripted(responder=calls_then_answer(
+        ("write_file", {"path": "notes.md", "content": "first\nchanged\n"})))
+    write_config(work, server.base_url)  # the default plugins
+
+    term = terminals("edit the notes", cwd=work)
+    shown = term.expect(PROMPT)
+    term.send("y\r")
+    term.expect("all done")
+
+    assert term.wait() == 0, term.text
+    assert "write_file wants to run" in shown
+    assert "-second" in shown
+    assert "+changed" in shown
+    assert (work / "notes.md").read_text(encoding="utf-8") == "first\nchanged\n"
+    assert tool_results(server.requests)[0].startswith("wrote ")
