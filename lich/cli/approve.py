@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lich.approvals.present import CHOICE_WORDS, CHOICES, choice_prompt, describe
+from lich.approvals.present import CHOICE_WORDS, CHOICES, choice_prompt, describe, visible
 from lich.hooks import Approval, ApprovalRequest, hookimpl
 
 if TYPE_CHECKING:
@@ -279,7 +279,8 @@ class TerminalApprover:
     def _say(self, text: str, style: str = "") -> None:
         from rich.text import Text
 
-        self.console.print(Text(text, style=style if self.console.is_terminal else ""),
+        # (Rules come from the model's arguments, errors may quote them: shown inert.)
+        self.console.print(Text(visible(text), style=style if self.console.is_terminal else ""),
                            soft_wrap=True)
 
     def _show(self, request: ApprovalRequest) -> None:

@@ -357,7 +357,8 @@ def _waited(event: Mapping[str, Any]) -> str:
     return f"{ms / 1000:.1f}s" if ms >= 100 else f"{ms:.0f} ms"
 
 
-def _show_approval_request(line: Any, event: Mapping[str, Any]) -> None:
+def _show_approval_request(raw_line: Any, event: Mapping[str, Any]) -> None:
+    line = _inert(raw_line)
     call = event.get("call") or {}
     asked_by = ", ".join(str(p) for p in event.get("asked_by") or ())
     by = f" (asked by {asked_by})" if asked_by else ""
@@ -365,7 +366,15 @@ def _show_approval_request(line: Any, event: Mapping[str, Any]) -> None:
          f"{by}", "yellow")
 
 
-def _show_approval_resolution(line: Any, event: Mapping[str, Any]) -> None:
+def _inert(line: Any) -> Any:
+    """``line`` for text from a transcript: control characters written out."""
+    from lich.approvals.present import visible
+
+    return lambda text, style="": line(visible(text), style)
+
+
+def _show_approval_resolution(raw_line: Any, event: Mapping[str, Any]) -> None:
+    line = _inert(raw_line)
     approver = event.get("approver")
     waited = _waited(event)
     after = f", after {waited}" if waited else ""

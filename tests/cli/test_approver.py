@@ -140,3 +140,23 @@ async def test_ctrl_c_denies_and_interrupts(tmp_path: Path) -> None:
     await async_wait_for(lambda: interrupted, 5)
     assert answer.approved is False
     assert "Ctrl-C" in answer.message
+
+
+async def test_control_characters_in_what_is_approved_are_shown_inert(tmp_path: Path) -> None:
+    """A file's content (the diff) or the model's arguments cannot move the cursor or
+    erase lines of the request: their control characters are written out."""
+    tricky = ApprovalRequest(
+        id="ab12", call=ToolCall("c1", "note", {"path": "a.txt", "text": "ok\x9b2K"}),
+        reason="needs a human", rules=("note(a\x1b[8m.txt)",),
+        preview="--- a/a.txt\n+++ b/a.txt\n-rm -rf /\x1b[1A\x1b[2K\r+harmless\n")
+    terminal, out = approver(tmp_path, Scripted("a", "", "y"))
+
+    await terminal.lich_request_approval(tricky)
+
+    shown = out.getvalue()
+    assert "\x1b" not in shown
+    assert "\x9b" not in shown
+    assert "\r" not in shown
+    assert "-rm -rf /\\x1b[1A\\x1b[2K" in shown
+    assert "ok\\x9b2K" in shown
+    assert "always allow: note(a\\x1b[8m.txt)" in shown
