@@ -69,6 +69,13 @@ def resolutions(work: Path) -> list[dict[str, Any]]:
 NOTE_A = ("note", {"path": "a.txt", "text": "new line"})
 
 
+def chat_prompt(term: Terminal, *, after_run: bool = True) -> None:
+    """Wait for the chat's prompt (drawn once prompt_toolkit reads keys): after the
+    banner, or after a run's ``[turns · tokens]`` line."""
+    term.expect("tokens" if after_run else "Ctrl-D leaves")
+    term.expect(">")
+
+
 def test_one_shot_yes_runs_the_call_after_showing_the_diff(
     work: Path, scripted: Any, terminals: Any
 ) -> None:
@@ -120,12 +127,13 @@ def test_chat_session_answer_is_not_asked_again(
     server = setup(work, scripted, NOTE_A, ("note", {"path": "a.txt", "text": "newer"}))
 
     term = terminals("chat", cwd=work)
-    term.expect("Ctrl-D leaves")
+    chat_prompt(term, after_run=False)
     term.send("write twice\r")
     term.expect(PROMPT)
     term.send("s\r")
     term.expect("all done")
     shown = term.text
+    chat_prompt(term)
     term.send("/exit\r")
 
     assert term.wait() == 0, term.text
@@ -225,13 +233,14 @@ def test_chat_ctrl_c_at_the_prompt_cancels_the_run_not_the_chat(
     server = setup(work, scripted, NOTE_A)
 
     term = terminals("chat", cwd=work)
-    term.expect("Ctrl-D leaves")
+    chat_prompt(term, after_run=False)
     term.send("write the note\r")
     term.expect(PROMPT)
     term.send("\x03")
     term.expect("the call is denied and the run cancelled")
     term.expect("aborted")
     asked = len(server.requests)
+    chat_prompt(term)
     term.send("/exit\r")
 
     assert term.wait() == 0, term.text
@@ -245,13 +254,15 @@ def test_chat_after_an_approval_timeout_the_next_line_goes_to_the_chat(
     server = setup(work, scripted, NOTE_A, extra="approval_timeout_s = 1")
 
     term = terminals("chat", cwd=work)
-    term.expect("Ctrl-D leaves")
+    chat_prompt(term, after_run=False)
     term.send("write the note\r")
     term.expect(PROMPT)
     term.expect("approval_timeout")  # nobody answered: the core denied the call
     term.expect("all done")
+    chat_prompt(term)
     term.send("and now this\r")
     term.expect("all done")
+    chat_prompt(term)
     term.send("/exit\r")
 
     assert term.wait() == 0, term.text
