@@ -242,3 +242,20 @@ def test_sessions_show_displays_a_denial_and_edited_arguments(work: Path, lich: 
     assert [a["id"] for a in data["approvals"]] == ["3f2a", "77aa", "9999"]
     assert data["approvals"][1]["resolution"]["message"] == "approval_denied: not that file"
     assert data["approvals"][2]["resolution"] is None  # the process died while waiting
+
+
+def test_yes_never_overrides_a_deny_rule(work: Path, scripted: Any, lich: Any) -> None:
+    """The default plugins: --yes approves the write that asks, a deny rule still wins."""
+    server = scripted(responder=calls_then_answer(
+        ("write_file", {"path": "ok.txt", "content": "fine"}),
+        ("write_file", {"path": "secret.txt", "content": "no"})))
+    write_config(work, server.base_url, extra='[approvals]\ndeny = ["write_file(secret*)"]')
+
+    result = lich("--yes", "write both")
+
+    assert result.exit_code == 0, result.stderr
+    assert (work / "ok.txt").read_text(encoding="utf-8") == "fine"
+    assert not (work / "secret.txt").exists()
+    wrote, denied = tool_results(server.requests)
+    assert wrote.startswith("wrote ")
+    assert json.loads(denied)["error"].startswith("blocked_by_plugin: approval_rule:")
