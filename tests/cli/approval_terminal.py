@@ -113,20 +113,23 @@ def terminal_env(**extra: str) -> dict[str, str]:
 
 
 class Terminal:
-    """A real ``lich ARGS`` with stdin, stdout and stderr on one pseudo-terminal.
+    """A real ``lich ARGS`` with stdin, stdout and stderr on one pseudo-terminal
+    (``stderr``: a file for stderr instead).
 
     What it writes is collected by a reader thread; :meth:`expect` polls it (bounded)
     for the next occurrence of a text, escape sequences removed.
     """
 
-    def __init__(self, args: Sequence[str], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, args: Sequence[str], cwd: Path, env: dict[str, str],
+                 stderr: Any = None) -> None:
         self.leader, follower = pty.openpty()
         # 50 rows, 200 columns: nothing the tests look for is wrapped.
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
         try:
             self.proc = subprocess.Popen(
                 [*lich_command(), *args], cwd=cwd, env=env, stdin=follower, stdout=follower,
-                stderr=follower, start_new_session=True, close_fds=True,
+                stderr=follower if stderr is None else stderr, start_new_session=True,
+                close_fds=True,
             )
         finally:
             os.close(follower)

@@ -375,3 +375,28 @@ def test_the_default_plugins_ask_before_write_file_and_show_its_diff(
     assert "+changed" in shown
     assert (work / "notes.md").read_text(encoding="utf-8") == "first\nchanged\n"
     assert tool_results(server.requests)[0].startswith("wrote ")
+
+
+def test_with_stderr_redirected_the_question_goes_there_and_the_terminal_answers(
+    work: Path, scripted: Any, tmp_path: Path
+) -> None:
+    """stdin a terminal, stderr a file: plain lines (no prompt_toolkit), read by the
+    event loop from the terminal in its line mode."""
+    server = setup(work, scripted, NOTE_A)
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as err:
+        term = Terminal(("write the note",), work, terminal_env(), stderr=err)
+        try:
+            wait_for(lambda: PROMPT in log.read_text(encoding="utf-8"), 60, "the question")
+            term.send("s\r")
+            term.expect("all done")
+            assert term.wait() == 0, log.read_text(encoding="utf-8")
+        finally:
+            term.close()
+
+    text = log.read_text(encoding="utf-8")
+    assert "note wants to run — notes need a human" in text
+    assert "\x1b" not in text  # plain text for a file
+    assert tool_results(server.requests) == ["wrote a.txt"]
+    (resolved,) = resolutions(work)
+    assert (resolved["approver"], resolved["scope"]) == ("terminal", "session")
