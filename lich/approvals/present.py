@@ -8,6 +8,7 @@ modal, a chat message). Nothing here reads files or asks anything.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from lich.guards import truncate_text
@@ -15,11 +16,14 @@ from lich.hooks import ApprovalRequest
 
 __all__ = [
     "CHOICES",
+    "CHOICE_WORDS",
     "MAX_ARGS_CHARS",
     "MAX_PREVIEW_CHARS",
     "args_text",
+    "choice_prompt",
     "describe",
     "headline",
+    "visible",
 ]
 
 #: The answers a person can give, by key, as every interactive front end offers them.
@@ -29,6 +33,15 @@ CHOICES: tuple[tuple[str, str], ...] = (
     ("s", "yes, and for the rest of the session"),
     ("a", "always: add an allow rule to a config file"),
     ("e", "edit the arguments, then run"),
+)
+
+#: The one word each answer is offered as (``[s]ession``), by the keys of :data:`CHOICES`.
+CHOICE_WORDS: tuple[tuple[str, str], ...] = (
+    ("y", "yes"),
+    ("n", "no"),
+    ("s", "session"),
+    ("a", "always"),
+    ("e", "edit"),
 )
 
 MAX_ARGS_CHARS = 4_000
@@ -63,4 +76,20 @@ def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
         lines.append("a session or always answer allows: " + ", ".join(request.rules))
     if request.timeout_s is not None:
         lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
-    return lines
+    return [visible(line) for line in lines]
+
+
+# C0 controls but the tab, DEL and the C1 controls (0x9b is a CSI to some terminals).
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): what a person
+    approves is shown as it is — a file's content, or the model's arguments, must
+    not move the cursor or erase lines of the request on their terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def choice_prompt() -> str:
+    """``[y]es / [n]o / [s]ession / [a]lways / [e]dit``: the answers on one line."""
+    return " / ".join(f"[{key}]{word[len(key):]}" for key, word in CHOICE_WORDS)

@@ -251,6 +251,27 @@ class HumanRenderer(_Output):
         else:
             self.note(f"tool {preview}: {status}{took}")
 
+    def _on_approval_requested(self, event: Any) -> None:
+        # The approver takes the terminal: no spinner drawing over its question.
+        self.close()
+        if not self.live:
+            self.note(f"approval needed: {call_preview(event.call)} ({event.reason})",
+                      always=True)
+
+    def _on_approval_resolved(self, event: Any) -> None:
+        # A denial is shown with the call's result (its error says why); an approval
+        # says who gave it and for how long, since it is what lets the call run.
+        if not event.approved:
+            return
+        if event.approver == "session":  # no one was asked: an earlier answer covers it
+            self.note("  allowed by an earlier approval in this session", "green", always=True)
+            return
+        scope = {"once": "", "session": " for this session",
+                 "always": " from now on"}.get(event.scope, f" ({event.scope})")
+        edited = ", with edited arguments" if event.args is not None else ""
+        self.note(f"  approved by {event.approver or 'an approver'}{scope}{edited}",
+                  "green", always=True)
+
     def _on_compress_start(self, event: Any) -> None:
         self.note(f"compressing the context (~{event.estimated_tokens} tokens)…")
         self._spin("compressing the context…")

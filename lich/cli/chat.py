@@ -365,6 +365,12 @@ def chat(settings: Settings) -> int:
         return EXIT_USAGE
     stdin_tty = bool(sys.stdin and sys.stdin.isatty())
     stdout_tty = bool(sys.stdout and sys.stdout.isatty())
+    if stdin_tty and not settings.yes:
+        from lich.cli.approve import install_terminal_approver
+
+        # Piped lines are the conversation, not answers: with stdin not a terminal a call
+        # that needs approval is denied (approval_unavailable), as in a one-shot run.
+        install_terminal_approver(built.host, built.loaded, err)
     if stdin_tty:
         state.say(f"lich chat · model {agent.model} · session {state.session_id}")
         state.say("/help for commands · Ctrl-C cancels an answer · Ctrl-D leaves")

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from lich.agent import Agent
     from lich.config import LichConfig, LoadedConfig
     from lich.plugins import LoadReport, PluginHost
+    from lich.tools import ToolRegistry
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -58,6 +59,7 @@ __all__ = [
     "named_plugin_failures",
     "quiet_plugin_log",
     "setup_logging",
+    "tools_for_run",
     "warn_plugin_failures",
 ]
 
@@ -272,7 +274,13 @@ def assemble(
     :param console: the rich console log lines go through while a run is shown.
     :param service: log as a long-running service (timestamped lines).
     :raises CommandError: a configuration error, a ``--plugin`` entry that did not
-        load (:func:`check_named_plugins`), or plugins failing in strict mode.
+        load (:func:`check_named_plugins`), plugins failing in strict mode, or run
+        flags that cannot be honoured (:func:`tools_for_run`).
+
+    The run flags apply to the agent: ``--yes`` registers the approver that approves
+    every call a before-hook asks about (:class:`lich.cli.approve.YesApprover`), and
+    ``--tools`` / ``--no-tools`` / ``--read-only`` set its ``tools_enabled`` for
+    this invocation.
     """
     from lich.config import ConfigError, LoadedConfig
     from lich.plugins import PluginLoadError
@@ -294,11 +302,35 @@ def assemble(
         if agent:
             from lich.agent import Agent
 
+            if settings.yes:
+                from lich.cli.approve import install_yes_approver
+
+                install_yes_approver(host)
+            config = loaded.config
+            if settings.tools is not None:
+                # --tools names tools the config may not enable: choose among them all.
+                from lich.config import config_with
+
+                config = config_with(config, tools_enabled=None)
             with quiet_plugin_log():
-                built = Agent(loaded.config, host=host)
+                built = Agent(config, host=host)
             # Building the agent runs lich_check_config and the registration hooks:
             # a --plugin entry may fail there too.
             check_named_plugins(settings, host)
+            if settings.chooses_tools:
+                import attrs
+
+                from lich.config import config_with
+
+                # An agent of its own for the chosen tools (as /model makes one): its
+                # config says what it offers, so an agent made from it offers the same.
+                config = config_with(loaded.config,
+                                     tools_enabled=tools_for_run(settings, built.tools,
+                                                                 loaded.config))
+                loaded = attrs.evolve(loaded, config=config,
+                                      sources={**loaded.sources, "tools_enabled": "flag"})
+                with quiet_plugin_log():
+                    built = Agent(config, host=host)
     except (ConfigError, PluginLoadError) as exc:
         check_named_plugins(settings, host)  # the cause, when a --plugin entry failed
         # A config plugin that failed may be the cause too (a provider kind it was to
@@ -309,3 +341,48 @@ def assemble(
     # hold no connection to close.)
     warn_plugin_failures(host)
     return Assembly(loaded=loaded, host=host, agent=built)
+
+
+def tools_for_run(settings: Settings, tools: ToolRegistry, config: LichConfig) -> tuple[str, ...]:
+    """The tools one run offers by its flags: ``--tools a,b`` those (each must be a tool a
+    loaded plugin provides), ``--no-tools`` none, ``--read-only`` only the tools that
+    only read (of those chosen, or of all the config enables).
+
+    :param tools: the tools to choose from (every tool, when ``--tools`` is given).
+    :raises CommandError: an unknown or disabled name in ``--tools``, a tool given
+        with ``--tools`` that ``--read-only`` would take away, or ``--tools`` with
+        ``--no-tools``.
+    """
+    from lich._converter import did_you_mean
+
+    if settings.no_tools:
+        if settings.tools is not None:
+            raise CommandError("--tools and --no-tools contradict each other: give one")
+        return ()
+    names = tools.names()
+    chosen = list(names)
+    if settings.tools is not None:
+        problems = []
+        for name in settings.tools:
+            if name in names:
+                continue
+            if name in config.tools_disabled:
+                problems.append(f"{name!r} is disabled by tools_disabled in the config")
+            else:
+                problems.append(f"unknown tool {name!r}{did_you_mean(name, names)}")
+        if problems:
+            raise CommandError("--tools: " + "; ".join(problems)
+                               + " (`lich tools` lists the tools)")
+        chosen = list(settings.tools)
+    if settings.read_only:
+        writers = [n for n in chosen if not _only_reads(tools, n)]
+        if settings.tools is not None and writers:
+            raise CommandError(f"--read-only leaves out {', '.join(writers)}, given with "
+                               "--tools: these tools do not only read")
+        chosen = [n for n in chosen if n not in writers]
+    return tuple(chosen)
+
+
+def _only_reads(tools: ToolRegistry, name: str) -> bool:
+    tool = tools.get(name)
+    return tool is not None and tool.read_only

@@ -23,6 +23,7 @@ __all__ = [
     "JSON_OPTION",
     "RESUME_OPTION",
     "RUN_OPTIONS",
+    "TOOL_OPTIONS",
     "Settings",
     "config_options",
     "get_settings",
@@ -57,9 +58,19 @@ class Settings:
         self.strict_plugins: bool = False
         self.resume: str | None = None
         self.json: bool = False
+        # The run flags (TOOL_OPTIONS): what this run may do and who says yes.
+        self.yes: bool = False
+        self.read_only: bool = False
+        self.tools: tuple[str, ...] | None = None
+        self.no_tools: bool = False
         # Plugin hosts already loaded in this process, by (work_dir, plugins): the command
         # lookup and the run share one, so plugins load (and warn) once.
         self.hosts: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+    @property
+    def chooses_tools(self) -> bool:
+        """Whether ``--tools``, ``--no-tools`` or ``--read-only`` was given."""
+        return self.tools is not None or self.no_tools or self.read_only
 
     def flags(self, *, with_plugins: bool = True) -> dict[str, Any]:
         """The ``flags`` mapping for :func:`lich.config.load_config`."""
@@ -113,6 +124,14 @@ def _work_dir(value: str) -> str:
     return value
 
 
+def _tool_names(value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    if not names:
+        raise click.BadParameter("expected tool names separated by commas (read_file,grep_files); "
+                                 "for a run without tools: --no-tools", param_hint="'--tools'")
+    return names
+
+
 def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or value is False or value == ():
@@ -122,6 +141,8 @@ def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
             settings.plugins.extend(_plugin_entry(v) for v in value)
         elif attr == "work_dir":
             settings.work_dir = _work_dir(value)
+        elif attr == "tools":
+            settings.tools = _tool_names(value)
         else:
             setattr(settings, attr, value)
 
@@ -190,7 +211,21 @@ JSON_OPTION: Callable[[F], F] = json_option(
     "As JSON: a run prints every event as one JSON object per line (see docs/events.md), "
     "other commands their output."
 )
-RUN_OPTIONS: tuple[Callable[[F], F], ...] = (RESUME_OPTION, JSON_OPTION)
+
+# What one run may do, and who says yes to the calls that ask (docs/cli.md, "Approvals").
+# They shape the run's agent, so every command that runs one (lich TASK, chat, tui) takes them.
+TOOL_OPTIONS: tuple[Callable[[F], F], ...] = (
+    _option("--yes", "-y", "yes", attr="yes", is_flag=True, default=None,
+            help="Approve every tool call that asks for approval (a deny rule or a "
+                 "plugin's block still refuses)."),
+    _option("--read-only", "read_only", attr="read_only", is_flag=True, default=None,
+            help="Only the tools that only read (no terminal, no file writes) for this run."),
+    _option("--tools", "tools", attr="tools", metavar="A,B",
+            help="Only these tools for this run (names as `lich tools` lists them)."),
+    _option("--no-tools", "no_tools", attr="no_tools", is_flag=True, default=None,
+            help="No tools for this run: the model can only answer."),
+)
+RUN_OPTIONS: tuple[Callable[[F], F], ...] = (RESUME_OPTION, JSON_OPTION, *TOOL_OPTIONS)
 
 
 def _apply(options: tuple[Callable[[F], F], ...], f: F) -> F:
@@ -205,10 +240,12 @@ def config_options(f: F) -> F:
 
 
 def session_options(f: F) -> F:
-    """Decorate a command with the configuration flags plus ``--resume``."""
-    return _apply((*CONFIG_OPTIONS, RESUME_OPTION), f)
+    """Decorate a command with the configuration flags plus ``--resume`` and the run
+    flags (:data:`TOOL_OPTIONS`)."""
+    return _apply((*CONFIG_OPTIONS, RESUME_OPTION, *TOOL_OPTIONS), f)
 
 
 def run_options(f: F) -> F:
-    """Decorate a command with the configuration flags plus ``--resume`` and ``--json``."""
+    """Decorate a command with the configuration flags plus ``--resume``, ``--json`` and
+    the run flags (:data:`TOOL_OPTIONS`)."""
     return _apply((*CONFIG_OPTIONS, *RUN_OPTIONS), f)

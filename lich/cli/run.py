@@ -194,6 +194,12 @@ def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
     except CommandError as exc:
         return exc.report()
     assert built.agent is not None
+    if not settings.yes:
+        from lich.cli.approve import install_terminal_approver
+
+        # Asks on the terminal when stdin is one; otherwise there is no approver, and a
+        # call that needs approval is denied (approval_unavailable), said on stderr.
+        install_terminal_approver(built.host, built.loaded, err)
     session_id = None
     if settings.resume:
         try:

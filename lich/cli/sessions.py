@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from lich.sessions import SessionInfo, SessionStore
 
 __all__ = [
+    "approvals_of",
     "parse_duration",
     "sessions_group",
     "sessions_list",
@@ -285,6 +286,7 @@ def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
             "session_id": contents.session_id,
             "path": str(contents.path),
             "messages": [serialization.message_to_dict(m) for m in contents.messages],
+            "approvals": approvals_of(contents.records),
             "problems": list(contents.problems),
             "torn_tail": contents.torn_tail,
             "cost_usd": session_cost(contents.records),
@@ -311,6 +313,10 @@ def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
             event = record.get("event") or {}
             if event.get("type") == "tool_call_end" and event.get("blocked_by"):
                 line(f"   (blocked by plugin {event['blocked_by']})", "yellow")
+            elif event.get("type") == "approval_requested":
+                _show_approval_request(line, event)
+            elif event.get("type") == "approval_resolved":
+                _show_approval_resolution(line, event)
     total = session_cost(contents.records)
     if total is not None:
         from lich.money import format_usd
@@ -358,3 +364,86 @@ def _show_meta(line: Any, record: Mapping[str, Any]) -> None:
         priced = f", {format_usd(cost)}" if cost is not None else ""
         line(f"── run ended: {record.get('stopped_reason')} after {record.get('turns_used')} "
              f"turns, {usage.get('total_tokens', 0)} tokens{priced}{error}", "dim")
+
+
+def _waited(event: Mapping[str, Any]) -> str:
+    try:
+        ms = float(event.get("waited_ms") or 0)
+    except (TypeError, ValueError):
+        return ""
+    return f"{ms / 1000:.1f}s" if ms >= 100 else f"{ms:.0f} ms"
+
+
+def _show_approval_request(raw_line: Any, event: Mapping[str, Any]) -> None:
+    line = _inert(raw_line)
+    call = event.get("call") or {}
+    asked_by = ", ".join(str(p) for p in event.get("asked_by") or ())
+    by = f" (asked by {asked_by})" if asked_by else ""
+    line(f"  ? approval asked for {call.get('name')}: {_clip(str(event.get('reason') or ''), 200)}"
+         f"{by}", "yellow")
+
+
+def _inert(line: Any) -> Any:
+    """``line`` for text from a transcript: control characters written out."""
+    from lich.approvals.present import visible
+
+    return lambda text, style="": line(visible(text), style)
+
+
+def _show_approval_resolution(raw_line: Any, event: Mapping[str, Any]) -> None:
+    line = _inert(raw_line)
+    approver = event.get("approver")
+    waited = _waited(event)
+    after = f", after {waited}" if waited else ""
+    if event.get("approved"):
+        if approver == "session":
+            line("    ✓ allowed by an earlier approval in this session", "green")
+            return
+        scope = event.get("scope") or "once"
+        line(f"    ✓ approved by {approver or '?'} ({scope}{after})", "green")
+        if event.get("args") is not None:
+            from lich.cli._render import args_preview
+
+            args = event.get("args")
+            shown = args_preview(args, limit=300) if isinstance(args, Mapping) else str(args)
+            line(f"      with edited arguments: {shown}", "green")
+    else:
+        by = f" by {approver}" if approver else ""
+        message = _clip(str(event.get("message") or "denied"), 300)
+        line(f"    ✗ denied{by}{after}: {message}", "red")
+
+
+def approvals_of(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The approval requests of a transcript's records, each with its resolution.
+
+    One entry per ``approval_requested`` event, in order: ``id``, ``call_id``,
+    ``tool``, ``args`` (as asked), ``reason``, ``asked_by``, ``rules``,
+    ``timeout_s``, and ``resolution`` — the ``approval_resolved`` event's
+    ``approved``, ``scope``, ``approver``, ``args`` (edited, or ``null``),
+    ``message`` and ``waited_ms``, or ``null`` when the transcript ends before it
+    (the process died while waiting).
+    """
+    out: list[dict[str, Any]] = []
+    pending: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.get("kind") != "event":
+            continue
+        event = record.get("event") or {}
+        kind = event.get("type")
+        if kind == "approval_requested":
+            call = event.get("call") or {}
+            entry: dict[str, Any] = {
+                "id": event.get("id"), "call_id": call.get("id"), "tool": call.get("name"),
+                "args": call.get("args"), "reason": event.get("reason"),
+                "asked_by": list(event.get("asked_by") or ()),
+                "rules": list(event.get("rules") or ()), "timeout_s": event.get("timeout_s"),
+                "resolution": None,
+            }
+            out.append(entry)
+            pending[str(event.get("id"))] = entry
+        elif kind == "approval_resolved":
+            found = pending.pop(str(event.get("id")), None)
+            if found is not None:
+                found["resolution"] = {k: event.get(k) for k in (
+                    "approved", "scope", "approver", "args", "message", "waited_ms")}
+    return out
