@@ -19,6 +19,7 @@ __all__ = [
     "MAX_PREVIEW_CHARS",
     "args_text",
     "describe",
+    "describe_sections",
     "headline",
 ]
 
@@ -50,17 +51,33 @@ def args_text(args: Any, limit: int = MAX_ARGS_CHARS) -> str:
     return truncate_text(text, limit)
 
 
+def describe_sections(
+    request: ApprovalRequest, *, preview: bool = True
+) -> list[tuple[str, list[str]]]:
+    """:func:`describe`'s lines grouped by what they show, as ``(kind, lines)`` pairs, for
+    a front end that styles each part its own way (the TUI colours the preview as a
+    diff). ``kind`` is ``headline``, ``arguments``, ``preview``, ``rules`` or ``timeout``;
+    a part with nothing to show is left out."""
+    sections = [
+        ("headline", [headline(request)]),
+        ("arguments", ["arguments:", *(f"  {line}" for line in
+                                       args_text(dict(request.call.args)).splitlines())]),
+    ]
+    if preview and request.preview:
+        sections.append(("preview", ["preview:", *(
+            f"  {line}" for line in
+            truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines())]))
+    if request.rules:
+        sections.append(
+            ("rules", ["a session or always answer allows: " + ", ".join(request.rules)]))
+    if request.timeout_s is not None:
+        sections.append(
+            ("timeout", [f"denied if there is no answer within {request.timeout_s:g}s"]))
+    return sections
+
+
 def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
     """The request as lines of text: the headline, the arguments, the preview (a diff
     for a file write) and what a ``session``/``always`` answer would allow."""
-    lines = [headline(request), "arguments:"]
-    lines += [f"  {line}" for line in args_text(dict(request.call.args)).splitlines()]
-    if preview and request.preview:
-        lines.append("preview:")
-        lines += [f"  {line}" for line in
-                  truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines()]
-    if request.rules:
-        lines.append("a session or always answer allows: " + ", ".join(request.rules))
-    if request.timeout_s is not None:
-        lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
-    return lines
+    return [line for _kind, lines in describe_sections(request, preview=preview)
+            for line in lines]
