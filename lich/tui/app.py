@@ -26,8 +26,9 @@ from textual.widgets import Input, Static
 from lich import __version__
 from lich._slash import SLASH_COMMANDS, SlashInput
 from lich.agent import Agent
+from lich.approvals.store import add_allow_rules, approval_config_targets
 from lich.cancel import CancelToken
-from lich.config import ConfigError
+from lich.config import ConfigError, ConfigLocation
 from lich.events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -94,6 +95,9 @@ class LichApp(App[int]):
     :param provider: override the provider shown.
     :param capture_logs: while running, show ``lich`` log warnings as notices
         instead of letting them reach the terminal (``run_tui`` sets this).
+    :param config_location: the config file in use and why (``lich tui`` passes
+        the one it loaded): where an ``always`` approval offers to write its rules
+        (:func:`lich.approvals.store.approval_config_targets`).
     """
 
     TITLE = "lich"
@@ -133,6 +137,7 @@ class LichApp(App[int]):
         model: str | None = None,
         provider: str | None = None,
         capture_logs: bool = False,
+        config_location: ConfigLocation | None = None,
     ) -> None:
         super().__init__()
         self.capture_logs = capture_logs
@@ -151,7 +156,12 @@ class LichApp(App[int]):
         self._frame = 0
         self.commands = TuiCommands(self)
         #: Asks the person about tool calls that need approval (registered on mount).
-        self.approver = TuiApprover(self)
+        self.config_location = config_location
+        self.approver = TuiApprover(
+            self,
+            targets=lambda: approval_config_targets(self.agent.config, self.config_location),
+            write_rules=add_allow_rules,
+        )
         self._approver_registered = False
 
     # ----------------------------------------------------------------- layout

@@ -19,6 +19,7 @@ from tui_support import wait_for
 from lich import ApprovalRequest, Ask, ToolCall, hookimpl, tool
 from lich.agent import Agent
 from lich.approvals.present import describe, describe_sections
+from lich.config import ConfigLocation
 from lich.events import ApprovalRequested, ApprovalResolved, ToolCallStart
 from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.tui import state as st
@@ -282,8 +283,77 @@ async def test_a_long_request_scrolls_with_the_keyboard(tmp_path: Path) -> None:
         await finish(pilot)
 
 
-async def test_always_without_a_config_file_to_write_says_so(tmp_path: Path) -> None:
+PROJECT_CONFIG = """\
+# my project's settings
+max_turns = 7  # keep it short
+
+[approvals]
+# what runs without asking
+allow = ["read_file"]
+"""
+
+
+async def test_a_writes_the_rule_to_the_chosen_config_keeping_its_comments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    project = tmp_path / ".lich" / "config.toml"
+    project.parent.mkdir()
+    project.write_text(PROJECT_CONFIG)
+    app, tools = make_app(tmp_path, ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await start(pilot)
+        await pilot.press("a")
+        assert screen.mode == "always"
+        # The rules and the files are shown before anything is written.
+        assert "echo(hi)" in static_text(screen, "#always-rules")
+        targets = screen.query_one("#targets", OptionList)
+        assert app.focused is targets
+        labels = [str(targets.get_option_at_index(i).prompt)
+                  for i in range(targets.option_count)]
+        assert labels == [f"this project: {project}",
+                          f"your user config: {tmp_path / 'xdg' / 'lich' / 'config.toml'}"]
+        assert project.read_text() == PROJECT_CONFIG
+        await pilot.press("enter")  # the first (highlighted) target
+        await finish(pilot)
+        assert tools.ran == [("echo", {"text": "hi"}), ("echo", {"text": "hi"})]
+        written = project.read_text()
+        assert written == PROJECT_CONFIG.replace('allow = ["read_file"]',
+                                                 'allow = ["read_file", "echo(hi)"]')
+        shown = notices(app)
+        assert f"· added to [approvals] allow in {project} (this project): echo(hi)" in shown
+        assert "✓ approved by tui (always)" in shown
+        assert "✓ allowed by an earlier session approval" in shown  # the second call
+        assert not (tmp_path / "xdg").exists()
+
+
+async def test_a_write_that_fails_is_shown_and_approves_for_the_session_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    project = tmp_path / ".lich" / "config.toml"
+    project.parent.mkdir()
+    project.write_text("[approvals\nbroken = \n")
+    app, tools = make_app(tmp_path, ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
+    async with app.run_test(size=SIZE) as pilot:
+        await start(pilot)
+        await pilot.press("a")
+        await pilot.press("enter")
+        await finish(pilot)
+        assert tools.ran == [("echo", {"text": "hi"}), ("echo", {"text": "hi"})]
+        assert project.read_text() == "[approvals\nbroken = \n"  # nothing half-written
+        shown = notices(app)
+        (error,) = [s for s in shown if s.startswith("· could not add the rules to")]
+        assert str(project) in error
+        assert "not valid TOML" in error
+        assert error.endswith("approved for this session only")
+        assert "✓ approved by tui (session)" in shown
+        assert "✓ allowed by an earlier session approval" in shown
+
+
+async def test_a_with_nowhere_to_write_says_so(tmp_path: Path) -> None:
     app, tools = make_app(tmp_path, ("echo", {"text": "hi"}))
+    app.approver.write_rules = None  # an embedding that gives the TUI no config file
     async with app.run_test(size=SIZE) as pilot:
         screen = await start(pilot)
         await pilot.press("a")
@@ -295,6 +365,26 @@ async def test_always_without_a_config_file_to_write_says_so(tmp_path: Path) -> 
         await pilot.press("y")
         await finish(pilot)
         assert tools.ran == [("echo", {"text": "hi"})]
+
+
+async def test_write_file_on_an_existing_file_shows_its_diff(tmp_path: Path) -> None:
+    """The builtin tools and the builtin approvals plugin (mode ask): the real preview."""
+    (tmp_path / "notes.txt").write_text("first\nsecond\n")
+    agent = Agent(
+        make_test_config(tmp_path, plugins=("builtin_tools", "approvals")),
+        chat=ScriptedChat(responder=calls_then_answer(
+            ("write_file", {"path": "notes.txt", "content": "first\nchanged\n"}))))
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await start(pilot)
+        assert screen.request.call.name == "write_file"
+        diff = static_text(screen, "#preview").splitlines()
+        assert "  -second" in diff
+        assert "  +changed" in diff
+        assert any(line.startswith("  @@") for line in diff)
+        await pilot.press("y")
+        await finish(pilot)
+        assert (tmp_path / "notes.txt").read_text() == "first\nchanged\n"
 
 
 async def test_the_dialog_closes_itself_at_the_approval_timeout(tmp_path: Path) -> None:
@@ -420,3 +510,16 @@ def test_the_log_lines_of_approval_events() -> None:
     assert line(approved=False, approver="tui", message="approval_denied: no") == (
         "✗ denied by tui: approval_denied: no")
     assert line(approved=False, message="cancelled") == "✗ not approved: cancelled"
+
+
+def test_always_offers_the_config_in_use_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    given = tmp_path / "ci.toml"
+    agent = Agent(make_test_config(tmp_path), chat=ScriptedChat(["hi"]))
+    app = LichApp(agent, config_location=ConfigLocation(given, "flag"))
+    assert app.approver.targets is not None
+    assert [label for label, _ in app.approver.targets()] == [
+        "the config given with --config", "this project", "your user config"]
+    assert app.approver.targets()[0][1] == given
