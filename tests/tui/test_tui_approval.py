@@ -225,6 +225,7 @@ async def test_e_runs_the_call_with_the_edited_arguments(tmp_path: Path) -> None
         await pilot.press("e")
         editor = screen.query_one("#edit-args", ArgsEditor)
         assert app.focused is editor
+        assert not screen.query_one("#legend").display  # the editor's own hint instead
         assert json.loads(editor.text) == {"text": "hi"}
         # Invalid JSON: the error is shown in place, and the dialog stays.
         editor.text = '{"text": "edited",'
@@ -240,6 +241,7 @@ async def test_e_runs_the_call_with_the_edited_arguments(tmp_path: Path) -> None
         # Esc goes back to the choices, e comes back to the editor, Ctrl+S confirms.
         await pilot.press("escape")
         assert screen.mode == "ask"
+        assert screen.query_one("#legend").display
         await pilot.press("e")
         editor.text = '{"text": "edited"}'
         await pilot.press("ctrl+s")

@@ -236,6 +236,8 @@ class ApprovalScreen(ModalScreen[None]):
         views = {"ask": "#details", "deny": "#deny", "always": "#always", "edit": "#edit"}
         for name, selector in views.items():
             self.query_one(selector).set_class(name == mode, "shown")
+        # The sub-views say their own keys; the choices' legend would only mislead there.
+        self.query_one("#legend").display = mode == "ask"
         focus = {"ask": "#details", "deny": "#deny-message", "always": "#targets",
                  "edit": "#edit-args"}[mode]
         self.query_one(focus).focus()
