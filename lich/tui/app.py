@@ -215,10 +215,11 @@ class LichApp(App[int]):
         """Cancel a run still in flight; close the agent when the app owns it."""
         if self._run is not None:
             self._run.cancel.cancel()
-        if self._approver_registered:
+        pm = self.agent.host.pm
+        if self._approver_registered and pm.is_registered(self.approver):
             # An agent that outlives the app (embedding) must not ask a closed screen.
-            self.agent.host.pm.unregister(self.approver)
-            self._approver_registered = False
+            pm.unregister(self.approver)
+        self._approver_registered = False
         self._log_capture.stop()
         if self.owns_agent:
             await self.agent.aclose()

@@ -390,8 +390,9 @@ async def test_write_file_on_an_existing_file_shows_its_diff(tmp_path: Path) -> 
 
 
 async def test_the_dialog_closes_itself_at_the_approval_timeout(tmp_path: Path) -> None:
-    app, tools = make_app(tmp_path, ("echo", {"text": "hi"}), approval_timeout_s=0.3)
-    # Recorded, not looked for: the dialog may be gone before a poll would see it.
+    app, tools = make_app(tmp_path, ("echo", {"text": "hi"}), approval_timeout_s=1.5)
+    # 1.5s only so the dialog surely opens first on a busy machine; nothing is timed.
+    # Pushes are recorded, not polled for: the dialog may be gone before a poll sees it.
     pushed: list[object] = []
     push = app.push_screen
 
@@ -411,7 +412,7 @@ async def test_the_dialog_closes_itself_at_the_approval_timeout(tmp_path: Path) 
         assert dialog(app) is None
         assert tools.ran == []
         shown = notices(app)
-        assert ("· approval dialog for echo closed: no answer within 0.3s "
+        assert ("· approval dialog for echo closed: no answer within 1.5s "
                 "(approval_timeout_s)") in shown
         assert any(s.startswith("✗ not approved: approval_timeout:") for s in shown)
         assert app.focused is app.prompt
