@@ -7,6 +7,7 @@ what answers, through the modal, from keys pressed by the pilot.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from textual.widgets import Input, OptionList, Static
 from tui_support import wait_for
 
-from lich import ApprovalRequest, Ask, ToolCall, hookimpl, tool
+from lich import Approval, ApprovalRequest, Ask, ToolCall, hookimpl, tool
 from lich.agent import Agent
 from lich.approvals.present import describe, describe_sections
 from lich.config import ConfigLocation
@@ -216,6 +217,33 @@ async def test_a_second_request_after_the_first_is_answered_gets_its_own_dialog(
         await finish(pilot)
         assert tools.ran == [("echo", {"text": "one"})]
         assert len(tool_results(app)) == 2
+
+
+async def test_two_requests_at_once_never_stack_dialogs(tmp_path: Path) -> None:
+    """Asked twice at once (two runs of one agent, an embedding), the approver still
+    asks one question at a time, in order."""
+    app, _ = make_app(tmp_path)
+    first, second = (request(id=rid) for rid in ("aaaa", "bbbb"))
+    async with app.run_test(size=SIZE) as pilot:
+        asked = [asyncio.ensure_future(app.approver.lich_request_approval(r))
+                 for r in (first, second)]
+        await wait_for(pilot, lambda: dialog(app) is not None, "the first dialog")
+        screen = dialog(app)
+        assert screen is not None
+        assert screen.request is first
+        await wait_for(pilot, lambda: screen.focused is not None, "focus")
+        assert sum(isinstance(s, ApprovalScreen) for s in app.screen_stack) == 1
+        await pilot.press("y")
+        await wait_for(pilot, lambda: dialog(app) not in (None, screen), "the second dialog")
+        later = dialog(app)
+        assert later is not None
+        assert later.request is second
+        assert sum(isinstance(s, ApprovalScreen) for s in app.screen_stack) == 1
+        await wait_for(pilot, lambda: later.focused is not None, "focus")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: all(t.done() for t in asked), "both answers")
+        assert [t.result() for t in asked] == [Approval(True, approver="tui"),
+                                              Approval(False, approver="tui")]
 
 
 async def test_e_runs_the_call_with_the_edited_arguments(tmp_path: Path) -> None:
@@ -458,8 +486,9 @@ async def test_the_approver_is_registered_for_the_apps_lifetime(tmp_path: Path) 
 
 
 def request(**fields: Any) -> ApprovalRequest:
-    return ApprovalRequest(id="3f2a", call=ToolCall("c1", "note", {"path": "a", "text": "b"}),
-                           reason="needs a human", **fields)
+    values: dict[str, Any] = {"id": "3f2a", "reason": "needs a human",
+                              "call": ToolCall("c1", "note", {"path": "a", "text": "b"})}
+    return ApprovalRequest(**{**values, **fields})
 
 
 def test_describe_is_its_sections_flattened() -> None:
