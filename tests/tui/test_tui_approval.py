@@ -291,11 +291,11 @@ async def test_the_preview_is_shown_as_a_diff(tmp_path: Path) -> None:
 
 def test_diff_lines_are_coloured_by_kind() -> None:
     text = diff_text(["preview:", "  --- a/x", "  +++ b/x", "  @@ -1 +1 @@", "  -old",
-                      "  +new", "   same", "  +++ not a header? still bold"])
+                      "  +new", "   same", "  +++ an added '++' line", "  --- a removed '--'"])
     styles = {text.plain[span.start:span.end]: str(span.style) for span in text.spans}
     assert styles == {"  --- a/x": "bold", "  +++ b/x": "bold", "  @@ -1 +1 @@": "cyan",
                       "  -old": "red", "  +new": "green",
-                      "  +++ not a header? still bold": "bold"}
+                      "  +++ an added '++' line": "green", "  --- a removed '--'": "red"}
     assert text.plain.splitlines()[0] == "preview:"
 
 

@@ -77,11 +77,14 @@ def diff_text(lines: Sequence[str]) -> Text:
     hunk headers cyan, file headers bold. Lines that are not diff lines (a tool's
     plain-text preview) stay plain."""
     text = Text(no_wrap=False)
+    in_hunk = False  # inside a hunk, "---x" is the removal of "--x", not a file header
     for i, line in enumerate(lines):
         if i:
             text.append("\n")
         body = line[2:] if line.startswith("  ") else line
-        if body.startswith(("+++", "---")):
+        if body.startswith("@@"):
+            in_hunk = True
+        if not in_hunk and body.startswith(("+++", "---")):
             style = "bold"
         elif body.startswith("+"):
             style = "green"
