@@ -58,7 +58,9 @@ def test_b1_loop_overhead() -> None:
     turns, reps = SUITE["b1"][2]["turns"], SUITE["b1"][2]["reps"]
     assert sorted(result["runs"]) == sorted(str(n) for n in turns)
     for n, per_n in result["runs"].items():
-        assert set(per_n) == {"raw", "raw stream", "lich", "lich stream", "lich no-sessions"}
+        assert set(per_n) == {"raw", "raw stream", "lich", "lich stream", "lich no-sessions",
+                              "lich prices"}
+        assert per_n["lich prices"]["ratio_vs_lich"]["median"] > 0
         for name, e in per_n.items():
             assert len(e["samples_s"]) == reps
             assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
@@ -120,6 +122,26 @@ def test_b5_memory() -> None:
     assert result["run_messages"] == 2 + 2 * turns + 1
     assert result["run_peak_rss_kib"]["median"] >= result["run_rss_before_kib"]["median"] > 0
     assert result["gateway_idle_rss_kib"]["median"] > result["python_bare_peak_kib"]["median"]
+
+
+def test_b6_telemetry() -> None:
+    result, tables = run_one("b6", quick=True)
+    _check_common(result, tables)  # checks: every run answered, every span was received
+    turns, reps = SUITE["b6"][2]["turns"], SUITE["b6"][2]["reps"]
+    runs = result["runs"]
+    assert set(runs) == {"plain", "otel", "otel capture"}
+    # Warm-up and measured runs of both otel variants, 2N + 2 spans each.
+    assert result["spans_exported"] == 2 * (reps + 1) * (2 * turns + 2)
+    for name, e in runs.items():
+        assert len(e["samples_s"]) == reps
+        assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
+        if name != "plain":
+            paired = [a / b for a, b in zip(e["samples_s"], runs["plain"]["samples_s"],
+                                            strict=True)]
+            assert e["ratio"]["median"] == pytest.approx(statistics.median(paired))
+            _check_summary(e["overhead_per_turn_s"], reps)
+    assert [t["name"].split(" at ")[0] for t in result["targets"]] == [
+        "B6 otel ÷ plain", "B6 otel CPU overhead per turn"]
 
 
 def test_runner_writes_results_and_prints_tables(
