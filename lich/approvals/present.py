@@ -51,33 +51,50 @@ def args_text(args: Any, limit: int = MAX_ARGS_CHARS) -> str:
     return truncate_text(text, limit)
 
 
+#: The unindented lines of :func:`describe` after the headline, and the part each
+#: begins (indented lines belong to the part above them).
+_SECTION_STARTS: tuple[tuple[str, str], ...] = (
+    ("arguments:", "arguments"),
+    ("preview:", "preview"),
+    ("a session or always answer allows: ", "rules"),
+    ("denied if there is no answer within ", "timeout"),
+)
+
+
 def describe_sections(
     request: ApprovalRequest, *, preview: bool = True
 ) -> list[tuple[str, list[str]]]:
-    """:func:`describe`'s lines grouped by what they show, as ``(kind, lines)`` pairs, for
-    a front end that styles each part its own way (the TUI colours the preview as a
-    diff). ``kind`` is ``headline``, ``arguments``, ``preview``, ``rules`` or ``timeout``;
-    a part with nothing to show is left out."""
-    sections = [
-        ("headline", [headline(request)]),
-        ("arguments", ["arguments:", *(f"  {line}" for line in
-                                       args_text(dict(request.call.args)).splitlines())]),
-    ]
-    if preview and request.preview:
-        sections.append(("preview", ["preview:", *(
-            f"  {line}" for line in
-            truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines())]))
-    if request.rules:
-        sections.append(
-            ("rules", ["a session or always answer allows: " + ", ".join(request.rules)]))
-    if request.timeout_s is not None:
-        sections.append(
-            ("timeout", [f"denied if there is no answer within {request.timeout_s:g}s"]))
+    """:func:`describe`'s lines grouped by what they show, as ``(kind, lines)`` pairs,
+    for a front end that styles each part its own way (the TUI colours the preview
+    as a diff). ``kind`` is ``headline``, ``arguments``, ``preview``, ``rules`` or
+    ``timeout``; a part with nothing to show is left out.
+
+    Made from :func:`describe`'s own lines, so the wording (and anything done to
+    make them safe to show) is the same in every front end.
+    """
+    lines = describe(request, preview=preview)
+    sections: list[tuple[str, list[str]]] = [("headline", lines[:1])]
+    for line in lines[1:]:
+        kind = next((k for start, k in _SECTION_STARTS
+                     if not line.startswith(" ") and line.startswith(start)), None)
+        if kind is None:
+            sections[-1][1].append(line)  # an indented line of the part above
+        else:
+            sections.append((kind, [line]))
     return sections
 
 
 def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
     """The request as lines of text: the headline, the arguments, the preview (a diff
     for a file write) and what a ``session``/``always`` answer would allow."""
-    return [line for _kind, lines in describe_sections(request, preview=preview)
-            for line in lines]
+    lines = [headline(request), "arguments:"]
+    lines += [f"  {line}" for line in args_text(dict(request.call.args)).splitlines()]
+    if preview and request.preview:
+        lines.append("preview:")
+        lines += [f"  {line}" for line in
+                  truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines()]
+    if request.rules:
+        lines.append("a session or always answer allows: " + ", ".join(request.rules))
+    if request.timeout_s is not None:
+        lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
+    return lines
