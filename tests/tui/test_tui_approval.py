@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.content import Content
+from textual.visual import visualize
 from textual.widgets import Input, OptionList, Static
 from tui_support import wait_for
 
@@ -326,7 +328,8 @@ allow = ["read_file"]
 async def test_a_writes_the_rule_to_the_chosen_config_keeping_its_comments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    # Brackets in a path are shown as they are (not read as markup).
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg[b]"))
     project = tmp_path / ".lich" / "config.toml"
     project.parent.mkdir()
     project.write_text(PROJECT_CONFIG)
@@ -339,10 +342,12 @@ async def test_a_writes_the_rule_to_the_chosen_config_keeping_its_comments(
         assert "echo(hi)" in static_text(screen, "#always-rules")
         targets = screen.query_one("#targets", OptionList)
         assert app.focused is targets
-        labels = [str(targets.get_option_at_index(i).prompt)
-                  for i in range(targets.option_count)]
+        # As the list shows them (a str prompt would be read as markup).
+        shown_labels = [visualize(targets, targets.get_option_at_index(i).prompt)
+                        for i in range(targets.option_count)]
+        labels = [c.plain for c in shown_labels if isinstance(c, Content)]
         assert labels == [f"this project: {project}",
-                          f"your user config: {tmp_path / 'xdg' / 'lich' / 'config.toml'}"]
+                          f"your user config: {tmp_path / 'xdg[b]' / 'lich' / 'config.toml'}"]
         assert project.read_text() == PROJECT_CONFIG
         await pilot.press("enter")  # the first (highlighted) target
         await finish(pilot)
@@ -354,7 +359,7 @@ async def test_a_writes_the_rule_to_the_chosen_config_keeping_its_comments(
         assert f"· added to [approvals] allow in {project} (this project): echo(hi)" in shown
         assert "✓ approved by tui (always)" in shown
         assert "✓ allowed by an earlier session approval" in shown  # the second call
-        assert not (tmp_path / "xdg").exists()
+        assert not (tmp_path / "xdg[b]").exists()
 
 
 async def test_a_write_that_fails_is_shown_and_approves_for_the_session_only(

@@ -196,7 +196,8 @@ class ApprovalScreen(ModalScreen[None]):
                 yield Input(placeholder="why not / what to do instead", id="deny-message")
             with Vertical(id="always", classes="view"):
                 yield Static(plain(self._always_text()), id="always-rules", markup=False)
-                yield OptionList(*(Option(f"{label}: {path}", id=str(i))
+                # Plain text: a path may hold "[...]", which a str prompt reads as markup.
+                yield OptionList(*(Option(plain(f"{label}: {path}"), id=str(i))
                                    for i, (label, path) in enumerate(self.targets)),
                                  id="targets")
                 yield Static(plain("Up/Down choose the file, Enter writes the rules there and "
