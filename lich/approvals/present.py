@@ -22,6 +22,7 @@ __all__ = [
     "args_text",
     "choice_prompt",
     "describe",
+    "describe_sections",
     "headline",
     "visible",
 ]
@@ -61,6 +62,39 @@ def args_text(args: Any, limit: int = MAX_ARGS_CHARS) -> str:
     except (TypeError, ValueError):
         text = repr(args)
     return truncate_text(text, limit)
+
+
+#: The unindented lines of :func:`describe` after the headline, and the part each
+#: begins (indented lines belong to the part above them).
+_SECTION_STARTS: tuple[tuple[str, str], ...] = (
+    ("arguments:", "arguments"),
+    ("preview:", "preview"),
+    ("a session or always answer allows: ", "rules"),
+    ("denied if there is no answer within ", "timeout"),
+)
+
+
+def describe_sections(
+    request: ApprovalRequest, *, preview: bool = True
+) -> list[tuple[str, list[str]]]:
+    """:func:`describe`'s lines grouped by what they show, as ``(kind, lines)`` pairs,
+    for a front end that styles each part its own way (the TUI colours the preview
+    as a diff). ``kind`` is ``headline``, ``arguments``, ``preview``, ``rules`` or
+    ``timeout``; a part with nothing to show is left out.
+
+    Made from :func:`describe`'s own lines, so the wording (and anything done to
+    make them safe to show) is the same in every front end.
+    """
+    lines = describe(request, preview=preview)
+    sections: list[tuple[str, list[str]]] = [("headline", lines[:1])]
+    for line in lines[1:]:
+        kind = next((k for start, k in _SECTION_STARTS
+                     if not line.startswith(" ") and line.startswith(start)), None)
+        if kind is None:
+            sections[-1][1].append(line)  # an indented line of the part above
+        else:
+            sections.append((kind, [line]))
+    return sections
 
 
 def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:

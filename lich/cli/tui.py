@@ -69,4 +69,4 @@ def launch_tui(settings: Settings) -> int:
         except (SessionNotFound, ValueError) as exc:
             echo_error(f"--resume: {exc}")
             return EXIT_USAGE
-    return int(run_tui(built.agent, resume=resume))
+    return int(run_tui(built.agent, resume=resume, config_location=built.loaded.location))

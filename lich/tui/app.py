@@ -26,9 +26,12 @@ from textual.widgets import Input, Static
 from lich import __version__
 from lich._slash import SLASH_COMMANDS, SlashInput
 from lich.agent import Agent
+from lich.approvals.store import add_allow_rules, approval_config_targets
 from lich.cancel import CancelToken
-from lich.config import ConfigError
+from lich.config import ConfigError, ConfigLocation
 from lich.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     CompressEnd,
     Envelope,
     ErrorEvent,
@@ -45,9 +48,12 @@ from lich.events import (
 from lich.plugins import PluginLoadError
 from lich.sessions import SessionNotFound, repair_dangling_tool_calls
 from lich.tui import state as st
+from lich.tui.approval import PLUGIN_NAME, TuiApprover
 from lich.tui.commands import TuiCommands
 from lich.tui.format.blocks import Block, NoticeBlock, NoticeLevel, UserBlock, history_blocks
 from lich.tui.format.notices import (
+    approval_requested_notice,
+    approval_resolved_notice,
     compress_notice,
     error_notice,
     failover_notice,
@@ -60,6 +66,7 @@ from lich.tui.log_capture import LogCapture
 from lich.tui.messages import AgentEventMessage, LogNotice, RunFinished
 from lich.tui.widgets import PromptInput, StatusBar, Transcript
 from lich.tui.widgets._text import plain
+from lich.tui.widgets.approval import ApprovalScreen
 from lich.types import Message, UserMessage
 
 __all__ = ["LichApp"]
@@ -88,6 +95,9 @@ class LichApp(App[int]):
     :param provider: override the provider shown.
     :param capture_logs: while running, show ``lich`` log warnings as notices
         instead of letting them reach the terminal (``run_tui`` sets this).
+    :param config_location: the config file in use and why (``lich tui`` passes
+        the one it loaded): where an ``always`` approval offers to write its rules
+        (:func:`lich.approvals.store.approval_config_targets`).
     """
 
     TITLE = "lich"
@@ -127,6 +137,7 @@ class LichApp(App[int]):
         model: str | None = None,
         provider: str | None = None,
         capture_logs: bool = False,
+        config_location: ConfigLocation | None = None,
     ) -> None:
         super().__init__()
         self.capture_logs = capture_logs
@@ -144,6 +155,14 @@ class LichApp(App[int]):
         self._run: _Run | None = None
         self._frame = 0
         self.commands = TuiCommands(self)
+        #: Asks the person about tool calls that need approval (registered on mount).
+        self.config_location = config_location
+        self.approver = TuiApprover(
+            self,
+            targets=lambda: approval_config_targets(self.agent.config, self.config_location),
+            write_rules=add_allow_rules,
+        )
+        self._approver_registered = False
 
     # ----------------------------------------------------------------- layout
 
@@ -175,13 +194,32 @@ class LichApp(App[int]):
                 "continuing without it",
                 "warn",
             )
+        await self._register_approver()
         if self._resume_ref is not None:
             await self.resume_session(self._resume_ref)
+
+    async def _register_approver(self) -> None:
+        # On the host, not the agent: an agent rebuilt by /model shares the host, so
+        # the approver goes on answering for it.
+        report = self.agent.host.register_object(self.approver, PLUGIN_NAME)
+        self._approver_registered = report.ok
+        if not report.ok:
+            await self.notice(
+                f"· approvals: the TUI could not register its approver "
+                f"({report.describe_error()}); tool calls that need approval are asked "
+                "of the other approvers, or denied",
+                "warn",
+            )
 
     async def on_unmount(self) -> None:
         """Cancel a run still in flight; close the agent when the app owns it."""
         if self._run is not None:
             self._run.cancel.cancel()
+        pm = self.agent.host.pm
+        if self._approver_registered and pm.is_registered(self.approver):
+            # An agent that outlives the app (embedding) must not ask a closed screen.
+            pm.unregister(self.approver)
+        self._approver_registered = False
         self._log_capture.stop()
         if self.owns_agent:
             await self.agent.aclose()
@@ -318,6 +356,15 @@ class LichApp(App[int]):
         else:
             self.post_message(RunFinished(run.serial, result, None))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc answers the approval dialog while it is up (no), instead of cancelling
+        the run (the dialog's Ctrl+C does that)."""
+        return not (action == "cancel_run" and isinstance(self.screen, ApprovalScreen))
+
+    def run_cancelled(self) -> bool:
+        """Whether the run in flight was asked to stop (Esc, Ctrl+C in a dialog, quit)."""
+        return self._run is not None and self._run.cancel.cancelled
+
     def action_cancel_run(self) -> None:
         """Esc: cancel the run in flight."""
         run = self._run
@@ -358,6 +405,10 @@ class LichApp(App[int]):
             await transcript.start_tool(event.call)
         elif isinstance(event, ToolCallEnd):
             await transcript.finish_tool(event.call, event.result)
+        elif isinstance(event, ApprovalRequested):
+            await self.add_block(approval_requested_notice(event))
+        elif isinstance(event, ApprovalResolved):
+            await self.add_block(approval_resolved_notice(event))
         elif isinstance(event, CompressEnd):
             await self.add_block(compress_notice(event))
         elif isinstance(event, Retry):

@@ -19,6 +19,8 @@ import attrs
 from attrs import field, frozen
 
 from lich.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     BudgetExhausted,
     CompressStart,
     ErrorEvent,
@@ -44,7 +46,7 @@ __all__ = [
     "start_run",
 ]
 
-Phase: TypeAlias = Literal["idle", "thinking", "tool"]
+Phase: TypeAlias = Literal["idle", "thinking", "tool", "approval"]
 
 CANCELLED_ERROR = "run cancelled"
 """``last_error`` after a run that ended ``aborted``."""
@@ -54,8 +56,9 @@ CANCELLED_ERROR = "run cancelled"
 class UiState:
     """Everything the status bar and the busy guard need to know.
 
-    :param phase: ``idle`` (no run), ``thinking`` (waiting for the model) or
-        ``tool`` (a tool is running).
+    :param phase: ``idle`` (no run), ``thinking`` (waiting for the model),
+        ``tool`` (a tool is running) or ``approval`` (a tool call waits for a
+        person's approval).
     :param turns_used: the turn of the current run, or the turns the last run used.
     :param usage: tokens of the finished runs of this TUI session.
     :param run_usage: tokens of the run in flight (model calls so far).
@@ -63,7 +66,8 @@ class UiState:
     :param compress_count: how many times the context was compressed.
     :param budget_exhausted: a run hit ``max_turns`` in this conversation (sticky).
     :param last_error: the latest failure (a tool error, a model error, a cancel).
-    :param active_tool: the call running now (phase ``tool``).
+    :param active_tool: the call running now (phase ``tool``), or waiting for
+        approval (phase ``approval``).
     :param cancelling: a cancel was requested and the run has not ended yet.
     :param runs: how many runs were started in this TUI session.
     """
@@ -146,6 +150,11 @@ def apply_event(state: UiState, event: Event) -> UiState:
                             run_cost_usd=_add_cost(state.run_cost_usd, event.cost_usd))
     if isinstance(event, ToolCallStart):
         return attrs.evolve(state, phase="tool", active_tool=event.call)
+    if isinstance(event, ApprovalRequested):
+        return attrs.evolve(state, phase="approval", active_tool=event.call)
+    if isinstance(event, ApprovalResolved):
+        # Approved or not, the call goes on (to run, or to end with the denial).
+        return attrs.evolve(state, phase="tool")
     if isinstance(event, ToolCallEnd):
         error = state.last_error
         if not event.result.ok:

@@ -368,8 +368,8 @@ def test_tui_gets_the_assembled_agent_with_resume_and_plugins(
 ) -> None:
     calls: list[tuple[Any, ...]] = []
 
-    def run_tui(agent: Any, *, resume: str | None = None) -> int:
-        calls.append((agent, resume))
+    def run_tui(agent: Any, *, resume: str | None = None, config_location: Any = None) -> int:
+        calls.append((agent, resume, config_location))
         return 0
 
     import lich.cli.tui as cli_tui
@@ -387,9 +387,11 @@ def test_tui_gets_the_assembled_agent_with_resume_and_plugins(
     result = lich("--max-turns", "4", "tui", "--resume", "latest", "--plugin", "extra.py")
 
     assert result.exit_code == 0, result.stderr
-    agent, resume = calls[0]
+    agent, resume, location = calls[0]
     assert agent.config.max_turns == 4
     assert resume == sid  # resolved before the TUI starts
+    # The config in use: where the approval dialog's "always" offers to write first.
+    assert (location.path, location.reason) == (work / ".lich" / "config.toml", "work_dir")
     assert agent.config.plugins[-1] == str(work / "extra.py")
     (report,) = [r for r in agent.host.reports if r.entry == str(work / "extra.py")]
     assert report.status == "loaded"

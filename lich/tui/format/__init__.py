@@ -4,7 +4,7 @@ all of it is unit-tested on its own, and the widgets only arrange what it return
 - :mod:`~lich.tui.format.text`: one-line previews, compact JSON, grouped numbers
 - :mod:`~lich.tui.format.tools`: the lines of a tool block; stored results read back
 - :mod:`~lich.tui.format.blocks`: transcript blocks, and those of a resumed history
-- :mod:`~lich.tui.format.notices`: the notices of a run's events
+- :mod:`~lich.tui.format.notices`: the notices of a run's events (approvals included)
 - :mod:`~lich.tui.format.commands`: what ``/usage``, ``/model`` and ``/sessions`` print
 - :mod:`~lich.tui.format.status`: the status line and how it fits the width
 
@@ -28,6 +28,8 @@ from lich.tui.format.blocks import (
 from lich.tui.format.commands import model_line, session_list_lines, usage_line
 from lich.tui.format.notices import (
     ERROR_PREVIEW_CHARS,
+    approval_requested_notice,
+    approval_resolved_notice,
     budget_notice,
     compress_notice,
     error_notice,
@@ -69,6 +71,8 @@ __all__ = [
     "StatusPart",
     "ToolBlock",
     "UserBlock",
+    "approval_requested_notice",
+    "approval_resolved_notice",
     "budget_notice",
     "compress_notice",
     "error_notice",

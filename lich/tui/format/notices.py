@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from lich.events import CompressEnd, Failover, Retry, RunEnd
+from lich.events import ApprovalRequested, ApprovalResolved, CompressEnd, Failover, Retry, RunEnd
 from lich.tui.format.blocks import NoticeBlock
 from lich.tui.format.text import format_usage, preview
 
 __all__ = [
     "ERROR_PREVIEW_CHARS",
+    "approval_requested_notice",
+    "approval_resolved_notice",
     "budget_notice",
     "compress_notice",
     "error_notice",
@@ -72,3 +74,23 @@ def run_end_notice(event: RunEnd, budget_reason: str | None = None) -> NoticeBlo
     if event.stopped_reason == "error":
         return error_notice(event.error or "run failed")
     return None
+
+
+def approval_requested_notice(event: ApprovalRequested) -> NoticeBlock:
+    """A tool call waits for a person (``⏸ terminal waits for approval``)."""
+    return NoticeBlock(f"⏸ {event.call.name} waits for approval", "warn")
+
+
+def approval_resolved_notice(event: ApprovalResolved) -> NoticeBlock:
+    """How the request ended: ``✓ approved by tui (session)``, ``✗ denied by tui:
+    approval_denied: …``, or ``✗ not approved: approval_timeout: …`` when no one
+    answered."""
+    if event.approved:
+        if event.approver == "session":
+            return NoticeBlock("✓ allowed by an earlier session approval")
+        detail = event.scope + (", edited arguments" if event.args is not None else "")
+        return NoticeBlock(f"✓ approved by {event.approver} ({detail})")
+    why = preview(event.message or "denied", ERROR_PREVIEW_CHARS)
+    if event.approver is None:
+        return NoticeBlock(f"✗ not approved: {why}", "warn")
+    return NoticeBlock(f"✗ denied by {event.approver}: {why}", "warn")

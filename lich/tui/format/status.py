@@ -80,6 +80,9 @@ def status_parts(
         parts.append(StatusPart("cost", f"{TUI_LABEL} {cost}"))
     if cancelling:
         parts.append(StatusPart("phase", f"{spinner} cancelling", "bold yellow"))
+    elif phase == "approval":
+        tool = active_tool or "a tool"
+        parts.append(StatusPart("phase", f"⏸ {tool} waits for approval", "bold magenta"))
     elif phase == "tool":
         tool = f" {active_tool}" if active_tool else ""
         parts.append(StatusPart("phase", f"{spinner} tool{tool}", "bold cyan"))
