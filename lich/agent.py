@@ -214,6 +214,7 @@ class Agent:
             protected=ProtectedPaths.for_config(config),
         )
         self.sessions = SessionStore(config.session_dir)
+        self._closed = False
 
     @property
     def model(self) -> str:
@@ -240,7 +241,11 @@ class Agent:
         return Agent(config, host=self.host, env=self._env, today=self._today)
 
     async def aclose(self) -> None:
-        """Close the providers' HTTP clients."""
+        """Close the providers' HTTP clients, and let plugins release what they opened
+        for this agent (``lich_shutdown``: MCP servers). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self.host.shutdown(self.tools)
         for provider in self.providers:
             try:
                 await provider.aclose()

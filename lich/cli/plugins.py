@@ -58,7 +58,8 @@ def _exercise(host: PluginHost, config: LichConfig) -> None:
         # As an agent is assembled: the settings checks first, then registration.
         host.check_config(config)
         host.register_providers(ProviderRegistry())
-        build_tool_registry(host, config)
+        # Registering tools may start processes (MCP servers): stop them again.
+        host.shutdown_sync(build_tool_registry(host, config))
         from lich.cli.root import BUILTIN_COMMANDS
 
         host.register_commands(click.Group("scratch"), reserved=BUILTIN_COMMANDS)

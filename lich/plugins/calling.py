@@ -32,6 +32,7 @@ from lich.types import ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from lich.events import Envelope
+    from lich.tools import ToolRegistry
 
 __all__ = ["HookCaller", "ToolDecision"]
 
@@ -158,6 +159,18 @@ class HookCaller:
     async def run_end(self, run: RunInfo, outcome: RunOutcome) -> None:
         """``lich_run_end`` for every plugin; failures are logged and skipped."""
         await self._observe("lich_run_end", {"run": run, "outcome": outcome})
+
+    async def shutdown(self, registry: ToolRegistry) -> None:
+        """``lich_shutdown`` for every plugin: the agent whose tools ``registry`` holds
+        is closing. Failures are logged and skipped; each is bounded by
+        ``hook_timeout_s``."""
+        await self._observe("lich_shutdown", {"registry": registry})
+
+    def shutdown_sync(self, registry: ToolRegistry) -> None:
+        """:meth:`shutdown` outside an event loop (commands that build a registry
+        without an agent: ``lich tools``, ``lich plugins``, ``lich config validate``)."""
+        if self.has_impls("lich_shutdown"):
+            asyncio.run(self.shutdown(registry))
 
     async def _ask(
         self, impl: pluggy.HookImpl, hook_name: str, call: ToolCall, kwargs: Mapping[str, Any]
