@@ -177,6 +177,7 @@ def main() -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(_legacy_http(app.streamable_http_app()),
                                            log_level="warning", lifespan="on"))
