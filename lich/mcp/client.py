@@ -74,7 +74,8 @@ class ServerState:
     server_name: str | None = None
     server_version: str | None = None
     log_path: str | None = None
-    restarts: int = 0
+    restarts: int = 0  # after the server died
+    connects: int = 0  # every successful start (restarts and re-initialised sessions too)
 
 
 class _WatchedReadStream:
@@ -205,6 +206,7 @@ class _Connection:
                 self.state.server_version = info.version if info else None
                 self.state.tools = tools
                 self.state.status, self.state.error = "connected", None
+                self.state.connects += 1
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     if _wants_listen(client):

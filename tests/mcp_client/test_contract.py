@@ -114,6 +114,7 @@ async def test_an_expired_http_session_is_reinitialised(
     async with httpx.AsyncClient() as client:
         await client.post(f"http://127.0.0.1:{http_fixture.port}/expire")
     assert (await call(agent, "mcp__docs__echo", text="two")).output == "two"
+    assert connection.state.connects == 2  # a new session, not an error for the model
 
 
 async def test_a_stdio_servers_stderr_goes_to_its_log_file(
