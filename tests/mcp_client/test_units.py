@@ -53,7 +53,7 @@ def test_every_config_problem_is_reported_with_its_path() -> None:
         }}, environ={})
     problems = caught.value.problems
     assert "$.mcp.context_warning_share: must be between 0 and 1, got 2.0" in problems
-    assert "$.mcp.servers.a.startup_timeout_s: must be greater than 0, got 0" in problems
+    assert "$.mcp.servers.a.startup_timeout_s: must be greater than 0, got 0.0" in problems
     assert any(p.startswith("$.mcp.servers.b.url: expected a http or https URL") for p in problems)
     assert "$.mcp.servers.c.headers: not used by a stdio server (command)" in problems
     assert any(p.startswith("$.mcp.servers.d.env: values must be strings") for p in problems)
