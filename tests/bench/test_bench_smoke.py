@@ -122,6 +122,18 @@ def test_b5_memory() -> None:
     assert result["gateway_idle_rss_kib"]["median"] > result["python_bare_peak_kib"]["median"]
 
 
+def test_b6_mcp() -> None:
+    pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+    result, tables = run_one("b6", quick=True)
+    _check_common(result, tables)
+    reps = SUITE["b6"][2]["reps"]
+    _check_summary(result["direct_per_call_s"], reps)
+    _check_summary(result["lich_per_call_s"], reps)
+    assert _positive(result["ratio"])
+    assert result["ratio"] == pytest.approx(
+        result["lich_per_call_s"]["median"] / result["direct_per_call_s"]["median"])
+
+
 def test_runner_writes_results_and_prints_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
