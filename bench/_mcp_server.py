@@ -1,4 +1,4 @@
-"""The MCP server B6 calls: one ``echo`` tool over stdio, built on the SDK."""
+"""The MCP server B7 calls: one ``echo`` tool over stdio, built on the SDK."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""B6 — MCP: the per-call cost of an MCP tool through lich against the SDK's own client.
+"""B7 — MCP: the per-call cost of an MCP tool through lich against the SDK's own client.
 
 Both sides call ``echo`` of the same stdio server (:mod:`bench._mcp_server`, one
 process each), ``calls`` times in a row, in the same run:
@@ -80,8 +80,8 @@ async def _through_lich(calls: int, reps: int, work: Path) -> tuple[list[float],
 
 
 def run(calls: int = 100, reps: int = 5) -> dict[str, Any]:
-    """Run B6 and return its results (JSON-able)."""
-    with tempfile.TemporaryDirectory(prefix="lich-bench-b6-") as tmp:
+    """Run B7 and return its results (JSON-able)."""
+    with tempfile.TemporaryDirectory(prefix="lich-bench-b7-") as tmp:
         direct, direct_checks = asyncio.run(_direct(calls, reps))
         lich, lich_checks = asyncio.run(_through_lich(calls, reps, Path(tmp)))
     out: dict[str, Any] = {"params": {"calls": calls, "reps": reps},
@@ -92,7 +92,7 @@ def run(calls: int = 100, reps: int = 5) -> dict[str, Any]:
     out["ratio"] = ratio
     out["overhead_per_call_s"] = (out["lich_per_call_s"]["median"]
                                   - out["direct_per_call_s"]["median"])
-    out["targets"] = [Target(f"B6 lich ÷ SDK client per MCP call ({calls} calls)", "<=", 1.5,
+    out["targets"] = [Target(f"B7 lich ÷ SDK client per MCP call ({calls} calls)", "<=", 1.5,
                              ratio).as_dict()]
     return out
 
@@ -108,5 +108,5 @@ def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
     body.append(["lich ÷ direct", fmt_ratio(result["ratio"]), "", ""])
     body.append(["overhead per call", fmt_ms(result["overhead_per_call_s"], 3), "", ""])
     params = result["params"]
-    return [(f"B6 MCP — {params['calls']} calls × {params['reps']} reps, stdio",
+    return [(f"B7 MCP — {params['calls']} calls × {params['reps']} reps, stdio",
              markdown_table(head, body))]
