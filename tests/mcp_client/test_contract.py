@@ -16,8 +16,8 @@ from lich.types import ToolCall, ToolMessage, ToolResult
 from .conftest import HttpFixture, stdio_server
 
 
-async def call(agent: Any, name: str, **args: Any) -> ToolResult:
-    result: ToolResult = await agent.executor.execute(ToolCall("c1", name, args))
+async def call(agent: Any, tool: str, **args: Any) -> ToolResult:
+    result: ToolResult = await agent.executor.execute(ToolCall("c1", tool, args))
     return result
 
 
@@ -61,21 +61,34 @@ async def test_a_call_past_its_timeout_is_cancelled_on_the_server(
 
 
 async def test_the_tool_list_changing_replaces_the_tools_before_the_next_model_call(
-    mcp_agent: Any, fixture_table: Any
+    mcp_agent: Any,
 ) -> None:
+    # Over stdio the notification comes down the same pipe before the call's answer:
+    # the very next model call is offered the new tool.
     script = [
         Reply(tool_calls=[ToolCall("1", "mcp__fx__grow", {"name": "sprout"})]),
         Reply(tool_calls=[ToolCall("2", "mcp__fx__sprout", {})]),
         "done",
     ]
-    agent = mcp_agent({"fx": fixture_table}, script)
+    agent = mcp_agent({"fx": stdio_server()}, script)
     assert "mcp__fx__sprout" not in agent.tools.names()
     result = await agent.run("grow a tool and call it")
-    # The second model call was offered the new tool, and calling it worked.
     offered = agent.chat.requests[1].tools
     assert "mcp__fx__sprout" in offered
     tools = [m.content for m in result.messages if isinstance(m, ToolMessage)]
     assert tools == ["added sprout", "I am sprout"]
+
+
+async def test_a_tool_list_change_over_http_reaches_the_registry(
+    mcp_agent: Any, http_fixture: HttpFixture
+) -> None:
+    # Over HTTP the notification travels on a stream of its own: it takes effect at
+    # the first model call after it arrived.
+    agent = mcp_agent({"fx": {"url": http_fixture.url, "startup_timeout_s": 60}})
+    assert (await call(agent, "mcp__fx__grow", name="sprout")).output == "added sprout"
+    wait_for(lambda: "mcp__fx__sprout" in [d.name for d in agent.tools.definitions()],
+             what="the new tool in the definitions")
+    assert (await call(agent, "mcp__fx__sprout")).output == "I am sprout"
 
 
 async def test_a_server_killed_mid_call_is_restarted_on_the_next_call(mcp_agent: Any) -> None:
