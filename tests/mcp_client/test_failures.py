@@ -136,3 +136,26 @@ def test_disabled_servers_are_not_started_nor_expanded(mcp_agent: Any) -> None:
                                "enabled": False, "env": {"T": "${LICH_TEST_UNSET_TOKEN}"}}})
     assert _report(agent).warnings == ()
     assert agent.tools.names() == []
+
+
+def test_approval_rules_name_mcp_tools_and_annotations_only_tighten(mcp_agent: Any,
+                                                                    tmp_path: Path) -> None:
+    from lich.approvals.rules import RuleSet, decide
+
+    agent = mcp_agent({"fx": stdio_server()})
+    tools = {t.name: t for t in agent.tools.list()}
+    work = str(tmp_path)
+
+    def verdict(rules: RuleSet, mode: str, name: str, **args: Any) -> str:
+        return decide(rules, mode, name, args, tools[name], work).action  # type: ignore[arg-type]
+
+    none = RuleSet.parse()
+    # readOnlyHint is the server's claim: lich still asks in mode ask.
+    assert verdict(none, "ask", "mcp__fx__echo", text="x") == "ask"
+    assert verdict(none, "allow", "mcp__fx__echo", text="x") == "allow"
+    # destructiveHint: asked even where the mode allows.
+    assert verdict(none, "allow", "mcp__fx__crash") == "ask"
+    rules = RuleSet.parse(allow=["mcp__fx__echo(hello*)"], deny=["mcp__fx__*(*secret*)"])
+    assert verdict(rules, "ask", "mcp__fx__echo", text="hello there") == "allow"
+    assert verdict(rules, "ask", "mcp__fx__echo", text="a secret") == "deny"
+    assert verdict(rules, "ask", "mcp__fx__echo", text="goodbye") == "ask"
