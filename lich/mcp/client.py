@@ -543,6 +543,12 @@ class McpRuntime:
         if self._thread is None:
             self._loop.close()
             return
+        if threading.current_thread() is self._thread:
+            # From the runtime's own loop (a finalizer run by the garbage collector
+            # there): waiting would deadlock, so the close is only scheduled.
+            self._loop.create_task(self._close_all()).add_done_callback(
+                lambda _: self._loop.stop())
+            return
         future = self._submit(self._close_all())
         with contextlib.suppress(Exception):
             future.result(timeout)

@@ -103,7 +103,7 @@ def _rows(mcp: Any, runtime: Any) -> list[dict[str, Any]]:
     from lich.context import schema_tokens
 
     entries: list[Any] = []
-    collisions: list[str] = []
+    collisions: list[Any] = []
     states: dict[str, Any] = {}
     if runtime is not None:
         from lich.mcp.tools import build_entries
@@ -128,8 +128,7 @@ def _rows(mcp: Any, runtime: Any) -> list[dict[str, Any]]:
             "log": state.log_path if state is not None else None,
             "tools": tools,
             "tokens": schema_tokens([e.tool.definition() for e in own]),
-            "collisions": [c for c in collisions if f"server {name!r}'s tool" in
-                           c.split(" and ", 1)[-1]],
+            "collisions": [c.message for c in collisions if c.server == name],
         })
     return rows
 

@@ -23,9 +23,18 @@ from lich.mcp.results import requires_approval
 from lich.tools import Tool, ToolContext, ToolRegistry
 from lich.types import ToolResult
 
-__all__ = ["McpToolset", "ToolEntry", "build_entries"]
+__all__ = ["Collision", "McpToolset", "ToolEntry", "build_entries", "server_tokens"]
 
 log = logging.getLogger("lich.mcp")
+
+
+@frozen
+class Collision:
+    """Two server tools that came out with one lich name: the second was left out."""
+
+    name: str
+    server: str  # the server whose tool was left out
+    message: str
 
 
 @frozen
@@ -57,11 +66,11 @@ def _parameters(schema: Any) -> Mapping[str, Any]:
 
 
 def build_entries(runtime: McpRuntime, states: list[ServerState]
-                  ) -> tuple[list[ToolEntry], list[str]]:
-    """The lich tools of every connected server, and the collisions found (as
-    messages); the first of two tools with one name is kept."""
+                  ) -> tuple[list[ToolEntry], list[Collision]]:
+    """The lich tools of every connected server, and the collisions found; the first
+    of two tools with one name is kept."""
     entries: list[ToolEntry] = []
-    problems: list[str] = []
+    problems: list[Collision] = []
     taken: dict[str, tuple[str, str]] = {}
     for state in states:
         config = runtime.connections[state.name].config
@@ -69,10 +78,10 @@ def build_entries(runtime: McpRuntime, states: list[ServerState]
             name = mcp_tool_name(state.name, remote.name)
             if name in taken:
                 server, other = taken[name]
-                problems.append(
+                problems.append(Collision(name, state.name, (
                     f"tool name collision: {name} is both server {server!r}'s tool {other!r} "
                     f"and server {state.name!r}'s tool {remote.name!r}; the second is left out "
-                    "(rename one of the servers)")
+                    "(rename one of the servers)")))
                 continue
             taken[name] = (state.name, remote.name)
             description = (remote.description or remote.title or remote.name).strip()
@@ -106,13 +115,13 @@ class McpToolset:
         self.registry = registry
         self.plugin = plugin
         self.entries: list[ToolEntry] = []
-        self.collisions: list[str] = []
+        self.collisions: list[Collision] = []
 
     def register(self) -> None:
         """Register every connected server's tools (during ``lich_register_tools``)."""
         self.entries, self.collisions = build_entries(self.runtime, self.runtime.states())
-        for message in self.collisions:
-            self.registry.warn(f"mcp: {message}")
+        for collision in self.collisions:
+            self.registry.warn(f"mcp: {collision.message}")
         for entry in self.entries:
             self.registry.register(entry.tool)
 
@@ -123,9 +132,9 @@ class McpToolset:
         if not changed:
             return
         self.entries, collisions = build_entries(self.runtime, self.runtime.states())
-        for message in collisions:
-            if message not in self.collisions:
-                log.warning("mcp: %s", message)
+        for collision in collisions:
+            if collision not in self.collisions:
+                log.warning("mcp: %s", collision.message)
         self.collisions = collisions
         self.registry.replace_plugin(self.plugin, [e.tool for e in self.entries])
         log.info("mcp: tools of %s changed; %d MCP tools now", ", ".join(sorted(changed)),

@@ -103,3 +103,27 @@ def test_refreshers_run_before_the_definitions_are_given() -> None:
 
     registry.add_refresher(refresh)
     assert [d.name for d in registry.definitions()] == ["late"]
+
+
+def test_without_servers_the_sdk_is_never_imported(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # The default plugins (mcp among them), a whole run, and lich_shutdown: no SDK.
+    code = (
+        "import asyncio, sys\n"
+        "from lich.agent import Agent\n"
+        "from lich.config import BUILTIN_PLUGINS\n"
+        "from lich.testing import ScriptedChat, make_test_config\n"
+        f"cfg = make_test_config({str(tmp_path)!r}, plugins=BUILTIN_PLUGINS,"
+        " mcp={'servers': {'off': {'command': 'x', 'enabled': False}}})\n"
+        "agent = Agent(cfg, chat=ScriptedChat(['done']))\n"
+        "assert 'mcp' in [r.entry for r in agent.host.reports if r.ok]\n"
+        "asyncio.run(agent.run('hi'))\n"
+        "asyncio.run(agent.aclose())\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_'))\n"
+        "             or m == 'lich.mcp.client'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
