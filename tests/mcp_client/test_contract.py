@@ -103,6 +103,24 @@ async def test_a_server_killed_mid_call_is_restarted_on_the_next_call(mcp_agent:
     assert (await call(agent, "mcp__fx__echo", text="back")).output == "back"
 
 
+async def test_a_server_killed_between_calls_is_restarted_for_the_next_one(
+    mcp_agent: Any,
+) -> None:
+    import os
+    import signal
+
+    agent = mcp_agent({"fx": stdio_server()})
+    pid = int((await call(agent, "mcp__fx__pid")).output)
+    os.kill(pid, signal.SIGKILL)
+    connection = _connection(agent, "fx")
+    wait_for(lambda: connection.state.status == "disconnected", what="the death to be seen")
+    # Nothing was running when it died: the next call starts it again and runs.
+    after = await call(agent, "mcp__fx__pid")
+    assert after.ok, after
+    assert int(after.output) != pid
+    assert connection.state.restarts == 1
+
+
 async def test_a_server_that_dies_again_right_after_its_restart_stays_down(
     mcp_agent: Any,
 ) -> None:

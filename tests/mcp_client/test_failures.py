@@ -159,3 +159,24 @@ def test_approval_rules_name_mcp_tools_and_annotations_only_tighten(mcp_agent: A
     assert verdict(rules, "ask", "mcp__fx__echo", text="hello there") == "allow"
     assert verdict(rules, "ask", "mcp__fx__echo", text="a secret") == "deny"
     assert verdict(rules, "ask", "mcp__fx__echo", text="goodbye") == "ask"
+
+
+def test_servers_configured_without_the_sdk_installed_are_reported(tmp_path: Path) -> None:
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "sys.modules['mcp'] = None  # as if lich[mcp] were not installed\n"
+        "from lich.agent import Agent\n"
+        "from lich.testing import ScriptedChat, make_test_config\n"
+        f"cfg = make_test_config({str(tmp_path)!r}, plugins=('mcp',),"
+        " mcp={'servers': {'git': {'command': 'mcp-server-git'}}})\n"
+        "agent = Agent(cfg, chat=ScriptedChat([]))\n"
+        "(report,) = agent.host.reports\n"
+        "print(report.status, report.warnings, agent.tools.names())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == (
+        "loaded (\"MCP servers are configured but the MCP SDK is not installed: "
+        "pip install 'lich[mcp]'\",) []")
