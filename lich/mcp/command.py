@@ -4,8 +4,9 @@ Commands:
 
 * ``lich mcp list`` — each configured server's state (connected, failed and why,
   disabled), its tools as lich names them and their token cost; ``--json`` too.
-* ``lich mcp import FILE`` — a ``.mcp.json`` / Claude Desktop ``mcpServers`` file
-  as the ``[mcp.servers.<name>]`` TOML tables to paste into a lich config.
+* ``lich mcp import FILE [--write CONFIG]`` — a ``.mcp.json`` / Claude Desktop
+  ``mcpServers`` file as ``[mcp.servers.<name>]`` TOML tables: printed, or appended
+  to a lich config (atomically, its comments kept).
 * ``lich mcp serve`` — lich's own tools served over MCP (:mod:`lich.mcp.serve`,
   added to this group where the two meet).
 """
@@ -135,10 +136,14 @@ def _rows(mcp: Any, runtime: Any) -> list[dict[str, Any]]:
 
 @mcp_group.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def import_command(file: Path) -> None:
+@click.option("--write", "target", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append the tables to this TOML config instead of printing them "
+                   "(atomically; its comments and the rest are kept; refused when it "
+                   "has a server of the same name).")
+def import_command(file: Path, target: Path | None) -> None:
     """Print FILE's servers (a .mcp.json or Claude Desktop config: "mcpServers") as
-    [mcp.servers.<name>] TOML tables, to paste into .lich/config.toml. What cannot
-    be carried over is said on stderr."""
+    [mcp.servers.<name>] TOML tables, to paste into .lich/config.toml, or append them
+    to a config with --write. What cannot be carried over is said on stderr."""
     from lich.cli.common import EXIT_USAGE, echo_error, echo_warning
 
     try:
@@ -156,7 +161,61 @@ def import_command(file: Path) -> None:
         raise click.exceptions.Exit(EXIT_USAGE) from None
     for warning in warnings:
         echo_warning(warning)
-    click.echo(text, nl=False)
+    if target is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        count = _append_servers(target, text, source=file.name)
+    except ValueError as exc:
+        echo_error(f"{target}: {exc}")
+        raise click.exceptions.Exit(EXIT_USAGE) from None
+    except OSError as exc:
+        echo_error(f"cannot write {target}: {exc}")
+        raise click.exceptions.Exit(EXIT_USAGE) from None
+    click.echo(f"wrote {count} server(s) to {target}")
+
+
+def _append_servers(target: Path, tables: str, *, source: str) -> int:
+    """Append the TOML ``tables`` to ``target`` whole or not at all; the number of
+    servers added.
+
+    Appending keeps every comment and line of the file as it was. The result is
+    parsed before anything is written: a server name the file already has, or a file
+    whose ``[mcp]`` is written in a way new tables cannot extend (an inline table),
+    is refused, naming the problem.
+
+    :raises ValueError: the file is not valid TOML, or the tables cannot be added.
+    """
+    import tomllib
+
+    from lich.cli.config import write_text_atomically
+
+    new = tomllib.loads(tables).get("mcp", {}).get("servers", {})
+    old_text = target.read_text(encoding="utf-8") if target.exists() else ""
+    try:
+        old = tomllib.loads(old_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not valid TOML: {exc}") from None
+    mcp = old.get("mcp", {})
+    present = mcp.get("servers", {}) if isinstance(mcp, dict) else {}
+    taken = sorted(set(new) & set(present if isinstance(present, dict) else {}))
+    if taken:
+        raise ValueError(f"already has server(s) {', '.join(taken)}; nothing written "
+                         "(rename them in the source, or edit the file by hand)")
+    prefix = old_text
+    if prefix:
+        # The file's last line ended, then one blank line before the new tables.
+        prefix += "\n" if prefix.endswith("\n") else "\n\n"
+    text = f"{prefix}# Imported from {source} by `lich mcp import`.\n{tables}"
+    try:
+        merged = tomllib.loads(text).get("mcp", {}).get("servers", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"its [mcp] table cannot be extended by new tables ({exc}); "
+                         "nothing written (add the printed tables by hand)") from None
+    if not set(new) <= set(merged):
+        raise ValueError("the tables would not be read as servers; nothing written")
+    write_text_atomically(target, text)
+    return len(new)
 
 
 _KNOWN = {"command", "args", "env", "url", "headers", "type", "disabled", "cwd"}

@@ -154,3 +154,42 @@ def test_import_refuses_a_file_without_servers(work: Path, lich: Any) -> None:
     result = lich("mcp", "import", str(source))
     assert result.exit_code == 2
     assert 'no "mcpServers" object' in result.stderr
+
+
+def test_import_write_appends_to_a_config_keeping_its_comments(work: Path, lich: Any) -> None:
+    source = work / "claude_desktop_config.json"
+    source.write_text(json.dumps({"mcpServers": {
+        "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]}}}),
+        encoding="utf-8")
+    target = work / ".lich" / "config.toml"
+    target.parent.mkdir()
+    original = ("# my settings\nmax_turns = 7  # keep it short\n\n[mcp]\n"
+                "context_warning_share = 0.5\n")
+    target.write_text(original, encoding="utf-8")
+    result = lich("mcp", "import", str(source), "--write", str(target))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"wrote 1 server(s) to {target}\n"
+    text = target.read_text(encoding="utf-8")
+    assert text.startswith(original)
+    config = load_config(work_dir=work).config
+    assert config.max_turns == 7
+    settings = parse_mcp_settings(config.mcp, environ={})
+    assert settings.context_warning_share == 0.5
+    assert settings.servers["time"].args == ("--local-timezone", "UTC")
+    # The same again: the name is taken, and the file is left as it was.
+    again = lich("mcp", "import", str(source), "--write", str(target))
+    assert again.exit_code == 2
+    assert "already has server(s) time; nothing written" in again.stderr
+    assert target.read_text(encoding="utf-8") == text
+
+
+def test_import_write_refuses_an_inline_mcp_table(work: Path, lich: Any) -> None:
+    source = work / ".mcp.json"
+    source.write_text(json.dumps({"mcpServers": {"a": {"command": "a"}}}), encoding="utf-8")
+    target = work / "lich.toml"
+    original = 'mcp = { servers = { b = { command = "b" } } }\n'
+    target.write_text(original, encoding="utf-8")
+    result = lich("mcp", "import", str(source), "--write", str(target))
+    assert result.exit_code == 2
+    assert "cannot be extended by new tables" in result.stderr
+    assert target.read_text(encoding="utf-8") == original
