@@ -153,6 +153,10 @@ class _Connection:
             self._stop_in_background()
 
     def _stop_in_background(self) -> None:
+        # Set now, not when the task below runs: an owner that gets through its
+        # handshake in between must see it and not publish itself as connected.
+        if self._stop is not None:
+            self._stop.set()
         # A server that hung at start takes the SDK's shutdown sequence (stdin closed,
         # then SIGTERM, then SIGKILL: seconds) to go: the other servers, and the agent
         # waiting for all of them, must not wait for that.
@@ -199,6 +203,8 @@ class _Connection:
                             client_info=mcp_types.Implementation(name="lich", version=_version()))
             async with client:
                 tools = await self._list_tools(client)
+                if stop.is_set():
+                    return  # given up on while it started: leave the client, say nothing
                 self.client = client
                 info = client.server_info
                 self.state.protocol_version = client.protocol_version
