@@ -38,8 +38,21 @@ VARIANTS: dict[str, tuple[bool, bool, bool]] = {
     "lich": (True, False, True),
     "lich stream": (True, True, True),
     "lich no-sessions": (True, False, False),
+    "lich prices": (True, False, True),
 }
 TARGET_VARIANT = "lich"
+# Config on top of a variant's: "lich prices" prices every call from genai-prices' bundled
+# data (the server counts as OpenAI, the configured model is gpt-4o) and checks a cost
+# budget before each call. Its ratio against "lich" (paired per repetition) is what
+# pricing costs per turn.
+EXTRA: dict[str, dict[str, Any]] = {
+    "lich prices": {
+        "plugins": ("openai_compat", "prices", "budgets"),
+        "prices": {"providers": {"bench": "openai"}},
+        "max_cost_usd": 1000.0,
+        "model": "gpt-4o",
+    },
+}
 
 
 class RawLoop:
@@ -133,14 +146,17 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                     is_lich, stream, persist = VARIANTS[name]
                     if not is_lich:
                         continue
+                    extra = dict(EXTRA.get(name, {}))
+                    model = extra.pop("model", MODEL)
                     values: dict[str, Any] = {
                         "providers": (ProviderConfig(kind="openai_compat", name="bench",
-                                                     model=MODEL, base_url=server.base_url(n)),),
+                                                     model=model, base_url=server.base_url(n)),),
                         "plugins": ("openai_compat",),
                         "work_dir": work,
                         "stream": stream,
                         "persist_sessions": persist,
                         "max_turns": n + 1,
+                        **extra,
                     }
                     config = LichConfig(**values)
                     agents[n, name] = Agent(config, plugins=[("bench_tool", _tool_plugin)])
@@ -165,6 +181,8 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                     ):
                         checks.append(f"{name} N={n}: {result.stopped_reason} after "
                                       f"{result.outcome.turns_used} turns, text {result.text!r}")
+                    if name in EXTRA and result.cost_usd is None:
+                        checks.append(f"{name} N={n}: the calls were not priced")
                 else:
                     calls, text = await raws[n].run("go", stream)
                     elapsed = time.perf_counter() - started
@@ -230,6 +248,12 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
                 entry["ratio"] = summary([a / b for a, b in zip(s, raw, strict=True)])
                 entry["cpu_overhead_per_turn_s"] = summary(
                     [(a - b) / n for a, b in zip(c, raw_cpu, strict=True)])
+            if name in EXTRA and TARGET_VARIANT in wall[n]:
+                # The same loop without the extra plugins, in the same repetition.
+                plain = wall[n][TARGET_VARIANT]
+                entry["ratio_vs_lich"] = summary([a / b for a, b in zip(s, plain, strict=True)])
+                entry["extra_per_turn_s"] = summary(
+                    [(a - b) / n for a, b in zip(s, plain, strict=True)])
             per_n[name] = entry
         rows[str(n)] = per_n
     targets = []
@@ -289,4 +313,11 @@ def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
                           get(ea, "cpu_overhead_per_turn_s"), get(eb, "cpu_overhead_per_turn_s")])
         out.append(("B1 per-turn cost against history length (ms, medians)",
                     markdown_table(head2, body2)))
+    body3 = [[n, name, fmt_spread(e["ratio_vs_lich"], fmt_ratio),
+              fmt_spread(e["extra_per_turn_s"], _ms3)]
+             for n, per_n in result["runs"].items() for name, e in per_n.items()
+             if "ratio_vs_lich" in e]
+    if body3:
+        out.append((f"B1 plugins enabled ÷ disabled (\"{TARGET_VARIANT}\"), paired per run",
+                    markdown_table(["N", "variant", "÷ lich", "extra/turn ms"], body3)))
     return out

@@ -30,7 +30,7 @@ __all__ = ["VARIANTS", "run", "tables"]
 
 MODEL = "scripted"
 BASELINE = "plain"
-# name -> the [plugin_settings.otel] table, or None for no otel plugin
+# name -> the [otel] table, or None for no otel plugin
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "plain": None,
     "otel": {},
@@ -55,20 +55,20 @@ async def _measure(turns: int, reps: int) -> dict[str, Any]:
         try:
             for name, settings in VARIANTS.items():
                 objects: list[tuple[str, object]] = [("bench_tool", _tool_plugin)]
-                plugin_settings: dict[str, Any] = {}
+                otel: dict[str, Any] = {}
                 if settings is not None:
                     # Its own plugin (and provider) per variant; not the global provider,
                     # which a process gets once.
                     plugin = OtelPlugin(environ={}, install_global=False)
                     plugins.append(plugin)
                     objects.append(("otel", plugin))
-                    plugin_settings["otel"] = {"endpoint": sink.url, **settings}
+                    otel = {"endpoint": sink.url, **settings}
                 config = LichConfig(
                     providers=(ProviderConfig(kind="openai_compat", name="bench", model=MODEL,
                                               base_url=server.base_url(turns)),),
                     plugins=("openai_compat",), work_dir=work, stream=False,
                     persist_sessions=True, max_turns=turns + 1,
-                    plugin_settings=plugin_settings,
+                    otel=otel,
                 )
                 agents[name] = Agent(config, plugins=objects)
 

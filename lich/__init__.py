@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Rewrite,
         RunInfo,
         RunOutcome,
+        Stop,
         hookimpl,
     )
     from lich.plugins import LoadReport, PluginHost, PluginLoadError
@@ -83,6 +84,7 @@ _EXPORTS = {
     "RunInfo": "lich.hooks",
     "RunOutcome": "lich.hooks",
     "RunResult": "lich.agent",
+    "Stop": "lich.hooks",
     "SystemMessage": "lich.types",
     "Tool": "lich.tools",
     "ToolCall": "lich.types",
@@ -129,6 +131,7 @@ __all__ = [
     "RunInfo",
     "RunOutcome",
     "RunResult",
+    "Stop",
     "SystemMessage",
     "Tool",
     "ToolCall",

@@ -23,7 +23,7 @@ from attrs import frozen
 from lich import serialization
 from lich.approvals.grants import ApprovalGrants
 from lich.cancel import CancelToken
-from lich.config import ConfigError, LichConfig, config_with
+from lich.config import ConfigError, LichConfig, ProviderConfig, config_with
 from lich.events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -45,6 +45,7 @@ from lich.events import (
 from lich.executor import HookedToolRunner, ToolExecutor
 from lich.hooks import RunInfo, RunOutcome
 from lich.loop import (
+    BudgetStop,
     LoopDeps,
     LoopOutcome,
     LoopParams,
@@ -65,6 +66,7 @@ from lich.sessions import SessionStore, SessionWriter
 from lich.tools import ToolRegistry
 from lich.types import (
     ChatFn,
+    ChatResult,
     Message,
     Provider,
     Usage,
@@ -134,6 +136,11 @@ class RunResult:
     def text(self) -> str:
         """The final answer's text ('' when there is none)."""
         return self.outcome.final.content if self.outcome.final else ""
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the run cost in US dollars; ``None`` when unknown (see ``lich_price_call``)."""
+        return self.outcome.cost_usd
 
 
 def load_plugins(config: LichConfig, extra: Sequence[tuple[str, object]] = ()) -> PluginHost:
@@ -222,6 +229,7 @@ class Agent:
         #: What ``session``/``always`` approvals granted, per session, for every run
         #: of this agent (and of the agents :meth:`with_model` makes from it).
         self.approval_grants = ApprovalGrants()
+        self._resolved_providers: dict[str, ProviderConfig] | None = None
         self._closed = False
 
     @property
@@ -297,7 +305,7 @@ class Agent:
             else None
         )
         emitter = RunEmitter(run_id, session_id)
-        spent = _UsageMeter()
+        spent = _UsageMeter(0.0 if self.host.has_impls("lich_price_call") else None)
         emitter.subscribe(spent)
         if on_event is not None:
             emitter.subscribe(on_event)
@@ -339,6 +347,13 @@ class Agent:
         def emit(event: Event) -> None:
             emitter.emit(event)
 
+        async def before_call(turn: int, usage: Usage, cost: float | None) -> BudgetStop | None:
+            answer = await self.host.before_model_call(run, turn, usage, cost)
+            if answer is None:
+                return None
+            stop, plugin = answer
+            return BudgetStop(stop.budget or plugin, stop.reason, plugin)
+
         deps = LoopDeps(
             # Provider errors are redacted where they enter the run: an error body
             # quoting the key must not reach an event, the transcript or a log.
@@ -349,6 +364,8 @@ class Agent:
             emit=emit,
             on_message=on_message,
             on_compact=on_compact,
+            price=self._price if self.host.has_impls("lich_price_call") else None,
+            before_call=before_call if self.host.has_impls("lich_before_model_call") else None,
         )
         params = LoopParams(
             max_turns=config.max_turns,
@@ -369,15 +386,15 @@ class Agent:
             # The task itself was cancelled (e.g. Ctrl-C): record an aborted run, then let the
             # cancellation continue.
             await self._finish(run, emitter, writer, "aborted", transcript, spent.usage, None,
-                               turns=spent.turns)
+                               turns=spent.turns, cost=spent.cost)
             raise
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
             await self._finish(run, emitter, writer, "error", transcript, spent.usage, error,
-                               turns=spent.turns)
+                               turns=spent.turns, cost=spent.cost)
             raise
         await self._finish(run, emitter, writer, outcome.stopped_reason, transcript,
-                           outcome.usage, None, outcome)
+                           outcome.usage, None, outcome, cost=outcome.cost_usd)
         return RunResult(
             run_id=run_id,
             session_id=session_id,
@@ -398,10 +415,11 @@ class Agent:
         outcome: LoopOutcome | None = None,
         *,
         turns: int = 0,
+        cost: float | None = None,
     ) -> None:
         turns = outcome.turns_used if outcome else turns
         final = outcome.final if outcome else last_assistant(transcript)
-        emitter.emit(RunEnd(reason, turns, usage, error))
+        emitter.emit(RunEnd(reason, turns, usage, error, cost))
         if writer is not None:
             try:
                 writer.append(
@@ -412,11 +430,32 @@ class Agent:
                     turns_used=turns,
                     usage=serialization.unstructure(usage),
                     error=error,
+                    cost_usd=cost,
                 )
             finally:
                 writer.close()
-        await self.host.run_end(run, RunOutcome(reason, turns, usage, final, error))
+        await self.host.run_end(run, RunOutcome(reason, turns, usage, final, error, cost))
         await self.host.drain_events()
+
+    def _price(self, result: ChatResult) -> float | None:
+        """``lich_price_call`` for one answer, with the configured provider that gave it."""
+        provider = self._provider_configs().get(result.provider_name)
+        model = result.model or (provider.model if provider is not None else "")
+        return self.host.price_call(provider, model, result.usage, self.config)
+
+    def _provider_configs(self) -> dict[str, ProviderConfig]:
+        # Resolved once per agent: the kind's default base_url is what a price list
+        # recognises the provider by. A provider whose kind is not registered (a chat
+        # function given directly) is simply not known here.
+        if self._resolved_providers is None:
+            resolved: dict[str, ProviderConfig] = {}
+            for index, provider in enumerate(self.config.providers):
+                try:
+                    resolved[provider.name] = self.provider_kinds.resolve(provider, index)
+                except ConfigError:
+                    continue
+            self._resolved_providers = resolved
+        return self._resolved_providers
 
     def run_sync(self, input: str, **kwargs: Any) -> RunResult:
         """:meth:`run` for scripts: runs its own event loop."""
@@ -424,19 +463,27 @@ class Agent:
 
 
 class _UsageMeter:
-    """Adds up the usage and counts the turns of one run (for runs that end in an exception)."""
+    """Adds up the usage and cost and counts the turns of one run (for runs that end in
+    an exception). The cost is unknown (``None``) once one call had no price."""
 
-    __slots__ = ("turns", "usage")
+    __slots__ = ("cost", "turns", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, cost: float | None = 0.0) -> None:
         self.usage = Usage()
         self.turns = 0
+        self.cost = cost
+
+    def _add(self, cost: float | None) -> None:
+        self.cost = None if self.cost is None or cost is None else self.cost + cost
 
     def __call__(self, envelope: Envelope) -> None:
         if isinstance(envelope.event, LlmEnd):
             self.usage = self.usage + envelope.event.result.usage
+            self._add(envelope.event.cost_usd)
         elif isinstance(envelope.event, CompressEnd):
             self.usage = self.usage + envelope.event.usage
+            if envelope.event.summary_chars or envelope.event.usage != Usage():
+                self._add(envelope.event.cost_usd)
         elif isinstance(envelope.event, TurnStart):
             self.turns = envelope.event.turn
 

@@ -49,6 +49,7 @@ __all__ = [
     "Source",
     "config_search_dirs",
     "find_config_file",
+    "is_path_entry",
     "load_config",
     "locate_config",
     "user_config_path",
@@ -61,6 +62,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "ollama",
     "failover",
     "gateway",
+    "budgets",
     "mcp",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
@@ -133,6 +135,9 @@ class LichConfig:
         factory=tuple, check=_unique_provider_names)
     system_prompt: str | None = None
     max_turns: int = setting(25, check=between(1, 10_000))
+    #: Per-run budgets, enforced by the ``budgets`` plugin before each model call.
+    max_cost_usd: float | None = setting(None, check=greater_than(0))
+    max_total_tokens: int | None = setting(None, check=greater_than(0))
     work_dir: str = field(factory=os.getcwd)
     tools_enabled: tuple[str, ...] | None = field(
         default=None, converter=_tools_enabled, metadata={PARSE: _parse_tools_enabled})
@@ -155,8 +160,12 @@ class LichConfig:
     approval_timeout_s: float = setting(300.0, check=at_least(0))
     #: The [approvals] table: the builtin approvals plugin's rules (it checks them).
     approvals: Mapping[str, Any] = field(factory=dict)
+    #: The [otel] table: the builtin otel plugin's exporter settings (it checks them).
+    otel: Mapping[str, Any] = field(factory=dict)
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
+    #: The ``[prices]`` table, kept raw: the ``prices`` plugin checks and reads it.
+    prices: Mapping[str, Any] = field(factory=dict)
     #: The [mcp] table: the builtin mcp plugin's servers (it checks them).
     mcp: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
@@ -297,7 +306,10 @@ def _expand_additions(raw: dict[str, Any], file_name: str | None) -> None:
     raw["plugins"] = [*BUILTIN_PLUGINS, *(e for e in extra if e not in BUILTIN_PLUGINS)]
 
 
-def _looks_like_path(entry: str) -> bool:
+def is_path_entry(entry: str) -> bool:
+    """Whether a ``plugins`` entry names a file (it ends in ``.py`` or holds a path
+    separator) rather than an entry point or a module. The one rule: the loader, the
+    config's relative paths and ``--plugin`` all read an entry by it."""
     return entry.endswith(".py") or "/" in entry or os.sep in entry
 
 
@@ -357,7 +369,7 @@ def load_config(
     above = location.project_dir if location is not None and location.reason == "parent" else None
     if above is not None and isinstance(raw.get("plugins"), list):
         raw["plugins"] = [
-            str(above / Path(e).expanduser()) if isinstance(e, str) and _looks_like_path(e)
+            str(above / Path(e).expanduser()) if isinstance(e, str) and is_path_entry(e)
             and not Path(e).expanduser().is_absolute() else e
             for e in raw["plugins"]
         ]
@@ -410,6 +422,8 @@ def load_config(
         "session_dir",
         "log_level",
         "max_turns",
+        "max_cost_usd",
+        "max_total_tokens",
         "strict_plugins",
         "stream",
     ):

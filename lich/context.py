@@ -21,6 +21,7 @@ from lich.types import (
     AssistantMessage,
     ChatFn,
     ChatOptions,
+    ChatResult,
     Message,
     ProviderError,
     SystemMessage,
@@ -101,6 +102,8 @@ class CompressResult:
     summary_chars: int
     ok: bool
     usage: Usage = field(factory=Usage)
+    #: The summarizer's answer (``None``: no call was made, or it failed): what prices it.
+    result: ChatResult | None = field(default=None, eq=False, repr=False)
 
 
 @frozen
@@ -215,9 +218,9 @@ async def compress_messages(
     summary = result.message.content.strip()
     if not summary:
         log.warning("context compression failed: the summarizer returned no text")
-        return CompressResult(tuple(messages), 0, False, result.usage)
+        return CompressResult(tuple(messages), 0, False, result.usage, result)
     summary_message = UserMessage(f"{SUMMARY_OPEN}\n{summary}\n{SUMMARY_CLOSE}")
     head = (split.pinned, summary_message) if split.pinned else (summary_message,)
     return CompressResult(
-        (*split.system, *head, *split.recent), len(summary), True, result.usage
+        (*split.system, *head, *split.recent), len(summary), True, result.usage, result
     )

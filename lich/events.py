@@ -54,7 +54,7 @@ __all__ = [
 
 log = logging.getLogger("lich.events")
 
-EVENT_SCHEMA_VERSION = 1
+EVENT_SCHEMA_VERSION = 2
 StoppedReason: TypeAlias = Literal["final", "budget", "aborted", "error"]
 
 
@@ -87,12 +87,14 @@ class CompressStart:
 @frozen
 class CompressEnd:
     """Compression ended. ``summary_chars`` is 0 when it failed or had nothing to do;
-    ``usage`` is what the summarizer call cost (it is part of the run's usage)."""
+    ``usage`` is what the summarizer call cost (it is part of the run's usage), and
+    ``cost_usd`` its price (``None``: unknown, or no summarizer call was made)."""
 
     summary_chars: int
     estimated_tokens: int = 0
     ok: bool = True
     usage: Usage = field(factory=Usage)
+    cost_usd: float | None = None
     type: Literal["compress_end"] = "compress_end"
 
 
@@ -147,10 +149,12 @@ class Failover:
 
 @frozen
 class LlmEnd:
-    """A model call returned."""
+    """A model call returned. ``cost_usd`` is its price in US dollars, as the
+    ``lich_price_call`` hook answered (``None``: unknown, or nothing prices calls)."""
 
     turn: int
     result: ChatResult
+    cost_usd: float | None = None
     type: Literal["llm_end"] = "llm_end"
 
 
@@ -237,9 +241,19 @@ class Final:
 
 @frozen
 class BudgetExhausted:
-    """The run used all its turns."""
+    """The run stopped on a budget: it used all its turns (``budget="max_turns"``),
+    or a ``lich_before_model_call`` hook stopped it before the next model call.
+
+    ``budget`` names the budget (``max_turns``, ``max_cost_usd``,
+    ``max_total_tokens``, or what the stopping plugin calls its own), ``reason``
+    says what was spent against what, and ``stopped_by`` is the plugin that
+    stopped the run (``None`` for ``max_turns``, which the loop enforces).
+    """
 
     turns_used: int
+    budget: str = "max_turns"
+    reason: str = ""
+    stopped_by: str | None = None
     type: Literal["budget_exhausted"] = "budget_exhausted"
 
 
@@ -262,12 +276,15 @@ class ErrorEvent:
 
 @frozen
 class RunEnd:
-    """A run ended, whatever the reason."""
+    """A run ended, whatever the reason. ``cost_usd`` is the sum of the run's priced
+    model calls, ``None`` as soon as one of them had no known price (a partial sum
+    would read as the whole cost)."""
 
     stopped_reason: StoppedReason
     turns_used: int
     usage: Usage
     error: str | None = None
+    cost_usd: float | None = None
     type: Literal["run_end"] = "run_end"
 
 

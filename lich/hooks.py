@@ -32,6 +32,7 @@ __all__ = [
     "Rewrite",
     "RunInfo",
     "RunOutcome",
+    "Stop",
     "hookimpl",
     "hookspec",
 ]
@@ -151,6 +152,20 @@ class Rewrite:
 
 
 @frozen
+class Stop:
+    """Answer of ``lich_before_model_call``: end the run now, before the next model call.
+
+    The run ends with ``stopped_reason="budget"``; ``reason`` is shown to the
+    user and recorded on the ``budget_exhausted`` event, so it should say which
+    budget and how much of it was spent (``"max_total_tokens: 1,204 tokens used
+    of 1,000"``). ``budget`` names the budget (default: the plugin's name).
+    """
+
+    reason: str
+    budget: str | None = None
+
+
+@frozen
 class RunInfo:
     """The run a hook is called for.
 
@@ -176,7 +191,8 @@ class RunOutcome:
     """How a run ended, as ``lich_run_end`` sees it.
 
     ``stopped_reason`` is ``final``, ``budget``, ``aborted`` or ``error``;
-    ``error`` describes the failure when it is ``error``.
+    ``error`` describes the failure when it is ``error``. ``cost_usd`` is the
+    run's price (``None``: unknown; see the ``run_end`` event).
     """
 
     stopped_reason: StoppedReason
@@ -184,3 +200,4 @@ class RunOutcome:
     usage: Usage = field(factory=Usage)
     final: AssistantMessage | None = None
     error: str | None = None
+    cost_usd: float | None = None

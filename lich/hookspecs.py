@@ -11,7 +11,8 @@ Rules that hold for every hook:
   ``lich_before_tool_call``, ``lich_after_tool_call`` or ``lich_run_end``
   runs in a worker thread, so a slow one neither blocks the event loop nor
   escapes ``hook_timeout_s``; ``lich_event`` and the registration hooks run
-  inline.
+  inline. (So does ``lich_before_model_call`` in a thread, and
+  ``lich_price_call`` inline: it must be a fast plain ``def``.)
 * Implementations run in pluggy order: the most recently registered plugin
   first, ``tryfirst``/``trylast`` respected. Builtins are registered before
   third-party plugins, so a third-party implementation runs before a builtin.
@@ -26,13 +27,22 @@ from lich.hooks import hookspec
 if TYPE_CHECKING:
     import click
 
-    from lich.config import LichConfig
+    from lich.config import LichConfig, ProviderConfig
     from lich.events import Envelope
     from lich.gateway.registry import AdapterRegistry
-    from lich.hooks import Approval, ApprovalRequest, Ask, Block, Rewrite, RunInfo, RunOutcome
+    from lich.hooks import (
+        Approval,
+        ApprovalRequest,
+        Ask,
+        Block,
+        Rewrite,
+        RunInfo,
+        RunOutcome,
+        Stop,
+    )
     from lich.providers import ProviderRegistry
     from lich.tools import ToolRegistry
-    from lich.types import ChatFn, Provider, ToolCall, ToolResult
+    from lich.types import ChatFn, Provider, ToolCall, ToolResult, Usage
 
 
 # --------------------------------------------------------------------------
@@ -162,6 +172,67 @@ def lich_run_start(run: RunInfo) -> None:
 
     Observers: every implementation is called; one that raises or exceeds
     ``hook_timeout_s`` is logged and skipped.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_price_call(
+    provider: ProviderConfig | None, model: str, usage: Usage, config: LichConfig
+) -> float | None:
+    """The price of one model call, in US dollars.
+
+    :param provider: the configured provider that answered, resolved as it was
+        used (its ``kind``, ``name``, ``base_url`` with the kind's default
+        applied, the configured ``model``); ``None`` when the answer names no
+        configured provider (a chat function given to :class:`lich.Agent`).
+    :param model: the model the answer names (the provider's own id, e.g.
+        ``gpt-4o-2024-08-06``), else the configured one.
+    :param usage: the call's tokens, cache and reasoning breakdowns included.
+    :param config: the agent's effective configuration (its own price table, if any).
+    :return: the cost, or ``None`` when this implementation cannot price the call
+        (the next one is asked). ``None`` from all means *cost unknown*: the
+        events carry ``cost_usd: null`` and the run's total is unknown too.
+
+    Called inline after every model call (the turn's and the compression
+    summarizer's) and before ``llm_end`` is emitted, so the price travels on
+    the event to every observer, the transcript and ``--json``. It must be a
+    plain, fast ``def`` (no I/O per call). ``firstresult``: the first number
+    wins, so a third-party plugin with its own price list overrides the builtin
+    ``prices`` plugin. An implementation that raises or returns anything but a
+    finite number ``>= 0`` or ``None`` is logged and skipped.
+
+    Why a hook and not an event observer: the price must be *on* ``llm_end``
+    and ``run_end`` (and checked by budgets before the next call), and only the
+    core can put it there; the core itself knows no prices and no providers.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_before_model_call(
+    run: RunInfo, turn: int, usage: Usage, cost_usd: float | None
+) -> Stop | None:
+    """A turn is about to call the model: let it, or end the run on a budget.
+
+    :param run: the run.
+    :param turn: the turn about to start (1 for the first model call).
+    :param usage: the tokens the run has used so far (compression included).
+    :param cost_usd: the run's cost so far; ``None`` when a call so far had no
+        known price (0.0 before the first call).
+    :return: ``None`` to go on, or :class:`lich.Stop` ``(reason)`` to end the
+        run with ``stopped_reason="budget"`` before the turn starts.
+
+    Checked at every turn boundary, before the turn's compression and model
+    call — never during a call or a stream, so a stopped run's transcript ends
+    on a complete turn. The run then emits ``budget_exhausted`` (with the
+    ``reason`` and the plugin's name) and ``run_end``; ``lich TASK`` exits 1.
+    The builtin ``budgets`` plugin implements ``max_cost_usd`` and
+    ``max_total_tokens`` with it.
+
+    ``firstresult``: implementations run one at a time in pluggy order until
+    one stops the run. One that raises, exceeds ``hook_timeout_s`` or returns
+    anything else is logged and skipped (fail open: a broken observer must not
+    end every run; a budget plugin that must fail closed catches its own
+    errors and returns a ``Stop``).
     """
 
 

@@ -5,14 +5,15 @@ Each turn: check for cancellation, compress if the estimate crosses the
 threshold, call the model, append its reply, run the tools it asked for (one
 at a time, in the order given) and append one tool message per call. A reply
 without tool calls ends the run (``final``); running out of turns ends it
-(``budget``); a cancel ends it (``aborted``) wherever it lands. Tool failures
+(``budget``), as does a ``before_call`` answer at a turn boundary; a cancel
+ends it (``aborted``) wherever it lands. Tool failures
 are data for the model. The caller's message list is never mutated.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from attrs import field, frozen
@@ -51,6 +52,7 @@ from lich.types import (
 
 __all__ = [
     "COMPRESS_BACKOFF_TURNS",
+    "BudgetStop",
     "LoopDeps",
     "LoopOutcome",
     "LoopParams",
@@ -87,12 +89,24 @@ class ToolRunner(Protocol):
 
 
 @frozen
+class BudgetStop:
+    """Why the run stops before its next model call (see :attr:`LoopDeps.before_call`)."""
+
+    budget: str
+    reason: str
+    stopped_by: str | None = None
+
+
+@frozen
 class LoopDeps:
     """What the loop calls out to.
 
     ``definitions`` is asked again before every model call. ``emit`` receives
     every event; ``on_message`` every message the loop appends (for the
     transcript); ``on_compact`` the whole history after a compression.
+    ``price`` gives the cost of one model answer (``None``: unknown); without
+    it every cost is unknown. ``before_call(turn, usage, cost_usd)`` is awaited
+    at each turn boundary and may end the run on a budget.
     """
 
     chat: ChatFn
@@ -101,6 +115,10 @@ class LoopDeps:
     emit: Callable[[Event], None] = lambda _event: None
     on_message: Callable[[Message], None] = lambda _message: None
     on_compact: Callable[[Sequence[Message]], None] = lambda _messages: None
+    price: Callable[[ChatResult], float | None] | None = None
+    before_call: (
+        Callable[[int, Usage, float | None], Awaitable[BudgetStop | None]] | None
+    ) = None
 
 
 @frozen
@@ -124,7 +142,9 @@ class LoopOutcome:
 
     ``messages`` is the working transcript (each message once); ``final`` the
     last assistant message; ``result`` the last model answer when the run
-    ended on ``final``; ``usage`` the run's own token usage.
+    ended on ``final``; ``usage`` the run's own token usage; ``cost_usd`` its
+    price (``None`` once a call had no known price); ``budget`` the budget
+    stop, when a ``before_call`` ended the run.
     """
 
     messages: tuple[Message, ...]
@@ -133,6 +153,8 @@ class LoopOutcome:
     turns_used: int
     stopped_reason: StoppedReason
     usage: Usage = field(factory=Usage)
+    cost_usd: float | None = None
+    budget: BudgetStop | None = None
 
 
 def seed_system_prompt(messages: Sequence[Message], system_prompt: str | None) -> list[Message]:
@@ -202,11 +224,26 @@ async def run_conversation(
     schema_cache: tuple[int, int] = (0, 0)  # (id of definitions, tokens)
     next_compress_turn = 1
     turn = 0
+    price = deps.price
+    # Nothing prices calls: every cost is unknown, from the start.
+    cost: float | None = 0.0 if price is not None else None
 
-    def outcome(reason: StoppedReason, turns: int, result: ChatResult | None = None) -> LoopOutcome:
+    def outcome(
+        reason: StoppedReason,
+        turns: int,
+        result: ChatResult | None = None,
+        budget_stop: BudgetStop | None = None,
+    ) -> LoopOutcome:
         return LoopOutcome(
-            tuple(history.messages), last_assistant(history.messages), result, turns, reason, usage
+            tuple(history.messages), last_assistant(history.messages), result, turns, reason,
+            usage, cost, budget_stop,
         )
+
+    def priced(answer: ChatResult) -> float | None:
+        nonlocal cost
+        call_cost = price(answer) if price is not None else None
+        cost = None if cost is None or call_cost is None else cost + call_cost
+        return call_cost
 
     def append(message: Message) -> None:
         history.append(message)
@@ -215,6 +252,18 @@ async def run_conversation(
     for turn in range(1, max(0, params.max_turns) + 1):
         if cancel is not None and cancel.cancelled:
             return outcome("aborted", turn - 1)
+        if deps.before_call is not None:
+            # At the turn boundary, before compression and the model call: a budget never
+            # cuts a call or a stream short, and the transcript ends on a whole turn.
+            try:
+                stop = await race(deps.before_call(turn, usage, cost), cancel)
+            except Cancelled:
+                return outcome("aborted", turn - 1)
+            if stop is not None:
+                emit(BudgetExhausted(turn - 1, stop.budget, stop.reason, stop.stopped_by))
+                if turn > 1:
+                    emit(TurnEnd(turn - 1))
+                return outcome("budget", turn - 1, budget_stop=stop)
         emit(TurnStart(turn))
         definitions = deps.definitions()
         if id(definitions) != schema_cache[0]:
@@ -239,6 +288,8 @@ async def run_conversation(
                     emit(CompressEnd(0, estimate, ok=False))
                     return outcome("aborted", turn)
                 usage = usage + compressed.usage
+                compress_cost = (priced(compressed.result) if compressed.result is not None
+                                 else None)
                 if compressed.ok and compressed.summary_chars:
                     history.replace(compressed.messages)
                     # A snapshot: the working list keeps growing after this call.
@@ -246,7 +297,8 @@ async def run_conversation(
                 after = history.tokens + schema_cache[1]
                 emit(
                     CompressEnd(
-                        compressed.summary_chars, after, ok=compressed.ok, usage=compressed.usage
+                        compressed.summary_chars, after, ok=compressed.ok, usage=compressed.usage,
+                        cost_usd=compress_cost,
                     )
                 )
                 if after >= budget * params.compress_threshold:
@@ -267,7 +319,7 @@ async def run_conversation(
             emit(ErrorEvent("unknown", f"{type(exc).__name__}: {exc}"))
             raise
         usage = usage + result.usage
-        emit(LlmEnd(turn, result))
+        emit(LlmEnd(turn, result, priced(result)))
         message = result.message
         append(message)
 
@@ -313,6 +365,8 @@ async def run_conversation(
                     emit(ToolCallEnd(turn, rest, cancelled))
                 return outcome("aborted", turn)
 
-    emit(BudgetExhausted(params.max_turns))
+    turns = max(0, params.max_turns)
+    emit(BudgetExhausted(params.max_turns, "max_turns",
+                         f"max_turns: all {turns} turn{'s' if turns != 1 else ''} used"))
     emit(TurnEnd(params.max_turns))
     return outcome("budget", params.max_turns)

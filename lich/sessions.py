@@ -1,13 +1,17 @@
 """Append-only JSONL transcripts: one file per conversation under ``session_dir``.
 
-Every line is one record ``{"v": 1, "ts": …, "kind": …}``:
+Every line is one record ``{"v": 2, "ts": …, "kind": …}``:
 
 * ``message`` — ``{"message": {...}}``, one per message as it is produced;
 * ``compact`` — ``{"messages": [...]}``, the history as compression left it;
 * ``event`` — ``{"event": {...}}``, events worth keeping (tool call provenance,
   retries and failovers, compression, errors);
 * ``meta`` — ``{"event": "run_start" | "run_end", ...}`` with the input,
-  usage and stopped reason.
+  usage, cost (``cost_usd``, ``null`` when unknown) and stopped reason.
+
+Version 2 (this one) added the cache and reasoning token counts to every
+usage and ``cost_usd`` to ``run_end`` and to the recorded events; version 1
+files are read as they are (the missing counts are 0, the cost unknown).
 
 Each record is written and flushed on its own, so a killed process leaves
 every finished record readable. The reader tolerates a torn last line and
@@ -43,10 +47,14 @@ __all__ = [
     "SessionStore",
     "SessionWriter",
     "repair_dangling_tool_calls",
+    "run_cost",
     "sanitize",
+    "session_cost",
 ]
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+#: Record versions this reader understands: version 1 lacks only fields that have defaults.
+READABLE_VERSIONS = frozenset({1, 2})
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -177,7 +185,8 @@ class SessionInfo:
     has no ``run_end`` (still running, or the process died), or ``""`` when the
     file records no run. ``answered`` says whether that last run got a model
     answer: a run that failed before its first answer is ``status == "error"``
-    and ``answered == False`` (see :attr:`failed_unanswered`).
+    and ``answered == False`` (see :attr:`failed_unanswered`). ``cost_usd`` sums
+    the runs' costs.
     """
 
     session_id: str
@@ -187,6 +196,9 @@ class SessionInfo:
     size: int
     status: str = ""
     answered: bool = False
+    #: What the session's runs cost together, in US dollars; ``None`` when a run's cost
+    #: is unknown (not priced, or recorded before costs were).
+    cost_usd: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -323,7 +335,7 @@ def read_session_file(path: Path, session_id: str | None = None) -> SessionConte
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
             version = record.get("v")
-            if version != RECORD_VERSION:
+            if version not in READABLE_VERSIONS or isinstance(version, bool):
                 raise ValueError(f"unsupported record version {version!r}")
             kind = record.get("kind")
             if kind == "message":
@@ -376,13 +388,37 @@ def repair_dangling_tool_calls(messages: Iterable[Message]) -> list[Message]:
     return out
 
 
-def _last_run(path: Path) -> tuple[str, bool]:
-    """``(status, answered)`` of the file's last run (see :class:`SessionInfo`).
+def run_cost(record: Mapping[str, Any]) -> float | None:
+    """The ``cost_usd`` of a ``run_end`` meta record; ``None`` when unknown or absent."""
+    cost = record.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+        return float(cost)
+    return None
+
+
+def session_cost(records: Iterable[Mapping[str, Any]]) -> float | None:
+    """What the runs recorded in ``records`` cost together: ``None`` when there is no
+    run, or when one run's cost is unknown (a partial sum would read as the whole)."""
+    total: float | None = None
+    for record in records:
+        if record.get("kind") != "meta" or record.get("event") != "run_end":
+            continue
+        cost = run_cost(record)
+        if cost is None:
+            return None
+        total = (total or 0.0) + cost
+    return total
+
+
+def _last_run(path: Path) -> tuple[str, bool, float | None]:
+    """``(status, answered, cost)`` of the file's last run, the cost summed over every
+    run (see :class:`SessionInfo`).
 
     Only lines that can matter are parsed (a meta record, or an assistant message):
     a tool output line is never decoded, so listing many big sessions stays cheap.
     """
     status, answered = "", False
+    ends: list[dict[str, Any]] = []
     try:
         with open(path, "rb") as f:
             for raw in f:
@@ -400,13 +436,14 @@ def _last_run(path: Path) -> tuple[str, bool]:
                     status, answered = "open", False
                 elif kind == "meta" and record.get("event") == "run_end":
                     status = str(record.get("stopped_reason") or "")
+                    ends.append(record)
                 elif kind == "message":
                     message = record.get("message")
                     if isinstance(message, dict) and message.get("role") == "assistant":
                         answered = True
     except OSError:
         pass
-    return status, answered
+    return status, answered, session_cost(ends)
 
 
 def _title(path: Path, limit: int = 80) -> str:

@@ -177,17 +177,31 @@ class ToolResult:
 
 @frozen
 class Usage:
-    """Token counts reported by a provider. Adds up with ``+``."""
+    """Token counts reported by a provider. Adds up with ``+``.
+
+    ``cache_read_tokens`` and ``cache_write_tokens`` are the part of
+    ``prompt_tokens`` read from / written to the provider's prompt cache;
+    ``reasoning_tokens`` the part of ``completion_tokens`` spent thinking.
+    They are breakdowns, never added on top: a provider that does not report
+    them leaves them 0, and ``prompt_tokens + completion_tokens`` stays the
+    whole call.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
 

@@ -74,6 +74,25 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _usage(usage: Any) -> Usage:
+    """The ``usage`` object of an answer (a stream's is assembled from ``message_start``
+    and ``message_delta``).
+
+    The API's ``input_tokens`` leaves the cache out: lich's ``prompt_tokens`` is the
+    whole prompt, ``input_tokens + cache_creation_input_tokens +
+    cache_read_input_tokens``, with the two cache counts kept as its breakdown. The
+    API reports no separate thinking count (thinking is billed as output).
+    """
+    if not isinstance(usage, dict):
+        return Usage()
+    written = _int(usage.get("cache_creation_input_tokens"))
+    read = _int(usage.get("cache_read_input_tokens"))
+    prompt = _int(usage.get("input_tokens")) + written + read
+    completion = _int(usage.get("output_tokens"))
+    return Usage(prompt, completion, prompt + completion,
+                 cache_read_tokens=read, cache_write_tokens=written)
+
+
 def _finish(reason: Any, has_tool_calls: bool) -> FinishReason:
     if has_tool_calls:
         return "tool_calls"
@@ -188,16 +207,9 @@ class AnthropicProvider(HttpProvider):
                 calls.append(ToolCall(str(block.get("id") or f"toolu_{len(calls)}"),
                                       str(block.get("name") or ""), args, error))
             # thinking / redacted_thinking blocks are not part of the answer text.
-        usage = data.get("usage") or {}
-        prompt = (
-            _int(usage.get("input_tokens"))
-            + _int(usage.get("cache_creation_input_tokens"))
-            + _int(usage.get("cache_read_input_tokens"))
-        )
-        completion = _int(usage.get("output_tokens"))
         return ChatResult(
             message=AssistantMessage("\n".join(texts), tuple(calls)),
-            usage=Usage(prompt, completion, prompt + completion),
+            usage=_usage(data.get("usage")),
             finish_reason=_finish(data.get("stop_reason"), bool(calls)),
             model=str(data.get("model") or self.model),
             provider_name=self.name,

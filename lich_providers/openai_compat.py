@@ -69,6 +69,31 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _usage(usage: Any) -> Usage:
+    """The ``usage`` object of an answer (or of the last stream chunk).
+
+    ``prompt_tokens_details.cached_tokens`` (part of ``prompt_tokens``) is the
+    cache read, ``completion_tokens_details.reasoning_tokens`` (part of
+    ``completion_tokens``) the thinking; servers that send neither get 0. The
+    chat-completions API bills no separate cache write.
+    """
+    if not isinstance(usage, dict):
+        return Usage()
+    prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    reasoning = (completion_details.get("reasoning_tokens")
+                 if isinstance(completion_details, dict) else None)
+    return Usage(
+        prompt,
+        completion,
+        _int(usage.get("total_tokens")) or prompt + completion,
+        cache_read_tokens=_int(cached),
+        reasoning_tokens=_int(reasoning),
+    )
+
+
 def _finish(reason: Any, has_tool_calls: bool) -> FinishReason:
     # Tool-call presence decides, not the server's label (see docs/providers.md).
     if has_tool_calls:
@@ -153,11 +178,9 @@ class OpenAICompatProvider(HttpProvider):
             args, error = parse_tool_args(fn.get("arguments"))
             calls.append(ToolCall(str(tc.get("id") or f"call_{i}"), str(fn.get("name") or ""),
                                   args, error))
-        usage = data.get("usage") or {}
-        prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
         return ChatResult(
             message=AssistantMessage(_text(message.get("content")), tuple(calls)),
-            usage=Usage(prompt, completion, _int(usage.get("total_tokens")) or prompt + completion),
+            usage=_usage(data.get("usage")),
             finish_reason=_finish(choice.get("finish_reason"), bool(calls)),
             model=str(data.get("model") or self.model),
             provider_name=self.name,

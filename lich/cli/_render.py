@@ -275,7 +275,11 @@ class HumanRenderer(_Output):
                   f"({event.kind}{detail})", "yellow")
 
     def _on_budget_exhausted(self, event: Any) -> None:
-        self.note(f"budget exhausted after {event.turns_used} turns", "yellow", always=True)
+        turns = event.turns_used
+        # The turn cap needs no more words than the count; another budget says what ran out.
+        why = "" if event.budget == "max_turns" or not event.reason else f": {event.reason}"
+        self.note(f"budget exhausted after {turns} turn{'s' if turns != 1 else ''}{why}",
+                  "yellow", always=True)
 
     def _on_error(self, event: Any) -> None:
         # The caller reports the failure itself (with every attempt); just clear the spinner.

@@ -141,6 +141,9 @@ class ChatSession:
         self.total = Usage()
         self.last: Usage | None = None
         self.runs = 0
+        # The chat's cost so far (None once a run's cost was unknown), and the last run's.
+        self.cost: float | None = 0.0
+        self.last_cost: float | None = None
 
     # ---------------------------------------------------------------- output
 
@@ -211,10 +214,19 @@ class ChatSession:
         self.err.clear()
         return False
 
+    def _cost(self, cost: float | None) -> str:
+        # Only when a plugin prices calls: without one, every cost is unknown by design.
+        if not self.agent.host.has_impls("lich_price_call"):
+            return ""
+        from lich.money import format_cost
+
+        return f", {format_cost(cost)}"
+
     async def _usage(self, _arg: str) -> bool:
-        self.say(f"this chat: {self.runs} runs, {usage_line(self.total)}", "")
+        self.say(f"this chat: {self.runs} runs, {usage_line(self.total)}"
+                 f"{self._cost(self.cost)}", "")
         if self.last is not None:
-            self.say(f"last run: {usage_line(self.last)}", "")
+            self.say(f"last run: {usage_line(self.last)}{self._cost(self.last_cost)}", "")
         return False
 
     async def _model(self, arg: str) -> bool:
@@ -296,10 +308,14 @@ class ChatSession:
         self.runs += 1
         self.last = result.usage
         self.total = self.total + result.usage
+        self.last_cost = result.cost_usd
+        self.cost = (None if self.cost is None or result.cost_usd is None
+                     else self.cost + result.cost_usd)
         turns = result.outcome.turns_used
         state = "" if result.stopped_reason == "final" else f" · {result.stopped_reason}"
+        cost = self._cost(result.cost_usd).replace(", ", " · ", 1)
         self.say(f"[{turns} turn{'s' if turns != 1 else ''} · "
-                 f"{result.usage.total_tokens} tokens{state}]")
+                 f"{result.usage.total_tokens} tokens{cost}{state}]")
         return not human.closed
 
     def _reload(self) -> None:

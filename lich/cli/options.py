@@ -44,6 +44,8 @@ class Settings:
         self.work_dir: str | None = None
         self.plugins: list[str] = []
         self.max_turns: int | None = None
+        self.max_cost_usd: float | None = None
+        self.max_total_tokens: int | None = None
         self.model: str | None = None
         self.provider_kind: str | None = None
         self.base_url: str | None = None
@@ -67,6 +69,8 @@ class Settings:
             "session_dir": self.session_dir,
             "log_level": self.log_level,
             "max_turns": self.max_turns,
+            "max_cost_usd": self.max_cost_usd,
+            "max_total_tokens": self.max_total_tokens,
             "model": self.model,
             "provider_kind": self.provider_kind,
             "base_url": self.base_url,
@@ -89,8 +93,9 @@ def get_settings(ctx: click.Context) -> Settings:
 def _plugin_entry(entry: str) -> str:
     # A path given on the command line means a path from where the user stands, not from
     # the work dir (which is how the config file's relative entries are read).
-    looks_like_path = entry.endswith(".py") or "/" in entry or os.sep in entry
-    if looks_like_path and not os.path.isabs(entry):
+    from lich.config import is_path_entry
+
+    if is_path_entry(entry) and not os.path.isabs(entry):
         candidate = Path(entry).expanduser()
         if candidate.exists():
             return str(candidate.resolve())
@@ -149,6 +154,12 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
             help="Environment variable holding the first provider's API key."),
     _option("--max-turns", attr="max_turns", type=click.IntRange(min=1), metavar="N",
             help="Most model calls per run."),
+    _option("--max-cost", attr="max_cost_usd", type=click.FloatRange(min=0, min_open=True),
+            metavar="USD",
+            help="Stop a run before a model call once it has cost this many US dollars "
+                 "(needs prices: the `prices` plugin)."),
+    _option("--max-tokens", attr="max_total_tokens", type=click.IntRange(min=1), metavar="N",
+            help="Stop a run before a model call once it has used this many tokens."),
     _option("--system-prompt", attr="system_prompt", metavar="TEXT",
             help="System prompt instead of the default."),
     _option("--session-dir", attr="session_dir", metavar="DIR",

@@ -256,17 +256,23 @@ def execute(
         if summary is not None:
             summary(result)
         elif human is not None:
-            _summary(human, result)
+            _summary(human, result, priced=agent.host.has_impls("lich_price_call"))
     return exit_code_for(outcome)
 
 
-def outcome_line(result: RunResult) -> str:
-    """``final after 4 turns, 382 tokens``: how a run ended, for the closing line."""
+def outcome_line(result: RunResult, *, priced: bool = False) -> str:
+    """``final after 4 turns, 1,204 tokens, $0.0031``: how a run ended, for the closing
+    line. The cost is there when ``priced`` (a plugin prices calls): ``cost unknown``
+    when it could not price them all."""
+    from lich.money import format_cost
+
     turns = result.outcome.turns_used
+    cost = f", {format_cost(result.cost_usd)}" if priced else ""
     return (f"{result.stopped_reason} after {turns} turn{'s' if turns != 1 else ''}, "
-            f"{result.usage.total_tokens} tokens")
+            f"{result.usage.total_tokens:,} tokens{cost}")
 
 
-def _summary(human: Any, result: RunResult) -> None:
+def _summary(human: Any, result: RunResult, *, priced: bool = False) -> None:
     where = f"; transcript {result.session_path}" if result.session_path else ""
-    human.note(f"{outcome_line(result)}; session {result.session_id}{where}", always=False)
+    human.note(f"{outcome_line(result, priced=priced)}; session {result.session_id}{where}",
+               always=False)

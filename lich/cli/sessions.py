@@ -141,7 +141,8 @@ def status_label(info: SessionInfo) -> str:
 def _info_json(s: SessionInfo) -> dict[str, Any]:
     return {"session_id": s.session_id, "path": str(s.path), "title": s.title,
             "modified": s.modified, "size": s.size, "status": s.status,
-            "answered": s.answered, "failed_unanswered": s.failed_unanswered}
+            "answered": s.answered, "failed_unanswered": s.failed_unanswered,
+            "cost_usd": s.cost_usd}
 
 
 def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
@@ -158,11 +159,16 @@ def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
         return EXIT_OK
     from rich.table import Column, Table
 
-    table = Table(*(Column(h, no_wrap=True) for h in ("session", "modified", "size", "status")),
+    from lich.money import format_usd
+
+    headers = ("session", "modified", "size", "status", "cost")
+    table = Table(*(Column(h, no_wrap=True) for h in headers),
                   "first message", box=None, pad_edge=False)
     for s in sessions:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))
-        add_row(table, s.session_id, when, f"{s.size:,}", status_label(s), s.title)
+        # Blank when unknown: sessions recorded without a pricing plugin have no cost.
+        cost = format_usd(s.cost_usd) if s.cost_usd is not None else ""
+        add_row(table, s.session_id, when, f"{s.size:,}", status_label(s), cost, s.title)
     print_table(out_console(), table)
     return EXIT_OK
 
@@ -264,7 +270,7 @@ def _clip(text: str, limit: int) -> str:
 def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
     """``lich sessions show ID``: the conversation, readable (or as JSON)."""
     from lich import serialization
-    from lich.sessions import SessionNotFound
+    from lich.sessions import SessionNotFound, session_cost
 
     store = _store(settings)
     if store is None:
@@ -281,6 +287,7 @@ def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
             "messages": [serialization.message_to_dict(m) for m in contents.messages],
             "problems": list(contents.problems),
             "torn_tail": contents.torn_tail,
+            "cost_usd": session_cost(contents.records),
         })
         return EXIT_OK
     from rich.text import Text
@@ -304,6 +311,11 @@ def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
             event = record.get("event") or {}
             if event.get("type") == "tool_call_end" and event.get("blocked_by"):
                 line(f"   (blocked by plugin {event['blocked_by']})", "yellow")
+    total = session_cost(contents.records)
+    if total is not None:
+        from lich.money import format_usd
+
+        line(f"── session cost: {format_usd(total)}", "dim")
     for problem in contents.problems:
         echo_warning(problem)
     if contents.torn_tail:
@@ -337,7 +349,12 @@ def _show_meta(line: Any, record: Mapping[str, Any]) -> None:
         model = record.get("model") or "?"
         line(f"── run {record.get('run_id')} started {when} (model {model})", "dim")
     elif event == "run_end":
+        from lich.money import format_usd
+        from lich.sessions import run_cost
+
         usage = record.get("usage") or {}
         error = f"; error: {record['error']}" if record.get("error") else ""
+        cost = run_cost(record)
+        priced = f", {format_usd(cost)}" if cost is not None else ""
         line(f"── run ended: {record.get('stopped_reason')} after {record.get('turns_used')} "
-             f"turns, {usage.get('total_tokens', 0)} tokens{error}", "dim")
+             f"turns, {usage.get('total_tokens', 0)} tokens{priced}{error}", "dim")

@@ -14,6 +14,15 @@
 * A conversation with ``queue_limit`` messages already running or waiting
   answers "busy" instead of queueing more.
 * ``/new`` starts the conversation over; ``/start`` (Telegram's greeting) says hello.
+* A tool call that needs approval is asked about in its chat; ``/approve <id>`` and
+  ``/deny <id>`` from the same sender answer it, ahead of the conversation's queue
+  (:mod:`lich.gateway.approvals`).
+* With ``max_cost_usd_per_day``, a conversation that has spent it on the current
+  UTC day gets a polite refusal (``budget``) instead of a run, until the next day.
+  The spend is read back from the conversation's transcript (the ``cost_usd`` of
+  its ``run_end`` records), so a restart does not reset it; ``/new`` does not
+  either. A run whose cost is unknown counts as over the limit: the budget is
+  not silently unenforced.
 * Users see sanitised errors; the details go to the log under a reference.
 """
 
@@ -41,6 +50,7 @@ from lich.gateway._format import (
     sanitize_error,
 )
 from lich.gateway._keys import KEY_BYTES, load_or_create_key
+from lich.gateway.approvals import ChatApprovals, Notify
 from lich.types import Message, SystemMessage, ToolMessage, Usage, UserMessage
 
 if TYPE_CHECKING:
@@ -48,6 +58,7 @@ if TYPE_CHECKING:
     from lich.gateway.config import GatewayConfig
 
 __all__ = [
+    "BUDGET_TEXT",
     "BUSY_TEXT",
     "CLOSED_TEXT",
     "RESET_TEXT",
@@ -64,10 +75,17 @@ BUSY_TEXT = "busy: I am still working on your earlier messages; send this again 
 CLOSED_TEXT = "the gateway is shutting down; send your message again in a little while."
 RESET_TEXT = "Started a new conversation."
 ABORTED_TEXT = "stopped: the gateway is shutting down before this answer was finished."
+APPROVAL_CLOSED_TEXT = "the gateway is shutting down; no one can approve this call now"
 HISTORY_STUB = "(earlier messages of this conversation were left out)"
 START_INPUT = "hello"
 
-ReplyKind: TypeAlias = Literal["reply", "empty", "busy", "closed", "reset", "error", "aborted"]
+BUDGET_TEXT = ("Sorry, this conversation has used up today's budget, so I can't answer "
+               "more today. Please try again tomorrow.")
+
+ReplyKind: TypeAlias = Literal[
+    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "budget",
+    "approval"
+]
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
 
 
@@ -87,8 +105,10 @@ class BusReply:
 
     ``kind`` is ``reply`` (the agent answered), ``empty`` (it answered with no
     text), ``busy``, ``closed`` (shutting down), ``reset`` (``/new``),
-    ``error`` (sanitised) or ``aborted`` (cancelled at shutdown). ``text`` is
-    what to send back; platforms send nothing when it is empty.
+    ``error`` (sanitised), ``aborted`` (cancelled at shutdown), ``approval``
+    (the answer to an ``/approve`` or ``/deny`` message) or ``budget`` (the
+    conversation spent its daily budget; ``text`` is the polite refusal).
+    ``text`` is what to send back; platforms send nothing when it is empty.
     """
 
     kind: ReplyKind
@@ -101,6 +121,11 @@ class BusReply:
     def ok(self) -> bool:
         """Whether the agent ran and answered."""
         return self.kind in ("reply", "empty")
+
+
+def _utc_day(ts: float) -> str:
+    """The UTC calendar day of a timestamp, ``YYYY-MM-DD``: a daily budget's day."""
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
 
 
 def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
@@ -131,7 +156,8 @@ def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
 
 
 class _Conversation:
-    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id")
+    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id",
+                 "spent_day", "spent_usd")
 
     def __init__(self, key: tuple[str, str], session_id: str) -> None:
         self.key = key
@@ -140,6 +166,10 @@ class _Conversation:
         self.lock = asyncio.Lock()
         self.pending = 0  # running + waiting
         self.legacy_checked = False  # whether a transcript under the old name was looked for
+        # The UTC day the spend is counted for (None: read it from the transcript first),
+        # and what the day's runs cost (None: one run's cost was unknown).
+        self.spent_day: str | None = None
+        self.spent_usd: float | None = 0.0
 
 
 class GatewayBus:
@@ -153,9 +183,15 @@ class GatewayBus:
     :param id_key: the secret session ids are keyed with; by default the
         install's (``.gateway-id.key`` in the session directory, made on first
         use), or a random one for this bus when sessions are not persisted.
+    :param max_cost_usd_per_day: what one conversation may spend per UTC day
+        (``None``: no limit). Needs a plugin that prices calls (``prices``).
+
+    The bus registers its approver (:class:`~lich.gateway.approvals.ChatApprovals`,
+    plugin name ``gateway-approvals``) on the agent's plugin host.
 
     :raises OSError: the install's key cannot be created or read.
     :raises ValueError: a limit is out of range, or the key file is not a key.
+    :raises lich.config.ConfigError: a daily budget, and nothing prices calls.
     """
 
     def __init__(
@@ -166,9 +202,19 @@ class GatewayBus:
         max_conversations: int = 200,
         queue_limit: int = 5,
         id_key: bytes | None = None,
+        max_cost_usd_per_day: float | None = None,
     ) -> None:
         if history_cap < 2 or max_conversations < 1 or queue_limit < 1:
             raise ValueError("history_cap >= 2, max_conversations >= 1 and queue_limit >= 1")
+        if max_cost_usd_per_day is not None and not agent.host.has_impls("lich_price_call"):
+            from lich.config import ConfigError
+
+            # Caught at start, not as a refusal of every message later on.
+            raise ConfigError([
+                "$.gateway.max_cost_usd_per_conversation_day: no loaded plugin prices model "
+                "calls, so the budget cannot be checked; enable the `prices` plugin "
+                "(plugins = [\"+prices\"], pip install 'lich[prices]')"])
+        self.max_cost_usd_per_day = max_cost_usd_per_day
         if id_key is None:
             id_key = (load_or_create_key(agent.sessions.directory)
                       if agent.config.persist_sessions else secrets.token_bytes(KEY_BYTES))
@@ -182,6 +228,12 @@ class GatewayBus:
         self._active = 0
         self._idle: asyncio.Event | None = None
         self._closed = False
+        self.approvals = ChatApprovals()
+        name, n = "gateway-approvals", 1
+        while agent.host.pm.has_plugin(name):  # another bus on the same host (tests)
+            n += 1
+            name = f"gateway-approvals-{n}"
+        agent.host.register_object(self.approvals, name)
 
     @classmethod
     def from_config(cls, agent: Agent, config: GatewayConfig) -> GatewayBus:
@@ -191,6 +243,7 @@ class GatewayBus:
             history_cap=config.history_cap,
             max_conversations=config.max_conversations,
             queue_limit=config.queue_limit,
+            max_cost_usd_per_day=config.max_cost_usd_per_conversation_day,
         )
 
     # ----------------------------------------------------------------- state
@@ -243,14 +296,27 @@ class GatewayBus:
     # --------------------------------------------------------------- handling
 
     async def handle(
-        self, message: InboundMessage, *, on_event: EventHandler | None = None
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
     ) -> BusReply:
         """Handle one message: wait for the conversation's turn, run the agent, answer.
+
+        :param on_event: receives every event of the run.
+        :param notify: sends a message to the chat while the run goes on — how an
+            approval request reaches the person; without it a call needing approval
+            is denied (``approval_unavailable``).
 
         Never raises for a failed run (the reply is a sanitised ``error``);
         only cancellation of the calling task propagates.
         """
         key = (message.platform, message.chat_id)
+        answered = self.approvals.answer(message)
+        if answered is not None:
+            # Not queued: the run this answers holds the conversation's turn.
+            return BusReply("approval", answered, self.session_id_for(*key))
         if self._closed:
             return BusReply("closed", CLOSED_TEXT, self.session_id_for(*key))
         conv = self._conversation(key)
@@ -266,7 +332,7 @@ class GatewayBus:
             async with conv.lock:
                 if self._closed:
                     return BusReply("closed", CLOSED_TEXT, conv.session_id)
-                return await self._handle_in_turn(conv, message, on_event)
+                return await self._handle_in_turn(conv, message, on_event, notify)
         except Exception as exc:  # e.g. the disk refused a reset: still a clean answer
             user_text, ref = sanitize_error(exc)
             log_event(log, logging.ERROR, "handle_failed", platform=message.platform,
@@ -277,7 +343,11 @@ class GatewayBus:
             self._leave()
 
     async def _handle_in_turn(
-        self, conv: _Conversation, message: InboundMessage, on_event: EventHandler | None
+        self,
+        conv: _Conversation,
+        message: InboundMessage,
+        on_event: EventHandler | None,
+        notify: Notify | None,
     ) -> BusReply:
         if not conv.legacy_checked:
             await asyncio.to_thread(self._adopt_legacy_transcript, conv)
@@ -293,7 +363,59 @@ class GatewayBus:
                 text = rest
             else:
                 text = START_INPUT
-        return await self._run(conv, message, text, on_event)
+        if await self._over_budget(conv):
+            log_event(log, logging.WARNING, "budget_refused", platform=message.platform,
+                      chat=message.chat_id, session=conv.session_id, day=conv.spent_day,
+                      spent=conv.spent_usd, limit=self.max_cost_usd_per_day)
+            return BusReply("budget", BUDGET_TEXT, conv.session_id)
+        return await self._run(conv, message, text, on_event, notify)
+
+    async def _over_budget(self, conv: _Conversation) -> bool:
+        """Whether the conversation has spent its budget for today (UTC)."""
+        limit = self.max_cost_usd_per_day
+        if limit is None:
+            return False
+        today = _utc_day(time.time())
+        if conv.spent_day != today:
+            conv.spent_usd = await asyncio.to_thread(self._spent_on, conv.session_id, today)
+            conv.spent_day = today
+        return conv.spent_usd is None or conv.spent_usd >= limit
+
+    def _spent_on(self, session_id: str, day: str) -> float | None:
+        """What the runs of ``session_id`` that ended on ``day`` cost, from its transcript."""
+        from lich.sessions import run_cost
+
+        sessions = self.agent.sessions
+        if not sessions.exists(session_id):
+            return 0.0
+        try:
+            records = sessions.read(session_id).records
+        except (OSError, ValueError) as exc:
+            log_event(log, logging.ERROR, "session_unreadable", session=session_id,
+                      error=f"{type(exc).__name__}: {exc}")
+            return None  # fail closed: an unreadable spend is not a zero spend
+        total = 0.0
+        for record in records:
+            if record.get("kind") != "meta" or record.get("event") != "run_end":
+                continue
+            ts = record.get("ts")
+            if not isinstance(ts, int | float) or _utc_day(ts) != day:
+                continue
+            cost = run_cost(record)
+            if cost is None:
+                return None
+            total += cost
+        return total
+
+    def _count_spend(self, conv: _Conversation, cost: float | None) -> None:
+        if self.max_cost_usd_per_day is None:
+            return
+        today = _utc_day(time.time())
+        if conv.spent_day != today:
+            conv.spent_day = None  # the day turned during the run: read it again
+            return
+        conv.spent_usd = None if conv.spent_usd is None or cost is None else (
+            conv.spent_usd + cost)
 
     def _adopt_legacy_transcript(self, conv: _Conversation) -> None:
         """Rename a transcript saved under the old, unkeyed id to the keyed one (once).
@@ -354,6 +476,7 @@ class GatewayBus:
         message: InboundMessage,
         text: str,
         on_event: EventHandler | None,
+        notify: Notify | None = None,
     ) -> BusReply:
         if conv.history is None:
             conv.history = await self._load(conv)
@@ -361,13 +484,14 @@ class GatewayBus:
         self._tokens.add(token)
         started = time.perf_counter()
         try:
-            result = await self.agent.run(
-                text,
-                history=list(conv.history),
-                session_id=conv.session_id,
-                cancel=token,
-                on_event=on_event,
-            )
+            with self.approvals.conversation(conv.session_id, message, notify):
+                result = await self.agent.run(
+                    text,
+                    history=list(conv.history),
+                    session_id=conv.session_id,
+                    cancel=token,
+                    on_event=on_event,
+                )
         except Exception as exc:
             user_text, ref = sanitize_error(exc)
             log_event(log, logging.ERROR, "run_failed", platform=message.platform,
@@ -378,10 +502,12 @@ class GatewayBus:
             # read); without one, keep the history from before this message.
             if self.agent.config.persist_sessions:
                 conv.history = None
+            conv.spent_day = None  # what the failed run cost is in its run_end record
             return BusReply("error", user_text, conv.session_id)
         finally:
             self._tokens.discard(token)
         conv.history = cap_history(result.messages, self.history_cap)
+        self._count_spend(conv, result.cost_usd)
         log_event(log, logging.INFO, "run_end", platform=message.platform,
                   chat=message.chat_id, session=conv.session_id, run=result.run_id,
                   stopped=result.stopped_reason, turns=result.outcome.turns_used,
@@ -406,8 +532,10 @@ class GatewayBus:
             self._idle.set()
 
     def close(self) -> None:
-        """Refuse new messages (they get a "shutting down" reply); runs in flight go on."""
+        """Refuse new messages (they get a "shutting down" reply); runs in flight go on,
+        and every call waiting for approval is denied (the model is told why)."""
         self._closed = True
+        self.approvals.deny_all(APPROVAL_CLOSED_TEXT)
 
     def cancel_runs(self) -> None:
         """Close, and cancel every run in flight now (they end ``aborted``)."""

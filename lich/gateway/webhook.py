@@ -35,6 +35,7 @@ import ipaddress
 import json
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,7 @@ __all__ = ["ConnectionGuard", "HostPolicy", "WebhookAdapter", "is_loopback"]
 
 PLATFORM = "webhook"
 MAX_ID_CHARS = 256
-_STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502}
+_STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502, "budget": 429}
 
 
 def is_loopback(host: str) -> bool:
@@ -438,6 +439,9 @@ class WebhookAdapter:
         if reply.kind in _STATUS_FOR_KIND:
             status = _STATUS_FOR_KIND[reply.kind]
             headers = {"retry-after": "5"} if status in (429, 503) else None
+            if reply.kind == "budget":
+                # The daily budget returns at the next UTC midnight, not in 5 seconds.
+                headers = {"retry-after": str(86_400 - int(time.time()) % 86_400)}
             return JSONResponse({"error": reply.text, "session_id": reply.session_id},
                                 status_code=status, headers=headers)
         return JSONResponse(_reply_body(reply))
@@ -451,9 +455,15 @@ class WebhookAdapter:
         def on_event(envelope: Envelope) -> None:
             queue.put_nowait((envelope.type, serialization.envelope_to_dict(envelope)))
 
+        async def notify(text: str) -> None:
+            # What a chat platform would send as a message: the approval request, as
+            # text (the approval_requested event before it carries the same as data).
+            queue.put_nowait(("notice", {"text": text, "session_id": bus.session_id_for(
+                inbound.platform, inbound.chat_id)}))
+
         async def run() -> None:
             try:
-                reply = await bus.handle(inbound, on_event=on_event)
+                reply = await bus.handle(inbound, on_event=on_event, notify=notify)
                 if reply.kind in _STATUS_FOR_KIND:
                     queue.put_nowait(("error", {"error": reply.text, "kind": reply.kind,
                                                 "session_id": reply.session_id}))

@@ -12,7 +12,7 @@ Spans are started and ended inline as the events arrive; the SDK's batch
 processor exports them from its own thread. Message and tool contents are
 recorded only with ``capture_content = true``.
 
-Settings (``[plugin_settings.otel]``), each overridden by the standard variable
+Settings (``[otel]``), each overridden by the standard variable
 named, as ``LICH_*`` variables override the config file:
 
 * ``exporter``: ``"otlp_http"`` (the default), ``"console"`` or ``"none"``
@@ -75,7 +75,7 @@ __all__ = [
 log = logging.getLogger("lich.otel")
 
 INSTALL_HINT = "pip install 'lich[otel]'"
-SETTINGS_PATH = "$.plugin_settings.otel"
+SETTINGS_PATH = "$.otel"
 EXPORTERS = ("otlp_http", "console", "none")
 
 _REQUIRED = {"opentelemetry.trace": "opentelemetry-api",
@@ -114,7 +114,7 @@ def _exporter(value: Any) -> None:
 
 @frozen
 class OtelSettings:
-    """``[plugin_settings.otel]``; see the module docstring."""
+    """``[otel]``; see the module docstring."""
 
     exporter: str | None = setting(None, check=_exporter)
     endpoint: str | None = setting(None, check=url("http", "https"))
@@ -126,11 +126,11 @@ class OtelSettings:
 
 
 def load_settings(config: LichConfig) -> OtelSettings:
-    """The checked ``[plugin_settings.otel]`` table of ``config``.
+    """The checked ``[otel]`` table of ``config``.
 
-    :raises lich.config.ConfigError: naming every bad ``$.plugin_settings.otel.<key>``.
+    :raises lich.config.ConfigError: naming every bad ``$.otel.<key>``.
     """
-    return structure_settings(config.plugin_settings.get("otel"), OtelSettings, SETTINGS_PATH)
+    return structure_settings(config.otel, OtelSettings, SETTINGS_PATH)
 
 
 def _env(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
@@ -266,7 +266,7 @@ class OtelPlugin:
 
     @hookimpl
     def lich_check_config(self, config: LichConfig) -> None:
-        """Check ``[plugin_settings.otel]`` and the ``OTEL_*`` variables lich reads."""
+        """Check ``[otel]`` and the ``OTEL_*`` variables lich reads."""
         settings = load_settings(config)
         if self._given is None:
             _, problems = export_plan(settings, self.environ)
@@ -285,7 +285,7 @@ class OtelPlugin:
                 self._tracing = Tracing(self._given, flush_timeout_s=settings.flush_timeout_s)
                 return self._tracing
             # The first run's settings set up the export for the process (one config
-            # per process is the rule; /model keeps the config's [plugin_settings]).
+            # per process is the rule; /model keeps the config's [otel]).
             plan, problems = export_plan(settings, self.environ)
             if problems:
                 raise ConfigError(problems)
@@ -365,7 +365,7 @@ _PLUGIN = OtelPlugin()
 
 @hookimpl
 def lich_check_config(config: LichConfig) -> None:
-    """Check ``[plugin_settings.otel]`` and the ``OTEL_*`` variables lich reads."""
+    """Check ``[otel]`` and the ``OTEL_*`` variables lich reads."""
     _PLUGIN.lich_check_config(config)
 
 

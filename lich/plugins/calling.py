@@ -23,6 +23,7 @@ import asyncio
 import copy
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +31,20 @@ import pluggy
 from attrs import evolve, frozen
 
 from lich._threads import run_in_daemon_thread
-from lich.hooks import Approval, ApprovalRequest, Ask, Block, Rewrite, RunInfo, RunOutcome
-from lich.types import ToolCall, ToolResult
+from lich.hooks import (
+    Approval,
+    ApprovalRequest,
+    Ask,
+    Block,
+    Rewrite,
+    RunInfo,
+    RunOutcome,
+    Stop,
+)
+from lich.types import ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:
+    from lich.config import LichConfig, ProviderConfig
     from lich.events import Envelope
     from lich.tools import ToolRegistry
 
@@ -191,6 +202,61 @@ class HookCaller:
     async def run_end(self, run: RunInfo, outcome: RunOutcome) -> None:
         """``lich_run_end`` for every plugin; failures are logged and skipped."""
         await self._observe("lich_run_end", {"run": run, "outcome": outcome})
+
+    def price_call(
+        self, provider: ProviderConfig | None, model: str, usage: Usage, config: LichConfig
+    ) -> float | None:
+        """``lich_price_call``: the first implementation's price, or ``None`` (unknown).
+
+        Inline and synchronous (it runs once per model call, before ``llm_end``);
+        an implementation that raises, is ``async`` or answers something other
+        than a finite number >= 0 is logged and the next one asked.
+        """
+        kwargs = {"provider": provider, "model": model, "usage": usage, "config": config}
+        for impl in self._impls("lich_price_call"):
+            try:
+                answer = impl.function(**{name: kwargs[name] for name in impl.argnames})
+            except Exception as exc:
+                log.warning("lich_price_call of plugin %s failed (skipped): %s",
+                            impl.plugin_name, self._describe(exc))
+                continue
+            if answer is None:
+                continue
+            if inspect.isawaitable(answer):
+                if inspect.iscoroutine(answer):
+                    answer.close()  # never awaited: no "never awaited" warning
+                log.warning("lich_price_call of plugin %s is async (skipped); it must be a "
+                            "plain def", impl.plugin_name)
+                continue
+            if (isinstance(answer, bool) or not isinstance(answer, int | float)
+                    or not math.isfinite(answer) or answer < 0):
+                log.warning("lich_price_call of plugin %s returned %r (skipped); expected a "
+                            "cost >= 0 in US dollars or None", impl.plugin_name, answer)
+                continue
+            return float(answer)
+        return None
+
+    async def before_model_call(
+        self, run: RunInfo, turn: int, usage: Usage, cost_usd: float | None
+    ) -> tuple[Stop, str] | None:
+        """``lich_before_model_call``: the first ``Stop`` and the plugin that gave it.
+
+        Failures are logged and skipped (see the hook's docstring).
+        """
+        kwargs = {"run": run, "turn": turn, "usage": usage, "cost_usd": cost_usd}
+        for impl in self._impls("lich_before_model_call"):
+            try:
+                answer = await self._call_timed(impl, kwargs)
+            except Exception as exc:
+                log.warning("lich_before_model_call of plugin %s failed (skipped): %s",
+                            impl.plugin_name, self._describe(exc))
+                continue
+            if isinstance(answer, Stop):
+                return answer, impl.plugin_name
+            if answer is not None:
+                log.warning("lich_before_model_call of plugin %s returned %s (ignored); "
+                            "expected Stop or None", impl.plugin_name, type(answer).__name__)
+        return None
 
     async def shutdown(self, registry: ToolRegistry) -> None:
         """``lich_shutdown`` for every plugin: the agent whose tools ``registry`` holds

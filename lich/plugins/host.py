@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import os
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +54,10 @@ class PluginHost(PluginLoader, HookCaller):
         # different parameters, and the caller gets the manager the loader made.
         PluginLoader.__init__(self, work_dir=work_dir)
         HookCaller.__init__(self, self.pm, hook_timeout_s=hook_timeout_s)
-        # Registries that can forget a plugin's items (tools, provider kinds, adapters).
-        self._undo: list[Callable[[str], object]] = []
+        # Registries that can forget a plugin's items (tools, provider kinds, adapters),
+        # held weakly: every agent assembled on this host (each /model switch) makes new
+        # registries, and the host must not keep the old ones alive.
+        self._undo: list[weakref.WeakMethod[Callable[[str], object]]] = []
 
     def _register_each(
         self,
@@ -79,12 +82,17 @@ class PluginHost(PluginLoader, HookCaller):
 
     def _forget_everywhere(self, plugin_name: str) -> None:
         # A plugin that fails in one registration hook loses what it registered in the others.
-        for forget in self._undo:
-            forget(plugin_name)
+        for ref in list(self._undo):
+            forget = ref()
+            if forget is not None:
+                forget(plugin_name)
 
     def _track(self, undo: Callable[[str], object]) -> None:
-        if undo not in self._undo:
-            self._undo.append(undo)
+        """Remember a registry's ``remove_plugin`` (a bound method) while it lives."""
+        live = [ref for ref in self._undo if ref() is not None]
+        if all(ref() != undo for ref in live):
+            live.append(weakref.WeakMethod(undo))
+        self._undo = live
 
     def register_tools(self, registry: ToolRegistry, config: LichConfig) -> None:
         """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole."""
@@ -120,7 +128,8 @@ class PluginHost(PluginLoader, HookCaller):
         """``lich_check_config`` of every plugin: the problems they report, in plugin order.
 
         A plugin whose check raises anything but :class:`lich.config.ConfigError`
-        fails (phase ``validate``) and is unloaded.
+        fails (phase ``validate``) and is unloaded. A budget (``max_cost_usd``,
+        ``max_total_tokens``) that no loaded plugin enforces is a problem too.
         """
         from lich.settings import ConfigError
 
@@ -133,6 +142,14 @@ class PluginHost(PluginLoader, HookCaller):
             except Exception as exc:
                 self._forget_everywhere(impl.plugin_name)
                 self._fail_loaded(impl.plugin_name, "validate", exc)
+        # The budgets are core keys that a plugin enforces: set with no such plugin loaded
+        # (a plugin list without `budgets`), they would silently limit nothing.
+        limits = [key for key in ("max_cost_usd", "max_total_tokens")
+                  if getattr(config, key, None) is not None]
+        if limits and not self.has_impls("lich_before_model_call"):
+            problems.extend(
+                f"$.{key}: no loaded plugin enforces it (none implements "
+                "lich_before_model_call); add \"budgets\" to plugins" for key in limits)
         return problems
 
     def register_commands(self, cli: click.Group, reserved: Collection[str] = ()) -> None:

@@ -37,6 +37,7 @@ from attrs import evolve, field, frozen
 
 from lich import hookspecs
 from lich._converter import did_you_mean
+from lich.config import is_path_entry
 from lich.hooks import PROJECT
 
 __all__ = [
@@ -302,6 +303,24 @@ class PluginLoader:
                 + ", ".join(f"{name}{did_you_mean(name, known)}" for name in sorted(unknown))
                 + " (hooks start with lich_; see docs/plugins.md)",
             )
+        wrappers = sorted(
+            caller.name
+            for caller in self.pm.get_hookcallers(plugin) or ()
+            for impl in caller.get_hookimpls()
+            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper)
+        )
+        if wrappers:
+            # lich calls each implementation itself (timeouts, threads, fail-closed): a
+            # pluggy wrapper would be called as a plain implementation and do nothing.
+            self.pm.unregister(plugin)
+            return evolve(
+                base,
+                phase="validate",
+                error_type="UnsupportedHookWrapper",
+                error_message="hook wrappers (wrapper=True / hookwrapper=True) are not "
+                "supported for " + ", ".join(wrappers)
+                + "; implement the hook plainly (see docs/plugins.md)",
+            )
         hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
         return evolve(base, status="loaded", hooks=tuple(hooks))
 
@@ -342,7 +361,7 @@ class PluginLoader:
     def _resolve(self, entry: str) -> _Resolved:
         if not entry:
             raise ValueError("empty plugin entry")
-        if entry.endswith(".py") or os.sep in entry or "/" in entry:
+        if is_path_entry(entry):
             path = Path(entry).expanduser()
             if not path.is_absolute():
                 path = self.work_dir / path

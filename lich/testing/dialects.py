@@ -35,6 +35,7 @@ from lich.types import (
     SystemMessage,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
 )
 
@@ -127,11 +128,18 @@ class OpenAIDialect:
     def _usage(self, request: ScriptRequest, reply: Reply) -> dict[str, int]:
         chars = sum(len(m.content) for m in request.messages)
         u = default_usage(chars, reply)
-        return {
+        out: dict[str, Any] = {
             "prompt_tokens": u.prompt_tokens,
             "completion_tokens": u.completion_tokens,
             "total_tokens": u.total_tokens,
         }
+        # The breakdowns as OpenAI reports them, only when the script sets them (as
+        # servers without a prompt cache or reasoning leave them out).
+        if u.cache_read_tokens:
+            out["prompt_tokens_details"] = {"cached_tokens": u.cache_read_tokens}
+        if u.reasoning_tokens:
+            out["completion_tokens_details"] = {"reasoning_tokens": u.reasoning_tokens}
+        return out
 
     def respond(self, request: ScriptRequest, reply: Reply) -> tuple[int, dict[str, str], bytes]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
@@ -226,6 +234,18 @@ def fail_message(fail: Fail) -> str:
 
 def _chars(request: ScriptRequest) -> int:
     return sum(len(m.content) for m in request.messages)
+
+
+def _anthropic_input(usage: Usage) -> dict[str, int]:
+    """The input side of a Messages API ``usage``: ``input_tokens`` leaves out the
+    cache, which the API reports in fields of its own (sent when the script sets them)."""
+    out = {"input_tokens": max(0, usage.prompt_tokens - usage.cache_read_tokens
+                               - usage.cache_write_tokens)}
+    if usage.cache_read_tokens:
+        out["cache_read_input_tokens"] = usage.cache_read_tokens
+    if usage.cache_write_tokens:
+        out["cache_creation_input_tokens"] = usage.cache_write_tokens
+    return out
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -350,10 +370,7 @@ class AnthropicDialect:
             "content": self._content(reply),
             "stop_reason": self._stop_reason(reply),
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": usage.prompt_tokens,
-                "output_tokens": usage.completion_tokens,
-            },
+            "usage": {**_anthropic_input(usage), "output_tokens": usage.completion_tokens},
         }
         return 200, {"content-type": "application/json"}, json.dumps(body).encode()
 
@@ -367,7 +384,7 @@ class AnthropicDialect:
         yield event("message_start", {"message": {
             "id": "msg_scripted", "type": "message", "role": "assistant",
             "model": request.model, "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": usage.prompt_tokens, "output_tokens": 1},
+            "usage": {**_anthropic_input(usage), "output_tokens": 1},
         }})
         index = 0
         if reply.text:

@@ -246,6 +246,8 @@ class LichApp(App[int]):
             compress_count=ui.compress_count,
             budget_exhausted=ui.budget_exhausted,
             session_id=ui.session_id,
+            priced=self.agent.host.has_impls("lich_price_call"),
+            cost_usd=ui.total_cost_usd,
         )
         try:
             status = self.query_one("#status", StatusBar)
@@ -368,7 +370,7 @@ class LichApp(App[int]):
         elif isinstance(event, RunEnd):
             await transcript.end_answer(None)
             if not (event.stopped_reason == "error" and run.error_shown):
-                end = run_end_notice(event)
+                end = run_end_notice(event, self.ui.budget_reason)
                 if end is not None:
                     run.error_shown = run.error_shown or end.level == "error"
                     await self.add_block(end)

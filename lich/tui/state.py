@@ -79,6 +79,12 @@ class UiState:
     active_tool: ToolCall | None = None
     cancelling: bool = False
     runs: int = 0
+    #: US dollars of the finished runs of this TUI session (``None``: one was unknown),
+    #: and of the run in flight (its priced model calls so far).
+    cost_usd: float | None = 0.0
+    run_cost_usd: float | None = 0.0
+    #: Why the last run stopped on a budget other than the turn cap (cost, tokens…).
+    budget_reason: str | None = None
 
     @property
     def busy(self) -> bool:
@@ -89,6 +95,15 @@ class UiState:
     def total_usage(self) -> Usage:
         """Tokens of the whole TUI session, the run in flight included."""
         return self.usage + self.run_usage
+
+    @property
+    def total_cost_usd(self) -> float | None:
+        """Cost of the whole TUI session, the run in flight included (``None``: unknown)."""
+        return _add_cost(self.cost_usd, self.run_cost_usd)
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
 
 
 def start_run(state: UiState) -> UiState:
@@ -104,6 +119,8 @@ def start_run(state: UiState) -> UiState:
         phase="thinking",
         turns_used=0,
         run_usage=Usage(),
+        run_cost_usd=0.0,
+        budget_reason=None,
         active_tool=None,
         cancelling=False,
         last_error=None,
@@ -125,7 +142,8 @@ def apply_event(state: UiState, event: Event) -> UiState:
     if isinstance(event, LlmStart):
         return attrs.evolve(state, phase="thinking", active_tool=None)
     if isinstance(event, LlmEnd):
-        return attrs.evolve(state, run_usage=state.run_usage + event.result.usage)
+        return attrs.evolve(state, run_usage=state.run_usage + event.result.usage,
+                            run_cost_usd=_add_cost(state.run_cost_usd, event.cost_usd))
     if isinstance(event, ToolCallStart):
         return attrs.evolve(state, phase="tool", active_tool=event.call)
     if isinstance(event, ToolCallEnd):
@@ -138,7 +156,8 @@ def apply_event(state: UiState, event: Event) -> UiState:
     if isinstance(event, CompressStart):
         return attrs.evolve(state, compress_count=state.compress_count + 1)
     if isinstance(event, BudgetExhausted):
-        return attrs.evolve(state, budget_exhausted=True)
+        reason = event.reason if event.budget != "max_turns" else None
+        return attrs.evolve(state, budget_exhausted=True, budget_reason=reason)
     if isinstance(event, ErrorEvent):
         return attrs.evolve(state, last_error=event.message or event.kind)
     if isinstance(event, RunEnd):
@@ -159,6 +178,9 @@ def _end_run(state: UiState, event: RunEnd) -> UiState:
         turns_used=event.turns_used,
         usage=state.usage + event.usage,
         run_usage=Usage(),
+        # The run's own total (compression included) replaces the live per-call tally.
+        cost_usd=_add_cost(state.cost_usd, event.cost_usd),
+        run_cost_usd=0.0,
         active_tool=None,
         cancelling=False,
         last_error=error,
@@ -178,6 +200,8 @@ def apply_run_error(state: UiState, message: str) -> UiState:
         phase="idle",
         usage=state.usage + state.run_usage,
         run_usage=Usage(),
+        cost_usd=state.total_cost_usd,
+        run_cost_usd=0.0,
         active_tool=None,
         cancelling=False,
         last_error=message,

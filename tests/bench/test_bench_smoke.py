@@ -58,7 +58,9 @@ def test_b1_loop_overhead() -> None:
     turns, reps = SUITE["b1"][2]["turns"], SUITE["b1"][2]["reps"]
     assert sorted(result["runs"]) == sorted(str(n) for n in turns)
     for n, per_n in result["runs"].items():
-        assert set(per_n) == {"raw", "raw stream", "lich", "lich stream", "lich no-sessions"}
+        assert set(per_n) == {"raw", "raw stream", "lich", "lich stream", "lich no-sessions",
+                              "lich prices"}
+        assert per_n["lich prices"]["ratio_vs_lich"]["median"] > 0
         for name, e in per_n.items():
             assert len(e["samples_s"]) == reps
             assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])

@@ -113,6 +113,7 @@ def test_the_schema_rejects_what_is_not_an_event(
     assert not validator.is_valid({**good, "turn": "one"})
     assert not validator.is_valid({**good, "type": "tea_break"})
     assert not validator.is_valid({**good, "v": ev.EVENT_SCHEMA_VERSION + 1})
+    assert not validator.is_valid({**good, "v": ev.EVENT_SCHEMA_VERSION - 1})
     assert not validator.is_valid({k: v for k, v in good.items() if k != "seq"})
     assert not validator.is_valid({**good, "surprise": True})
 

@@ -95,6 +95,17 @@ def test_whole_replies_are_printed_when_nothing_streamed() -> None:
     assert out.getvalue() == "not streamed\n"
 
 
+def test_a_budget_plugin_stop_says_which_budget() -> None:
+    renderer, _, err = plain()
+    feed(renderer, ev.BudgetExhausted(1, "max_turns", "max_turns: all 1 turn used"),
+         ev.BudgetExhausted(2, "max_total_tokens", "max_total_tokens: 1,204 tokens used of 1,000",
+                            "budgets"))
+    lines = err.getvalue().splitlines()
+    assert lines == ["[lich] budget exhausted after 1 turn",
+                     "[lich] budget exhausted after 2 turns: max_total_tokens: 1,204 tokens "
+                     "used of 1,000"]
+
+
 def test_run_end_notices() -> None:
     renderer, out, err = plain()
 
@@ -104,7 +115,7 @@ def test_run_end_notices() -> None:
          ev.CompressEnd(0, 900, False))
 
     text = err.getvalue()
-    assert "budget exhausted after 3 turns" in text
+    assert "budget exhausted after 3 turns\n" in text
     assert "run aborted" in text
     assert "retrying p in 1.2s (attempt 2, rate_limit: slow)" in text
     assert "context compressed: summary of 120 chars, ~300 tokens now" in text

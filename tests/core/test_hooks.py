@@ -90,6 +90,8 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_register_commands": ["cli"],
         "lich_register_gateway_adapters": ["registry"],
         "lich_run_start": ["run"],
+        "lich_price_call": ["provider", "model", "usage", "config"],
+        "lich_before_model_call": ["run", "turn", "usage", "cost_usd"],
         "lich_before_tool_call": ["call", "run"],
         "lich_check_tool_call": ["call", "run"],
         "lich_request_approval": ["call", "run", "reason", "request"],
@@ -109,7 +111,8 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         assert ":param" in doc or not args, f"{name} documents its arguments"
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
-        firstresult = {"lich_make_router", "lich_request_approval"}
+        firstresult = {"lich_make_router", "lich_request_approval", "lich_price_call",
+                       "lich_before_model_call"}
         assert bool(caller.spec.opts.get("firstresult")) == (name in firstresult), name
 
 

@@ -143,7 +143,11 @@ def test_bad_events_are_errors() -> None:
 def test_structure_and_unstructure_any_type() -> None:
     assert ser.unstructure(Usage(1, 2, 3)) == {
         "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
+        "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0,
     }  # fmt: skip
+    # A usage written before the breakdowns existed (events v1, transcripts v1) still reads.
+    assert ser.structure({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+                         Usage) == Usage(1, 2, 3)
     assert ser.structure({"ok": True, "output": "x"}, ToolResult) == ToolResult(True, "x")
     with pytest.raises(ser.SerializationError, match=r"invalid ToolResult: .*\$\.ok"):
         ser.structure({"output": "x"}, ToolResult)

@@ -70,12 +70,13 @@ async def test_a_cancelled_caller_leaves_the_worker_to_finish_and_serve_again(
     assert await asyncio.to_thread(finished.wait, 10)
 
     # The worker goes back to the idle list (once its late, no-op _settle is done) and
-    # answers later calls correctly. Polled, with a generous bound: no timing assumed.
-    async def served_by_that_worker() -> bool:
-        answer = await asyncio.wait_for(run_in_daemon_thread(threading.get_ident), 10)
-        return answer == ident[0]
-
-    await async_wait_for(served_by_that_worker, what="the worker to be idle again")
+    # answers the next call. Wait for it to be back before calling: a call made earlier
+    # starts a second worker, which then sits on top of the (LIFO) idle list and would
+    # answer every later poll — the flake seen on a loaded machine.
+    await async_wait_for(lambda: len(_threads._idle) == 1,
+                         what="the worker back on its (own, empty) idle list")
+    answer = await asyncio.wait_for(run_in_daemon_thread(threading.get_ident), 10)
+    assert answer == ident[0]
 
 
 async def test_a_timed_out_call_raising_later_is_not_an_unretrieved_error() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lich.events import EVENT_SCHEMA_VERSION
 from lich.gateway.registry import GatewayError
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.webhook import is_loopback
@@ -176,7 +177,8 @@ async def test_stream_returns_the_runs_events(start_gateway: Any, client: httpx.
     tool_end = next(data for name, data in events if name == "tool_call_end")
     assert tool_end["call"]["name"] == "read_file"
     assert tool_end["result"]["ok"] is True
-    assert all(data["v"] == 1 and data["session_id"] for name, data in events if name != "reply")
+    assert all(data["v"] == EVENT_SCHEMA_VERSION and data["session_id"]
+               for name, data in events if name != "reply")
     seqs = [data["seq"] for name, data in events if name != "reply"]
     assert seqs == sorted(seqs)
     assert events[-1][1]["reply"] == f"the file says: {NOTES.strip()}"

@@ -94,11 +94,11 @@ async def test_spans_are_exported_over_otlp_http(
     agent = lich_agent_factory(
         [Reply(tool_calls=[ToolCall("c1", "echo", {"text": "hi"})]), "done"],
         objects=[("otel", plugin), ("tools", ToolsPlugin())],
-        plugin_settings={"otel": {
+        otel={
             "exporter": "otlp_http", "endpoint": receiver.url,
             "headers": {"x-team": "lich-tests"},
             "headers_env": {"authorization": "LICH_TEST_OTLP_TOKEN"},
-        }},
+        },
     )
     try:
         result = await agent.run("go")
@@ -205,17 +205,17 @@ def test_importing_the_plugin_imports_no_opentelemetry() -> None:
 
 
 @pytest.mark.parametrize(("settings", "problem"), [
-    ({"exporter": "zipkin"}, "$.plugin_settings.otel.exporter: must be one of"),
-    ({"endpoint": "localhost:4318"}, "$.plugin_settings.otel.endpoint: expected a http or "
+    ({"exporter": "zipkin"}, "$.otel.exporter: must be one of"),
+    ({"endpoint": "localhost:4318"}, "$.otel.endpoint: expected a http or "
                                      "https URL"),
-    ({"headers": {"x": 1}}, "$.plugin_settings.otel.headers: every value must be a string"),
-    ({"capture_contents": True}, "$.plugin_settings.otel.capture_contents"),
-    ({"flush_timeout_s": 0}, "$.plugin_settings.otel.flush_timeout_s"),
+    ({"headers": {"x": 1}}, "$.otel.headers: every value must be a string"),
+    ({"capture_contents": True}, "$.otel.capture_contents"),
+    ({"flush_timeout_s": 0}, "$.otel.flush_timeout_s"),
 ])
 def test_bad_settings_are_config_errors(
     tmp_path: Path, settings: dict[str, Any], problem: str
 ) -> None:
-    config = make_test_config(tmp_path, plugin_settings={"otel": settings})
+    config = make_test_config(tmp_path, otel=settings)
     with pytest.raises(ConfigError) as caught:
         Agent(config, plugins=[("otel", OtelPlugin(environ={}))], chat=lambda *a: None)  # type: ignore[arg-type,return-value]
     assert any(p.startswith(problem) for p in caught.value.problems), caught.value.problems
@@ -262,7 +262,7 @@ async def test_exporter_none_records_nothing(
 ) -> None:
     plugin = OtelPlugin(environ={}, install_global=False)
     agent = lich_agent_factory(["hi"], objects=[("otel", plugin)],
-                               plugin_settings={"otel": {"exporter": "none"}})
+                               otel={"exporter": "none"})
     assert (await agent.run("hello")).text == "hi"
     assert plugin.tracing is None
 
@@ -281,11 +281,11 @@ def test_lich_config_validate_checks_the_plugin(tmp_path: Path) -> None:
                               cwd=tmp_path, capture_output=True, text=True, timeout=60,
                               env={**env, **extra}, check=False)
 
-    ok = validate('[plugin_settings.otel]\nexporter = "console"\ncapture_content = true\n')
+    ok = validate('[otel]\nexporter = "console"\ncapture_content = true\n')
     assert ok.returncode == 0, ok.stderr
-    bad = validate('[plugin_settings.otel]\nexporter = "zipkin"\n')
+    bad = validate('[otel]\nexporter = "zipkin"\n')
     assert bad.returncode == 2
-    assert ("$.plugin_settings.otel.exporter: must be one of 'otlp_http', 'console', 'none', "
+    assert ("$.otel.exporter: must be one of 'otlp_http', 'console', 'none', "
             "got 'zipkin'") in bad.stderr
     env_bad = validate("", OTEL_TRACES_EXPORTER="zipkin")
     assert env_bad.returncode == 2

@@ -57,8 +57,8 @@ async def scripted_run(
             ProviderConfig(kind="openai_compat", name="backup", model="m-backup",
                            base_url=backup.base_url),
         ),
-        plugin_settings={"failover": {"base_delay_s": 0.001, "max_attempts": 2},
-                         **({"otel": settings} if settings is not None else {})},
+        plugin_settings={"failover": {"base_delay_s": 0.001, "max_attempts": 2}},
+        otel=settings or {},
         temperature=0.2,
     )
     agent = Agent(config, plugins=[("otel", spans.plugin()), ("guard", GuardPlugin()),

@@ -99,7 +99,7 @@ async def test_text_blocks_are_joined_and_thinking_is_ignored() -> None:
               "cache_creation_input_tokens": 1})
     result, _ = await chat([httpx.Response(200, json=reply)])
     assert result.message.content == "First.\nSecond."
-    assert result.usage == Usage(111, 5, 116)
+    assert result.usage == Usage(111, 5, 116, cache_read_tokens=100, cache_write_tokens=1)
     assert result.model == "claude-test"
 
 

@@ -48,8 +48,10 @@ def failover_notice(event: Failover) -> NoticeBlock:
     )
 
 
-def budget_notice() -> NoticeBlock:
-    """The run used all its turns."""
+def budget_notice(reason: str | None = None) -> NoticeBlock:
+    """The run used all its turns, or (``reason``) a budget plugin stopped it."""
+    if reason:
+        return NoticeBlock(f"· budget exhausted: {reason}", "warn")
     return NoticeBlock("· budget exhausted (turn cap reached)", "warn")
 
 
@@ -58,14 +60,15 @@ def error_notice(message: str) -> NoticeBlock:
     return NoticeBlock(f"· error: {preview(message, ERROR_PREVIEW_CHARS)}", "error")
 
 
-def run_end_notice(event: RunEnd) -> NoticeBlock | None:
-    """The notice closing a run that did not simply answer (``None`` for ``final``)."""
+def run_end_notice(event: RunEnd, budget_reason: str | None = None) -> NoticeBlock | None:
+    """The notice closing a run that did not simply answer (``None`` for ``final``);
+    ``budget_reason`` says which budget stopped it, when it was not the turn cap."""
     if event.stopped_reason == "aborted":
         return NoticeBlock(
             "· cancelled — the run was stopped; the conversation is kept up to this point", "warn"
         )
     if event.stopped_reason == "budget":
-        return budget_notice()
+        return budget_notice(budget_reason)
     if event.stopped_reason == "error":
         return error_notice(event.error or "run failed")
     return None

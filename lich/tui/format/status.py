@@ -52,13 +52,17 @@ def status_parts(
     compress_count: int = 0,
     budget_exhausted: bool = False,
     session_id: str | None = None,
+    priced: bool = False,
+    cost_usd: float | None = None,
 ) -> list[StatusPart]:
     """The status line's segments, in order: model, turns, tokens, phase, compressions,
     budget, session. ``frame`` picks the spinner frame for a busy phase.
 
     Each counter says what it counts: ``run turns`` (``turns``: the run in flight, or
     the last one), ``tui tokens`` and ``tui compressed`` (``tokens``,
-    ``compress_count``: every run since the TUI started, across sessions).
+    ``compress_count``: every run since the TUI started, across sessions). With
+    ``priced`` (a plugin prices calls), ``tui $0.0031`` follows the tokens
+    (``tui cost ?`` once a call had no known price).
     """
     spinner = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
     label = model or "?"
@@ -69,6 +73,11 @@ def status_parts(
         StatusPart("turns", f"{RUN_LABEL} turns {turns}"),
         StatusPart("tokens", f"{TUI_LABEL} tokens {format_usage(tokens)}"),
     ]
+    if priced:
+        from lich.money import format_usd
+
+        cost = format_usd(cost_usd) if cost_usd is not None else "cost ?"
+        parts.append(StatusPart("cost", f"{TUI_LABEL} {cost}"))
     if cancelling:
         parts.append(StatusPart("phase", f"{spinner} cancelling", "bold yellow"))
     elif phase == "tool":

@@ -1,0 +1,131 @@
+"""`[gateway] max_cost_usd_per_conversation_day`: a conversation over its daily budget
+gets a polite refusal (the webhook platform, real HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from lich.config import ConfigError
+from lich.gateway.bus import BUDGET_TEXT, GatewayBus, InboundMessage
+from lich.gateway.config import parse_gateway_config
+
+
+class ThreeCents:
+    """Prices every model call at $0.03."""
+
+    def lich_price_call(self) -> float:
+        return 0.03
+
+
+class Unpriced:
+    """A pricing plugin that knows no model."""
+
+    def lich_price_call(self) -> None:
+        return None
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30) as c:
+        yield c
+
+
+async def _webhook(start_gateway: Callable[..., Any], pricer: object,
+                   limit: float = 0.05) -> tuple[Any, str]:
+    gateway = {"webhook": {"port": 0}, "max_cost_usd_per_conversation_day": limit}
+    runner = await start_gateway(["webhook"], gateway, objects=[("pricer", pricer)])
+    return runner, f"http://127.0.0.1:{runner.adapter('webhook').port}"
+
+
+async def _say(client: httpx.AsyncClient, url: str, text: str, chat: str = "c1") -> Any:
+    return await client.post(f"{url}/message", json={"text": text, "chat_id": chat})
+
+
+async def test_a_conversation_over_its_daily_budget_is_refused_politely(
+    start_gateway: Any, client: httpx.AsyncClient
+) -> None:
+    runner, url = await _webhook(start_gateway, ThreeCents())
+    first = await _say(client, url, "one")
+    second = await _say(client, url, "two")  # $0.03 spent < $0.05: still answered
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.json()["reply"].startswith("you said: two")
+
+    refused = await _say(client, url, "three")  # $0.06 spent
+    assert refused.status_code == 429
+    assert refused.json()["error"] == BUDGET_TEXT
+    # Until the next UTC midnight, not "in a few seconds".
+    assert 0 < int(refused.headers["retry-after"]) <= 86_400
+    assert len(runner.chat.requests) == 2  # the refused message reached no model
+    # Another conversation has a budget of its own.
+    assert (await _say(client, url, "hello", chat="c2")).status_code == 200
+    # /new starts the conversation over, not its budget.
+    assert (await _say(client, url, "/new again")).status_code == 429
+
+
+async def test_the_spend_survives_a_restart(
+    start_gateway: Any, client: httpx.AsyncClient
+) -> None:
+    runner, url = await _webhook(start_gateway, ThreeCents())
+    for text in ("one", "two"):
+        assert (await _say(client, url, text)).status_code == 200
+    await runner.stop(grace_s=2)
+
+    _, url = await _webhook(start_gateway, ThreeCents())
+    refused = await _say(client, url, "after the restart")
+    assert refused.status_code == 429
+    assert refused.json()["error"] == BUDGET_TEXT
+
+
+async def test_an_unknown_cost_counts_as_over_the_budget(
+    start_gateway: Any, client: httpx.AsyncClient
+) -> None:
+    _, url = await _webhook(start_gateway, Unpriced())
+    assert (await _say(client, url, "one")).status_code == 200
+    refused = await _say(client, url, "two")
+    assert (refused.status_code, refused.json()["error"]) == (429, BUDGET_TEXT)
+
+
+async def test_only_today_counts(make_agent: Callable[..., Any]) -> None:
+    agent = make_agent()
+    agent.host.register_object(ThreeCents(), "pricer")
+    bus = GatewayBus(agent, max_cost_usd_per_day=0.05)
+    message = InboundMessage("webhook", "c1", "u", "hi")
+    session_id = bus.session_id_for("webhook", "c1")
+    # Yesterday's runs, as the transcript recorded them.
+    writer = agent.sessions.open(session_id)
+    yesterday = time.time() - 86_400
+    for _ in range(3):
+        writer.append("meta", event="run_end", run_id="old", stopped_reason="final",
+                      turns_used=1, usage={}, error=None, cost_usd=0.04)
+    writer.close()
+    path = agent.sessions.path_for(session_id)
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for record in records:
+        record["ts"] = yesterday
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+    assert (await bus.handle(message)).kind == "reply"
+    assert (await bus.handle(message)).kind == "reply"
+    assert (await bus.handle(message)).kind == "budget"
+
+
+def test_a_daily_budget_without_prices_is_a_config_error(make_agent: Callable[..., Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        GatewayBus(make_agent(), max_cost_usd_per_day=1.0)
+    assert "max_cost_usd_per_conversation_day" in info.value.problems[0]
+    assert "prices" in info.value.problems[0]
+
+
+@pytest.mark.parametrize("value", [0, -1, "lots"])
+def test_the_daily_budget_key_is_checked(value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_gateway_config({"max_cost_usd_per_conversation_day": value})
+    assert info.value.problems[0].startswith("$.gateway.max_cost_usd_per_conversation_day")
+    assert parse_gateway_config({"max_cost_usd_per_conversation_day": 2.5}
+                                ).max_cost_usd_per_conversation_day == 2.5
