@@ -63,6 +63,25 @@ def open_runtime(settings: McpSettings, config: LichConfig) -> McpRuntime:
     return runtime
 
 
+def _narrowed(settings: McpSettings, tools_enabled: tuple[str, ...] | None) -> McpSettings:
+    """``settings`` without the servers none of whose tools ``tools_enabled`` (lich's
+    allow-list, the gateway's ``[gateway] tools``) could keep: they are not started."""
+    if tools_enabled is None:
+        return settings
+    import attrs
+
+    from lich.mcp.naming import MAX_TOOL_NAME, PREFIX, sanitise
+
+    def wanted(server: str) -> bool:
+        # The prefix every tool name of the server starts with (a long name is cut
+        # and hashed after 55 characters, so only that much of the prefix is sure).
+        prefix = f"{PREFIX}{sanitise(server)}__"[:MAX_TOOL_NAME - 9]
+        return any(name.startswith(prefix) for name in tools_enabled)
+
+    return attrs.evolve(settings, servers={
+        name: server for name, server in settings.servers.items() if wanted(name)})
+
+
 @hookimpl
 def lich_check_config(config: LichConfig) -> None:
     """Check ``[mcp]``; every run and ``lich config validate`` refuse a bad table."""
@@ -76,7 +95,7 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
     """Start the configured servers and register their tools."""
     from lich.mcp.config import parse_mcp_settings
 
-    settings = parse_mcp_settings(config.mcp)
+    settings = _narrowed(parse_mcp_settings(config.mcp), config.tools_enabled)
     if not settings.enabled():
         return
     try:

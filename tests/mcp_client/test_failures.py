@@ -180,3 +180,14 @@ def test_servers_configured_without_the_sdk_installed_are_reported(tmp_path: Pat
     assert out.stdout.strip() == (
         "loaded (\"MCP servers are configured but the MCP SDK is not installed: "
         "pip install 'lich[mcp]'\",) []")
+
+
+def test_a_server_none_of_whose_tools_lich_would_offer_is_not_started(mcp_agent: Any) -> None:
+    # tools_enabled (or the gateway's [gateway] tools) names only fx's echo: "other"
+    # would start for nothing.
+    agent = mcp_agent({"fx": stdio_server(), "other": stdio_server()},
+                      tools_enabled=("mcp__fx__echo",))
+    from lich.mcp.plugin import _RUNTIMES
+
+    assert list(_RUNTIMES[agent.tools].connections) == ["fx"]
+    assert agent.tools.names() == ["mcp__fx__echo"]
