@@ -18,9 +18,8 @@ from lich.types import ToolCall
 
 def _server(module: str, *args: str) -> dict[str, Any]:
     pytest.importorskip(module, reason=f"{module} (the test extra) is not installed")
-    # The console script of the same environment, found beside the interpreter.
-    script = Path(sys.executable).with_name(module.replace("_", "-"))
-    return {"command": str(script), "args": list(args), "startup_timeout_s": 60}
+    # `python -m` of this interpreter: the same install, wherever its scripts went.
+    return {"command": sys.executable, "args": ["-m", module, *args], "startup_timeout_s": 60}
 
 
 @pytest.fixture
