@@ -57,6 +57,7 @@ __all__ = [
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "builtin_tools",
+    "approvals",
     "openai_compat",
     "anthropic",
     "ollama",

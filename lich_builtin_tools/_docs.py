@@ -317,6 +317,9 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
             execute=docs_read,
             timeout_s=30.0,
             max_output_chars=DOCS_READ_MAX_CHARS,
+            read_only=True,
+            # Relative to the docs root, not the work dir: matched as text.
+            primary_kind="text",
         ),
         Tool(
             name="docs_search",
@@ -333,5 +336,6 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
             ),
             execute=docs_search,
             timeout_s=30.0,
+            read_only=True,
         ),
     ]

@@ -42,6 +42,7 @@ from lich_builtin_tools._common import (
     refuse_protected_write,
     schema,
 )
+from lich_builtin_tools._preview import edit_file_preview, write_file_preview
 from lich_builtin_tools._settings import ReadFileSettings, WriteFileSettings, tool_settings
 
 __all__ = ["edit_file_tool", "list_dir_tool", "read_file_tool", "write_file_tool"]
@@ -155,6 +156,7 @@ read_file_tool = Tool(
     execute=_read_file,
     timeout_s=30.0,
     max_output_chars=READ_MAX_CHARS,
+    read_only=True,
 )
 
 
@@ -237,6 +239,10 @@ write_file_tool = Tool(
     ),
     execute=_write_file,
     timeout_s=30.0,
+    requires_approval=True,
+    primary_arg="path",
+    primary_kind="path",
+    preview=write_file_preview,
 )
 
 
@@ -313,6 +319,10 @@ edit_file_tool = Tool(
     ),
     execute=_edit_file,
     timeout_s=30.0,
+    requires_approval=True,
+    primary_arg="path",
+    primary_kind="path",
+    preview=edit_file_preview,
 )
 
 
@@ -447,4 +457,7 @@ list_dir_tool = Tool(
     ),
     execute=_list_dir,
     timeout_s=30.0,
+    read_only=True,
+    primary_arg="path",
+    primary_kind="path",
 )

@@ -160,4 +160,8 @@ grep_files_tool = Tool(
     ),
     execute=_grep_files,
     timeout_s=30.0,
+    read_only=True,
+    # The directory searched, not the regular expression: `grep_files(docs/*)`.
+    primary_arg="path",
+    primary_kind="path",
 )

@@ -93,6 +93,7 @@ process_list_tool = Tool(
     ),
     execute=_process_list,
     timeout_s=30.0,
+    read_only=True,
 )
 
 
@@ -201,6 +202,9 @@ disk_usage_tool = Tool(
     ),
     execute=_disk_usage,
     timeout_s=DU_TIMEOUT_S + 10,
+    read_only=True,
+    primary_arg="path",
+    primary_kind="path",
 )
 
 
@@ -261,4 +265,5 @@ def make_env_get_tool() -> Tool:
         ),
         execute=env_get,
         timeout_s=30.0,
+        read_only=True,
     )

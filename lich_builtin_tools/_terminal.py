@@ -157,6 +157,9 @@ def make_terminal_tool() -> Tool:
         # tool's deadline (with its partial output) normally fires first.
         timeout_s=MAX_TIMEOUT_MS / 1000 + 5,
         max_output_chars=OUTPUT_CAP_CHARS,
+        requires_approval=True,
+        primary_arg="command",
+        primary_kind="shell",
     )
 
 

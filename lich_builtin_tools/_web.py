@@ -102,6 +102,11 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         execute=fetch_url,
         timeout_s=65.0,
         max_output_chars=101_000,
+        # Reads only (a GET); the URL itself does leave the machine: docs/tools.md says
+        # how to make it ask.
+        read_only=True,
+        primary_arg="url",
+        primary_kind="url",
     )
 
     async def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -147,6 +152,7 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         ),
         execute=web_search,
         timeout_s=65.0,
+        read_only=True,
     )
 
     async def http_request(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -204,6 +210,9 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         execute=http_request,
         timeout_s=125.0,
         max_output_chars=101_000,
+        requires_approval=True,
+        primary_arg="url",
+        primary_kind="url",
     )
 
     return [fetch_url_tool, web_search_tool, http_request_tool]

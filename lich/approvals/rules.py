@@ -224,11 +224,15 @@ def _real_root(work_dir: str) -> str:
     return os.path.realpath(work_dir)
 
 
-def _resolve_path(value: str, work_dir: str) -> tuple[str | None, str]:
+def _resolve_path(value: str, work_dir: str) -> tuple[str | None, str | None]:
     """``(relative, absolute)``: the resolved path, relative to the work dir when it is
-    inside (``None`` when it is not)."""
+    inside (``None`` when it is not); ``(None, None)`` for a path no file system takes
+    (a NUL byte), which no pattern matches."""
     root = _real_root(work_dir)
-    absolute = os.path.realpath(os.path.join(root, value))
+    try:
+        absolute = os.path.realpath(os.path.join(root, value))
+    except (OSError, ValueError):
+        return None, None
     try:
         inside = os.path.commonpath((root, absolute)) == root
     except ValueError:
@@ -274,6 +278,8 @@ def _subject(primary: Primary, args: Mapping[str, Any], work_dir: str) -> _Subje
         return _Subject(parts, ((raw,), *deny))
     if primary.kind == "path":
         rel, absolute = _resolve_path(value, work_dir)
+        if absolute is None:
+            return _Subject(None, problem="not a path")
         parts = () if rel is None else ((rel, False),)
         return _Subject(parts, absolute=absolute)
     if primary.kind == "url":
@@ -432,30 +438,36 @@ def suggest_rules(name: str, args: Mapping[str, Any], tool: Tool | None,
     the resolved path relative to the work dir for a path tool
     (``write_file(src/app.py)``; absolute outside it), scheme and host for a URL
     tool (``http_request(https://example.com/*)``), the exact argument for a text
-    one; just the tool's name for a tool without a primary argument. Never a bare
-    ``terminal``: a line that cannot be read gets the line itself, which matches
-    no call (:func:`rules_cover` never allows an unreadable line by a pattern).
-    A ``*`` in a path or URL stays a wildcard in the rule (there is no escape): the
-    rule is then wider by what the star matches, which the person sees.
+    one; just the tool's name for a tool without a primary argument (or a call
+    that lacks it). Never a bare ``terminal``.
+
+    Empty when no rule can cover the call — a line the scanner cannot read (no
+    pattern ever allows one), an empty argument, a URL without a host, a path no
+    file system takes: the approval then covers this call only. A ``*`` in a path
+    or URL stays a wildcard in the rule (there is no escape): the rule is then
+    wider by what the star matches, which the person sees.
     """
     primary = primary_of(tool, args)
     value = args.get(primary.name) if primary.name is not None else None
     if not isinstance(value, str):
         return (name,)
+    if not value.strip() and primary.kind != "path":
+        return ()
     if primary.kind == "shell":
         try:
             commands = split_command(value)
         except ShellSyntaxError:
-            return (f"{name}({' '.join(value.split())})",)
-        rules = dict.fromkeys(_shell_rule(name, c) for c in commands)
-        return tuple(rules) or (f"{name}({' '.join(value.split()) or '*'})",)
+            return ()
+        return tuple(dict.fromkeys(_shell_rule(name, c) for c in commands))
     if primary.kind == "path":
         rel, absolute = _resolve_path(value, work_dir)
+        if absolute is None:
+            return ()
         return (f"{name}({rel if rel is not None else absolute})",)
     if primary.kind == "url":
         url = _normal_url(value)
         if url is None:
-            return (f"{name}({value})",)
+            return ()
         scheme, _, rest = url.partition("://")
         host = rest.split("/", 1)[0]
         return (f"{name}({scheme}://{host}/*)",)

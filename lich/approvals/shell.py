@@ -341,12 +341,47 @@ class _Scanner:
                 self.i += 1
         raise self.error("unbalanced backtick")
 
+    def arithmetic(self) -> bool:
+        """``$(( ... ))``: no command of its own, but a substitution inside still runs.
+
+        As bash reads it: arithmetic only if it closes with ``))`` together; else
+        (``$((cmd); cmd)``, ``$((cmd) )``) it is a command substitution holding a
+        subshell, and ``False`` is returned with nothing consumed.
+        """
+        start, found = self.i, len(self.found)
+        self.i += 3
+        depth = 2
+        while self.i < len(self.s):
+            c = self.s[self.i]
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 1:
+                    if self.peek(1) != ")":
+                        break
+                    self.i += 2
+                    return True
+            elif c == "$":
+                self.dollar()
+                continue
+            elif c == "`":
+                self.backtick()
+                continue
+            self.i += 1
+        # Not arithmetic: read it again as $( (...) ... ).
+        self.i = start
+        del self.found[found:]
+        return False
+
     def dollar(self) -> str:
         """``$(...)`` (lifted out), ``${...}`` (scanned for substitutions inside) or a
         plain ``$``-expansion; returns the text as written."""
         start = self.i
         nxt = self.peek(1)
-        if nxt == "(":
+        if nxt == "(" and self.peek(2) == "(" and self.arithmetic():
+            pass
+        elif nxt == "(":
             self.i += 2
             self.parse_list(")")
         elif nxt == "{":

@@ -489,6 +489,11 @@ def config_validate(settings: Settings) -> int:
         missing = sorted(set(config.tools_enabled) - set(tools.names()))
         if missing:
             warnings.append(f"$.tools_enabled: no loaded plugin provides {', '.join(missing)}")
+    from lich.approvals import unasked_warning
+
+    unasked = unasked_warning(host, tools.list(), config)
+    if unasked:
+        warnings.append(unasked)
     where = loaded.file or "no config file (defaults, environment and flags)"
     for text in warnings:
         echo_warning(text)

@@ -5,7 +5,8 @@ A scripted model (:class:`lich.testing.ScriptedServer`) is served on
 it over HTTP through whichever provider plugin comes first in the plugin list
 (the demo names no provider: a provider is found as for any run) and uses the
 builtin tools in a fresh temporary work dir — write a file, read it back, list
-the directory — then answers. Nothing but the loopback interface is touched.
+the directory — then answers. Nothing but the loopback interface is touched, and
+no one is asked: its config allows exactly its one write (``[approvals] allow``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ if TYPE_CHECKING:
     from lich.agent import RunResult
     from lich.events import EventHandler
 
-__all__ = ["DEMO_TASK", "demo", "demo_command"]
+__all__ = ["DEMO_FILE", "DEMO_TASK", "demo", "demo_command"]
 
-DEMO_TASK = "Write a greeting to hello.txt, read it back, then list the work directory."
+DEMO_FILE = "hello.txt"
+DEMO_TASK = f"Write a greeting to {DEMO_FILE}, read it back, then list the work directory."
 
 
 def _no_proxy_for_loopback() -> None:
@@ -66,7 +68,7 @@ def demo(settings: Settings) -> int:
     setup_logging(settings.log_level, err)
     _no_proxy_for_loopback()
     work_dir = Path(tempfile.mkdtemp(prefix="lich-demo-"))
-    model = ScriptedModel(responder=demo_responder())
+    model = ScriptedModel(responder=demo_responder(DEMO_FILE))
     with ScriptedServer(model, dialects=tuple(DIALECTS)) as server:
         values: dict[str, Any] = {
             # No kind: the first provider plugin's, as for LICH_MODEL alone. Every
@@ -78,6 +80,9 @@ def demo(settings: Settings) -> int:
             "plugins": (*BUILTIN_PLUGINS, *settings.plugins),
             "stream": not settings.no_stream,
             "log_level": settings.log_level or "info",
+            # Unattended on a fresh install: exactly the one write of the script is
+            # allowed (inside the fresh temp dir); its read and listing are read-only.
+            "approvals": {"allow": [f"write_file({DEMO_FILE})"]},
         }
         try:
             built = assemble(settings, config=LichConfig(**values), console=err)

@@ -49,8 +49,9 @@ def plugins_available_command(ctx: click.Context) -> None:
     ctx.exit(plugins_available(settings, settings.json))
 
 
-def _exercise(host: PluginHost, config: LichConfig) -> None:
-    """Run the registration hooks once, so failures in them show up in the reports."""
+def _exercise(host: PluginHost, config: LichConfig) -> str | None:
+    """Run the registration hooks once, so failures in them show up in the reports;
+    returns the warning for tools that would run unasked (no ``approvals`` plugin)."""
     from lich.agent import build_tool_registry
     from lich.providers import ProviderRegistry
 
@@ -58,11 +59,15 @@ def _exercise(host: PluginHost, config: LichConfig) -> None:
         # As an agent is assembled: the settings checks first, then registration.
         host.check_config(config)
         host.register_providers(ProviderRegistry())
+        tools = build_tool_registry(host, config)
         # Registering tools may start processes (MCP servers): stop them again.
-        host.shutdown_sync(build_tool_registry(host, config))
+        host.shutdown_sync(tools)
         from lich.cli.root import BUILTIN_COMMANDS
 
         host.register_commands(click.Group("scratch"), reserved=BUILTIN_COMMANDS)
+    from lich.approvals import unasked_warning
+
+    return unasked_warning(host, tools.list(), config)
 
 
 def plugins_list(settings: Settings, as_json: bool) -> int:
@@ -75,7 +80,7 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
         return EXIT_USAGE
     config = loaded.config
     host = host_for(settings, config)
-    _exercise(host, config)
+    unasked = _exercise(host, config)
     reports = list(host.reports)
     if as_json:
         print_json([{**serialization.unstructure(r), "ok": r.ok} for r in reports])
@@ -100,6 +105,9 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
         if failed:
             console.print(f"{failed} of {len(reports)} plugin entries did not load.",
                           markup=False, soft_wrap=True)
+    if unasked:
+        # On stderr, as every warning: `lich plugins --json` stays one JSON document.
+        echo_warning(unasked)
     # The table is the answer either way; the exit code says whether a run would start.
     if named_plugin_failures(settings, host):
         return EXIT_USAGE

@@ -48,11 +48,16 @@ def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConf
     CLI's own runs only): a chat user must never read another conversation's
     transcript, the config or a ``.env`` through the tools. Hundreds of
     conversations retrying a rate-limited provider at the same instants would be
-    limited again together, so ``retry_jitter`` defaults to ``"full"`` here.
+    limited again together, so ``retry_jitter`` defaults to ``"full"`` here. No one
+    is at a terminal to approve a call: ``[approvals] mode`` defaults to
+    ``"deny-unlisted"`` (read-only tools and what the allow rules name run, the
+    rest is refused), unless the config sets a mode.
     """
     changes: dict[str, Any] = {"protect_private_files": True}
     if config.retry_jitter is None:
         changes["retry_jitter"] = "full"
+    if "mode" not in config.approvals:
+        changes["approvals"] = {**config.approvals, "mode": "deny-unlisted"}
     if gateway.tools is not None:
         tools = gateway.tools
         if config.tools_enabled is not None:

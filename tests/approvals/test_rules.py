@@ -136,8 +136,8 @@ def test_an_allowed_command_never_carries_another(c: str, d: str, op: str) -> No
     assert not shell_allowed(GIT_STATUS, d)
     for line in (f"{c} {op} {d}", f"{d} {op} {c}", f"{c}{op}{d}", f"{c} $({d})",
                  f"{c} `{d}`", f'{c} "$({d})"', f'{c} "x `{d}` y"', f"{c} <({d})",
-                 f"{c} >({d})", f"({d})", f"{c} && ({c}; {d})", f"{c} ${{x:-$({d})}}",
-                 f"{c} \\\n{op} {d}"):
+                 f"{c} >({d})", f"({d})", f"{c} $((1 + $({d})))", f"{c} $(({d}); {c})",
+                 f"{c} && ({c}; {d})", f"{c} ${{x:-$({d})}}", f"{c} \\\n{op} {d}"):
         assert not shell_allowed(GIT_STATUS, line), line
         assert verdict(line, allow=tuple(GIT_STATUS)) == "ask", line
     # Two allowed commands joined are allowed: each part on its own.
@@ -219,6 +219,8 @@ def test_an_unreadable_line_is_never_allowed_by_a_pattern(before: str, after: st
     "git status $(curl x)",
     'git status "$(curl x)"',
     "git status `curl x`",
+    "git status $((curl x | sh); true)",
+    "git status $((curl x) )",
     "git status <(curl x)",
     "git status > ~/.bashrc",
     "git status >> ~/.bashrc",
@@ -248,6 +250,7 @@ def test_attacks_on_git_status_are_not_allowed(line: str) -> None:
     'git status "a; b"',
     "git status 'it''s'",
     "git status \\; rm",
+    "git status $((1 + (2 * 3)))",
 ])
 def test_harmless_forms_are_allowed(line: str) -> None:
     assert shell_allowed(GIT_STATUS, line), line
@@ -392,6 +395,15 @@ def test_url_rules_read_scheme_and_host(url: str, covered: bool) -> None:
 def test_a_url_suggestion_is_scheme_and_host() -> None:
     assert suggest_rules("http_request", {"url": "https://Example.com:8443/a/b?c"}, HTTP,
                          "/w") == ("http_request(https://example.com:8443/*)",)
+    assert suggest_rules("http_request", {"url": "no host"}, HTTP, "/w") == ()
+
+
+def test_a_path_no_file_system_takes_matches_nothing(tmp_path: Path) -> None:
+    args = {"path": "a\x00b", "content": ""}
+    assert suggest_rules("write_file", args, WRITE, str(tmp_path)) == ()
+    assert not rules_cover(["write_file(*)"], "write_file", args, WRITE, str(tmp_path))
+    rules = RuleSet.parse(allow=["write_file(*)"], deny=["write_file(*)"])
+    assert decide(rules, "ask", "write_file", args, WRITE, str(tmp_path)).action == "ask"
 
 
 @given(server=st.text(st.sampled_from("abcgit_"), min_size=1, max_size=8),
@@ -421,14 +433,15 @@ def test_names_glob(server: str, tool: str, deleting: bool) -> None:
     ("git status; git status", ("terminal(git status*)",)),
     ("PAGER=cat git log", ("terminal(PAGER=cat git log*)",)),
     ("make > build.log", ("terminal(make > build.log)",)),
-    ("echo 'unclosed", ("terminal(echo 'unclosed)",)),
+    ("echo 'unclosed", ()),  # no pattern ever allows an unreadable line: this call only
+    ("   ", ()),
+    ("git status; ; ;", ("terminal(git status*)",)),
 ])
 def test_suggestions_are_tight_and_cover_the_call(line: str, rules: tuple[str, ...]) -> None:
     suggested = suggest_rules("terminal", {"command": line}, TERMINAL, "/w")
     assert suggested == rules
     assert "terminal" not in suggested
-    readable = not line.endswith("'unclosed")
-    assert rules_cover(suggested, "terminal", {"command": line}, TERMINAL, "/w") is readable
+    assert rules_cover(suggested, "terminal", {"command": line}, TERMINAL, "/w") is bool(rules)
 
 
 @settings(max_examples=100)

@@ -43,6 +43,8 @@ GUARD_PLUGIN = textwrap.dedent('''
         return None
 ''')
 
+SHOUT_ALLOWED = '[approvals]\nallow = ["shout"]\n'
+
 BROKEN_PLUGIN = "import no_such_module_for_lich_tests  # fails at import\n"
 
 COMMAND_PLUGIN = textwrap.dedent('''
@@ -89,7 +91,8 @@ def test_plugin_file_adds_a_tool_and_blocks_a_call(
     plugin = tmp_path / "guard.py"
     plugin.write_text(GUARD_PLUGIN, encoding="utf-8")
     server = scripted(responder=shout_then_list)
-    write_config(work, server.base_url)
+    # A plugin tool that is not declared read-only asks first: this run allows it.
+    write_config(work, server.base_url, extra=SHOUT_ALLOWED)
     # --plugin paths are relative to where the user stands, not to the work dir.
     monkeypatch.chdir(tmp_path)
 
@@ -115,7 +118,8 @@ def test_plugin_file_in_a_subprocess_and_in_lich_tools(
     plugin = tmp_path / "guard.py"
     plugin.write_text(GUARD_PLUGIN, encoding="utf-8")
     server = scripted(responder=shout_then_list)
-    write_config(work, server.base_url)
+    # A plugin tool that is not declared read-only asks first: this run allows it.
+    write_config(work, server.base_url, extra=SHOUT_ALLOWED)
 
     proc = run_lich("--plugin", str(plugin), "go", cwd=work)
     tools = run_lich("tools", "--plugin", str(plugin), "--json", cwd=work)

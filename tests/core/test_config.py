@@ -65,8 +65,8 @@ def test_defaults(tmp_path: Path, home: Path) -> None:
     assert config.tools_enabled is None
     assert config.tools_disabled == ()
     assert config.plugins == BUILTIN_PLUGINS
-    assert BUILTIN_PLUGINS[:5] == (
-        "builtin_tools", "openai_compat", "anthropic", "ollama", "failover"
+    assert BUILTIN_PLUGINS[:6] == (
+        "builtin_tools", "approvals", "openai_compat", "anthropic", "ollama", "failover"
     )
     assert config.stream is True
     assert config.hook_timeout_s == 10.0

@@ -116,6 +116,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         # entry that fails would stop lich, by design).
         f"plugins = {json.dumps(['+' + e for e in ZOO_ENTRIES])}\n"
         "stream = false\nhook_timeout_s = 1\n"
+        # The gateway denies every tool no rule allows (deny-unlisted): the zoo's are.
+        "[approvals]\nallow = [\"zoo_*\"]\n"
         "[[providers]]\nkind = \"openai_compat\"\nname = \"scripted\"\nmodel = \"m\"\n"
         f"base_url = \"{model.base_url}\"\n"
         "[gateway]\nplatforms = [\"webhook\", \"telegram\", \"discord\", \"twitch\"]\n"

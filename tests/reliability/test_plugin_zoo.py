@@ -93,7 +93,10 @@ def work(tmp_path: Path, server: ScriptedServer) -> Path:
     (work / ".lich" / "config.toml").write_text(
         f"hook_timeout_s = {HOOK_TIMEOUT_S}\n"
         "[[providers]]\nkind = \"openai_compat\"\nname = \"scripted\"\nmodel = \"m\"\n"
-        f"base_url = \"{server.base_url}\"\n",
+        f"base_url = \"{server.base_url}\"\n"
+        # The zoo's tools are not declared read-only: without a rule every call would
+        # ask (and, with no one to ask, be refused) before a hook or tool could misbehave.
+        "[approvals]\nallow = [\"zoo_*\"]\n",
         encoding="utf-8",
     )
     return work
