@@ -191,3 +191,28 @@ def test_a_server_none_of_whose_tools_lich_would_offer_is_not_started(mcp_agent:
 
     assert list(_RUNTIMES[agent.tools].connections) == ["fx"]
     assert agent.tools.names() == ["mcp__fx__echo"]
+
+
+async def test_the_approvals_plugin_judges_mcp_calls(mcp_agent: Any, tmp_path: Path) -> None:
+    from lich.agent import Agent
+    from lich.testing import ScriptedChat, make_test_config
+
+    script = [Reply(tool_calls=[
+        ToolCall("1", "mcp__fx__echo", {"text": "a secret"}),  # a deny rule
+        ToolCall("2", "mcp__fx__echo", {"text": "hello"}),     # an allow rule
+        ToolCall("3", "mcp__fx__pid", {}),                     # mode ask, no one to ask
+    ]), "done"]
+    cfg = make_test_config(
+        tmp_path, plugins=("approvals", "mcp"),
+        mcp={"servers": {"fx": stdio_server()}},
+        approvals={"allow": ["mcp__fx__echo(hello*)"], "deny": ["mcp__fx__*(*secret*)"]})
+    agent = Agent(cfg, chat=ScriptedChat(script))
+    try:
+        result = await agent.run("three calls")
+    finally:
+        await agent.aclose()
+    denied, allowed, unasked = [m.content for m in result.messages
+                                if isinstance(m, ToolMessage)]
+    assert "blocked_by_plugin: approval_rule: denied by deny rule mcp__fx__*(*secret*)" in denied
+    assert allowed == "hello"
+    assert "approval_unavailable" in unasked
