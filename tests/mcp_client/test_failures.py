@@ -193,7 +193,7 @@ def test_a_server_none_of_whose_tools_lich_would_offer_is_not_started(mcp_agent:
     assert agent.tools.names() == ["mcp__fx__echo"]
 
 
-async def test_the_approvals_plugin_judges_mcp_calls(mcp_agent: Any, tmp_path: Path) -> None:
+async def test_the_approvals_plugin_judges_mcp_calls(tmp_path: Path) -> None:
     from lich.agent import Agent
     from lich.testing import ScriptedChat, make_test_config
 
