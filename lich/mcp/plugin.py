@@ -118,7 +118,12 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
         names = ", ".join(f"{s.name} ({s.error})" for s in failed)
         log.warning("mcp: %d of %d servers did not start, their tools are absent: %s "
                     "(see `lich mcp list`)", len(failed), len(runtime.states()), names)
-    tokens = server_tokens(toolset.entries)
+    # What the model will be sent: lich's own tools_enabled / tools_disabled, which the
+    # registry applies after this hook, already taken into account.
+    offered = [e for e in toolset.entries
+               if (config.tools_enabled is None or e.tool.name in config.tools_enabled)
+               and e.tool.name not in config.tools_disabled]
+    tokens = server_tokens(offered)
     total = sum(tokens.values())
     limit = settings.context_warning_share * config.context_budget_tokens
     if total > limit:
