@@ -230,6 +230,7 @@ class Agent:
         #: of this agent (and of the agents :meth:`with_model` makes from it).
         self.approval_grants = ApprovalGrants()
         self._resolved_providers: dict[str, ProviderConfig] | None = None
+        self._closed = False
 
     @property
     def model(self) -> str:
@@ -258,7 +259,11 @@ class Agent:
         return agent
 
     async def aclose(self) -> None:
-        """Close the providers' HTTP clients."""
+        """Close the providers' HTTP clients, and let plugins release what they opened
+        for this agent (``lich_shutdown``: MCP servers). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self.host.shutdown(self.tools)
         for provider in self.providers:
             try:
                 await provider.aclose()

@@ -64,6 +64,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "failover",
     "gateway",
     "budgets",
+    "mcp",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
@@ -166,6 +167,8 @@ class LichConfig:
     gateway: Mapping[str, Any] = field(factory=dict)
     #: The ``[prices]`` table, kept raw: the ``prices`` plugin checks and reads it.
     prices: Mapping[str, Any] = field(factory=dict)
+    #: The [mcp] table: the builtin mcp plugin's servers (it checks them).
+    mcp: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider

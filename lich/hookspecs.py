@@ -373,6 +373,33 @@ def lich_run_end(run: RunInfo, outcome: RunOutcome) -> None:
 
 
 @hookspec
+def lich_shutdown(registry: ToolRegistry) -> None:
+    """An agent is closing: release what this plugin opened for it (server
+    processes, connections, threads).
+
+    :param registry: the tool registry this plugin filled in
+        ``lich_register_tools`` for that agent — which agent is closing, when one
+        plugin host assembles several (``/model`` in ``lich chat`` and the TUI
+        builds a new agent before the old one is closed).
+    :return: nothing.
+
+    Called by :meth:`lich.Agent.aclose` (once per agent; the CLI, ``lich chat``,
+    the TUI and the gateway close their agents), and by the commands that fill a
+    registry without running an agent (``lich tools``, ``lich plugins``, ``lich
+    config validate``). Observers: every implementation is called; one that
+    raises or exceeds ``hook_timeout_s`` is logged and skipped. A plain ``def``
+    implementation runs in a worker thread, so it may block while it waits.
+
+    A hook rather than an async context on the agent: agents are built
+    synchronously (before the event loop of ``lich run``, inside the TUI's or the
+    gateway's) and every front end already closes them with ``aclose``, so the
+    hook reaches every place an agent ends without changing how one is made. A
+    plugin should not count on it alone — a script may drop an agent unclosed —
+    and also clean up when the registry is garbage-collected (``weakref.finalize``).
+    """
+
+
+@hookspec
 def lich_event(event: Envelope) -> None:
     """Every agent event, for audit and telemetry plugins.
 

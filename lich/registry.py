@@ -11,6 +11,7 @@ forgotten whole with :meth:`Registry.remove_plugin`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import ClassVar, Generic, TypeVar
 
@@ -44,6 +45,8 @@ class Registry(Generic[T]):
         #: ``(plugin, message)`` callback for a duplicate (set by the plugin host);
         #: without it a duplicate raises.
         self.on_duplicate: Callable[[str, str], None] | None = None
+        #: ``(plugin, message)`` callback for :meth:`warn` (set by the plugin host).
+        self.on_warning: Callable[[str, str], None] | None = None
 
     def _add(self, name: str, item: T) -> bool:
         """Store ``item`` under ``name`` for the current plugin; ``False`` if skipped.
@@ -69,6 +72,15 @@ class Registry(Generic[T]):
 
     def _changed(self) -> None:
         """Called after every change (subclasses drop caches here)."""
+
+    def warn(self, message: str) -> None:
+        """Report a problem of the registering plugin that does not fail it (an MCP
+        server that did not start): a warning on its load report, shown by ``lich
+        plugins``. Outside the plugin host it is logged."""
+        if self.on_warning is not None and self.current_plugin is not None:
+            self.on_warning(self.current_plugin, message)
+        else:
+            logging.getLogger("lich.plugins").warning("%s", message)
 
     def get(self, name: str) -> T | None:
         """What is registered under ``name``, if anything."""

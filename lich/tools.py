@@ -271,6 +271,8 @@ class ToolRegistry(Registry[Tool]):
     def __init__(self) -> None:
         super().__init__()
         self._definitions: tuple[ToolDefinition, ...] | None = None
+        self._filter: tuple[frozenset[str] | None, frozenset[str]] = (None, frozenset())
+        self._refreshers: builtins.list[Callable[[], None]] = []
 
     def _changed(self) -> None:
         self._definitions = None
@@ -291,7 +293,13 @@ class ToolRegistry(Registry[Tool]):
         return self.items()
 
     def definitions(self) -> tuple[ToolDefinition, ...]:
-        """What the model is told; cached until the registry changes."""
+        """What the model is told; cached until the registry changes.
+
+        The loop asks before every model call, so a plugin's :meth:`add_refresher`
+        callbacks run first: a tool list that changed since the last turn is in place
+        before the model sees it."""
+        for refresh in self._refreshers:
+            refresh()
         if self._definitions is None:
             self._definitions = tuple(t.definition() for t in self._items.values())
         return self._definitions
@@ -299,7 +307,45 @@ class ToolRegistry(Registry[Tool]):
     def filter(self, enabled: Iterable[str] | None, disabled: Iterable[str] = ()) -> None:
         """Keep only ``enabled`` (all when ``None``) minus ``disabled``."""
         keep = set(self._items) if enabled is None else set(enabled)
+        self._filter = (None if enabled is None else frozenset(enabled), frozenset(disabled))
         self._keep(keep - set(disabled))
+
+    def add_refresher(self, refresh: Callable[[], None]) -> None:
+        """Call ``refresh()`` at the start of every :meth:`definitions`, on the thread
+        that asks: where a plugin whose tools change at run time (an MCP server
+        announcing a new list on another thread) applies the change with
+        :meth:`replace_plugin`. It must be quick and must not raise."""
+        self._refreshers.append(refresh)
+
+    def replace_plugin(self, plugin: str, tools: Iterable[Tool]) -> builtins.list[str]:
+        """Replace everything ``plugin`` registered with ``tools``; returns the names
+        now registered for it.
+
+        ``tools_enabled`` / ``tools_disabled`` (:meth:`filter`) apply as they did at
+        assembly. A name another plugin holds stays that plugin's: the new tool is
+        reported like any duplicate and left out.
+        """
+        self.remove_plugin(plugin)
+        enabled, disabled = self._filter
+        previous = self.current_plugin
+        self.current_plugin = plugin
+        added: builtins.list[str] = []
+        try:
+            for item in tools:
+                if item.name in disabled or (enabled is not None and item.name not in enabled):
+                    continue
+                if item.name in self._items:
+                    owner = self._owners.get(item.name)
+                    message = (f"duplicate_tool: {item.name} (already registered by {owner}); "
+                               "skipped")
+                    if self.on_duplicate is not None:
+                        self.on_duplicate(plugin, message)
+                    continue
+                self.register(item)
+                added.append(item.name)
+        finally:
+            self.current_plugin = previous
+        return added
 
 
 # lich.executor imports this module, so its ToolExecutor is imported on first use here:

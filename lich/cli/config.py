@@ -461,6 +461,8 @@ def config_validate(settings: Settings) -> int:
         errors.extend(host.check_config(config))
         host.register_providers(registry)
         tools = build_tool_registry(host, config)
+    # Registering tools may start processes (MCP servers): the names are all we need.
+    host.shutdown_sync(tools)
     named = named_plugin_failures(settings, host)
     for report in host.failures:
         text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"

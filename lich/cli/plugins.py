@@ -60,6 +60,8 @@ def _exercise(host: PluginHost, config: LichConfig) -> str | None:
         host.check_config(config)
         host.register_providers(ProviderRegistry())
         tools = build_tool_registry(host, config)
+        # Registering tools may start processes (MCP servers): stop them again.
+        host.shutdown_sync(tools)
         from lich.cli.root import BUILTIN_COMMANDS
 
         host.register_commands(click.Group("scratch"), reserved=BUILTIN_COMMANDS)

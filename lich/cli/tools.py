@@ -45,6 +45,8 @@ def tools_list(settings: Settings, as_json: bool) -> int:
         host.check_config(config)
         host.register_providers(ProviderRegistry())
         registry = build_tool_registry(host, config)
+    # Registering tools may start processes (MCP servers): the list is all we need.
+    host.shutdown_sync(registry)
     try:
         check_named_plugins(settings, host)
     except CommandError as exc:

@@ -46,6 +46,7 @@ from lich.types import ToolCall, ToolResult, Usage
 if TYPE_CHECKING:
     from lich.config import LichConfig, ProviderConfig
     from lich.events import Envelope
+    from lich.tools import ToolRegistry
 
 __all__ = ["ApprovalAnswer", "HookCaller", "ToolDecision"]
 
@@ -256,6 +257,18 @@ class HookCaller:
                 log.warning("lich_before_model_call of plugin %s returned %s (ignored); "
                             "expected Stop or None", impl.plugin_name, type(answer).__name__)
         return None
+
+    async def shutdown(self, registry: ToolRegistry) -> None:
+        """``lich_shutdown`` for every plugin: the agent whose tools ``registry`` holds
+        is closing. Failures are logged and skipped; each is bounded by
+        ``hook_timeout_s``."""
+        await self._observe("lich_shutdown", {"registry": registry})
+
+    def shutdown_sync(self, registry: ToolRegistry) -> None:
+        """:meth:`shutdown` outside an event loop (commands that build a registry
+        without an agent: ``lich tools``, ``lich plugins``, ``lich config validate``)."""
+        if self.has_impls("lich_shutdown"):
+            asyncio.run(self.shutdown(registry))
 
     async def _ask(
         self, impl: pluggy.HookImpl, hook_name: str, call: ToolCall, kwargs: Mapping[str, Any]

@@ -97,6 +97,7 @@ class PluginHost(PluginLoader, HookCaller):
     def register_tools(self, registry: ToolRegistry, config: LichConfig) -> None:
         """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole."""
         registry.on_duplicate = self._warn
+        registry.on_warning = self._warn
         self._track(registry.remove_plugin)
         self._register_each(
             "lich_register_tools", {"registry": registry, "config": config}, registry,

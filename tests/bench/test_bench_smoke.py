@@ -144,6 +144,18 @@ def test_b6_telemetry() -> None:
         "B6 otel ÷ plain", "B6 otel CPU overhead per turn"]
 
 
+def test_b7_mcp() -> None:
+    pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+    result, tables = run_one("b7", quick=True)
+    _check_common(result, tables)
+    reps = SUITE["b7"][2]["reps"]
+    _check_summary(result["direct_per_call_s"], reps)
+    _check_summary(result["lich_per_call_s"], reps)
+    assert _positive(result["ratio"])
+    assert result["ratio"] == pytest.approx(
+        result["lich_per_call_s"]["median"] / result["direct_per_call_s"]["median"])
+
+
 def test_runner_writes_results_and_prints_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -98,6 +98,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_after_tool_call": ["call", "result", "run"],
         "lich_run_end": ["run", "outcome"],
         "lich_event": ["event"],
+        "lich_shutdown": ["registry"],
     }
     specs = {
         name: fn for name, fn in vars(hookspecs).items()

@@ -1,0 +1,571 @@
+"""The MCP client side: one background event loop owning every server connection
+of one agent.
+
+Why a loop of its own, in a daemon thread: the SDK's sessions live in anyio task
+groups that must be entered and exited by the same task, and an agent is
+assembled in one place (synchronously, maybe inside another event loop — the
+TUI's, the gateway's) and closed in another. Here each server is one *owner
+task* that enters the SDK client, waits, and exits it; tool calls from any
+thread or loop are handed to this loop (:meth:`McpRuntime.call`) and run as
+tasks beside it. So a client opened during agent assembly closes cleanly
+whichever loop the agent later runs on, and a server that hangs blocks only its
+own task.
+
+Failures are data: every server ends start-up ``connected`` or ``failed`` with
+a reason (never an exception out of :meth:`McpRuntime.start`). A stdio server's
+stderr goes to ``<log_dir>/<server>.log``, never the terminal. A server that
+dies is restarted lazily, on the next call to one of its tools, after a backoff
+(:mod:`lich.backoff`) — once: a server that dies again before any call succeeded
+stays down. A streamable-HTTP session the server expired is re-initialised and
+the call sent again (the server refused it, so it did not run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import IO, Any, Literal, TypeAlias, TypeVar
+
+import anyio
+import anyio.abc
+import mcp_types
+from attrs import define, field
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from lich.backoff import Backoff
+from lich.guards import truncate_text
+from lich.mcp.config import McpSettings, ServerConfig
+from lich.mcp.results import map_result
+from lich.types import ToolResult
+
+__all__ = ["McpRuntime", "ServerState", "Status"]
+
+log = logging.getLogger("lich.mcp")
+
+T = TypeVar("T")
+Status: TypeAlias = Literal["connecting", "connected", "failed", "disconnected", "closed"]
+
+# A log file bigger than this at start is moved to <name>.log.1 (one generation kept).
+_LOG_ROTATE_BYTES = 1024 * 1024
+_MAX_TOOL_PAGES = 100
+_CLOSE_GRACE_S = 8.0  # the SDK's own stdio shutdown is bounded by about 4.5 s
+
+
+@define
+class ServerState:
+    """What is known about one server, as ``lich mcp list`` shows it."""
+
+    name: str
+    transport: str
+    status: Status = "connecting"
+    error: str | None = None
+    tools: list[Any] = field(factory=list)  # mcp_types.Tool, filtered by tools_enabled/disabled
+    protocol_version: str | None = None
+    server_name: str | None = None
+    server_version: str | None = None
+    log_path: str | None = None
+    restarts: int = 0  # after the server died
+    connects: int = 0  # every successful start (restarts and re-initialised sessions too)
+
+
+class _WatchedReadStream:
+    """The transport's read stream, telling the connection when it ends: a stdio
+    server that exits between calls is then known to be gone before the next call
+    is sent, and is restarted for it instead of failing it."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except (StopAsyncIteration, anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_end()
+            raise
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_end()
+            raise
+
+
+class _Connection:
+    """One server: its owner task, its SDK client while connected, its state."""
+
+    def __init__(self, config: ServerConfig, runtime: McpRuntime) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.state = ServerState(config.name, config.transport)
+        if config.transport == "stdio":
+            self.state.log_path = str(runtime.log_dir / f"{_file_name(config.name)}.log")
+        self.client: Client | None = None
+        self._stop: asyncio.Event | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._backoff = Backoff(0.5, 5.0)
+        self._died_at = 0.0
+        self._restarted_since_success = False
+        self._closing = False
+
+    # ------------------------------------------------------------- start, stop
+
+    async def open(self) -> None:
+        """Start the server and list its tools, under ``startup_timeout_s``; the
+        outcome is in :attr:`state`."""
+        self.state.status, self.state.error = "connecting", None
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._owner = asyncio.ensure_future(self._own(ready, self._stop))
+        timeout = self.config.startup_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), timeout)
+        except TimeoutError:
+            self._fail(f"did not start within {timeout:g}s (startup_timeout_s){self._see_log()}")
+            self._stop_in_background()
+        except Exception as exc:
+            self._fail(f"{_describe(exc)}{self._see_log()}")
+            self._stop_in_background()
+
+    def _stop_in_background(self) -> None:
+        # Set now, not when the task below runs: an owner that gets through its
+        # handshake in between must see it and not publish itself as connected.
+        if self._stop is not None:
+            self._stop.set()
+        # A server that hung at start takes the SDK's shutdown sequence (stdin closed,
+        # then SIGTERM, then SIGKILL: seconds) to go: the other servers, and the agent
+        # waiting for all of them, must not wait for that.
+        task = asyncio.ensure_future(self._stop_owner())
+        self.runtime.keep(task)
+
+    def _fail(self, reason: str) -> None:
+        self.state.status, self.state.error = "failed", reason
+        self.state.tools = []
+
+    def _see_log(self) -> str:
+        return f" (its stderr: {self.state.log_path})" if self.state.log_path else ""
+
+    async def _stop_owner(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        owner = self._owner
+        if owner is None or owner.done():
+            return
+        if self._serving:
+            # Serving: the owner sees the stop event and leaves the client cleanly.
+            done, _ = await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
+            if done:
+                return
+        # A server stuck in its handshake never looks at the stop event: cancel it. The
+        # SDK's stdio shutdown runs shielded and bounded, so the process is reaped.
+        owner.cancel()
+        await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
+
+    async def close(self) -> None:
+        """Stop the server for good."""
+        self._closing = True
+        await self._stop_owner()
+        self.state.status = "closed"
+        self.client = None
+
+    async def _own(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
+        """The owner task: enters the SDK client, serves until told to stop or the
+        connection ends, exits the client — all in this one task."""
+        ended = asyncio.Event()
+        try:
+            client = Client(self._transport(ended.set), cache=None,
+                            message_handler=self._on_message,
+                            client_info=mcp_types.Implementation(name="lich", version=_version()))
+            async with client:
+                tools = await self._list_tools(client)
+                if stop.is_set():
+                    return  # given up on while it started: leave the client, say nothing
+                self.client = client
+                info = client.server_info
+                self.state.protocol_version = client.protocol_version
+                self.state.server_name = info.name if info else None
+                self.state.server_version = info.version if info else None
+                self.state.tools = tools
+                self.state.status, self.state.error = "connected", None
+                self.state.connects += 1
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    if _wants_listen(client):
+                        # Subscribed before the server counts as started: a change a
+                        # first call makes must not be announced to no one.
+                        await tg.start(self._listen, client)
+                    self._serving = True
+                    if not ready.done():
+                        ready.set_result(None)
+                    stopped = asyncio.ensure_future(stop.wait())
+                    gone = asyncio.ensure_future(ended.wait())
+                    try:
+                        await asyncio.wait({stopped, gone}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        stopped.cancel()
+                        gone.cancel()
+                    tg.cancel_scope.cancel()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(_unwrap(exc))
+            elif not self._closing:
+                log.debug("mcp server %s: connection ended: %s", self.config.name, exc)
+        finally:
+            self.client = None
+            self._tg = None
+            self._serving = False
+            if ready.done() and not ready.cancelled() and ready.exception() is None \
+                    and not self._closing and not stop.is_set():
+                self._mark_dead("closed the connection")
+
+    _tg: Any = None
+    _serving = False
+    _refresh: asyncio.Task[None] | None = None
+
+    def _mark_dead(self, why: str) -> None:
+        if self.state.status == "connected":
+            self.state.status = "disconnected"
+            self.state.error = why
+            self._died_at = time.monotonic()
+
+    @contextlib.asynccontextmanager
+    async def _transport(self, on_end: Callable[[], None]) -> AsyncIterator[Any]:
+        config = self.config
+        if config.command is not None:
+            params = StdioServerParameters(
+                command=config.command, args=list(config.args), env=dict(config.env),
+                cwd=str(self.runtime.work_dir / (config.cwd or ".")),
+            )
+            with _open_log(self.state.log_path, config) as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write):
+                    yield _WatchedReadStream(read, on_end), write
+            return
+        import httpx2
+
+        assert config.url is not None
+        async with httpx2.AsyncClient(
+            headers=dict(config.headers),
+            timeout=httpx2.Timeout(30.0, read=max(300.0, config.timeout_s)),
+        ) as http, streamable_http_client(config.url, http_client=http) as (read, write):
+            yield read, write
+
+    # ----------------------------------------------------------------- tools
+
+    async def _list_tools(self, client: Client) -> list[Any]:
+        tools: list[Any] = []
+        cursor: str | None = None
+        for _ in range(_MAX_TOOL_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return [t for t in tools if self.config.wants_tool(t.name)]
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification) and self.client:
+            # A task of its own: listing the tools is a request, and this handler runs
+            # in the session's receive loop, which must go on to read the answer.
+            self._refresh = asyncio.ensure_future(self._refresh_tools())
+            self.runtime.keep(self._refresh)
+
+    async def _listen(self, client: Client, *,
+                      task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                      ) -> None:
+        # 2026-07-28 servers send change events only on a subscriptions/listen stream;
+        # its notifications reach _on_message like a legacy server's.
+        started = False
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                task_status.started()
+                started = True
+                async for _event in subscription:
+                    pass
+        except Exception as exc:
+            log.debug("mcp server %s: no tool-change subscription: %s", self.config.name, exc)
+        finally:
+            if not started:
+                task_status.started()
+
+    async def _refresh_tools(self) -> None:
+        client = self.client
+        if client is None:
+            return
+        try:
+            tools = await self._list_tools(client)
+        except Exception as exc:
+            log.warning("mcp server %s announced new tools, listing them failed: %s",
+                        self.config.name, _describe(exc))
+            return
+        self.state.tools = tools
+        self.runtime.tools_changed(self.config.name)
+
+    # ----------------------------------------------------------------- calls
+
+    async def _ensure(self) -> Client | str:
+        """The connected client, restarting a dead server once; or why there is none."""
+        async with self._lock:
+            if self.client is not None and self.state.status == "connected":
+                return self.client
+            name = self.config.name
+            if self._closing:
+                return f"mcp_disconnected: server {name!r} is closed"
+            if self.state.status == "failed" and self.state.restarts == 0 \
+                    and self._died_at == 0.0:
+                return f"mcp_unavailable: server {name!r} did not start: {self.state.error}"
+            if self._restarted_since_success:
+                return (f"mcp_disconnected: server {name!r} died again after a restart "
+                        f"({self.state.error}); not restarting{self._see_log()}")
+            wait = self._backoff.next_delay() - (time.monotonic() - self._died_at)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            old_tools = [t.name for t in self.state.tools]
+            await self.open()
+            self.state.restarts += 1
+            self._restarted_since_success = True
+            if self.state.status != "connected" or self.client is None:
+                self._died_at = time.monotonic()
+                return (f"mcp_disconnected: server {name!r} could not be restarted: "
+                        f"{self.state.error}")
+            log.info("mcp server %s restarted", name)
+            if [t.name for t in self.state.tools] != old_tools:
+                self.runtime.tools_changed(name)
+            return self.client
+
+    async def call(self, tool: str, args: Mapping[str, Any]) -> ToolResult:
+        """Call ``tool``; every failure is a failed :class:`ToolResult`."""
+        for attempt in range(2):
+            client = await self._ensure()
+            if isinstance(client, str):
+                return ToolResult.failure(client)
+            try:
+                result = await client.call_tool(tool, dict(args))
+            except MCPError as exc:
+                code = exc.error.code
+                if code == mcp_types.CONNECTION_CLOSED:
+                    self._mark_dead("closed the connection during a call")
+                    await self._stop_owner_quietly()
+                    return ToolResult.failure(
+                        f"mcp_disconnected: server {self.config.name!r} closed the connection "
+                        f"during the call (it is restarted on the next call){self._see_log()}")
+                if attempt == 0 and self.config.transport == "http" and _session_expired(exc):
+                    # The server refused the request (its session is gone): nothing ran.
+                    log.info("mcp server %s expired its session; re-initialising",
+                             self.config.name)
+                    await self._reinitialise()
+                    continue
+                message = truncate_text(str(exc), 2000, style="inline")
+                return ToolResult.failure(f"mcp_error: {message}")
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
+                self._mark_dead(_describe(exc))
+                await self._stop_owner_quietly()
+                return ToolResult.failure(
+                    f"mcp_disconnected: server {self.config.name!r}: {_describe(exc)}")
+            self._restarted_since_success = False
+            self._backoff.reset()
+            refresh = self._refresh
+            if refresh is not None and not refresh.done():
+                # The call changed the server's tools (the notification came before its
+                # answer): the new list is in place before the model hears the result.
+                await asyncio.wait({refresh}, timeout=self.config.timeout_s)
+            return map_result(result)
+        return ToolResult.failure(f"mcp_disconnected: server {self.config.name!r} expired its "
+                                  "session again right after re-initialising")
+
+    async def _stop_owner_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._stop_owner()
+
+    async def _reinitialise(self) -> None:
+        async with self._lock:
+            await self._stop_owner_quietly()
+            await self.open()
+
+
+def _wants_listen(client: Client) -> bool:
+    version = client.protocol_version or ""
+    caps = client.server_capabilities
+    return version >= "2026-07-28" and bool(caps.tools and caps.tools.list_changed)
+
+
+def _session_expired(exc: MCPError) -> bool:
+    # The SDK turns the server's 404 for an unknown session id into this error.
+    return exc.error.code == mcp_types.INVALID_REQUEST and "session terminated" in \
+        exc.error.message.lower()
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    exc = _unwrap(exc)
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, MCPError):
+        return f"MCP error {exc.error.code}: {exc.error.message}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _file_name(server: str) -> str:
+    from lich.mcp.naming import sanitise
+
+    return sanitise(server)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lich")
+    except PackageNotFoundError:
+        return "0"
+
+
+@contextlib.contextmanager
+def _open_log(path: str | None, config: ServerConfig) -> Any:
+    """The server's stderr log, appended to, with a line marking this start."""
+    assert path is not None
+    log_file = Path(path)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        if log_file.stat().st_size > _LOG_ROTATE_BYTES:
+            log_file.replace(log_file.with_name(log_file.name + ".1"))
+    stream: IO[str] = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 - held by the process
+    try:
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        stream.write(f"--- lich: starting {config.command} at {now}\n")
+        stream.flush()
+        yield stream
+    finally:
+        stream.close()
+
+
+class McpRuntime:
+    """Every enabled server of one :class:`~lich.mcp.config.McpSettings`, on one
+    background event loop.
+
+    :param settings: the checked ``[mcp]`` table.
+    :param work_dir: where stdio servers run (their ``cwd`` is relative to it).
+    :param log_dir: where each stdio server's stderr is written.
+    """
+
+    def __init__(self, settings: McpSettings, *, work_dir: str | Path, log_dir: str | Path) -> None:
+        self.settings = settings
+        self.work_dir = Path(work_dir)
+        self.log_dir = Path(log_dir)
+        self._loop = asyncio.new_event_loop()
+        self._thread: threading.Thread | None = None
+        self.connections = {s.name: _Connection(s, self) for s in settings.enabled()}
+        self._changed: set[str] = set()
+        self._changed_lock = threading.Lock()
+        self._closed = False
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def keep(self, task: asyncio.Future[Any]) -> None:
+        """Hold a reference to a background task of the runtime's loop until it ends."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop.run_forever, name="lich-mcp",
+                                            daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def start(self) -> list[ServerState]:
+        """Connect every server in parallel, each under its own startup timeout;
+        blocks until all are connected or failed. Never raises for a server."""
+        if self.connections:
+            self._submit(self._open_all()).result()
+        return self.states()
+
+    async def _open_all(self) -> None:
+        await asyncio.gather(*(c.open() for c in self.connections.values()))
+
+    def states(self) -> list[ServerState]:
+        """Each server's state, in config order."""
+        return [c.state for c in self.connections.values()]
+
+    async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> ToolResult:
+        """Call ``server``'s ``tool`` from any event loop. Cancelling the awaiting
+        task cancels the MCP request (the server gets ``notifications/cancelled``)."""
+        if self._closed:
+            return ToolResult.failure(f"mcp_disconnected: server {server!r} is closed")
+        connection = self.connections[server]
+        return await asyncio.wrap_future(self._submit(connection.call(tool, args)))
+
+    def tools_changed(self, server: str) -> None:
+        """A server's tool list changed (called on the runtime's loop)."""
+        with self._changed_lock:
+            self._changed.add(server)
+
+    def take_changes(self) -> set[str]:
+        """The servers whose tools changed since the last call (any thread)."""
+        with self._changed_lock:
+            changed, self._changed = self._changed, set()
+        return changed
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop every server and the loop; idempotent, safe from any thread but the
+        runtime's own."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            self._loop.close()
+            return
+        if threading.current_thread() is self._thread:
+            # From the runtime's own loop (a finalizer run by the garbage collector
+            # there): waiting would deadlock, so the close is only scheduled.
+            self._loop.create_task(self._close_all()).add_done_callback(
+                lambda _: self._loop.stop())
+            return
+        future = self._submit(self._close_all())
+        with contextlib.suppress(Exception):
+            future.result(timeout)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _close_all(self) -> None:
+        await asyncio.gather(*(c.close() for c in self.connections.values()),
+                             return_exceptions=True)
+        # Servers still being stopped after a failed start.
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=_CLOSE_GRACE_S)

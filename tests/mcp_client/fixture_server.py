@@ -1,0 +1,189 @@
+"""An MCP server for the contract tests, built on the SDK's ``MCPServer``.
+
+``python fixture_server.py stdio`` serves over stdio; ``python fixture_server.py
+http`` binds 127.0.0.1 on a free port, prints ``PORT <n>`` on stdout and serves
+streamable HTTP at ``/mcp``. Over HTTP it behaves like a server that predates the
+2026-07-28 protocol (``server/discover`` is refused, so clients use the
+initialize handshake and a session id), and ``POST /expire`` forgets every
+session it has handed out, as a server does when it expires idle sessions.
+
+Environment: ``FIXTURE_HANG=1`` hangs before answering anything (a server stuck at
+start); ``FIXTURE_STDERR=text`` writes ``text`` to stderr at start.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.types import Image
+from mcp_types import CallToolResult, ToolAnnotations
+
+# The smallest valid PNG (1x1, transparent).
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+app = MCPServer("fixture", version="1.0")
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def pid() -> str:
+    """The server's process id."""
+    return str(os.getpid())
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+async def slow(seconds: float, marker: str = "") -> str:
+    """Sleep, then answer; writes 'cancelled' to the marker file if cancelled."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        if marker:
+            # Blocking, on purpose: the cancelled task may not await again.
+            Path(marker).write_text("cancelled", encoding="utf-8")  # noqa: ASYNC240
+        raise
+    return f"slept {seconds}"
+
+
+@app.tool()
+def fail(message: str) -> str:
+    """Fail with the message."""
+    raise ToolError(message)
+
+
+@app.tool()
+def structured() -> CallToolResult:
+    """Structured content and no text."""
+    return CallToolResult(content=[], structured_content={"answer": 42, "unit": "none"})
+
+
+@app.tool()
+def picture() -> Image:
+    """A tiny PNG."""
+    return Image(data=PNG, format="png")
+
+
+@app.tool(annotations=ToolAnnotations(destructive_hint=True))
+def crash() -> str:
+    """Kill the server in the middle of the call."""
+    sys.stdout.flush()
+    os._exit(3)
+
+
+@app.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool called NAME and announce that the tool list changed."""
+
+    def added() -> str:
+        return f"I am {name}"
+
+    app.add_tool(added, name=name, description=f"the added tool {name}")
+    await ctx.notify_tools_changed()  # 2026-07-28 clients: the listen stream
+    try:
+        await ctx.session.send_tool_list_changed()  # earlier clients: a notification
+    except Exception:
+        pass
+    return f"added {name}"
+
+
+def _legacy_http(asgi):
+    """Refuse server/discover (an older server) and answer 404 for expired sessions."""
+    expired: set[str] = set()
+    seen: set[str] = set()
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http":
+            return await asgi(scope, receive, send)
+        if scope["path"] == "/expire":
+            expired.update(seen)
+            await _reply(send, 200, b"{}")
+            return
+        headers = dict(scope.get("headers") or [])
+        session = headers.get(b"mcp-session-id", b"").decode()
+        if session:
+            seen.add(session)
+            if session in expired:
+                await _reply(send, 404, b'{"error": "session not found"}')
+                return
+        body = b""
+        if scope["method"] == "POST":
+            more = True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+            try:
+                request = json.loads(body)
+            except ValueError:
+                request = None
+            if isinstance(request, dict) and request.get("method") == "server/discover":
+                error = {"jsonrpc": "2.0", "id": request.get("id"),
+                         "error": {"code": -32601, "message": "Method not found"}}
+                await _reply(send, 200, json.dumps(error).encode())
+                return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        async def record(message):
+            if message["type"] == "http.response.start":
+                for key, value in message.get("headers", []):
+                    if key.lower() == b"mcp-session-id":
+                        seen.add(value.decode())
+            await send(message)
+
+        await asgi(scope, replay if scope["method"] == "POST" else receive, record)
+
+    return wrapped
+
+
+async def _reply(send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def main() -> None:
+    if os.environ.get("FIXTURE_STDERR"):
+        print(os.environ["FIXTURE_STDERR"], file=sys.stderr, flush=True)
+    if os.environ.get("FIXTURE_HANG"):
+        while True:
+            time.sleep(3600)
+    transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
+    if transport == "stdio":
+        app.run("stdio")
+        return
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(_legacy_http(app.streamable_http_app()),
+                                           log_level="warning", lifespan="on"))
+    print(f"PORT {port}", flush=True)
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

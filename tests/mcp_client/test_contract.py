@@ -1,0 +1,174 @@
+"""The MCP client against a real server built on the SDK, over stdio and streamable
+HTTP: what each kind of answer becomes, timeouts, a server that dies, tools that
+change, an HTTP session the server expired."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich.testing import Reply, wait_for
+from lich.types import ToolCall, ToolMessage, ToolResult
+
+from .conftest import HttpFixture, stdio_server
+
+
+async def call(agent: Any, tool: str, **args: Any) -> ToolResult:
+    result: ToolResult = await agent.executor.execute(ToolCall("c1", tool, args))
+    return result
+
+
+@pytest.fixture(params=["stdio", "http"])
+def fixture_table(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    if request.param == "stdio":
+        yield stdio_server()
+        return
+    server = HttpFixture(tmp_path / "http.log")
+    yield {"url": server.url, "startup_timeout_s": 60}
+    server.stop()
+
+
+async def test_answers_map_to_tool_results(mcp_agent: Any, fixture_table: Any) -> None:
+    agent = mcp_agent({"fx": fixture_table})
+    assert {"mcp__fx__echo", "mcp__fx__structured", "mcp__fx__picture"} <= set(agent.tools.names())
+    assert (await call(agent, "mcp__fx__echo", text="hello")) == ToolResult(ok=True, output="hello")
+    structured = await call(agent, "mcp__fx__structured")
+    assert structured == ToolResult(ok=True, output='{"answer": 42, "unit": "none"}')
+    picture = await call(agent, "mcp__fx__picture")
+    assert picture == ToolResult(ok=True, output="[image: image/png, 70 bytes]")
+    failed = await call(agent, "mcp__fx__fail", message="the disk is on fire")
+    assert not failed.ok
+    assert failed.error is not None
+    assert failed.error.startswith("mcp_tool_error: ")
+    assert "the disk is on fire" in failed.error
+
+
+async def test_a_call_past_its_timeout_is_cancelled_on_the_server(
+    mcp_agent: Any, fixture_table: Any, tmp_path: Path
+) -> None:
+    marker = tmp_path / "cancelled.txt"
+    agent = mcp_agent({"fx": {**fixture_table, "timeout_s": 0.5}})
+    result = await call(agent, "mcp__fx__slow", seconds=60, marker=str(marker))
+    assert result.error == "timeout: tool:mcp__fx__slow exceeded 0.5s"
+    # The request was cancelled, not abandoned: the server's handler saw it.
+    wait_for(lambda: marker.is_file(), what="the server to see the cancellation")
+    assert marker.read_text() == "cancelled"
+    # And the connection is fine for the next call.
+    assert (await call(agent, "mcp__fx__echo", text="still here")).output == "still here"
+
+
+async def test_the_tool_list_changing_replaces_the_tools_before_the_next_model_call(
+    mcp_agent: Any,
+) -> None:
+    # Over stdio the notification comes down the same pipe before the call's answer:
+    # the very next model call is offered the new tool.
+    script = [
+        Reply(tool_calls=[ToolCall("1", "mcp__fx__grow", {"name": "sprout"})]),
+        Reply(tool_calls=[ToolCall("2", "mcp__fx__sprout", {})]),
+        "done",
+    ]
+    agent = mcp_agent({"fx": stdio_server()}, script)
+    assert "mcp__fx__sprout" not in agent.tools.names()
+    result = await agent.run("grow a tool and call it")
+    offered = agent.chat.requests[1].tools
+    assert "mcp__fx__sprout" in offered
+    tools = [m.content for m in result.messages if isinstance(m, ToolMessage)]
+    assert tools == ["added sprout", "I am sprout"]
+
+
+async def test_a_tool_list_change_over_http_reaches_the_registry(
+    mcp_agent: Any, http_fixture: HttpFixture
+) -> None:
+    # Over HTTP the notification travels on a stream of its own: it takes effect at
+    # the first model call after it arrived.
+    agent = mcp_agent({"fx": {"url": http_fixture.url, "startup_timeout_s": 60}})
+    assert (await call(agent, "mcp__fx__grow", name="sprout")).output == "added sprout"
+    wait_for(lambda: "mcp__fx__sprout" in [d.name for d in agent.tools.definitions()],
+             what="the new tool in the definitions")
+    assert (await call(agent, "mcp__fx__sprout")).output == "I am sprout"
+
+
+async def test_a_server_killed_mid_call_is_restarted_on_the_next_call(mcp_agent: Any) -> None:
+    agent = mcp_agent({"fx": stdio_server()})
+    before = (await call(agent, "mcp__fx__pid")).output
+    crashed = await call(agent, "mcp__fx__crash")
+    assert crashed.error is not None
+    assert crashed.error.startswith("mcp_disconnected: server 'fx' closed the connection")
+    after = await call(agent, "mcp__fx__pid")
+    assert after.ok, after
+    assert after.output != before  # a new process
+    assert (await call(agent, "mcp__fx__echo", text="back")).output == "back"
+
+
+async def test_a_server_killed_between_calls_is_restarted_for_the_next_one(
+    mcp_agent: Any,
+) -> None:
+    import os
+    import signal
+
+    agent = mcp_agent({"fx": stdio_server()})
+    pid = int((await call(agent, "mcp__fx__pid")).output)
+    os.kill(pid, signal.SIGKILL)
+    connection = _connection(agent, "fx")
+    wait_for(lambda: connection.state.status == "disconnected", what="the death to be seen")
+    # Nothing was running when it died: the next call starts it again and runs.
+    after = await call(agent, "mcp__fx__pid")
+    assert after.ok, after
+    assert int(after.output) != pid
+    assert connection.state.restarts == 1
+
+
+async def test_a_server_that_dies_again_right_after_its_restart_stays_down(
+    mcp_agent: Any,
+) -> None:
+    agent = mcp_agent({"fx": stdio_server()})
+    assert (await call(agent, "mcp__fx__crash")).error.startswith("mcp_disconnected:")
+    # Restarted for this call, which kills it again before any call succeeded.
+    assert (await call(agent, "mcp__fx__crash")).error.startswith("mcp_disconnected:")
+    down = await call(agent, "mcp__fx__echo", text="anyone?")
+    assert down.error is not None
+    assert "died again after a restart" in down.error
+
+
+async def test_an_expired_http_session_is_reinitialised(
+    mcp_agent: Any, http_fixture: HttpFixture
+) -> None:
+    import httpx
+
+    agent = mcp_agent({"docs": {"url": http_fixture.url, "startup_timeout_s": 60}})
+    connection = _connection(agent, "docs")
+    assert connection.state.protocol_version < "2026"  # the handshake era: sessions
+    assert (await call(agent, "mcp__docs__echo", text="one")).output == "one"
+    async with httpx.AsyncClient() as client:
+        await client.post(f"http://127.0.0.1:{http_fixture.port}/expire")
+    assert (await call(agent, "mcp__docs__echo", text="two")).output == "two"
+    assert connection.state.connects == 2  # a new session, not an error for the model
+
+
+async def test_a_stdio_servers_stderr_goes_to_its_log_file(
+    mcp_agent: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    agent = mcp_agent({"noisy": stdio_server(env={"FIXTURE_STDERR": "noise from the server"})})
+    log = tmp_path / ".lich" / "logs" / "mcp" / "noisy.log"
+    assert (await call(agent, "mcp__noisy__echo", text="x")).ok
+    wait_for(lambda: "noise from the server" in log.read_text(), what="the server's stderr")
+    assert "noise from the server" not in capfd.readouterr().err
+
+
+def test_server_annotations_only_tighten_approvals(mcp_agent: Any) -> None:
+    agent = mcp_agent({"fx": stdio_server()})
+    tools = {t.name: t for t in agent.tools.list()}
+    # readOnlyHint is the server's word: never read_only in lich.
+    assert not any(t.read_only for t in tools.values())
+    assert not tools["mcp__fx__echo"].requires_approval  # read-only, not destructive
+    assert tools["mcp__fx__crash"].requires_approval  # destructiveHint
+    assert tools["mcp__fx__fail"].requires_approval  # no annotations at all
+
+
+def _connection(agent: Any, server: str) -> Any:
+    from lich.mcp.plugin import _RUNTIMES
+
+    return _RUNTIMES[agent.tools].connections[server]
