@@ -61,6 +61,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "ollama",
     "failover",
     "gateway",
+    "mcp",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from lich.agent import Agent
     from lich.config import LichConfig, LoadedConfig
     from lich.plugins import LoadReport, PluginHost
+    from lich.types import ChatFn
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -257,6 +258,7 @@ def assemble(
     agent: bool = True,
     console: Any = None,
     service: bool = False,
+    chat: ChatFn | None = None,
 ) -> Assembly:
     """This invocation's settings → the configuration, a loaded plugin host, an agent.
 
@@ -271,6 +273,8 @@ def assemble(
         its own from it, inspection commands need none).
     :param console: the rich console log lines go through while a run is shown.
     :param service: log as a long-running service (timestamped lines).
+    :param chat: the agent's chat function instead of the configured providers (a
+        command that calls no model, ``lich mcp serve``, needs none configured).
     :raises CommandError: a configuration error, a ``--plugin`` entry that did not
         load (:func:`check_named_plugins`), or plugins failing in strict mode.
     """
@@ -295,7 +299,7 @@ def assemble(
             from lich.agent import Agent
 
             with quiet_plugin_log():
-                built = Agent(loaded.config, host=host)
+                built = Agent(loaded.config, host=host, chat=chat)
             # Building the agent runs lich_check_config and the registration hooks:
             # a --plugin entry may fail there too.
             check_named_plugins(settings, host)
