@@ -287,7 +287,7 @@ def protocol_streams() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
         finally:
             sys.stdout = saved_stdout
         return
-    wire_in, wire_out = os.dup(0), os.dup(1)  # >= 3 and not inherited by children
+    wire_in, wire_out = _dup_high(0), _dup_high(1)
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         try:
@@ -316,8 +316,19 @@ def protocol_streams() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
             os.dup2(wire_in, 0)
             os.dup2(wire_out, 1)
     finally:
-        os.close(wire_in)
+        # wire_in stays open: after a signal a daemon thread may still be blocked
+        # reading it, and a closed number could be reused under that thread.
         os.close(wire_out)
+
+
+def _dup_high(fd: int) -> int:
+    """A duplicate of ``fd`` above the standard three, not inherited by children (a
+    plain ``dup`` could land on a closed descriptor 2 and take stderr's place)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no fcntl; dup's duplicate is not inheritable either
+        return os.dup(fd)
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
 
 
 def _is_fd(stream: Any, fd: int) -> bool:
