@@ -18,11 +18,11 @@ import subprocess
 import sysconfig
 import tempfile
 import time
-import venv
 from pathlib import Path
 from typing import Any
 
 from bench._common import Target, fmt_ms, fmt_ratio, fmt_spread, markdown_table, summary
+from lich.testing import child_venv
 
 __all__ = ["COMMANDS", "make_env", "make_plugin_dists", "run", "tables"]
 
@@ -61,13 +61,13 @@ def lich_register_tools(registry):
 
 
 def make_env(path: Path) -> dict[str, str]:
-    """A venv at ``path`` seeing the system site-packages, with a ``lich`` script.
+    """A venv at ``path`` seeing this environment's packages (:func:`lich.testing.child_venv`),
+    with a ``lich`` script.
 
     Returns ``{"python", "lich", "site"}``.
     """
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(path)
-    bindir = path / ("Scripts" if os.name == "nt" else "bin")
-    python = bindir / "python"
+    python = child_venv(path)
+    bindir = python.parent
     site = Path(sysconfig.get_path("purelib", vars={"base": str(path),
                                                       "platbase": str(path)}))
     lich = bindir / "lich"

@@ -21,9 +21,12 @@ import attrs
 from attrs import frozen
 
 from lich import serialization
+from lich.approvals.grants import ApprovalGrants
 from lich.cancel import CancelToken
 from lich.config import ConfigError, LichConfig, config_with
 from lich.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     CompressEnd,
     Envelope,
     ErrorEvent,
@@ -102,7 +105,9 @@ def default_system_prompt(work_dir: str, *, today: datetime.date | None = None) 
             f"Today's date: {day.isoformat()}")
 
 # Events that go into the transcript besides the messages themselves.
-_RECORDED_EVENTS = (ToolCallEnd, CompressEnd, Retry, Failover, ErrorEvent)
+_RECORDED_EVENTS = (
+    ToolCallEnd, ApprovalRequested, ApprovalResolved, CompressEnd, Retry, Failover, ErrorEvent
+)
 
 
 @frozen
@@ -214,6 +219,9 @@ class Agent:
             protected=ProtectedPaths.for_config(config),
         )
         self.sessions = SessionStore(config.session_dir)
+        #: What ``session``/``always`` approvals granted, per session, for every run
+        #: of this agent (and of the agents :meth:`with_model` makes from it).
+        self.approval_grants = ApprovalGrants()
 
     @property
     def model(self) -> str:
@@ -237,7 +245,9 @@ class Agent:
                              "there is no model to switch")
         first = attrs.evolve(self.config.providers[0], model=model)
         config = config_with(self.config, providers=(first, *self.config.providers[1:]))
-        return Agent(config, host=self.host, env=self._env, today=self._today)
+        agent = Agent(config, host=self.host, env=self._env, today=self._today)
+        agent.approval_grants = self.approval_grants  # a model switch keeps the approvals
+        return agent
 
     async def aclose(self) -> None:
         """Close the providers' HTTP clients."""
@@ -328,7 +338,8 @@ class Agent:
             # Provider errors are redacted where they enter the run: an error body
             # quoting the key must not reach an event, the transcript or a log.
             chat=redacting_chat(self.chat, self.executor.secret_env_names),
-            tools=HookedToolRunner(self.executor, self.host, run),
+            tools=HookedToolRunner(self.executor, self.host, run, emit=emit,
+                                   grants=self.approval_grants),
             definitions=self.tools.definitions,
             emit=emit,
             on_message=on_message,

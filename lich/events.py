@@ -17,8 +17,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
-from typing import Literal, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeAlias
 
 from attrs import field, frozen
 
@@ -26,6 +26,8 @@ from lich.types import AssistantMessage, ChatResult, ToolCall, ToolResult, Usage
 
 __all__ = [
     "EVENT_SCHEMA_VERSION",
+    "ApprovalRequested",
+    "ApprovalResolved",
     "BudgetExhausted",
     "CompressEnd",
     "CompressStart",
@@ -183,6 +185,48 @@ class ToolCallEnd:
 
 
 @frozen
+class ApprovalRequested:
+    """A tool call waits for a person's approval: a before-hook answered ``Ask``.
+
+    ``id`` is the request's short id (what the gateway's ``/approve`` names);
+    ``rules`` what a ``session``/``always`` approval grants; ``timeout_s`` how long
+    lich waits (``None``: no limit). Always followed by one ``approval_resolved``
+    with the same ``id``.
+    """
+
+    id: str
+    call: ToolCall
+    reason: str
+    asked_by: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    type: Literal["approval_requested"] = "approval_requested"
+
+
+@frozen
+class ApprovalResolved:
+    """How an approval request ended.
+
+    ``approver`` is who answered (``terminal``, ``tui``, ``--yes``, a chat user,
+    ``session`` for a call an earlier ``session``/``always`` approval covers), or
+    ``None`` when no one did (no approver, a timeout, a cancel). ``args`` are the
+    arguments the person edited (``None``: unchanged); ``message`` the approver's
+    message, or for a denial the reason the model receives. ``waited_ms`` is how
+    long the decision took.
+    """
+
+    id: str
+    call_id: str
+    approved: bool
+    scope: Literal["once", "session", "always"] = "once"
+    approver: str | None = None
+    args: Mapping[str, Any] | None = None
+    message: str | None = None
+    waited_ms: float = 0.0
+    type: Literal["approval_resolved"] = "approval_resolved"
+
+
+@frozen
 class Final:
     """The model answered without asking for tools."""
 
@@ -239,6 +283,8 @@ Event: TypeAlias = (
     | Failover
     | LlmEnd
     | ToolCallStart
+    | ApprovalRequested
+    | ApprovalResolved
     | ToolCallEnd
     | Final
     | BudgetExhausted

@@ -14,16 +14,21 @@ import asyncio
 import inspect
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from attrs import evolve
 
+from lich._schema import validate_args
 from lich._threads import run_in_daemon_thread
+from lich.approvals.grants import ApprovalGrants
 from lich.cancel import Cancelled, CancelToken, race
+from lich.events import ApprovalRequested, ApprovalResolved, Event
 from lich.guards import ToolError, truncate_text
-from lich.hooks import RunInfo
+from lich.hooks import ApprovalRequest, RunInfo
 from lich.loop import ToolOutcome
 from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
@@ -32,8 +37,9 @@ from lich.types import ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from lich.plugins import PluginHost
+    from lich.plugins.calling import ToolDecision
 
-__all__ = ["HookedToolRunner", "ToolExecutor"]
+__all__ = ["APPROVAL_UNAVAILABLE", "HookedToolRunner", "ToolExecutor"]
 
 # The name it had when the executor lived in lich.tools: log filters and formats keep working.
 log = logging.getLogger("lich.tools")
@@ -167,13 +173,39 @@ class ToolExecutor:
         return result
 
 
-class HookedToolRunner:
-    """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, the executor, after-hooks."""
+APPROVAL_UNAVAILABLE = (
+    "approval_unavailable: run non-interactively; allow the tool in [approvals] or pass --yes"
+)
 
-    def __init__(self, executor: ToolExecutor, host: PluginHost, run: RunInfo) -> None:
+
+class HookedToolRunner:
+    """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, approval, the executor,
+    after-hooks.
+
+    :param executor: runs the call.
+    :param host: whose hooks are called.
+    :param run: the run the calls belong to.
+    :param emit: receives the ``approval_requested`` / ``approval_resolved`` events.
+    :param grants: what ``session``/``always`` approvals granted (shared by the runs
+        of an agent, kept per session); a fresh one by default.
+    """
+
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        host: PluginHost,
+        run: RunInfo,
+        *,
+        emit: Callable[[Event], None] | None = None,
+        grants: ApprovalGrants | None = None,
+    ) -> None:
         self.executor = executor
         self.host = host
         self.run = run
+        self.emit = emit or (lambda _event: None)
+        self.grants = grants if grants is not None else ApprovalGrants()
+        timeout = run.config.approval_timeout_s if run.config is not None else 300.0
+        self.approval_timeout_s: float | None = timeout or None  # 0: wait for ever
         self._before = host.has_impls("lich_before_tool_call") or host.has_impls(
             "lich_check_tool_call"
         )
@@ -192,6 +224,11 @@ class HookedToolRunner:
             if decision.blocked_by is not None:
                 blocked = ToolResult.failure(f"blocked_by_plugin: {decision.reason}")
                 return ToolOutcome(call, blocked, rewritten_by, blocked_by=decision.blocked_by)
+            if decision.asked_by:
+                approved = await self._approve(call, decision, cancel)
+                if isinstance(approved, ToolOutcome):
+                    return evolve(approved, rewritten_by=rewritten_by)
+                call = approved
         result = await self.executor.execute(call, run=self.run, cancel=cancel)
         replaced_by = None
         if self._after:
@@ -202,3 +239,97 @@ class HookedToolRunner:
             except Cancelled:
                 pass  # keep the tool's own result; the run is ending
         return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)
+
+    async def _approve(
+        self, call: ToolCall, decision: ToolDecision, cancel: CancelToken | None
+    ) -> ToolCall | ToolOutcome:
+        """Ask a person about ``call``: the call to run (maybe with edited arguments),
+        or the outcome of a call that does not run. Every request is paired with
+        exactly one ``approval_resolved`` event."""
+        tool = self.executor.registry.get(call.name)
+        work_dir = str(self.executor.work_dir)
+        rules = self.grants.rules_for(call, tool, work_dir)
+        request = ApprovalRequest(
+            id=self.grants.new_request_id(), call=call, reason="; ".join(decision.ask_reasons),
+            asked_by=decision.asked_by, rules=rules, tool=tool,
+            preview=await self._preview(tool, call), timeout_s=self.approval_timeout_s,
+        )
+        with self.grants.pending(request.id):
+            self.emit(ApprovalRequested(request.id, call, request.reason, request.asked_by,
+                                        request.rules, request.timeout_s))
+            return await self._decide(request, work_dir, cancel)
+
+    async def _decide(
+        self, request: ApprovalRequest, work_dir: str, cancel: CancelToken | None
+    ) -> ToolCall | ToolOutcome:
+        call, tool, rules = request.call, request.tool, request.rules
+        started = time.perf_counter()
+
+        def resolved(approved: bool, approver: str | None, *, scope: str = "once",
+                     args: Mapping[str, Any] | None = None, message: str | None = None) -> None:
+            self.emit(ApprovalResolved(
+                request.id, call.id, approved, scope, approver,  # type: ignore[arg-type]
+                None if args is None else dict(args), message,
+                round((time.perf_counter() - started) * 1000, 3)))
+
+        def denied(reason: str, approver: str | None, scope: str = "once") -> ToolOutcome:
+            resolved(False, approver, scope=scope, message=reason)
+            return ToolOutcome(call, ToolResult.failure(reason))
+
+        if self.grants.covers(self.run.session_id, call, tool, work_dir):
+            resolved(True, "session", scope="session")
+            return call
+        try:
+            answer = await race(
+                self.host.request_approval(request, self.run, self.approval_timeout_s), cancel)
+        except Cancelled:
+            return denied("cancelled", None)
+        if answer.timed_out:
+            return denied(f"approval_timeout: {answer.error}; the call was not run", None)
+        if answer.error is not None:
+            return denied(answer.error, answer.plugin)
+        approval = answer.approval
+        if approval is None:
+            return denied(APPROVAL_UNAVAILABLE, None)
+        approver = approval.approver or answer.plugin
+        if not approval.approved:
+            message = approval.message or "the user denied this call"
+            return denied(f"approval_denied: {message}", approver, approval.scope)
+        if approval.args is not None and approval.args != call.args:
+            edited = dict(approval.args)
+            problem = (None if tool is None
+                       else validate_args(edited, tool.parameters))
+            if problem is not None:
+                return denied(f"approval_invalid_args: the edited arguments fail the tool's "
+                              f"schema: {problem}", approver, approval.scope)
+            call = evolve(call, args=edited)
+            # The person's arguments are judged like every other final arguments: a
+            # guard (or a deny rule) refuses them exactly as it would refuse the model's.
+            try:
+                checked = await race(self.host.check_tool_call(call, self.run), cancel)
+            except Cancelled:
+                return denied("cancelled", approver)
+            if checked.blocked_by is not None:
+                reason = f"blocked_by_plugin: {checked.reason}"
+                resolved(False, approver, scope=approval.scope, args=edited, message=reason)
+                return ToolOutcome(call, ToolResult.failure(reason),
+                                   blocked_by=checked.blocked_by)
+        if approval.scope in ("session", "always"):
+            self.grants.grant(self.run.session_id, rules)
+        resolved(True, approver, scope=approval.scope,
+                 args=call.args if call.args is not request.call.args else None,
+                 message=approval.message)
+        return call
+
+    async def _preview(self, tool: Tool | None, call: ToolCall) -> str | None:
+        """The tool's own preview of the call, or ``None``; a preview that fails or
+        overruns ``hook_timeout_s`` is left out (it only informs the person)."""
+        if tool is None or tool.preview is None:
+            return None
+        try:
+            async with asyncio.timeout(self.host.hook_timeout_s):
+                return await run_in_daemon_thread(tool.preview, dict(call.args),
+                                                  self.executor.work_dir)
+        except Exception:
+            log.debug("preview of %s failed", tool.name, exc_info=True)
+            return None

@@ -493,6 +493,33 @@ async def test_hook_lich_before_tool_call(tmp_path: Path) -> None:
     assert events[0].call.args == {"text": "HI"}
 
 
+async def test_hook_lich_request_approval(tmp_path: Path) -> None:
+    """A before-hook's ``Ask`` reaches the approver, whose answer decides the call."""
+    asked: list[tuple[str, str, dict[str, Any]]] = []
+
+    class Ask_:
+        def lich_before_tool_call(self, call: ToolCall) -> lich.Ask:
+            return lich.Ask(f"{call.name} writes")
+
+    class Person:
+        def lich_request_approval(self, call: ToolCall, reason: str,
+                                  request: lich.ApprovalRequest) -> lich.Approval:
+            asked.append((reason, request.id, dict(call.args)))
+            return lich.Approval(call.args["text"] != "no", message="not that")
+
+    chat = ScriptedChat(responder=calls_then_answer(
+        ("echo", {"text": "yes"}), ("echo", {"text": "no"})))
+    agent = lich.Agent(make_test_config(tmp_path), chat=chat,
+                       plugins=[("echo", Echo()), ("ask", Ask_()), ("person", Person())])
+    result = await agent.run("go")
+    contents = [m.content for m in tool_messages(result.messages)]
+    assert contents[0] == "echo: yes"
+    assert json.loads(contents[1])["error"] == "approval_denied: not that"
+    assert [(r, a) for r, _, a in asked] == [
+        ("echo writes", {"text": "yes"}), ("echo writes", {"text": "no"})]
+    assert asked[0][1] != asked[1][1]  # each request has its own id
+
+
 async def test_hook_lich_after_tool_call(tmp_path: Path) -> None:
     class Censor:
         def lich_after_tool_call(self, call: ToolCall, result: ToolResult) -> ToolResult | None:

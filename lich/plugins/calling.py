@@ -8,10 +8,13 @@ never escapes: a before-hook that fails blocks the call (fail closed), any other
 hook is skipped with a warning naming its plugin.
 
 Before-hooks compose one at a time — a :class:`~lich.hooks.Rewrite` chains into
-the next hook, the first :class:`~lich.hooks.Block` wins — then the check-hooks
-judge the final arguments (they can only block), and after-hooks may each
-replace the result. Each before- and check-hook gets its own deep copy of the
-call, so the arguments that run are exactly the ones the last check saw.
+the next hook, the first :class:`~lich.hooks.Block` wins, an :class:`~lich.hooks.Ask`
+is collected and the chain goes on — then the check-hooks judge the final
+arguments (they can only block), and after-hooks may each replace the result.
+The approver (``lich_request_approval``) runs under ``approval_timeout_s``, not
+``hook_timeout_s``: a person is slower than a hook. Each before- and check-hook
+gets its own deep copy of the call, so the arguments that run are exactly the
+ones the last check saw.
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ import pluggy
 from attrs import evolve, frozen
 
 from lich._threads import run_in_daemon_thread
-from lich.hooks import Block, Rewrite, RunInfo, RunOutcome
+from lich.hooks import Approval, ApprovalRequest, Ask, Block, Rewrite, RunInfo, RunOutcome
 from lich.types import ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from lich.events import Envelope
 
-__all__ = ["HookCaller", "ToolDecision"]
+__all__ = ["ApprovalAnswer", "HookCaller", "ToolDecision"]
 
 # The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
 log = logging.getLogger("lich.plugins")
@@ -41,12 +44,33 @@ log = logging.getLogger("lich.plugins")
 
 @frozen
 class ToolDecision:
-    """The outcome of the before-hooks for one call."""
+    """The outcome of the before- and check-hooks for one call.
+
+    ``asked_by`` names the plugins that answered :class:`~lich.hooks.Ask` (their
+    reasons in ``ask_reasons``): the call runs only if a person approves.
+    """
 
     call: ToolCall
     rewritten_by: tuple[str, ...] = ()
     blocked_by: str | None = None
     reason: str | None = None
+    asked_by: tuple[str, ...] = ()
+    ask_reasons: tuple[str, ...] = ()
+
+
+@frozen
+class ApprovalAnswer:
+    """What came of asking the approvers about one call.
+
+    ``approval`` is the first answer (``None``: no approver answered); ``plugin``
+    the plugin that gave it; ``error`` says why the approvers failed (one raised,
+    answered something else, or ``timed_out``) — the call is then denied.
+    """
+
+    approval: Approval | None = None
+    plugin: str | None = None
+    error: str | None = None
+    timed_out: bool = False
 
 
 def _changed(copied: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
@@ -94,9 +118,16 @@ class HookCaller:
         """Whether any loaded plugin implements ``hook_name``."""
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
-    async def _call_timed(self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
+    async def _call_timed(
+        self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any], timeout_s: float | None = -1.0
+    ) -> Any:
+        """Call ``impl`` under ``timeout_s`` (``hook_timeout_s`` by default; ``None``:
+        no limit)."""
         args = {name: kwargs[name] for name in impl.argnames}
-        deadline = asyncio.get_running_loop().time() + self.hook_timeout_s
+        if timeout_s is not None and timeout_s < 0:
+            timeout_s = self.hook_timeout_s
+        deadline = (None if timeout_s is None
+                    else asyncio.get_running_loop().time() + timeout_s)
         if inspect.iscoroutinefunction(impl.function):
             return await self._until(impl.function(**args), deadline)
         # A plain function may block; a worker thread keeps a hanging hook from
@@ -109,7 +140,7 @@ class HookCaller:
             result = await self._until(result, deadline)
         return result
 
-    async def _until(self, awaitable: Awaitable[Any], deadline: float) -> Any:
+    async def _until(self, awaitable: Awaitable[Any], deadline: float | None) -> Any:
         """``awaitable``'s result if it settles by ``deadline``, else :class:`TimeoutError`.
 
         Not ``asyncio.wait_for``: that cancels the coroutine and then waits for it
@@ -122,7 +153,8 @@ class HookCaller:
         pending nor reported as an unretrieved exception.
         """
         task = asyncio.ensure_future(awaitable)
-        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        timeout = (None if deadline is None
+                   else max(0.0, deadline - asyncio.get_running_loop().time()))
         try:
             done, _ = await asyncio.wait({task}, timeout=timeout)
         except BaseException:  # the caller was cancelled: the hook goes too
@@ -130,7 +162,7 @@ class HookCaller:
             raise
         if not done:
             self._abandon(task)
-            raise TimeoutError(f"timed out after {self.hook_timeout_s:g}s")
+            raise TimeoutError("timed out")
         return task.result()
 
     def _abandon(self, task: asyncio.Future[Any]) -> None:
@@ -184,10 +216,12 @@ class HookCaller:
         return answer, None
 
     async def before_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
-        """Run the before-hooks one at a time (rewrites chain, the first block wins),
-        then the check-hooks on the final arguments; a hook that fails blocks
-        (fail closed)."""
+        """Run the before-hooks one at a time (rewrites chain, the first block wins,
+        asks are collected), then the check-hooks on the final arguments; a hook that
+        fails blocks (fail closed)."""
         rewritten_by: list[str] = []
+        asked_by: list[str] = []
+        reasons: list[str] = []
         for impl in self._impls("lich_before_tool_call"):
             answer, error = await self._ask(impl, "lich_before_tool_call", call, {"run": run})
             if error is not None:
@@ -196,6 +230,12 @@ class HookCaller:
                 continue
             if isinstance(answer, Block):
                 return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
+            if isinstance(answer, Ask):
+                # Not decided here: a later hook may still block (a Block wins over
+                # every Ask) or rewrite what the person will be asked about.
+                asked_by.append(impl.plugin_name)
+                reasons.append(answer.reason)
+                continue
             if isinstance(answer, Rewrite):
                 # A deep copy: the hook keeps no handle on the arguments that run.
                 try:
@@ -209,23 +249,61 @@ class HookCaller:
                 continue
             reason = (
                 f"hook_error ({impl.plugin_name}): lich_before_tool_call returned "
-                f"{type(answer).__name__}; expected Block, Rewrite or None"
+                f"{type(answer).__name__}; expected Block, Ask, Rewrite or None"
             )
             return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+        checked = await self.check_tool_call(call, run)
+        return evolve(checked, rewritten_by=tuple(rewritten_by), asked_by=tuple(asked_by),
+                      ask_reasons=tuple(reasons))
+
+    async def check_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
+        """Run the check-hooks on ``call`` as it will run: each may only block; one
+        that fails blocks (fail closed). Also what judges arguments a person edited."""
         for impl in self._impls("lich_check_tool_call"):
             answer, error = await self._ask(impl, "lich_check_tool_call", call, {"run": run})
             if error is not None:
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, error)
+                return ToolDecision(call, blocked_by=impl.plugin_name, reason=error)
             if answer is None:
                 continue
             if isinstance(answer, Block):
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
+                return ToolDecision(call, blocked_by=impl.plugin_name, reason=answer.reason)
             reason = (
                 f"hook_error ({impl.plugin_name}): lich_check_tool_call returned "
                 f"{type(answer).__name__}; expected Block or None (it cannot rewrite)"
             )
-            return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
-        return ToolDecision(call, tuple(rewritten_by))
+            return ToolDecision(call, blocked_by=impl.plugin_name, reason=reason)
+        return ToolDecision(call)
+
+    async def request_approval(
+        self, request: ApprovalRequest, run: RunInfo, timeout_s: float | None
+    ) -> ApprovalAnswer:
+        """Ask the approvers (``lich_request_approval``, first answer wins) about
+        ``request.call``, all of them together under ``timeout_s`` (``None``: no
+        limit). Never raises but for cancellation: a failing approver is an
+        :class:`ApprovalAnswer` with an ``error``, which denies the call."""
+        impls = self._impls("lich_request_approval")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        kwargs = {"call": request.call, "run": run, "reason": request.reason,
+                  "request": request}
+        for impl in impls:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                answer = await self._call_timed(impl, kwargs, left)
+            except TimeoutError:
+                return ApprovalAnswer(plugin=impl.plugin_name, timed_out=True,
+                                      error=f"no answer within {timeout_s:g}s")
+            except Exception as exc:
+                return ApprovalAnswer(plugin=impl.plugin_name, error=(
+                    f"approval_error ({impl.plugin_name}): {self._describe(exc)}"))
+            if answer is None:
+                continue
+            if isinstance(answer, Approval):
+                return ApprovalAnswer(answer, impl.plugin_name)
+            return ApprovalAnswer(plugin=impl.plugin_name, error=(
+                f"approval_error ({impl.plugin_name}): lich_request_approval returned "
+                f"{type(answer).__name__}; expected Approval or None"))
+        return ApprovalAnswer()
 
     async def after_tool_call(
         self, call: ToolCall, result: ToolResult, run: RunInfo

@@ -9,6 +9,8 @@ use it on installs without the test extra). What it gives you:
   end-to-end runs through a real provider;
 * :class:`HookRecorder` — a plugin that records every run-time hook call;
 * :func:`make_test_config` — a config rooted in a temporary directory;
+* :func:`child_venv` — a virtualenv that sees the running one's packages, to
+  install a plugin distribution into;
 * :func:`wait_for` / :func:`async_wait_for` — poll a condition with a bound
   instead of sleeping (the failure says what was awaited and what was seen).
 
@@ -21,7 +23,7 @@ responders), :mod:`~lich.testing.dialects` (wire formats),
 """
 
 from lich.testing.dialects import DIALECTS, Dialect
-from lich.testing.helpers import HookRecorder, make_test_config
+from lich.testing.helpers import HookRecorder, child_venv, make_test_config
 from lich.testing.scripted import (
     Fail,
     Reply,
@@ -52,6 +54,7 @@ __all__ = [
     "Step",
     "WaitTimeout",
     "async_wait_for",
+    "child_venv",
     "demo_responder",
     "echo_responder",
     "make_test_config",

@@ -1,7 +1,11 @@
-"""Helpers for tests of plugins that need no test framework: a hook recorder, a test config."""
+"""Helpers for tests of plugins that need no test framework: a hook recorder, a test
+config, a virtualenv for installing a distribution under test."""
 
 from __future__ import annotations
 
+import sys
+import sysconfig
+import venv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +14,7 @@ from lich.hooks import hookimpl
 if TYPE_CHECKING:
     from lich.config import LichConfig
 
-__all__ = ["HookRecorder", "make_test_config"]
+__all__ = ["HookRecorder", "child_venv", "make_test_config"]
 
 
 class HookRecorder:
@@ -63,3 +67,26 @@ def make_test_config(work_dir: Path, **overrides: Any) -> LichConfig:
     values: dict[str, Any] = {"work_dir": str(work_dir), "plugins": (), "stream": False}
     values.update(overrides)
     return LichConfig(**values)
+
+
+def child_venv(path: Path) -> Path:
+    """A new virtualenv at ``path`` that sees every package of the running interpreter
+    (lich included); returns its ``python``.
+
+    For a test that installs a distribution (a plugin package) without touching the
+    environment it runs in. ``--system-site-packages`` alone is not that when the tests
+    run inside a virtualenv: it means the *base* interpreter's packages, which may not
+    hold lich at all. A ``.pth`` line adds this environment's site directory too
+    (processing its own ``.pth`` files, so editable installs are found), after the
+    child's own: what is installed into the child wins.
+    """
+    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(path)
+    python = path / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    if sys.prefix != sys.base_prefix:
+        site = Path(sysconfig.get_path("purelib", vars={"base": str(path),
+                                                          "platbase": str(path)}))
+        site.mkdir(parents=True, exist_ok=True)
+        here = sysconfig.get_path("purelib")
+        (site / "_lich_parent_env.pth").write_text(
+            f"import site; site.addsitedir({here!r})\n", encoding="utf-8")
+    return python

@@ -77,6 +77,13 @@ def _samples() -> list[ev.Event]:
         ev.Failover("p", "q", "network", "refused"),
         ev.LlmEnd(1, result),
         ev.ToolCallStart(1, call),
+        ev.ApprovalRequested("3f2a", call, "read_file needs approval", ("approvals",),
+                             ("read_file(a.txt)",), 300.0),
+        ev.ApprovalRequested("3f2b", call, "ask"),
+        ev.ApprovalResolved("3f2a", "c1", True, "session", "terminal", {"path": "b.txt"},
+                            None, 812.5),
+        ev.ApprovalResolved("3f2b", "c1", False, "once", None, None,
+                            "approval_timeout: no answer within 300s; the call was not run", 0),
         ev.ToolCallEnd(1, call, ToolResult.success("text"), 1.5),
         ev.ToolCallEnd(1, bad_call, ToolResult.failure("blocked_by_plugin: no"), 0.0, ("a",),
                        "guard", None),
@@ -105,7 +112,7 @@ def test_the_schema_rejects_what_is_not_an_event(
     assert validator.is_valid(good)
     assert not validator.is_valid({**good, "turn": "one"})
     assert not validator.is_valid({**good, "type": "tea_break"})
-    assert not validator.is_valid({**good, "v": 2})
+    assert not validator.is_valid({**good, "v": ev.EVENT_SCHEMA_VERSION + 1})
     assert not validator.is_valid({k: v for k, v in good.items() if k != "seq"})
     assert not validator.is_valid({**good, "surprise": True})
 

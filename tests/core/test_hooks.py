@@ -92,6 +92,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_run_start": ["run"],
         "lich_before_tool_call": ["call", "run"],
         "lich_check_tool_call": ["call", "run"],
+        "lich_request_approval": ["call", "run", "reason", "request"],
         "lich_after_tool_call": ["call", "result", "run"],
         "lich_run_end": ["run", "outcome"],
         "lich_event": ["event"],
@@ -108,13 +109,15 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         assert ":param" in doc or not args, f"{name} documents its arguments"
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
-        assert bool(caller.spec.opts.get("firstresult")) == (name == "lich_make_router")
+        firstresult = {"lich_make_router", "lich_request_approval"}
+        assert bool(caller.spec.opts.get("firstresult")) == (name in firstresult), name
 
 
 def test_plugin_author_surface_is_importable_from_lich() -> None:
     import lich
 
-    for name in ("hookimpl", "tool", "Tool", "Block", "Rewrite", "ToolResult"):
+    for name in ("hookimpl", "tool", "Tool", "Block", "Ask", "Rewrite", "ToolResult",
+                 "Approval", "ApprovalRequest"):
         assert hasattr(lich, name), name
     assert Block().reason == "blocked"
     assert Rewrite({"a": 1}).args == {"a": 1}

@@ -57,6 +57,11 @@ EVENTS: dict[type[Any], ev.Event] = {
     ev.Final: ev.Final(AssistantMessage("done"), ChatResult(AssistantMessage("done"))),
     ev.BudgetExhausted: ev.BudgetExhausted(25),
     ev.TurnEnd: ev.TurnEnd(25),
+    ev.ApprovalRequested: ev.ApprovalRequested(
+        "3f2a", ToolCall("c1", "terminal", {"command": "git push"}), "terminal needs approval",
+        ("approvals",), ("terminal(git push*)",), None),
+    ev.ApprovalResolved: ev.ApprovalResolved(
+        "3f2a", "c1", True, "always", "terminal", {"command": "git push --dry-run"}, "ok", 4.5),
     ev.ErrorEvent: ev.ErrorEvent("auth", "p: auth 401: bad key"),
     ev.RunEnd: ev.RunEnd("error", 3, Usage(1, 2, 3), "ProviderError: boom"),
 }

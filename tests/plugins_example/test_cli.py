@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from lich_env import lich_env
 
-from lich.testing import ScriptedModel, ScriptedServer
+from lich.testing import ScriptedModel, ScriptedServer, child_venv
 
 from .conftest import EXAMPLES, plan
 
@@ -146,9 +146,7 @@ def test_the_example_distribution_is_listed_without_being_imported(
             "        _fh.write('imported\\n')\n"
         )
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True, timeout=TIMEOUT_S)
-    python = str(venv / "bin" / "python")
+    python = str(child_venv(venv))
     install = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--no-index", "--disable-pip-version-check", str(source)],

@@ -1,0 +1,66 @@
+"""How an approval request is shown to a person — one wording for every front end
+(``lich chat``, a one-shot run on a terminal, the TUI, a gateway chat).
+
+Plain text only: each front end styles it its own way (rich markup, a Textual
+modal, a chat message). Nothing here reads files or asks anything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lich.guards import truncate_text
+from lich.hooks import ApprovalRequest
+
+__all__ = [
+    "CHOICES",
+    "MAX_ARGS_CHARS",
+    "MAX_PREVIEW_CHARS",
+    "args_text",
+    "describe",
+    "headline",
+]
+
+#: The answers a person can give, by key, as every interactive front end offers them.
+CHOICES: tuple[tuple[str, str], ...] = (
+    ("y", "yes, this call"),
+    ("n", "no"),
+    ("s", "yes, and for the rest of the session"),
+    ("a", "always: add an allow rule to a config file"),
+    ("e", "edit the arguments, then run"),
+)
+
+MAX_ARGS_CHARS = 4_000
+MAX_PREVIEW_CHARS = 8_000
+
+
+def headline(request: ApprovalRequest) -> str:
+    """One line: which tool wants to run, and why it asks (``terminal needs approval``)."""
+    return f"{request.call.name} wants to run — {request.reason}"
+
+
+def args_text(args: Any, limit: int = MAX_ARGS_CHARS) -> str:
+    """The arguments as indented JSON, capped at ``limit`` characters (a huge
+    ``write_file`` content must not flood a terminal or a chat)."""
+    try:
+        text = json.dumps(args, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(args)
+    return truncate_text(text, limit)
+
+
+def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
+    """The request as lines of text: the headline, the arguments, the preview (a diff
+    for a file write) and what a ``session``/``always`` answer would allow."""
+    lines = [headline(request), "arguments:"]
+    lines += [f"  {line}" for line in args_text(dict(request.call.args)).splitlines()]
+    if preview and request.preview:
+        lines.append("preview:")
+        lines += [f"  {line}" for line in
+                  truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines()]
+    if request.rules:
+        lines.append("a session or always answer allows: " + ", ".join(request.rules))
+    if request.timeout_s is not None:
+        lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
+    return lines

@@ -1,0 +1,484 @@
+"""Approval rules: what ``terminal(git status*)`` means, and which rules a call meets.
+
+Pure and fast: no I/O beyond resolving paths (``realpath``), no state. The
+builtin ``approvals`` plugin decides with :func:`decide`; the core shows the
+person :func:`suggest_rules` and remembers ``session`` approvals with
+:func:`rules_cover`.
+
+**A rule** is ``tool`` (every call of the tool) or ``tool(pattern)`` (the calls
+whose primary argument the pattern matches). The name may use ``*``
+(``mcp__git__*``, ``mcp__*__delete_*``). ``*`` is the only wildcard, in names
+and patterns: it matches any run of characters, ``/`` and spaces included
+(``write_file(src/*)`` covers ``src/a/b.py``); everything else is literal and
+case-sensitive.
+
+**The primary argument** of a tool is the one it declares
+(:attr:`lich.tools.Tool.primary_arg`/``primary_kind``), else its first required
+string parameter, its kind following the parameter's name: ``command``/``cmd``
+→ shell, ``path``/``file``/``file_path``/``filename``/``dir``/``directory`` →
+path, ``url``/``uri`` → url, anything else text. A pattern reads it by kind:
+
+* **shell** — the line is split into its simple commands
+  (:mod:`lich.approvals.shell`: on ``;``, ``&&``, ``||``, ``|``, ``&``,
+  newlines, and into ``$(...)``, backticks, ``<(...)``/``>(...)`` and
+  subshells, also inside double quotes). The allow rules must cover **every**
+  part (several rules may share the work: ``git status && git diff`` needs
+  ``git status*`` and ``git diff*``); a deny or ask rule meets the line if it
+  matches **any** part. Whitespace is
+  normalised; an absolute path to the program is matched by its basename
+  (``/usr/bin/git status`` is ``git status``; ``./git`` stays ``./git``).
+  A part that redirects output to a file (``git status > ~/.bashrc``; not
+  ``2>&1`` or ``>/dev/null``) is allowed only by a pattern that itself contains
+  ``>``. Leading assignments are part of the text: ``PAGER=x git log`` is not
+  allowed by ``git log*`` (``terminal(PAGER=x git log*)`` allows it). A line
+  the scanner cannot read (an unbalanced quote) is never allowed by a pattern.
+  Deny rules are matched more widely: against the raw line as well, and
+  against each part unquoted and with leading assignments and wrappers
+  (``env``, ``sudo``, ``command``, ``nohup``…) peeled off. They are a guard
+  rail, not a sandbox: a shell can always spell a command some other way
+  (``bash -c``, ``eval``, an interpreter), which is why the default asks.
+* **path** — the argument resolved against the work dir (``..`` and symlinks
+  resolved): a relative pattern matches the path relative to the work dir
+  (``src/../.github/x`` is ``.github/x``; ``.`` is the work dir itself); a
+  path outside the work dir is matched only by an absolute pattern
+  (``/tmp/*``; ``~/`` is expanded), which matches the absolute resolved path.
+* **url** — ``scheme://host[:port]/path?query`` with the scheme and host
+  lower-cased and any user info dropped; a URL without a host is never
+  matched by a pattern.
+* **text** — the argument as given.
+
+A call whose primary argument is missing or not a string is matched by no
+pattern (only by a bare ``tool`` rule).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from urllib.parse import urlsplit
+
+from attrs import field, frozen
+
+from lich.approvals.shell import ShellSyntaxError, SimpleCommand, split_command
+
+if TYPE_CHECKING:
+    from lich.tools import PrimaryKind, Tool
+
+__all__ = [
+    "MODES",
+    "Action",
+    "Mode",
+    "Primary",
+    "Rule",
+    "RuleSet",
+    "Verdict",
+    "decide",
+    "parse_rule",
+    "primary_of",
+    "rules_cover",
+    "suggest_rules",
+]
+
+Mode: TypeAlias = Literal["ask", "allow", "deny-unlisted"]
+MODES: tuple[Mode, ...] = ("ask", "allow", "deny-unlisted")
+Action: TypeAlias = Literal["allow", "ask", "deny"]
+
+_NAME = re.compile(r"[A-Za-z0-9_.*-]+")
+_KIND_BY_NAME: dict[str, PrimaryKind] = {
+    "command": "shell", "cmd": "shell",
+    "path": "path", "file": "path", "file_path": "path", "filename": "path",
+    "dir": "path", "directory": "path",
+    "url": "url", "uri": "url",
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob(pattern: str) -> re.Pattern[str]:
+    # Only `*` is special; DOTALL so that it also spans a newline in a text argument.
+    return re.compile(".*".join(re.escape(p) for p in pattern.split("*")), re.DOTALL)
+
+
+@frozen
+class Rule:
+    """One parsed rule: ``tool`` or ``tool(pattern)``. ``text`` is as written."""
+
+    text: str
+    tool: str
+    pattern: str | None = None
+    _name_re: re.Pattern[str] = field(init=False, eq=False, repr=False)
+    _pattern_re: re.Pattern[str] | None = field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_name_re", _glob(self.tool))
+        object.__setattr__(self, "_pattern_re",
+                           None if self.pattern is None else _glob(self.pattern))
+
+    def names(self, tool_name: str) -> bool:
+        """Whether the rule's name (a glob) is ``tool_name``."""
+        return self._name_re.fullmatch(tool_name) is not None
+
+    def matches_text(self, value: str) -> bool:
+        """Whether the pattern matches ``value`` whole (a bare rule matches anything)."""
+        return self._pattern_re is None or self._pattern_re.fullmatch(value) is not None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_rule(text: Any) -> Rule:
+    """Parse ``tool`` or ``tool(pattern)``.
+
+    :raises ValueError: naming the rule and what is wrong with it.
+    :raises TypeError: ``text`` is not a string.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"a rule is a string like \"terminal(git status*)\", got "
+                        f"{type(text).__name__}")
+    stripped = text.strip()
+    if "(" in stripped:
+        name, _, rest = stripped.partition("(")
+        if not rest.endswith(")"):
+            raise ValueError(f"bad rule {text!r}: a pattern ends with ')': "
+                             f"write {name.strip() or 'tool'}(pattern)")
+        pattern: str | None = rest[:-1]
+        if not pattern:
+            raise ValueError(f"bad rule {text!r}: empty pattern; write {name!r} alone for "
+                             "every call of the tool")
+    else:
+        name, pattern = stripped, None
+        if ")" in name:
+            raise ValueError(f"bad rule {text!r}: ')' without '('")
+    if not name:
+        raise ValueError(f"bad rule {text!r}: no tool name")
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"bad rule {text!r}: {name!r} is not a tool name (letters, digits, "
+                         "'_', '-', '.', and '*' as a wildcard)")
+    return Rule(stripped, name, pattern)
+
+
+# ------------------------------------------------------------ the primary argument
+
+
+@frozen
+class Primary:
+    """The argument a rule's pattern matches: its name and kind (``None`` name: none)."""
+
+    name: str | None
+    kind: PrimaryKind = "text"
+
+
+def _kind_for(name: str) -> PrimaryKind:
+    return _KIND_BY_NAME.get(name.lower(), "text")
+
+
+def primary_of(tool: Tool | None, args: Mapping[str, Any] | None = None) -> Primary:
+    """The primary argument of ``tool``: declared, else its first required string
+    parameter (see the module docs).
+
+    Without a tool (a call no registry knows), the first argument of ``args``
+    named like a command, path or URL, so that a deny rule still applies.
+    """
+    if tool is None:
+        for key, value in (args or {}).items():
+            if isinstance(value, str) and key.lower() in _KIND_BY_NAME:
+                return Primary(key, _kind_for(key))
+        return Primary(None)
+    name: str | None = tool.primary_arg
+    if name is None:
+        params = tool.parameters
+        properties = params.get("properties")
+        required = params.get("required")
+        if isinstance(properties, Mapping) and isinstance(required, list | tuple):
+            for candidate in required:
+                spec = properties.get(candidate)
+                if isinstance(spec, Mapping) and spec.get("type") == "string":
+                    name = candidate
+                    break
+    if name is None:
+        return Primary(None)
+    return Primary(name, tool.primary_kind or _kind_for(name))
+
+
+# --------------------------------------------------------------------- subjects
+
+
+@frozen
+class _Subject:
+    """What the patterns of one call are matched against.
+
+    ``parts`` are the texts an allow rule must cover, each with whether it writes
+    a file by redirection; ``deny`` every text a deny rule is tried on; ``None``
+    parts: no pattern can allow the call (no argument, unreadable line, no host).
+    """
+
+    parts: tuple[tuple[str, bool], ...] | None
+    deny: tuple[tuple[str, ...], ...] = ()
+    absolute: str | None = None
+    problem: str | None = None
+
+
+def _real_root(work_dir: str) -> str:
+    return os.path.realpath(work_dir)
+
+
+def _resolve_path(value: str, work_dir: str) -> tuple[str | None, str]:
+    """``(relative, absolute)``: the resolved path, relative to the work dir when it is
+    inside (``None`` when it is not)."""
+    root = _real_root(work_dir)
+    absolute = os.path.realpath(os.path.join(root, value))
+    try:
+        inside = os.path.commonpath((root, absolute)) == root
+    except ValueError:
+        inside = False
+    if not inside:
+        return None, absolute
+    rel = os.path.relpath(absolute, root)
+    return rel.replace(os.sep, "/"), absolute
+
+
+def _normal_url(value: str) -> str | None:
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.scheme or not host:
+        return None
+    netloc = host if port is None else f"{host}:{port}"
+    if ":" in host:  # IPv6
+        netloc = f"[{host}]" if port is None else f"[{host}]:{port}"
+    url = f"{parts.scheme.lower()}://{netloc}{parts.path or '/'}"
+    if parts.query:
+        url += f"?{parts.query}"
+    if parts.fragment:
+        url += f"#{parts.fragment}"
+    return url
+
+
+def _subject(primary: Primary, args: Mapping[str, Any], work_dir: str) -> _Subject:
+    value = args.get(primary.name) if primary.name is not None else None
+    if not isinstance(value, str):
+        return _Subject(None, problem="no primary argument")
+    if primary.kind == "shell":
+        raw = " ".join(value.split())
+        try:
+            commands = split_command(value)
+        except ShellSyntaxError as exc:
+            return _Subject(None, ((raw,),), problem=f"command not parsed: {exc}")
+        deny = tuple(tuple(sorted(c.deny_forms())) for c in commands)
+        parts = tuple((c.text, c.writes_file) for c in commands)
+        return _Subject(parts, ((raw,), *deny))
+    if primary.kind == "path":
+        rel, absolute = _resolve_path(value, work_dir)
+        parts = () if rel is None else ((rel, False),)
+        return _Subject(parts, absolute=absolute)
+    if primary.kind == "url":
+        url = _normal_url(value)
+        if url is None:
+            return _Subject(None, ((value,),), problem="not a URL with a host")
+        return _Subject(((url, False),), ((url, value),))
+    return _Subject(((value, False),), ((value,),))
+
+
+def _pattern_allows(rule: Rule, text: str, writes_file: bool) -> bool:
+    if writes_file and rule.pattern is not None and ">" not in rule.pattern:
+        return False
+    return rule.matches_text(text)
+
+
+def _absolute_pattern(rule: Rule) -> str | None:
+    pattern = rule.pattern or ""
+    if pattern.startswith("~"):
+        pattern = os.path.expanduser(pattern)
+    return pattern if os.path.isabs(pattern) else None
+
+
+def _path_match(rule: Rule, subject: _Subject) -> bool:
+    absolute = _absolute_pattern(rule)
+    if absolute is not None:
+        return subject.absolute is not None and _glob(absolute).fullmatch(
+            subject.absolute) is not None
+    pattern = rule.pattern or ""
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    texts = [p for p, _ in subject.parts or ()]
+    return any(_glob(pattern).fullmatch(t) for t in texts)
+
+
+def _matches_any_part(rule: Rule, primary: Primary, subject: _Subject) -> bool:
+    """Deny and ask rules: the rule meets the call if any reading of any part matches."""
+    if rule.pattern is None:
+        return True
+    if primary.kind == "path":
+        return _path_match(rule, subject)
+    return any(rule.matches_text(text) for forms in subject.deny for text in forms)
+
+
+def _covered(rules: Sequence[Rule], primary: Primary, subject: _Subject) -> Rule | None:
+    """Allow rules: the first rule that covers the call whole, or (shell) one of the
+    rules that together cover every part; ``None`` when they do not."""
+    bare = next((r for r in rules if r.pattern is None), None)
+    if bare is not None:
+        return bare
+    if subject.parts is None or not rules:
+        return None
+    if primary.kind == "path":
+        if subject.absolute is None:
+            return None
+        return next((r for r in rules if _path_match(r, subject)), None)
+    if not subject.parts:
+        return None
+    first: Rule | None = None
+    for text, writes in subject.parts:
+        rule = next((r for r in rules if _pattern_allows(r, text, writes)), None)
+        if rule is None:
+            return None
+        first = first or rule
+    return first
+
+
+# --------------------------------------------------------------------- deciding
+
+
+@frozen
+class RuleSet:
+    """The ``[approvals]`` rules, parsed."""
+
+    allow: tuple[Rule, ...] = ()
+    ask: tuple[Rule, ...] = ()
+    deny: tuple[Rule, ...] = ()
+
+    @classmethod
+    def parse(cls, allow: Iterable[str] = (), ask: Iterable[str] = (),
+              deny: Iterable[str] = ()) -> RuleSet:
+        """Parse each list (:func:`parse_rule`; the first bad rule raises)."""
+        return cls(tuple(map(parse_rule, allow)), tuple(map(parse_rule, ask)),
+                   tuple(map(parse_rule, deny)))
+
+
+@frozen
+class Verdict:
+    """What the rules say about one call: ``action`` and why (``rule`` that decided,
+    else ``None`` and the mode or the tool's declaration in ``reason``)."""
+
+    action: Action
+    reason: str
+    rule: Rule | None = None
+
+
+def _for_tool(rules: Iterable[Rule], name: str) -> list[Rule]:
+    return [r for r in rules if r.names(name)]
+
+
+def denying_rule(rules: RuleSet, name: str, args: Mapping[str, Any], tool: Tool | None,
+                 work_dir: str) -> Rule | None:
+    """The first deny rule that meets the call, or ``None``."""
+    deny = _for_tool(rules.deny, name)
+    if not deny:
+        return None
+    primary = primary_of(tool, args)
+    subject = _subject(primary, args, work_dir)
+    return next((r for r in deny if _matches_any_part(r, primary, subject)), None)
+
+
+def decide(rules: RuleSet, mode: Mode, name: str, args: Mapping[str, Any],
+           tool: Tool | None, work_dir: str) -> Verdict:
+    """Judge one call: deny > ask > allow > the default.
+
+    The default, for a call no rule meets: a read-only tool
+    (:attr:`~lich.tools.Tool.read_only`) is allowed; any other follows ``mode``
+    (``ask`` asks, ``allow`` allows, ``deny-unlisted`` denies) — except that a
+    tool declaring ``requires_approval`` is asked about where ``mode`` would
+    allow it. An explicit allow rule allows such a tool too: the declaration
+    tightens the default, it does not override the person's rules.
+    """
+    deny = _for_tool(rules.deny, name)
+    ask = _for_tool(rules.ask, name)
+    allow = _for_tool(rules.allow, name)
+    primary = primary_of(tool, args)
+    subject = _subject(primary, args, work_dir) if deny or ask or allow else _Subject(None)
+    for rule in deny:
+        if _matches_any_part(rule, primary, subject):
+            return Verdict("deny", f"denied by deny rule {rule}", rule)
+    for rule in ask:
+        if _matches_any_part(rule, primary, subject):
+            return Verdict("ask", f"{name} needs approval (rule {rule})", rule)
+    covering = _covered(allow, primary, subject)
+    if covering is not None:
+        return Verdict("allow", f"allowed by rule {covering}", covering)
+    if tool is not None and tool.read_only:
+        return Verdict("allow", f"{name} is read-only")
+    unread = f"; {subject.problem}" if subject.problem and allow else ""
+    if mode == "deny-unlisted":
+        return Verdict("deny", f"{name} is not allowed by any rule (mode deny-unlisted{unread})")
+    if mode == "allow":
+        if tool is not None and tool.requires_approval:
+            return Verdict("ask", f"{name} needs approval (the tool requires approval)")
+        return Verdict("allow", "mode allow")
+    return Verdict("ask", f"{name} needs approval (mode ask{unread})")
+
+
+# ------------------------------------------------------------------ the core's API
+
+
+def suggest_rules(name: str, args: Mapping[str, Any], tool: Tool | None,
+                  work_dir: str) -> tuple[str, ...]:
+    """The allow rules a ``session`` or ``always`` approval of this call grants, to show
+    the person: one per simple command of a shell line (``terminal(git status*)``),
+    the resolved path relative to the work dir for a path tool
+    (``write_file(src/app.py)``; absolute outside it), scheme and host for a URL
+    tool (``http_request(https://example.com/*)``), the exact argument for a text
+    one; just the tool's name for a tool without a primary argument. Never a bare
+    ``terminal``: a line that cannot be read gets the line itself, which matches
+    no call (:func:`rules_cover` never allows an unreadable line by a pattern).
+    A ``*`` in a path or URL stays a wildcard in the rule (there is no escape): the
+    rule is then wider by what the star matches, which the person sees.
+    """
+    primary = primary_of(tool, args)
+    value = args.get(primary.name) if primary.name is not None else None
+    if not isinstance(value, str):
+        return (name,)
+    if primary.kind == "shell":
+        try:
+            commands = split_command(value)
+        except ShellSyntaxError:
+            return (f"{name}({' '.join(value.split())})",)
+        rules = dict.fromkeys(_shell_rule(name, c) for c in commands)
+        return tuple(rules) or (f"{name}({' '.join(value.split()) or '*'})",)
+    if primary.kind == "path":
+        rel, absolute = _resolve_path(value, work_dir)
+        return (f"{name}({rel if rel is not None else absolute})",)
+    if primary.kind == "url":
+        url = _normal_url(value)
+        if url is None:
+            return (f"{name}({value})",)
+        scheme, _, rest = url.partition("://")
+        host = rest.split("/", 1)[0]
+        return (f"{name}({scheme}://{host}/*)",)
+    return (f"{name}({value})",)
+
+
+def _shell_rule(name: str, command: SimpleCommand) -> str:
+    pattern = command.suggestion()
+    if command.writes_file:
+        # Spell the whole command: a redirection is only ever allowed when spelt.
+        pattern = command.text
+    return f"{name}({pattern})"
+
+
+def rules_cover(rules: Sequence[str], name: str, args: Mapping[str, Any], tool: Tool | None,
+                work_dir: str) -> bool:
+    """Whether these allow rules cover the call (for a shell line, every simple command
+    of it, as :func:`decide` reads allow rules).
+
+    :raises ValueError: a rule does not parse.
+    """
+    parsed = _for_tool(map(parse_rule, rules), name)
+    if not parsed:
+        return False
+    primary = primary_of(tool, args)
+    return _covered(parsed, primary, _subject(primary, args, work_dir)) is not None

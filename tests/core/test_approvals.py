@@ -1,0 +1,636 @@
+"""The approval contract in the loop: ``Ask`` from before-hooks, ``lich_request_approval``,
+what each answer does, and what is recorded.
+
+Every test runs a real :class:`lich.Agent` with the scripted chat and in-process
+plugins: the approver is a plugin like a front end's, scripted per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lich
+from lich import Approval, ApprovalRequest, Ask, Block, Rewrite, ToolCall, hookimpl, tool
+from lich.cancel import CancelToken
+from lich.events import ApprovalRequested, ApprovalResolved, Envelope, ToolCallEnd
+from lich.executor import APPROVAL_UNAVAILABLE
+from lich.sessions import SessionStore
+from lich.testing import Reply, ScriptedChat, ScriptRequest, async_wait_for, make_test_config
+from lich.types import ToolMessage
+
+
+def calls_then_answer(*calls: tuple[str, dict[str, Any]]) -> Callable[[ScriptRequest], Reply]:
+    def respond(request: ScriptRequest) -> Reply:
+        done = len(request.tool_results_since_user())
+        if done < len(calls):
+            name, args = calls[done]
+            return Reply(tool_calls=(ToolCall(f"c{done + 1}", name, args),))
+        return Reply("final answer")
+
+    return respond
+
+
+class Tools:
+    """``echo(text)`` and ``note(path, text)``; records what actually ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, dict[str, Any]]] = []
+
+    @hookimpl
+    def lich_register_tools(self, registry: Any) -> None:
+        ran = self.ran
+
+        @tool
+        def echo(text: str) -> str:
+            """Echo."""
+            ran.append(("echo", {"text": text}))
+            return f"echo: {text}"
+
+        def preview(args: Any, work_dir: Path) -> str:
+            return f"would write {len(args['text'])} chars to {work_dir / args['path']}"
+
+        @tool(preview=preview)
+        def note(path: str, text: str) -> str:
+            """Write a note (records only)."""
+            ran.append(("note", {"path": path, "text": text}))
+            return "noted"
+
+        registry.register(echo)
+        registry.register(note)
+
+
+class AskFor:
+    """Answers ``Ask`` for the named tools."""
+
+    def __init__(self, *names: str, reason: str = "needs a human") -> None:
+        self.names = names
+        self.reason = reason
+
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> Ask | None:
+        return Ask(self.reason) if call.name in self.names else None
+
+
+class Approver:
+    """A scripted approver: answers with ``answer(request)``, records every request."""
+
+    def __init__(self, answer: Callable[[ApprovalRequest], Approval | None]) -> None:
+        self.answer = answer
+        self.requests: list[ApprovalRequest] = []
+
+    @hookimpl
+    async def lich_request_approval(self, request: ApprovalRequest) -> Approval | None:
+        self.requests.append(request)
+        return self.answer(request)
+
+
+def tool_contents(messages: Sequence[Any]) -> list[str]:
+    return [m.content for m in messages if isinstance(m, ToolMessage)]
+
+
+def error_of(content: str) -> str:
+    return str(json.loads(content)["error"])
+
+
+async def run_agent(
+    work: Path,
+    plugins: list[tuple[str, object]],
+    *calls: tuple[str, dict[str, Any]],
+    **config: Any,
+) -> tuple[lich.RunResult, list[Envelope]]:
+    events: list[Envelope] = []
+    agent = lich.Agent(make_test_config(work, **config), plugins=plugins,
+                       chat=ScriptedChat(responder=calls_then_answer(*calls)))
+    result = await agent.run("go", on_event=events.append)
+    return result, events
+
+
+def of_type(events: list[Envelope], cls: type[Any]) -> list[Any]:
+    return [e.event for e in events if isinstance(e.event, cls)]
+
+
+# ---------------------------------------------------------------------------
+# The hook and its answers
+# ---------------------------------------------------------------------------
+
+
+async def test_an_approved_call_runs_and_both_events_are_emitted(tmp_path: Path) -> None:
+    tools = Tools()
+    approver = Approver(lambda _r: Approval(True, approver="tester"))
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
+        ("echo", {"text": "hi"}))
+    assert tools.ran == [("echo", {"text": "hi"})]
+    assert tool_contents(result.messages) == ["echo: hi"]
+    (request,) = approver.requests
+    assert request.reason == "needs a human"
+    assert request.asked_by == ("ask",)
+    assert request.call.args == {"text": "hi"}
+    assert request.tool is not None
+    assert request.timeout_s == 300
+    (asked,) = of_type(events, ApprovalRequested)
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert asked.id == request.id == resolved.id
+    assert len(asked.id) >= 4
+    assert (resolved.approved, resolved.scope, resolved.approver, resolved.args) == (
+        True, "once", "tester", None)
+    types = [e.event.type for e in events]
+    assert types.index("approval_requested") < types.index("approval_resolved") < types.index(
+        "tool_call_end")
+
+
+async def test_a_denial_tells_the_model_the_persons_message(tmp_path: Path) -> None:
+    tools = Tools()
+    approver = Approver(lambda _r: Approval(False, message="not on a Friday"))
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
+        ("echo", {"text": "hi"}))
+    assert tools.ran == []
+    assert error_of(tool_contents(result.messages)[0]) == "approval_denied: not on a Friday"
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert (resolved.approved, resolved.approver, resolved.message) == (
+        False, "ui", "approval_denied: not on a Friday")
+    assert result.stopped_reason == "final"  # a denial is data for the model
+
+
+async def test_a_denial_without_message_says_the_user_denied(tmp_path: Path) -> None:
+    result, _ = await run_agent(
+        tmp_path, [("tools", Tools()), ("ask", AskFor("echo")),
+                   ("ui", Approver(lambda _r: Approval(False)))],
+        ("echo", {"text": "hi"}))
+    assert error_of(tool_contents(result.messages)[0]) == (
+        "approval_denied: the user denied this call")
+
+
+async def test_no_approver_denies_with_the_documented_reason(tmp_path: Path) -> None:
+    tools = Tools()
+    declining = Approver(lambda _r: None)  # present, but cannot ask (no terminal)
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", declining)],
+        ("echo", {"text": "hi"}))
+    assert tools.ran == []
+    assert error_of(tool_contents(result.messages)[0]) == APPROVAL_UNAVAILABLE
+    assert APPROVAL_UNAVAILABLE == (
+        "approval_unavailable: run non-interactively; allow the tool in [approvals] "
+        "or pass --yes")
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert resolved.approver is None
+    assert resolved.approved is False
+    # And with no implementation of the hook at all.
+    result, _ = await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("echo"))],
+                                ("echo", {"text": "hi"}))
+    assert error_of(tool_contents(result.messages)[0]) == APPROVAL_UNAVAILABLE
+
+
+async def test_the_first_approver_that_answers_decides(tmp_path: Path) -> None:
+    tools = Tools()
+    first = Approver(lambda _r: None)
+    second = Approver(lambda _r: Approval(True, approver="second"))
+    third = Approver(lambda _r: Approval(False))
+    # Registered last = asked first: first, then second; third is never asked.
+    _, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("third", third),
+                   ("second", second), ("first", first)],
+        ("echo", {"text": "hi"}))
+    assert tools.ran
+    assert len(first.requests) == len(second.requests) == 1
+    assert third.requests == []
+    assert of_type(events, ApprovalResolved)[0].approver == "second"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "expected"),
+    [
+        ("raise", "approval_error (ui): RuntimeError: display gone"),
+        ("junk", "approval_error (ui): lich_request_approval returned str; "
+                 "expected Approval or None"),
+    ],
+)
+async def test_a_failing_approver_denies(tmp_path: Path, behaviour: str, expected: str) -> None:
+    class Broken:
+        @hookimpl
+        def lich_request_approval(self) -> Any:
+            if behaviour == "raise":
+                raise RuntimeError("display gone")
+            return "yes"
+
+    tools = Tools()
+    result, _ = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", Broken())],
+        ("echo", {"text": "hi"}))
+    assert tools.ran == []
+    assert error_of(tool_contents(result.messages)[0]) == expected
+
+
+def test_an_approval_scope_must_be_known() -> None:
+    with pytest.raises(ValueError, match="scope must be one of once, session, always"):
+        Approval(True, scope="forever")  # type: ignore[arg-type]
+    assert Approval(True, args={"a": 1}).args == {"a": 1}
+
+
+# ---------------------------------------------------------------------------
+# Precedence across plugins
+# ---------------------------------------------------------------------------
+
+
+class Rewriter:
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> Rewrite | None:
+        if call.name == "echo":
+            return Rewrite({"text": str(call.args["text"]).upper()})
+        return None
+
+
+class Blocker:
+    @hookimpl
+    def lich_before_tool_call(self, call: ToolCall) -> Block | None:
+        return Block("never") if call.args.get("text") in ("stop", "STOP") else None
+
+
+@pytest.mark.parametrize("order", [
+    ("ask", "rewrite", "block"), ("block", "ask", "rewrite"), ("rewrite", "block", "ask"),
+    ("ask", "block", "rewrite"),
+])
+async def test_a_block_wins_over_an_ask_whatever_the_order(
+    tmp_path: Path, order: tuple[str, ...]
+) -> None:
+    made = {"ask": AskFor("echo"), "rewrite": Rewriter(), "block": Blocker()}
+    approver = Approver(lambda _r: Approval(True))
+    tools = Tools()
+    # The plugins list is registration order; pluggy calls the last registered first,
+    # so reverse it to make `order` the calling order.
+    plugins = [("tools", tools), ("ui", approver),
+               *[(name, made[name]) for name in reversed(order)]]
+    result, events = await run_agent(tmp_path, plugins, ("echo", {"text": "stop"}))
+    assert tools.ran == []
+    assert approver.requests == []
+    assert error_of(tool_contents(result.messages)[0]) == "blocked_by_plugin: never"
+    assert of_type(events, ApprovalRequested) == []
+    assert of_type(events, ToolCallEnd)[0].blocked_by == "block"
+
+
+async def test_the_person_is_asked_about_the_rewritten_arguments(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(True))
+    tools = Tools()
+    # Calling order: ask (sees "hi"), then rewrite: the person sees "HI", what will run.
+    _, events = await run_agent(
+        tmp_path, [("tools", tools), ("ui", approver), ("rewrite", Rewriter()),
+                   ("ask", AskFor("echo"))],
+        ("echo", {"text": "hi"}))
+    assert approver.requests[0].call.args == {"text": "HI"}
+    assert tools.ran == [("echo", {"text": "HI"})]
+    assert of_type(events, ToolCallEnd)[0].rewritten_by == ("rewrite",)
+
+
+async def test_several_asks_ask_once_with_every_reason(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(True))
+    await run_agent(
+        tmp_path, [("tools", Tools()), ("ui", approver),
+                   ("a1", AskFor("echo", reason="first")),
+                   ("a2", AskFor("echo", reason="second"))],
+        ("echo", {"text": "hi"}))
+    (request,) = approver.requests
+    assert request.asked_by == ("a2", "a1")
+    assert request.reason == "second; first"
+
+
+async def test_a_check_hook_refuses_before_anyone_is_asked(tmp_path: Path) -> None:
+    class Guard:
+        @hookimpl
+        def lich_check_tool_call(self, call: ToolCall) -> Block | None:
+            return Block("guarded") if call.args.get("text") == "secret" else None
+
+    approver = Approver(lambda _r: Approval(True))
+    result, _ = await run_agent(
+        tmp_path, [("tools", Tools()), ("ui", approver), ("ask", AskFor("echo")),
+                   ("guard", Guard())],
+        ("echo", {"text": "secret"}))
+    assert approver.requests == []
+    assert error_of(tool_contents(result.messages)[0]) == "blocked_by_plugin: guarded"
+
+
+# ---------------------------------------------------------------------------
+# Edited arguments
+# ---------------------------------------------------------------------------
+
+
+async def test_edited_arguments_run_and_are_recorded(tmp_path: Path) -> None:
+    tools = Tools()
+    approver = Approver(lambda r: Approval(True, args={**r.call.args, "text": "edited"}))
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
+        ("echo", {"text": "hi"}))
+    assert tools.ran == [("echo", {"text": "edited"})]
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert resolved.args == {"text": "edited"}
+    assert of_type(events, ToolCallEnd)[0].call.args == {"text": "edited"}
+    assert tool_contents(result.messages) == ["echo: edited"]
+
+
+@pytest.mark.parametrize(("edited", "problem"), [
+    ({"text": 3}, "invalid_arg: text: expected string, got integer"),
+    ({}, "missing_arg: text"),
+    ({"text": "x", "extra": 1}, "extra"),
+])
+async def test_edited_arguments_are_checked_against_the_schema(
+    tmp_path: Path, edited: dict[str, Any], problem: str
+) -> None:
+    tools = Tools()
+    approver = Approver(lambda _r: Approval(True, args=edited))
+    result, _ = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
+        ("echo", {"text": "hi"}))
+    assert tools.ran == []
+    error = error_of(tool_contents(result.messages)[0])
+    assert error.startswith("approval_invalid_args: the edited arguments fail the tool's schema")
+    assert problem in error
+
+
+async def test_edited_arguments_go_through_the_check_hooks_again(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Guard:
+        @hookimpl
+        def lich_check_tool_call(self, call: ToolCall) -> Block | None:
+            seen.append(dict(call.args))
+            return Block("no secrets") if call.args.get("text") == "secret" else None
+
+    tools = Tools()
+    approver = Approver(lambda _r: Approval(True, args={"text": "secret"}))
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver),
+                   ("guard", Guard())],
+        ("echo", {"text": "hi"}))
+    assert seen == [{"text": "hi"}, {"text": "secret"}]
+    assert tools.ran == []
+    assert error_of(tool_contents(result.messages)[0]) == "blocked_by_plugin: no secrets"
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert resolved.approved is False
+    assert resolved.args == {"text": "secret"}
+    assert of_type(events, ToolCallEnd)[0].blocked_by == "guard"
+
+
+# ---------------------------------------------------------------------------
+# Time: the approval timeout, not the hook timeout; cancellation
+# ---------------------------------------------------------------------------
+
+
+async def test_an_approver_that_never_answers_is_denied_at_the_approval_timeout(
+    tmp_path: Path,
+) -> None:
+    class Silent:
+        @hookimpl
+        async def lich_request_approval(self) -> Approval:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    tools = Tools()
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", Silent())],
+        ("echo", {"text": "hi"}), approval_timeout_s=0.2)
+    assert tools.ran == []
+    error = error_of(tool_contents(result.messages)[0])
+    assert error == "approval_timeout: no answer within 0.2s; the call was not run"
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert resolved.approved is False
+    assert resolved.approver is None
+
+
+async def test_a_person_may_take_longer_than_the_hook_timeout(tmp_path: Path) -> None:
+    """``hook_timeout_s`` is for hooks; a person answering after it still counts."""
+
+    class Slow:
+        @hookimpl
+        def lich_request_approval(self) -> Approval:
+            time.sleep(0.3)  # a plain def: in a worker thread, past hook_timeout_s
+            return Approval(True)
+
+    tools = Tools()
+    await run_agent(tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", Slow())],
+                    ("echo", {"text": "hi"}), hook_timeout_s=0.05, approval_timeout_s=0)
+    assert tools.ran == [("echo", {"text": "hi"})]
+
+
+async def test_a_blocking_approver_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    release = threading.Event()
+    ticks: list[float] = []
+
+    class Blocking:
+        @hookimpl
+        def lich_request_approval(self) -> Approval:
+            release.wait(10)
+            return Approval(True)
+
+    async def ticker() -> None:
+        while not release.is_set():
+            ticks.append(time.monotonic())
+            if len(ticks) >= 3:
+                release.set()
+            await asyncio.sleep(0.01)
+
+    tools = Tools()
+    tick = asyncio.create_task(ticker())
+    await run_agent(tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", Blocking())],
+                    ("echo", {"text": "hi"}))
+    await tick
+    assert len(ticks) >= 3
+    assert tools.ran
+
+
+async def test_cancelling_the_run_stops_waiting_for_the_person(tmp_path: Path) -> None:
+    waiting = asyncio.Event()
+
+    class Waiting:
+        @hookimpl
+        async def lich_request_approval(self) -> Approval:
+            waiting.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    tools = Tools()
+    cancel = CancelToken()
+    events: list[Envelope] = []
+    agent = lich.Agent(
+        make_test_config(tmp_path, approval_timeout_s=0),
+        plugins=[("tools", tools), ("ask", AskFor("echo")), ("ui", Waiting())],
+        chat=ScriptedChat(responder=calls_then_answer(("echo", {"text": "hi"}))))
+    task = asyncio.create_task(agent.run("go", cancel=cancel, on_event=events.append))
+    await asyncio.wait_for(waiting.wait(), 10)
+    cancel.cancel()
+    result = await asyncio.wait_for(task, 10)
+    assert result.stopped_reason == "aborted"
+    assert tools.ran == []
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert (resolved.approved, resolved.message) == (False, "cancelled")
+
+
+# ---------------------------------------------------------------------------
+# What the approver is shown
+# ---------------------------------------------------------------------------
+
+
+async def test_the_request_carries_the_tools_preview(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(True))
+    await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("note")), ("ui", approver)],
+                    ("note", {"path": "a.txt", "text": "hello"}))
+    (request,) = approver.requests
+    assert request.preview == f"would write 5 chars to {tmp_path / 'a.txt'}"
+    assert request.tool is not None
+    assert request.tool.name == "note"
+
+
+async def test_a_failing_preview_is_left_out(tmp_path: Path) -> None:
+    def broken(_args: Any, _work_dir: Path) -> str:
+        raise OSError("unreadable")
+
+    class Plugin:
+        @hookimpl
+        def lich_register_tools(self, registry: Any) -> None:
+            @tool(preview=broken)
+            def risky(x: str) -> str:
+                """Risky."""
+                return x
+
+            registry.register(risky)
+
+    approver = Approver(lambda _r: Approval(True))
+    result, _ = await run_agent(
+        tmp_path, [("p", Plugin()), ("ask", AskFor("risky")), ("ui", approver)],
+        ("risky", {"x": "1"}))
+    assert approver.requests[0].preview is None
+    assert tool_contents(result.messages) == ["1"]
+
+
+async def test_pending_requests_have_distinct_ids(tmp_path: Path) -> None:
+    """Parallel runs (the gateway) wait at the same time: their ids never collide."""
+    seen: list[str] = []
+    gate = asyncio.Event()
+
+    class Gate:
+        @hookimpl
+        async def lich_request_approval(self, request: ApprovalRequest) -> Approval:
+            seen.append(request.id)
+            await gate.wait()
+            return Approval(True)
+
+    agent = lich.Agent(
+        make_test_config(tmp_path),
+        plugins=[("tools", Tools()), ("ask", AskFor("echo")), ("ui", Gate())],
+        chat=ScriptedChat(responder=calls_then_answer(("echo", {"text": "hi"}))))
+    runs = [asyncio.create_task(agent.run("go")) for _ in range(20)]
+    await async_wait_for(lambda: len(seen) == 20, timeout=30)
+    assert len(set(seen)) == 20
+    gate.set()
+    for result in await asyncio.gather(*runs):
+        assert result.stopped_reason == "final"
+
+
+# ---------------------------------------------------------------------------
+# Recorded
+# ---------------------------------------------------------------------------
+
+
+async def test_the_transcript_records_each_request_and_resolution(tmp_path: Path) -> None:
+    agent = lich.Agent(
+        make_test_config(tmp_path),
+        plugins=[("tools", Tools()), ("ask", AskFor("echo")),
+                 ("ui", Approver(lambda _r: Approval(True, args={"text": "b"},
+                                                     approver="alice")))],
+        chat=ScriptedChat(responder=calls_then_answer(("echo", {"text": "a"}))))
+    result = await agent.run("go")
+    assert result.session_path is not None
+    text = await asyncio.to_thread(Path(result.session_path).read_text)
+    records = [json.loads(line) for line in text.splitlines()]
+    events = [r["event"] for r in records if r.get("kind") == "event"]
+    types = [e["type"] for e in events]
+    assert types[:3] == ["approval_requested", "approval_resolved", "tool_call_end"]
+    requested, resolved = events[0], events[1]
+    assert requested["call"]["args"] == {"text": "a"}
+    assert requested["reason"] == "needs a human"
+    assert resolved["approver"] == "alice"
+    assert resolved["args"] == {"text": "b"}
+    assert resolved["scope"] == "once"
+    assert resolved["waited_ms"] >= 0
+    # The session still resumes: the new records do not upset reading it back.
+    assert SessionStore(str(tmp_path / ".lich" / "sessions")).history(result.session_id)
+
+
+# ---------------------------------------------------------------------------
+# Scopes: once, session, always
+# ---------------------------------------------------------------------------
+
+
+async def test_a_once_approval_covers_only_that_call(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(True))
+    _, events = await run_agent(
+        tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
+        ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
+    assert len(approver.requests) == 2
+    assert [r.approver for r in of_type(events, ApprovalResolved)] == ["ui", "ui"]
+
+
+@pytest.mark.parametrize("scope", ["session", "always"])
+async def test_a_session_approval_covers_the_same_call_for_the_rest_of_the_session(
+    tmp_path: Path, scope: str
+) -> None:
+    approver = Approver(lambda _r: Approval(True, scope=scope))  # type: ignore[arg-type]
+    tools = Tools()
+    agent = lich.Agent(
+        make_test_config(tmp_path),
+        plugins=[("tools", tools), ("ask", AskFor("echo", "note")), ("ui", approver)],
+        chat=ScriptedChat(responder=calls_then_answer(
+            ("echo", {"text": "hi"}), ("echo", {"text": "hi"}),
+            ("note", {"path": "a", "text": "t"}))))
+    events: list[Envelope] = []
+    first = await agent.run("go", on_event=events.append)
+    # Asked for the first echo and for note (another tool); the second echo was covered.
+    assert [r.call.name for r in approver.requests] == ["echo", "note"]
+    covered = of_type(events, ApprovalResolved)[1]
+    assert (covered.approved, covered.approver, covered.scope) == (True, "session", "session")
+    assert len(tools.ran) == 3
+    assert agent.approval_grants.granted(first.session_id)
+    # A later run of the same session is covered too; another session is asked again.
+    approver.requests.clear()
+    await agent.run("again", session_id=first.session_id)
+    assert approver.requests == []
+    await agent.run("elsewhere")
+    assert [r.call.name for r in approver.requests] == ["echo", "note"]
+
+
+async def test_a_session_denial_grants_nothing(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(False, scope="session"))
+    await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
+                    ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
+    assert len(approver.requests) == 2
+
+
+async def test_a_model_switch_keeps_the_sessions_approvals(tmp_path: Path) -> None:
+    """``/model`` makes a new agent (``with_model``): what the person granted stays."""
+    from lich.config import ProviderConfig
+    from lich.testing import ScriptedModel, ScriptedServer
+
+    model = ScriptedModel(responder=calls_then_answer(("echo", {"text": "hi"})))
+    with ScriptedServer(model) as server:
+        config = make_test_config(
+            tmp_path, plugins=("openai_compat",),
+            providers=(ProviderConfig(kind="openai_compat", name="s", model="m1",
+                                      base_url=server.base_url),))
+        approver = Approver(lambda _r: Approval(True, scope="session"))
+        first = lich.Agent(config, plugins=[("tools", Tools()), ("ask", AskFor("echo")),
+                                            ("ui", approver)])
+        done = await first.run("go")
+        second = first.with_model("m2")
+        try:
+            await second.run("again", session_id=done.session_id)
+        finally:
+            await first.aclose()
+            await second.aclose()
+    assert len(approver.requests) == 1
