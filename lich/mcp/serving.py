@@ -42,7 +42,15 @@ from mcp.server.stdio import stdio_server
 from lich import __version__
 from lich._threads import run_in_daemon_thread
 from lich.cancel import Cancelled, CancelToken, race
-from lich.events import RunEmitter, RunEnd, RunStart, StoppedReason, ToolCallEnd, ToolCallStart
+from lich.events import (
+    Event,
+    RunEmitter,
+    RunEnd,
+    RunStart,
+    StoppedReason,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from lich.executor import HookedToolRunner
 from lich.hooks import RunInfo, RunOutcome
 from lich.loop import ToolOutcome
@@ -169,14 +177,20 @@ class ServingSession:
         self.run = RunInfo(uuid.uuid4().hex[:12], agent.sessions.new_id(), "",
                            config.work_dir, config)
         self.cancel = CancelToken()
-        self.runner = HookedToolRunner(agent.executor, agent.host, self.run)
         self.emitter = RunEmitter(self.run.run_id, self.run.session_id)
         if agent.host.has_impls("lich_event"):
             self.emitter.subscribe(agent.host.event)
+        # No approver is registered: an Ask is asked of no one and denied
+        # (approval_unavailable), with its approval_requested/_resolved events.
+        self.runner = HookedToolRunner(agent.executor, agent.host, self.run,
+                                       emit=self._emit, grants=agent.approval_grants)
         # Each served call is a turn of its own: there is no model turn to count.
         self._turns = itertools.count(1)
         self._started = False
         self._closed = False
+
+    def _emit(self, event: Event) -> None:
+        self.emitter.emit(event)
 
     async def start(self) -> None:
         """The session begins: ``run_start`` for the event subscribers and the hook."""

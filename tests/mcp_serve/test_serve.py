@@ -349,7 +349,12 @@ async def test_a_call_a_hook_asks_approval_for_is_denied_without_an_approver(
     # one-shot run, and the tool never runs.
     assert result.is_error is True
     assert not target.exists()
-    assert text_of(result).startswith(("blocked_by_plugin:", "approval_"))
+    assert text_of(result).startswith("approval_unavailable: ")
+    records = wait_for(lambda: (r := read_log(hook_log)) and r[-1]["hook"] == "run_end" and r,
+                       timeout=BOUND_S, what="lich_run_end after the client left")
+    events = [r["type"] for r in records if r["hook"] == "event"]
+    assert events == ["run_start", "tool_call_start", "approval_requested",
+                      "approval_resolved", "tool_call_end", "run_end"]
 
 
 async def test_a_failing_tool_is_an_error_result_with_its_error_text(
