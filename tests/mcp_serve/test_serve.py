@@ -33,7 +33,7 @@ BOUND_S = 60.0
 
 TOOLS_PLUGIN = '''
 import asyncio
-from lich import ToolError, hookimpl, tool
+from lich import ToolError, ToolResult, hookimpl, tool
 
 
 @tool(read_only=True)
@@ -55,6 +55,12 @@ async def slow() -> str:
     return "unreachable"
 
 
+@tool
+def partial() -> ToolResult:
+    """Fail after doing half the work."""
+    return ToolResult.failure("partial_failure: stopped halfway", output="the first half")
+
+
 @tool(timeout_s=3600)
 async def hang() -> str:
     """Run until stopped, and say so in hang-stopped.txt."""
@@ -68,7 +74,7 @@ async def hang() -> str:
 
 @hookimpl
 def lich_register_tools(registry, config):
-    for item in (peek, boom, slow, hang):
+    for item in (peek, boom, slow, partial, hang):
         registry.register(item)
 '''
 
@@ -196,12 +202,15 @@ def serve_env(home: Path, hook_log: Path) -> dict[str, str]:
 
 @asynccontextmanager
 async def served(work: Path, home: Path, hook_log: Path, *extra: str,
-                 stderr: IO[str]) -> AsyncIterator[Client]:
-    """An SDK client connected to ``lich mcp serve`` started as a subprocess."""
+                 stderr: IO[str], mode: str = "legacy") -> AsyncIterator[Client]:
+    """An SDK client connected to ``lich mcp serve`` started as a subprocess.
+
+    ``legacy`` is the initialize handshake today's clients use; ``auto`` lets the
+    SDK discover the newest protocol era the server speaks."""
     params = StdioServerParameters(command=sys.executable, args=serve_args(work, *extra),
                                    env=serve_env(home, hook_log), cwd=str(work))
     async with Client(stdio_client(params, errlog=stderr), read_timeout_seconds=BOUND_S,
-                      mode="legacy") as client:
+                      mode=mode) as client:
         yield client
 
 
@@ -291,10 +300,11 @@ def test_tools_option_naming_no_enabled_tool_is_a_usage_error(
 # ---------------------------------------------------------------------- calls
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_read_file_returns_the_file_from_the_work_dir(
-    work: Path, home: Path, hook_log: Path, stderr: IO[str]
+    work: Path, home: Path, hook_log: Path, stderr: IO[str], mode: str
 ) -> None:
-    async with served(work, home, hook_log, stderr=stderr) as client:
+    async with served(work, home, hook_log, stderr=stderr, mode=mode) as client:
         result = await client.call_tool("read_file", {"path": "notes.txt"})
         escape = await client.call_tool("read_file", {"path": "../outside.txt"})
 
@@ -365,6 +375,7 @@ async def test_a_failing_tool_is_an_error_result_with_its_error_text(
         failed = await client.call_tool("boom", {"reason": "it broke"})
         timed_out = await client.call_tool("slow", {})
         bad_args = await client.call_tool("boom", {})
+        half = await client.call_tool("partial", {})
         after = await client.call_tool("peek", {"path": "still serving"})
 
     assert failed.is_error is True
@@ -374,6 +385,10 @@ async def test_a_failing_tool_is_an_error_result_with_its_error_text(
     assert text_of(timed_out) == "timeout: tool:slow exceeded 0.2s"
     assert bad_args.is_error is True
     assert "reason" in text_of(bad_args)
+    # The error first, then what the tool did produce.
+    assert half.is_error is True
+    assert [b.text for b in half.content if isinstance(b, mcp_types.TextContent)] == [
+        "partial_failure: stopped halfway", "the first half"]
     assert after.is_error is False
     assert text_of(after) == "would look at still serving"
 
