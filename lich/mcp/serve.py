@@ -72,7 +72,12 @@ def serve(settings: Settings, names: list[str] | None) -> int:
         echo_error("lich mcp serve needs the MCP SDK: pip install 'lich[mcp]'")
         return EXIT_USAGE
     import asyncio
+    import sys
 
+    if _is_terminal(sys.stdin):
+        # Run by hand, it would wait silently for JSON-RPC on the keyboard.
+        echo_warning("lich mcp serve speaks MCP on stdin/stdout: an MCP client starts it "
+                     "(see docs/mcp.md); Ctrl-C stops it")
     # Taken before anything is loaded: a plugin printing at import must not write
     # into the protocol stream either.
     with serving.protocol_streams() as (reader, writer):
@@ -99,3 +104,10 @@ def serve(settings: Settings, names: list[str] | None) -> int:
     if stopped_by == "SIGTERM":
         return EXIT_TERMINATED
     return EXIT_OK
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return False

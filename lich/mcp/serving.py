@@ -378,6 +378,10 @@ class _WireReader:
                 line = await race(run_in_daemon_thread(self.raw.readline), self.stopped)
             except Cancelled:
                 return
+            except OSError as exc:
+                # A terminal hung up (EIO), a descriptor gone: the client is gone too.
+                log.info("reading the MCP client failed (%s): the connection is over", exc)
+                return
             if not line:
                 return  # the client closed its end
             yield line.decode("utf-8", errors="replace")

@@ -581,3 +581,87 @@ def test_without_the_sdk_the_command_says_how_to_install_it(
     assert proc.stdout == ""
     assert "pip install 'lich[mcp]'" in proc.stderr
 
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals")
+def test_run_by_hand_on_a_terminal_it_says_what_it_is_and_ends_when_the_terminal_does(
+    work: Path, home: Path, hook_log: Path, tmp_path: Path
+) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    err_path = tmp_path / "stderr.txt"
+    try:
+        with open(err_path, "wb") as err_file:
+            proc = subprocess.Popen(
+                [sys.executable, *serve_args(work, "--plugin", "./guard.py")], cwd=work,
+                stdin=slave, stdout=subprocess.PIPE, stderr=err_file,
+                env=serve_env(home, hook_log),
+            )
+            try:
+                os.close(slave)
+                slave = -1
+                wait_for(lambda: any(r["hook"] == "run_start" for r in read_log(hook_log)),
+                         timeout=BOUND_S, what="the server to be serving")
+                os.close(master)  # the terminal goes away
+                master = -1
+                code = proc.wait(timeout=BOUND_S)
+                assert proc.stdout is not None
+                out = proc.stdout.read()
+            finally:
+                stop(proc)
+    finally:
+        for fd in (master, slave):
+            if fd >= 0:
+                os.close(fd)
+
+    err = err_path.read_text(encoding="utf-8")
+    assert "speaks MCP on stdin/stdout" in err
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert out == b""
+    assert [r["reason"] for r in read_log(hook_log) if r["hook"] == "run_end"] == ["final"]
+
+
+def test_a_stdin_that_cannot_be_read_ends_the_session_cleanly(
+    work: Path, home: Path, hook_log: Path, tmp_path: Path
+) -> None:
+    # Descriptor 0 open for writing only: every read fails (EBADF).
+    with open(tmp_path / "not-readable", "wb") as stdin:
+        proc = subprocess.run(
+            [sys.executable, *serve_args(work, "--plugin", "./guard.py")], cwd=work,
+            stdin=stdin, capture_output=True, env=serve_env(home, hook_log), timeout=BOUND_S,
+        )
+
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert proc.stdout == b""
+    assert [r["reason"] for r in read_log(hook_log) if r["hook"] == "run_end"] == ["final"]
+
+
+def test_a_client_that_stops_reading_ends_the_session_cleanly(
+    work: Path, home: Path, hook_log: Path, tmp_path: Path
+) -> None:
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err_file:
+        proc = start_raw(work, home, hook_log, err_file, "--plugin", "./guard.py")
+        try:
+            assert proc.stdout is not None
+            assert proc.stdin is not None
+            proc.stdout.close()  # nobody reads the answers any more; stdin stays open
+            wait_for(lambda: any(r["hook"] == "run_start" for r in read_log(hook_log)),
+                     timeout=BOUND_S, what="the server to be serving")
+            proc.stdin.write(json.dumps({
+                "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "raw-test", "version": "1"}}}).encode() + b"\n")
+            proc.stdin.flush()
+            code = proc.wait(timeout=BOUND_S)
+        finally:
+            stop(proc)
+
+    err = err_path.read_text(encoding="utf-8")
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert [r["reason"] for r in read_log(hook_log) if r["hook"] == "run_end"] == ["final"]
+
