@@ -20,6 +20,8 @@ SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
            {"records": 50, "sessions": 5, "resume_messages": 50, "reps": 1}),
     "b5": ("bench.b5_memory", {"turns": 100, "reps": 3},
            {"turns": 2, "reps": 1}),
+    "b6": ("bench.b6_telemetry", {"turns": 100, "reps": 9},
+           {"turns": 2, "reps": 1}),
 }
 
 

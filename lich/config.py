@@ -155,6 +155,8 @@ class LichConfig:
     approval_timeout_s: float = setting(300.0, check=at_least(0))
     #: The [approvals] table: the builtin approvals plugin's rules (it checks them).
     approvals: Mapping[str, Any] = field(factory=dict)
+    #: The [otel] table: the builtin otel plugin's exporter settings (it checks them).
+    otel: Mapping[str, Any] = field(factory=dict)
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact

@@ -14,6 +14,9 @@
 * A conversation with ``queue_limit`` messages already running or waiting
   answers "busy" instead of queueing more.
 * ``/new`` starts the conversation over; ``/start`` (Telegram's greeting) says hello.
+* A tool call that needs approval is asked about in its chat; ``/approve <id>`` and
+  ``/deny <id>`` from the same sender answer it, ahead of the conversation's queue
+  (:mod:`lich.gateway.approvals`).
 * Users see sanitised errors; the details go to the log under a reference.
 """
 
@@ -41,6 +44,7 @@ from lich.gateway._format import (
     sanitize_error,
 )
 from lich.gateway._keys import KEY_BYTES, load_or_create_key
+from lich.gateway.approvals import ChatApprovals, Notify
 from lich.types import Message, SystemMessage, ToolMessage, Usage, UserMessage
 
 if TYPE_CHECKING:
@@ -64,10 +68,13 @@ BUSY_TEXT = "busy: I am still working on your earlier messages; send this again 
 CLOSED_TEXT = "the gateway is shutting down; send your message again in a little while."
 RESET_TEXT = "Started a new conversation."
 ABORTED_TEXT = "stopped: the gateway is shutting down before this answer was finished."
+APPROVAL_CLOSED_TEXT = "the gateway is shutting down; no one can approve this call now"
 HISTORY_STUB = "(earlier messages of this conversation were left out)"
 START_INPUT = "hello"
 
-ReplyKind: TypeAlias = Literal["reply", "empty", "busy", "closed", "reset", "error", "aborted"]
+ReplyKind: TypeAlias = Literal[
+    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "approval"
+]
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
 
 
@@ -87,7 +94,8 @@ class BusReply:
 
     ``kind`` is ``reply`` (the agent answered), ``empty`` (it answered with no
     text), ``busy``, ``closed`` (shutting down), ``reset`` (``/new``),
-    ``error`` (sanitised) or ``aborted`` (cancelled at shutdown). ``text`` is
+    ``error`` (sanitised), ``aborted`` (cancelled at shutdown) or ``approval``
+    (the answer to an ``/approve`` or ``/deny`` message). ``text`` is
     what to send back; platforms send nothing when it is empty.
     """
 
@@ -154,6 +162,9 @@ class GatewayBus:
         install's (``.gateway-id.key`` in the session directory, made on first
         use), or a random one for this bus when sessions are not persisted.
 
+    The bus registers its approver (:class:`~lich.gateway.approvals.ChatApprovals`,
+    plugin name ``gateway-approvals``) on the agent's plugin host.
+
     :raises OSError: the install's key cannot be created or read.
     :raises ValueError: a limit is out of range, or the key file is not a key.
     """
@@ -182,6 +193,12 @@ class GatewayBus:
         self._active = 0
         self._idle: asyncio.Event | None = None
         self._closed = False
+        self.approvals = ChatApprovals()
+        name, n = "gateway-approvals", 1
+        while agent.host.pm.has_plugin(name):  # another bus on the same host (tests)
+            n += 1
+            name = f"gateway-approvals-{n}"
+        agent.host.register_object(self.approvals, name)
 
     @classmethod
     def from_config(cls, agent: Agent, config: GatewayConfig) -> GatewayBus:
@@ -243,14 +260,27 @@ class GatewayBus:
     # --------------------------------------------------------------- handling
 
     async def handle(
-        self, message: InboundMessage, *, on_event: EventHandler | None = None
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
     ) -> BusReply:
         """Handle one message: wait for the conversation's turn, run the agent, answer.
+
+        :param on_event: receives every event of the run.
+        :param notify: sends a message to the chat while the run goes on — how an
+            approval request reaches the person; without it a call needing approval
+            is denied (``approval_unavailable``).
 
         Never raises for a failed run (the reply is a sanitised ``error``);
         only cancellation of the calling task propagates.
         """
         key = (message.platform, message.chat_id)
+        answered = self.approvals.answer(message)
+        if answered is not None:
+            # Not queued: the run this answers holds the conversation's turn.
+            return BusReply("approval", answered, self.session_id_for(*key))
         if self._closed:
             return BusReply("closed", CLOSED_TEXT, self.session_id_for(*key))
         conv = self._conversation(key)
@@ -266,7 +296,7 @@ class GatewayBus:
             async with conv.lock:
                 if self._closed:
                     return BusReply("closed", CLOSED_TEXT, conv.session_id)
-                return await self._handle_in_turn(conv, message, on_event)
+                return await self._handle_in_turn(conv, message, on_event, notify)
         except Exception as exc:  # e.g. the disk refused a reset: still a clean answer
             user_text, ref = sanitize_error(exc)
             log_event(log, logging.ERROR, "handle_failed", platform=message.platform,
@@ -277,7 +307,11 @@ class GatewayBus:
             self._leave()
 
     async def _handle_in_turn(
-        self, conv: _Conversation, message: InboundMessage, on_event: EventHandler | None
+        self,
+        conv: _Conversation,
+        message: InboundMessage,
+        on_event: EventHandler | None,
+        notify: Notify | None,
     ) -> BusReply:
         if not conv.legacy_checked:
             await asyncio.to_thread(self._adopt_legacy_transcript, conv)
@@ -293,7 +327,7 @@ class GatewayBus:
                 text = rest
             else:
                 text = START_INPUT
-        return await self._run(conv, message, text, on_event)
+        return await self._run(conv, message, text, on_event, notify)
 
     def _adopt_legacy_transcript(self, conv: _Conversation) -> None:
         """Rename a transcript saved under the old, unkeyed id to the keyed one (once).
@@ -354,6 +388,7 @@ class GatewayBus:
         message: InboundMessage,
         text: str,
         on_event: EventHandler | None,
+        notify: Notify | None = None,
     ) -> BusReply:
         if conv.history is None:
             conv.history = await self._load(conv)
@@ -361,13 +396,14 @@ class GatewayBus:
         self._tokens.add(token)
         started = time.perf_counter()
         try:
-            result = await self.agent.run(
-                text,
-                history=list(conv.history),
-                session_id=conv.session_id,
-                cancel=token,
-                on_event=on_event,
-            )
+            with self.approvals.conversation(conv.session_id, message, notify):
+                result = await self.agent.run(
+                    text,
+                    history=list(conv.history),
+                    session_id=conv.session_id,
+                    cancel=token,
+                    on_event=on_event,
+                )
         except Exception as exc:
             user_text, ref = sanitize_error(exc)
             log_event(log, logging.ERROR, "run_failed", platform=message.platform,
@@ -406,8 +442,10 @@ class GatewayBus:
             self._idle.set()
 
     def close(self) -> None:
-        """Refuse new messages (they get a "shutting down" reply); runs in flight go on."""
+        """Refuse new messages (they get a "shutting down" reply); runs in flight go on,
+        and every call waiting for approval is denied (the model is told why)."""
         self._closed = True
+        self.approvals.deny_all(APPROVAL_CLOSED_TEXT)
 
     def cancel_runs(self) -> None:
         """Close, and cancel every run in flight now (they end ``aborted``)."""

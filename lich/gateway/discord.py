@@ -300,7 +300,8 @@ class DiscordAdapter(WebsocketAdapterBase):
         self.spawn(self._handle(channel_id, user_id, content), f"message-{data.get('id')}")
 
     async def _handle(self, channel_id: str, user_id: str, content: str) -> None:
-        reply = await self.bus.handle(InboundMessage(PLATFORM, channel_id, user_id, content))
+        reply = await self.bus.handle(InboundMessage(PLATFORM, channel_id, user_id, content),
+                                     notify=lambda note: self.send(channel_id, note))
         if reply.text.strip():
             await self.send(channel_id, reply.text)
 

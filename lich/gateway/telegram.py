@@ -204,7 +204,8 @@ class TelegramAdapter(ChatAdapterBase):
         if text is None:
             await self.send(chat_id, NON_TEXT_REPLY)
             return
-        reply = await self.bus.handle(InboundMessage(PLATFORM, str(chat_id), user_id, text))
+        reply = await self.bus.handle(InboundMessage(PLATFORM, str(chat_id), user_id, text),
+                                     notify=lambda note: self.send(chat_id, note))
         if reply.text.strip():
             await self.send(chat_id, reply.text)
 

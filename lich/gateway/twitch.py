@@ -222,7 +222,8 @@ class TwitchAdapter(WebsocketAdapterBase):
             self.spawn(self._handle(line.channel, line.user, text), f"privmsg-{line.channel}")
 
     async def _handle(self, channel: str, user: str, text: str) -> None:
-        reply = await self.bus.handle(InboundMessage(PLATFORM, channel, user, text))
+        reply = await self.bus.handle(InboundMessage(PLATFORM, channel, user, text),
+                                     notify=lambda note: self.send(channel, note))
         if reply.text.strip():
             await self.send(channel, reply.text)
 

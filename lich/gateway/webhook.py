@@ -451,9 +451,15 @@ class WebhookAdapter:
         def on_event(envelope: Envelope) -> None:
             queue.put_nowait((envelope.type, serialization.envelope_to_dict(envelope)))
 
+        async def notify(text: str) -> None:
+            # What a chat platform would send as a message: the approval request, as
+            # text (the approval_requested event before it carries the same as data).
+            queue.put_nowait(("notice", {"text": text, "session_id": bus.session_id_for(
+                inbound.platform, inbound.chat_id)}))
+
         async def run() -> None:
             try:
-                reply = await bus.handle(inbound, on_event=on_event)
+                reply = await bus.handle(inbound, on_event=on_event, notify=notify)
                 if reply.kind in _STATUS_FOR_KIND:
                     queue.put_nowait(("error", {"error": reply.text, "kind": reply.kind,
                                                 "session_id": reply.session_id}))

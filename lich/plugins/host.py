@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import os
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +54,10 @@ class PluginHost(PluginLoader, HookCaller):
         # different parameters, and the caller gets the manager the loader made.
         PluginLoader.__init__(self, work_dir=work_dir)
         HookCaller.__init__(self, self.pm, hook_timeout_s=hook_timeout_s)
-        # Registries that can forget a plugin's items (tools, provider kinds, adapters).
-        self._undo: list[Callable[[str], object]] = []
+        # Registries that can forget a plugin's items (tools, provider kinds, adapters),
+        # held weakly: every agent assembled on this host (each /model switch) makes new
+        # registries, and the host must not keep the old ones alive.
+        self._undo: list[weakref.WeakMethod[Callable[[str], object]]] = []
 
     def _register_each(
         self,
@@ -79,12 +82,17 @@ class PluginHost(PluginLoader, HookCaller):
 
     def _forget_everywhere(self, plugin_name: str) -> None:
         # A plugin that fails in one registration hook loses what it registered in the others.
-        for forget in self._undo:
-            forget(plugin_name)
+        for ref in list(self._undo):
+            forget = ref()
+            if forget is not None:
+                forget(plugin_name)
 
     def _track(self, undo: Callable[[str], object]) -> None:
-        if undo not in self._undo:
-            self._undo.append(undo)
+        """Remember a registry's ``remove_plugin`` (a bound method) while it lives."""
+        live = [ref for ref in self._undo if ref() is not None]
+        if all(ref() != undo for ref in live):
+            live.append(weakref.WeakMethod(undo))
+        self._undo = live
 
     def register_tools(self, registry: ToolRegistry, config: LichConfig) -> None:
         """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole."""

@@ -302,6 +302,24 @@ class PluginLoader:
                 + ", ".join(f"{name}{did_you_mean(name, known)}" for name in sorted(unknown))
                 + " (hooks start with lich_; see docs/plugins.md)",
             )
+        wrappers = sorted(
+            caller.name
+            for caller in self.pm.get_hookcallers(plugin) or ()
+            for impl in caller.get_hookimpls()
+            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper)
+        )
+        if wrappers:
+            # lich calls each implementation itself (timeouts, threads, fail-closed): a
+            # pluggy wrapper would be called as a plain implementation and do nothing.
+            self.pm.unregister(plugin)
+            return evolve(
+                base,
+                phase="validate",
+                error_type="UnsupportedHookWrapper",
+                error_message="hook wrappers (wrapper=True / hookwrapper=True) are not "
+                "supported for " + ", ".join(wrappers)
+                + "; implement the hook plainly (see docs/plugins.md)",
+            )
         hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
         return evolve(base, status="loaded", hooks=tuple(hooks))
 

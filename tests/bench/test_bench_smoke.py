@@ -122,6 +122,26 @@ def test_b5_memory() -> None:
     assert result["gateway_idle_rss_kib"]["median"] > result["python_bare_peak_kib"]["median"]
 
 
+def test_b6_telemetry() -> None:
+    result, tables = run_one("b6", quick=True)
+    _check_common(result, tables)  # checks: every run answered, every span was received
+    turns, reps = SUITE["b6"][2]["turns"], SUITE["b6"][2]["reps"]
+    runs = result["runs"]
+    assert set(runs) == {"plain", "otel", "otel capture"}
+    # Warm-up and measured runs of both otel variants, 2N + 2 spans each.
+    assert result["spans_exported"] == 2 * (reps + 1) * (2 * turns + 2)
+    for name, e in runs.items():
+        assert len(e["samples_s"]) == reps
+        assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
+        if name != "plain":
+            paired = [a / b for a, b in zip(e["samples_s"], runs["plain"]["samples_s"],
+                                            strict=True)]
+            assert e["ratio"]["median"] == pytest.approx(statistics.median(paired))
+            _check_summary(e["overhead_per_turn_s"], reps)
+    assert [t["name"].split(" at ")[0] for t in result["targets"]] == [
+        "B6 otel ÷ plain", "B6 otel CPU overhead per turn"]
+
+
 def test_runner_writes_results_and_prints_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

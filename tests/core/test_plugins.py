@@ -202,6 +202,33 @@ def test_a_plugin_raising_at_import_time_fails_cleanly(work: Path) -> None:
     assert not [m for m in sys.modules if m.startswith("_lich_plugin_raises_")]
 
 
+@pytest.mark.parametrize("marker", ["wrapper=True", "hookwrapper=True"])
+def test_a_hook_wrapper_fails_validation_instead_of_being_ignored(
+    work: Path, marker: str
+) -> None:
+    (work / "wrapping.py").write_text(textwrap.dedent(f"""
+        from lich import hookimpl
+
+        @hookimpl({marker})
+        def lich_before_tool_call(call):
+            outcome = yield
+            return outcome
+
+        @hookimpl
+        def lich_run_start(run):
+            pass
+    """))
+    host = host_in(work)
+    (report,) = host.load(["wrapping.py"])
+    assert (report.status, report.phase, report.error_type) == (
+        "failed", "validate", "UnsupportedHookWrapper")
+    assert report.error_message == (
+        "hook wrappers (wrapper=True / hookwrapper=True) are not supported for "
+        "lich_before_tool_call; implement the hook plainly (see docs/plugins.md)")
+    assert host.pm.get_plugin("wrapping") is None
+    assert not host.has_impls("lich_run_start")  # nothing of it stays
+
+
 def test_unknown_hook_name_fails_validation_and_registers_nothing(work: Path) -> None:
     host = host_in(work)
     (report,) = host.load(["plugins/unknown_hook_plugin.py"])
@@ -455,3 +482,39 @@ def test_a_command_name_taken_by_another_plugin_is_reported(work: Path) -> None:
     (warning,) = warned[0].warnings
     assert warning.startswith("command_name_taken: command 'hello' not added; plugin ")
     assert warned[0].plugin not in warning
+
+
+def test_the_host_does_not_keep_the_registries_of_agents_it_assembled(tmp_path: Path) -> None:
+    """Every assembly (each ``/model`` switch) fills new registries on the same host; the
+    host only keeps them while they live, and still undoes a failed plugin in the live one."""
+    import gc
+    import weakref
+
+    class Tools:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            @tool
+            def ping() -> str:
+                """Ping."""
+                return "pong"
+
+            registry.register(ping)
+
+    host = PluginHost(work_dir=tmp_path)
+    host.register_object(Tools(), "tools")
+    config = make_test_config(tmp_path)
+    dropped = []
+    for _ in range(50):
+        registry = ToolRegistry()
+        host.register_tools(registry, config)
+        dropped.append(weakref.ref(registry))
+        del registry
+    gc.collect()
+    assert all(ref() is None for ref in dropped)
+    assert len(host._undo) <= 1
+
+    live = ToolRegistry()
+    host.register_tools(live, config)
+    assert live.has("ping")
+    host._forget_everywhere("tools")
+    assert not live.has("ping")
