@@ -247,12 +247,19 @@ def _bare_keys(path: str) -> str:
     return _KEY_IN_BRACKETS.sub(lambda m: f".{m.group(1)}", path)
 
 
-def did_you_mean(key: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the known name closest to a misspelt ``key``, or ''."""
+def closest(word: str, known: Iterable[str], *, cutoff: float = 0.75) -> str | None:
+    """The known name closest to a misspelt ``word``, if one is close enough: the one
+    "did you mean" of lich (config keys, plugin and hook names, commands, tools)."""
     import difflib
 
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a misspelt ``key``, or ''."""
+    close = closest(key, known)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _message(exc: BaseException, type_: Any) -> str:

@@ -15,12 +15,13 @@ must not pull in Textual or prompt_toolkit).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from attrs import field, frozen
+
+from lich._converter import closest
 
 if TYPE_CHECKING:
     from lich.config import ProviderConfig
@@ -201,7 +202,7 @@ class SlashTable:
         """The name (or alias) ``typed`` was probably meant to be, if one is close enough.
 
         A prefix of one command's names wins (``ses`` → ``sessions``); otherwise
-        the closest name or alias by :func:`difflib.get_close_matches`
+        the closest name or alias (:func:`lich._converter.closest`)
         (``hepl`` → ``help``, ``qiut`` → ``quit``).
         """
         if not typed:
@@ -211,8 +212,7 @@ class SlashTable:
         if len(prefixed) == 1:
             return next(n for n in prefixed[0].names if n.startswith(typed))
         names = [n for c in commands for n in c.names]
-        close = difflib.get_close_matches(typed, names, n=1, cutoff=_SUGGEST_CUTOFF)
-        return close[0] if close else None
+        return closest(typed, names, cutoff=_SUGGEST_CUTOFF)
 
     def unknown_message(self, typed: str, front_end: FrontEnd) -> str:
         """What to tell the user about ``/typed``, which ``front_end`` does not have."""

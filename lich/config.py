@@ -49,6 +49,7 @@ __all__ = [
     "Source",
     "config_search_dirs",
     "find_config_file",
+    "is_path_entry",
     "load_config",
     "locate_config",
     "user_config_path",
@@ -297,7 +298,10 @@ def _expand_additions(raw: dict[str, Any], file_name: str | None) -> None:
     raw["plugins"] = [*BUILTIN_PLUGINS, *(e for e in extra if e not in BUILTIN_PLUGINS)]
 
 
-def _looks_like_path(entry: str) -> bool:
+def is_path_entry(entry: str) -> bool:
+    """Whether a ``plugins`` entry names a file (it ends in ``.py`` or holds a path
+    separator) rather than an entry point or a module. The one rule: the loader, the
+    config's relative paths and ``--plugin`` all read an entry by it."""
     return entry.endswith(".py") or "/" in entry or os.sep in entry
 
 
@@ -357,7 +361,7 @@ def load_config(
     above = location.project_dir if location is not None and location.reason == "parent" else None
     if above is not None and isinstance(raw.get("plugins"), list):
         raw["plugins"] = [
-            str(above / Path(e).expanduser()) if isinstance(e, str) and _looks_like_path(e)
+            str(above / Path(e).expanduser()) if isinstance(e, str) and is_path_entry(e)
             and not Path(e).expanduser().is_absolute() else e
             for e in raw["plugins"]
         ]

@@ -278,8 +278,9 @@ def build_chat(
         return providers[0].chat
     raise ConfigError(
         [
-            "$.providers: several providers are configured but no router plugin is loaded; "
-            "enable the 'failover' plugin (add it to `plugins`)"
+            "$.providers: several providers are configured but no router plugin is loaded "
+            "(none implements lich_make_router); enable one — `lich plugins available` "
+            "lists the installed plugins, and the default plugins include a router"
         ]
     )
 

@@ -89,8 +89,9 @@ def get_settings(ctx: click.Context) -> Settings:
 def _plugin_entry(entry: str) -> str:
     # A path given on the command line means a path from where the user stands, not from
     # the work dir (which is how the config file's relative entries are read).
-    looks_like_path = entry.endswith(".py") or "/" in entry or os.sep in entry
-    if looks_like_path and not os.path.isabs(entry):
+    from lich.config import is_path_entry
+
+    if is_path_entry(entry) and not os.path.isabs(entry):
         candidate = Path(entry).expanduser()
         if candidate.exists():
             return str(candidate.resolve())

@@ -158,19 +158,18 @@ class LichGroup(click.Group):
         failed to load (whose commands are missing)."""
         if not _COMMAND_NAME.match(word) or ctx.resilient_parsing:
             return  # (resilient: shell completion, which must never exit with an error)
-        import difflib
-
+        from lich._converter import closest
         from lich.cli.common import EXIT_USAGE, echo_error
 
         names = self.list_commands(ctx)
-        close = difflib.get_close_matches(word, names, n=1, cutoff=0.8)
+        close = closest(word, names, cutoff=0.8)
         failed = self._failed_plugin(word)
         if failed is not None:
             echo_error(f"unknown command {word!r}: the plugin {failed.plugin or failed.entry!r}, "
                        f"which would provide it, failed to load ({failed.describe_error()}); "
                        "see `lich plugins`")
         elif close:
-            echo_error(f"unknown command {word!r}; did you mean {close[0]!r}? "
+            echo_error(f"unknown command {word!r}; did you mean {close!r}? "
                        f"(to send it to the model as a task: lich run -- {word} ...)")
         else:
             return

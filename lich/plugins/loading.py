@@ -37,6 +37,7 @@ from attrs import evolve, field, frozen
 
 from lich import hookspecs
 from lich._converter import did_you_mean
+from lich.config import is_path_entry
 from lich.hooks import PROJECT
 
 __all__ = [
@@ -360,7 +361,7 @@ class PluginLoader:
     def _resolve(self, entry: str) -> _Resolved:
         if not entry:
             raise ValueError("empty plugin entry")
-        if entry.endswith(".py") or os.sep in entry or "/" in entry:
+        if is_path_entry(entry):
             path = Path(entry).expanduser()
             if not path.is_absolute():
                 path = self.work_dir / path

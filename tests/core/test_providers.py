@@ -96,7 +96,7 @@ def test_several_providers_need_a_router(tmp_path: Path) -> None:
     host.register_providers(registry)
     config = LichConfig(work_dir=str(tmp_path), providers=[provider("a"), provider("b")])
     providers = build_providers(config, registry)
-    with pytest.raises(ConfigError, match="enable the 'failover' plugin"):
+    with pytest.raises(ConfigError, match="no router plugin is loaded"):
         build_chat(config, host, providers)
 
     picked: list[list[str]] = []

@@ -234,7 +234,7 @@ def test_several_providers_without_a_router_is_a_config_error(tmp_path: Path) ->
                    ProviderConfig(kind="openai_compat", name="b", model="m",
                                   base_url="http://127.0.0.1:9/v1")),
     )
-    with pytest.raises(ConfigError, match="enable the 'failover' plugin"):
+    with pytest.raises(ConfigError, match="no router plugin is loaded"):
         Agent(config)
 
 
