@@ -441,8 +441,9 @@ async def serve_stdio(agent: Agent, tools: ServedTools, reader: IO[bytes],
     """Serve ``tools`` over the wire until the client closes it or a signal comes.
 
     SIGINT and SIGTERM stop the server as the client leaving does: calls still
-    running are cancelled (each answered ``cancelled``), the requests end, the
-    session ends with ``lich_run_end`` (``aborted``) and the agent is closed.
+    running are cancelled (their tools stopped, their ``tool_call_end`` recorded as
+    ``cancelled``), the requests end, the session ends with ``lich_run_end``
+    (``aborted``) and the agent is closed.
 
     :return: the name of the signal that stopped the server, or ``None`` when the
         client closed the connection.
