@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig
     from lich.plugins import LoadReport, PluginHost
     from lich.tools import ToolRegistry
+    from lich.types import ChatFn
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -259,6 +260,7 @@ def assemble(
     agent: bool = True,
     console: Any = None,
     service: bool = False,
+    chat: ChatFn | None = None,
 ) -> Assembly:
     """This invocation's settings → the configuration, a loaded plugin host, an agent.
 
@@ -273,6 +275,8 @@ def assemble(
         its own from it, inspection commands need none).
     :param console: the rich console log lines go through while a run is shown.
     :param service: log as a long-running service (timestamped lines).
+    :param chat: the agent's chat function instead of the configured providers (a
+        command that calls no model, ``lich mcp serve``, needs none configured).
     :raises CommandError: a configuration error, a ``--plugin`` entry that did not
         load (:func:`check_named_plugins`), plugins failing in strict mode, or run
         flags that cannot be honoured (:func:`tools_for_run`).
@@ -313,7 +317,7 @@ def assemble(
 
                 config = config_with(config, tools_enabled=None)
             with quiet_plugin_log():
-                built = Agent(config, host=host)
+                built = Agent(config, host=host, chat=chat)
             # Building the agent runs lich_check_config and the registration hooks:
             # a --plugin entry may fail there too.
             check_named_plugins(settings, host)
@@ -330,7 +334,7 @@ def assemble(
                 loaded = attrs.evolve(loaded, config=config,
                                       sources={**loaded.sources, "tools_enabled": "flag"})
                 with quiet_plugin_log():
-                    built = Agent(config, host=host)
+                    built = Agent(config, host=host, chat=chat)
     except (ConfigError, PluginLoadError) as exc:
         check_named_plugins(settings, host)  # the cause, when a --plugin entry failed
         # A config plugin that failed may be the cause too (a provider kind it was to

@@ -20,13 +20,15 @@ from typing import Any
 import click
 
 from lich.cli.options import config_options, get_settings, json_option
+from lich.mcp.serve import serve_command
 
 __all__ = ["convert_mcp_json", "mcp_group"]
 
 
 @click.group("mcp")
 def mcp_group() -> None:
-    """MCP servers: their state and tools, and importing .mcp.json files."""
+    """MCP servers: their state and tools, importing .mcp.json files, and serving lich's
+    own tools to MCP clients (``lich mcp serve``)."""
 
 
 @mcp_group.command("list")
@@ -266,3 +268,7 @@ def convert_mcp_json(data: Any) -> tuple[str, list[str]]:
         warnings.append("mcpServers is empty: nothing to import")
         return "", warnings
     return tomli_w.dumps({"mcp": {"servers": servers}}), warnings
+
+
+# The serving command is its own module; like the rest it imports the SDK only when run.
+mcp_group.add_command(serve_command)
