@@ -247,6 +247,10 @@ class HookedToolRunner:
         or the outcome of a call that does not run. Every request is paired with
         exactly one ``approval_resolved`` event."""
         tool = self.executor.registry.get(call.name)
+        if tool is None:
+            # Nothing would run: the executor answers unknown_tool. Asking a person about a
+            # tool the model was never offered (--read-only, --tools) only confuses them.
+            return call
         work_dir = str(self.executor.work_dir)
         rules = self.grants.rules_for(call, tool, work_dir)
         request = ApprovalRequest(

@@ -315,31 +315,37 @@ def lich_request_approval(
 
 
 @hookspec
-def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
-    """The final check of a tool call: allow it or block it, on the arguments
-    the tool will run with.
+def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+    """The final check of a tool call: allow it, ask a person, or block it, on the
+    arguments the tool will run with.
 
     :param call: the call with its final arguments, after every
         ``lich_before_tool_call`` rewrite.
     :param run: the run it belongs to.
-    :return: ``None`` to allow or :class:`lich.Block` ``(reason)`` to refuse.
+    :return: ``None`` to allow, :class:`lich.Ask` ``(reason)`` to run it only if a
+        person approves, or :class:`lich.Block` ``(reason)`` to refuse.
 
     Runs after the whole ``lich_before_tool_call`` chain, and only if no
-    before-hook blocked; it cannot rewrite. This is the phase for guards:
-    a before-hook, even a ``trylast`` one, may be followed by another
-    ``trylast`` plugin that rewrites what it approved, while nothing changes
-    the arguments after this phase — the tool runs with exactly the arguments
-    every check saw. (A separate phase rather than re-running approving
-    before-hooks after each rewrite: that re-runs side effects, need not
-    settle, and still leaves the last rewriter unchecked.)
+    before-hook blocked; it cannot rewrite. This is the phase for guards and
+    for approval policies: a before-hook, even a ``trylast`` one, may be
+    followed by another ``trylast`` plugin that rewrites what it allowed, while
+    nothing changes the arguments after this phase — the tool runs with exactly
+    the arguments every check saw (or, after an approval, the ones the person
+    edited, which are checked again). (A separate phase rather than re-running
+    approving before-hooks after each rewrite: that re-runs side effects, need
+    not settle, and still leaves the last rewriter unchecked.)
 
     Composition: every implementation runs, one at a time, each on the same
     arguments; the first ``Block`` stops the chain and the model receives
-    ``blocked_by_plugin: <reason>``. One that raises, exceeds
-    ``hook_timeout_s`` or returns anything else (a ``Rewrite`` included)
-    blocks the call (fail closed). The ``call`` handed to a hook is its own
-    copy: changing ``call.args`` in place changes nothing that runs, and is
-    refused as a failure (in both phases; a change is only ever a ``Rewrite``).
+    ``blocked_by_plugin: <reason>``. An ``Ask`` here joins the before-hooks'
+    ones: the person is asked once, after this phase (the same plugin giving
+    the same reason in both phases is asked about once). On arguments a person
+    edited, only a ``Block`` counts — that person has just said yes. One that
+    raises, exceeds ``hook_timeout_s`` or returns anything else (a ``Rewrite``
+    included) blocks the call (fail closed). The ``call`` handed to a hook is
+    its own copy: changing ``call.args`` in place changes nothing that runs,
+    and is refused as a failure (in both phases; a change is only ever a
+    ``Rewrite``).
     """
 
 

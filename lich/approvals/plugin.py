@@ -13,9 +13,10 @@ a read-only tool is allowed unless a deny or ask rule meets the call; any
 other follows ``mode``, and a tool declaring ``requires_approval`` is asked
 about even in mode ``allow``. ``lich_before_tool_call`` answers
 ``Block("approval_rule: denied by deny rule <rule>")``, ``Ask(...)`` or
-``None``; ``lich_check_tool_call`` applies the deny rules again to the final
+``None``; ``lich_check_tool_call`` gives the same answer on the final
 arguments, so neither a later plugin's rewrite nor arguments a person edited
-get past a deny rule.
+get past a deny rule, and a rewrite cannot turn an allowed call into one that
+runs unasked.
 
 **Which tool a call is.** The rules read the tool's declarations (read-only,
 its primary argument), but hooks receive a call, not the tool. The plugin
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
-from lich.approvals.rules import MODES, Mode, Rule, RuleSet, decide, denying_rule, parse_rule
+from lich.approvals.rules import MODES, Mode, Rule, RuleSet, decide, parse_rule
 from lich.hooks import Ask, Block, hookimpl
 from lich.settings import each, one_of, setting, structure_settings
 
@@ -180,14 +181,8 @@ async def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | N
 
 
 @hookimpl
-async def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
-    """The deny rules again, on the final arguments (after every rewrite, and on
-    arguments a person edited while approving)."""
-    settings, known = _judge(run)
-    if not settings.deny:
-        return None
-    tool = known.tool(call.name) if known is not None else None
-    rule = denying_rule(settings.rules, call.name, call.args, tool, run.work_dir)
-    if rule is not None:
-        return Block(f"approval_rule: denied by deny rule {rule}")
-    return None
+async def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+    """The rules again, on the final arguments: a later plugin's rewrite can get past
+    neither a deny rule nor an ask (the same question in both phases is asked once).
+    On arguments a person edited while approving, the core counts only the ``Block``."""
+    return await lich_before_tool_call(call, run)

@@ -332,12 +332,20 @@ class HookCaller:
             )
             return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
         checked = await self.check_tool_call(call, run)
-        return evolve(checked, rewritten_by=tuple(rewritten_by), asked_by=tuple(asked_by),
-                      ask_reasons=tuple(reasons))
+        # One question, with each plugin's reason once: the approvals plugin asks in
+        # both phases about arguments no one rewrote in between.
+        asks = list(dict.fromkeys([*zip(asked_by, reasons, strict=True),
+                                   *zip(checked.asked_by, checked.ask_reasons, strict=True)]))
+        return evolve(checked, rewritten_by=tuple(rewritten_by),
+                      asked_by=tuple(dict.fromkeys(p for p, _ in asks)),
+                      ask_reasons=tuple(r for _, r in asks))
 
     async def check_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
-        """Run the check-hooks on ``call`` as it will run: each may only block; one
-        that fails blocks (fail closed). Also what judges arguments a person edited."""
+        """Run the check-hooks on ``call`` as it will run: each may block or ask; one
+        that fails blocks (fail closed). Also what judges arguments a person edited
+        (whose ``Ask`` answers the caller then ignores: that person said yes)."""
+        asked_by: list[str] = []
+        reasons: list[str] = []
         for impl in self._impls("lich_check_tool_call"):
             answer, error = await self._ask(impl, "lich_check_tool_call", call, {"run": run})
             if error is not None:
@@ -346,12 +354,16 @@ class HookCaller:
                 continue
             if isinstance(answer, Block):
                 return ToolDecision(call, blocked_by=impl.plugin_name, reason=answer.reason)
+            if isinstance(answer, Ask):
+                asked_by.append(impl.plugin_name)
+                reasons.append(answer.reason)
+                continue
             reason = (
                 f"hook_error ({impl.plugin_name}): lich_check_tool_call returned "
-                f"{type(answer).__name__}; expected Block or None (it cannot rewrite)"
+                f"{type(answer).__name__}; expected Block, Ask or None (it cannot rewrite)"
             )
             return ToolDecision(call, blocked_by=impl.plugin_name, reason=reason)
-        return ToolDecision(call)
+        return ToolDecision(call, asked_by=tuple(asked_by), ask_reasons=tuple(reasons))
 
     async def request_approval(
         self, request: ApprovalRequest, run: RunInfo, timeout_s: float | None

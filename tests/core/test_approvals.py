@@ -634,3 +634,70 @@ async def test_a_model_switch_keeps_the_sessions_approvals(tmp_path: Path) -> No
             await first.aclose()
             await second.aclose()
     assert len(approver.requests) == 1
+
+
+# ---------------------------------------------------------------------------
+# Asks from the check phase
+# ---------------------------------------------------------------------------
+
+
+class CheckAsk:
+    """Asks in the check phase about echo calls saying ``final``."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    @hookimpl
+    def lich_check_tool_call(self, call: ToolCall) -> Ask | None:
+        self.seen.append(dict(call.args))
+        return Ask("checked: final") if call.args.get("text") == "final" else None
+
+
+async def test_a_check_hook_ask_judges_the_final_arguments(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(True))
+    check = CheckAsk()
+    await run_agent(tmp_path, [("tools", Tools()), ("ui", approver), ("check", check)],
+                    ("echo", {"text": "final"}))
+    (request,) = approver.requests
+    assert (request.asked_by, request.reason) == (("check",), "checked: final")
+
+
+async def test_the_same_question_in_both_phases_is_asked_once(tmp_path: Path) -> None:
+    class Both:
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall) -> Ask:
+            return Ask("echo needs a yes")
+
+        @hookimpl
+        def lich_check_tool_call(self, call: ToolCall) -> Ask:
+            return Ask("echo needs a yes")
+
+    approver = Approver(lambda _r: Approval(True))
+    await run_agent(tmp_path, [("tools", Tools()), ("ui", approver), ("both", Both())],
+                    ("echo", {"text": "hi"}))
+    (request,) = approver.requests
+    assert (request.asked_by, request.reason) == (("both",), "echo needs a yes")
+
+
+async def test_edited_arguments_are_not_asked_about_again(tmp_path: Path) -> None:
+    """The person said yes to the edited arguments: a check-hook Ask on them does not
+    ask again (nor loop); only a Block would refuse them."""
+    check = CheckAsk()
+    approver = Approver(lambda _r: Approval(True, args={"text": "final"}))
+    tools = Tools()
+    await run_agent(tmp_path, [("tools", tools), ("ui", approver), ("ask", AskFor("echo")),
+                               ("check", check)],
+                    ("echo", {"text": "hi"}))
+    assert len(approver.requests) == 1
+    assert check.seen == [{"text": "hi"}, {"text": "final"}]
+    assert tools.ran == [("echo", {"text": "final"})]
+
+
+async def test_a_call_to_an_unknown_tool_is_not_asked_about(tmp_path: Path) -> None:
+    approver = Approver(lambda _r: Approval(True))
+    result, events = await run_agent(
+        tmp_path, [("tools", Tools()), ("ask", AskFor("nope")), ("ui", approver)],
+        ("nope", {"x": 1}))
+    assert approver.requests == []
+    assert of_type(events, ApprovalRequested) == []
+    assert error_of(tool_contents(result.messages)[0]) == "unknown_tool: nope"

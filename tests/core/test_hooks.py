@@ -389,7 +389,7 @@ async def test_a_check_hook_cannot_rewrite(tmp_path: Path) -> None:
     result, _ = await run_collecting(agent)
     assert json.loads(tool_messages(result)[0].content)["error"] == (
         "blocked_by_plugin: hook_error (rw): lich_check_tool_call returned Rewrite; "
-        "expected Block or None (it cannot rewrite)"
+        "expected Block, Ask or None (it cannot rewrite)"
     )
 
 
