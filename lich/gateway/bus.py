@@ -15,6 +15,10 @@
   answers "busy" instead of queueing more.
 * ``/new`` starts the conversation over; ``/start`` (Telegram's greeting) says hello.
 * Users see sanitised errors; the details go to the log under a reference.
+
+:class:`MessageBus` is what the adapters and the runner use of a bus; the
+``lich_make_bus`` hook may put another one (the ``nats`` plugin's) between
+them and this one, which still runs the messages in the process that runs them.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from attrs import frozen
 
@@ -50,11 +54,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BUSY_TEXT",
     "CLOSED_TEXT",
+    "NOT_ADMITTED",
     "RESET_TEXT",
     "BusReply",
     "GatewayBus",
     "InboundMessage",
+    "MessageBus",
     "ReplyKind",
+    "bus_kind",
     "cap_history",
 ]
 
@@ -67,18 +74,28 @@ ABORTED_TEXT = "stopped: the gateway is shutting down before this answer was fin
 HISTORY_STUB = "(earlier messages of this conversation were left out)"
 START_INPUT = "hello"
 
-ReplyKind: TypeAlias = Literal["reply", "empty", "busy", "closed", "reset", "error", "aborted"]
+ReplyKind: TypeAlias = Literal[
+    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "duplicate", "unavailable"]
+NOT_ADMITTED: frozenset[ReplyKind] = frozenset({"busy", "closed", "unavailable"})
+"""Reply kinds that mean the message was not taken: nothing will run for it."""
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
 
 
 @frozen
 class InboundMessage:
-    """A message from a platform: who said what, where."""
+    """A message from a platform: who said what, where.
+
+    ``message_id`` is the platform's own id of the message (a Telegram update
+    id, a Discord message id, the webhook's ``Idempotency-Key``), so a bus
+    that can tell (the ``nats`` one) runs a message admitted twice once; empty
+    when the platform gives none.
+    """
 
     platform: str
     chat_id: str
     user_id: str
     text: str
+    message_id: str = ""
 
 
 @frozen
@@ -87,8 +104,11 @@ class BusReply:
 
     ``kind`` is ``reply`` (the agent answered), ``empty`` (it answered with no
     text), ``busy``, ``closed`` (shutting down), ``reset`` (``/new``),
-    ``error`` (sanitised) or ``aborted`` (cancelled at shutdown). ``text`` is
-    what to send back; platforms send nothing when it is empty.
+    ``error`` (sanitised) or ``aborted`` (cancelled at shutdown); a bus that
+    removes duplicates answers ``duplicate`` for a message it already has
+    (its answer goes to whoever sent it first), and one with a broker
+    ``unavailable`` when the broker did not take the message (send it again).
+    ``text`` is what to send back; platforms send nothing when it is empty.
     """
 
     kind: ReplyKind
@@ -101,6 +121,91 @@ class BusReply:
     def ok(self) -> bool:
         """Whether the agent ran and answered."""
         return self.kind in ("reply", "empty")
+
+
+class MessageBus(Protocol):
+    """What the gateway uses of a bus: the adapters hand it messages, the runner stops it.
+
+    :class:`GatewayBus` (the default, in process) is one; a plugin's
+    ``lich_make_bus`` returns another. Every bus passes
+    :class:`lich.testing.contracts.BusContract`: runs of one conversation in
+    the order the messages were admitted, runs of different conversations in
+    parallel, ``busy`` past the queue limit, ``closed`` once closed.
+    """
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (new messages are refused)."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Messages this process is handling or waiting for the answer of."""
+        ...
+
+    def session_id_for(self, platform: str, chat_id: str) -> str:
+        """The session id of a conversation (its transcript's name)."""
+        ...
+
+    async def start(self) -> None:
+        """Connect to what the bus needs (a broker); called once before the first message.
+
+        :raises lich.gateway.GatewayError: the bus cannot work (the broker is unreachable).
+        """
+        ...
+
+    async def submit(
+        self, message: InboundMessage, *, on_event: EventHandler | None = None
+    ) -> Awaitable[BusReply]:
+        """Admit ``message``; return once it is admitted, with its reply to await.
+
+        Admitted means it will run even if this process stops now, for a bus
+        that can promise that (the broker has stored it): a platform that can
+        redeliver (Telegram's update offset) is acknowledged only after this
+        returns. A message not admitted has a reply already done, of a kind
+        in :data:`NOT_ADMITTED`. Never raises for a failed run or a refusal.
+        """
+        ...
+
+    async def handle(
+        self, message: InboundMessage, *, on_event: EventHandler | None = None
+    ) -> BusReply:
+        """:meth:`submit`, then wait for the reply (``on_event`` sees the run's events)."""
+        ...
+
+    def close(self) -> None:
+        """Refuse new messages (they get ``closed``); runs in flight go on."""
+        ...
+
+    def cancel_runs(self) -> None:
+        """Close, and cancel the runs in flight now (they end ``aborted``)."""
+        ...
+
+    async def drain(self, grace_s: float) -> bool:
+        """Close, let runs finish within ``grace_s``, cancel the rest, release connections.
+
+        Returns whether everything finished within the grace period.
+        """
+        ...
+
+
+def bus_kind(raw: Mapping[str, Any] | None, *, path: str = "$.bus") -> str:
+    """The ``kind`` of a raw ``[bus]`` table: ``"memory"`` (in process) unless it names another.
+
+    :raises lich.config.ConfigError: ``[bus]`` is not a table or ``kind`` not a name.
+    """
+    from lich.settings import ConfigError, json_type_name
+
+    if raw is None:
+        return "memory"
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"{path}: expected a table, got {json_type_name(raw)}"])
+    kind = raw.get("kind", "memory")
+    if not isinstance(kind, str):
+        raise ConfigError([f"{path}.kind: expected a bus kind name, got {json_type_name(kind)}"])
+    if not kind.strip():
+        raise ConfigError([f"{path}.kind: must not be empty"])
+    return kind.strip()
 
 
 def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
@@ -182,6 +287,10 @@ class GatewayBus:
         self._active = 0
         self._idle: asyncio.Event | None = None
         self._closed = False
+        #: Whether a conversation's history is kept in memory between its runs. A bus
+        #: that spreads one conversation over several processes turns it off: each
+        #: run then reads the transcript, which another process may have extended.
+        self.keep_history = True
 
     @classmethod
     def from_config(cls, agent: Agent, config: GatewayConfig) -> GatewayBus:
@@ -242,14 +351,11 @@ class GatewayBus:
 
     # --------------------------------------------------------------- handling
 
-    async def handle(
-        self, message: InboundMessage, *, on_event: EventHandler | None = None
-    ) -> BusReply:
-        """Handle one message: wait for the conversation's turn, run the agent, answer.
+    async def start(self) -> None:
+        """Nothing to connect to: the in-process bus is ready when it is made."""
 
-        Never raises for a failed run (the reply is a sanitised ``error``);
-        only cancellation of the calling task propagates.
-        """
+    def _admit(self, message: InboundMessage) -> BusReply | _Conversation:
+        """Take ``message`` (counted as pending at once) or refuse it with a reply."""
         key = (message.platform, message.chat_id)
         if self._closed:
             return BusReply("closed", CLOSED_TEXT, self.session_id_for(*key))
@@ -262,6 +368,42 @@ class GatewayBus:
             return BusReply("busy", BUSY_TEXT, conv.session_id)
         conv.pending += 1
         self._enter()
+        return conv
+
+    async def submit(
+        self, message: InboundMessage, *, on_event: EventHandler | None = None
+    ) -> asyncio.Future[BusReply]:
+        """Admit ``message`` (in memory: nothing survives this process) and start its run.
+
+        The run is a task of its own, queued behind the conversation's earlier
+        messages in the order :meth:`submit` was called; the returned future
+        is its reply. A refused message's future is already done (``busy`` or
+        ``closed``).
+        """
+        admitted = self._admit(message)
+        if isinstance(admitted, BusReply):
+            done: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
+            done.set_result(admitted)
+            return done
+        return asyncio.ensure_future(self._turn(admitted, message, on_event))
+
+    async def handle(
+        self, message: InboundMessage, *, on_event: EventHandler | None = None
+    ) -> BusReply:
+        """Handle one message: wait for the conversation's turn, run the agent, answer.
+
+        Never raises for a failed run (the reply is a sanitised ``error``);
+        only cancellation of the calling task propagates.
+        """
+        admitted = self._admit(message)
+        if isinstance(admitted, BusReply):
+            return admitted
+        return await self._turn(admitted, message, on_event)
+
+    async def _turn(
+        self, conv: _Conversation, message: InboundMessage, on_event: EventHandler | None
+    ) -> BusReply:
+        """Run an admitted message in its conversation's turn (the pending count is released)."""
         try:
             async with conv.lock:
                 if self._closed:
@@ -355,7 +497,7 @@ class GatewayBus:
         text: str,
         on_event: EventHandler | None,
     ) -> BusReply:
-        if conv.history is None:
+        if conv.history is None or not self.keep_history:
             conv.history = await self._load(conv)
         token = CancelToken()
         self._tokens.add(token)
@@ -381,7 +523,8 @@ class GatewayBus:
             return BusReply("error", user_text, conv.session_id)
         finally:
             self._tokens.discard(token)
-        conv.history = cap_history(result.messages, self.history_cap)
+        conv.history = (cap_history(result.messages, self.history_cap)
+                        if self.keep_history else None)
         log_event(log, logging.INFO, "run_end", platform=message.platform,
                   chat=message.chat_id, session=conv.session_id, run=result.run_id,
                   stopped=result.stopped_reason, turns=result.outcome.turns_used,

@@ -23,7 +23,7 @@ from attrs import field, frozen
 from lich.registry import Registry
 
 if TYPE_CHECKING:
-    from lich.gateway.bus import GatewayBus
+    from lich.gateway.bus import MessageBus
     from lich.gateway.config import GatewayConfig
 
 __all__ = [
@@ -71,7 +71,7 @@ class AdapterContext:
     """
 
     name: str
-    bus: GatewayBus
+    bus: MessageBus
     config: GatewayConfig
     settings: Any
     env: Mapping[str, str] = field(factory=lambda: dict(os.environ))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lich.config import LichConfig, config_with
 from lich.gateway._format import log_event, redact
-from lich.gateway.bus import GatewayBus
+from lich.gateway.bus import GatewayBus, MessageBus, bus_kind
 from lich.gateway.config import GatewayConfig, parse_gateway_config
 from lich.gateway.registry import (
     Adapter,
@@ -90,7 +90,11 @@ class GatewayRunner:
         self.env: Mapping[str, str] = dict(os.environ) if env is None else env
         self.registry = AdapterRegistry()
         self.agent: Agent | None = None
-        self.bus: GatewayBus | None = None
+        #: The bus the adapters hand messages to (``local`` itself unless a plugin's
+        #: ``lich_make_bus`` made another).
+        self.bus: MessageBus | None = None
+        #: The in-process bus, which runs messages here.
+        self.local: GatewayBus | None = None
         self.adapters: dict[str, Adapter] = {}
         self.failed: dict[str, str] = {}
 
@@ -138,7 +142,14 @@ class GatewayRunner:
             log_event(log, logging.WARNING, "terminal_unconfined",
                       detail="terminal is enabled: chat users can read lich's files, other "
                              "conversations' transcripts and secret files through it")
-        self.bus = GatewayBus.from_config(self.agent, self.gateway)
+        self.local = GatewayBus.from_config(self.agent, self.gateway)
+        try:
+            self.bus = self._make_bus(self.local)
+            await self.bus.start()
+        except BaseException:
+            self.bus = None
+            await self._close_agent()
+            raise
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
                   sessions=self.config.session_dir)
@@ -166,6 +177,27 @@ class GatewayRunner:
             details = "; ".join(f"{n}: {why}" for n, why in self.failed.items())
             raise GatewayError(f"no gateway platform could start ({details})")
         log_event(log, logging.INFO, "gateway_ready", platforms=",".join(self.adapters))
+
+    def _make_bus(self, local: GatewayBus) -> MessageBus:
+        """The bus of ``[bus] kind``: a plugin's (``lich_make_bus``), or ``local`` for memory.
+
+        :raises lich.config.ConfigError: ``[bus]`` is malformed, a bus plugin
+            failed, or no loaded plugin makes the kind asked for.
+        """
+        from lich.config import ConfigError
+
+        assert self.host is not None
+        kind = bus_kind(self.config.bus)
+        made = self.host.make_bus(self.config, local)
+        if made is not None:
+            log_event(log, logging.INFO, "bus_ready", kind=kind, bus=type(made).__name__)
+            return made
+        if kind != "memory":
+            raise ConfigError([
+                f"$.bus.kind: no loaded plugin makes a bus of kind {kind!r} "
+                f"(is the plugin enabled? e.g. plugins = [\"+{kind}\"])"
+            ])
+        return local
 
     async def stop(self, grace_s: float | None = None) -> bool:
         """Stop taking messages, let runs finish within ``grace_s``, cancel the rest, close.
