@@ -30,7 +30,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from attrs import frozen
@@ -156,7 +156,7 @@ class MessageBus(Protocol):
 
     async def submit(
         self, message: InboundMessage, *, on_event: EventHandler | None = None
-    ) -> Awaitable[BusReply]:
+    ) -> asyncio.Future[BusReply]:
         """Admit ``message``; return once it is admitted, with its reply to await.
 
         Admitted means it will run even if this process stops now, for a bus

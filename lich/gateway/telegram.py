@@ -11,7 +11,10 @@
   never allowed to stop the poller. A retry wait ends at stop: the chunk is
   given up rather than holding the shutdown for a long ``retry_after``.
 * At stop the last offset is confirmed, so a restart does not see the same
-  updates again.
+  updates again. The offset passes an update only once the bus admitted it
+  (with the ``nats`` bus: the broker stored it); an update the bus could not
+  take is fetched again. The update id is the message's id on the bus, so
+  one admitted twice runs once where the bus removes duplicates.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lich.gateway._base import ChatAdapterBase
 from lich.gateway._format import log_event, split_text, utf16_len
 from lich.gateway._pacing import KeyedPacer, adapter_backoff, sleep_or_stop
-from lich.gateway.bus import InboundMessage
+from lich.gateway.bus import BusReply, InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
 
 if TYPE_CHECKING:
@@ -172,39 +175,75 @@ class TelegramAdapter(ChatAdapterBase):
                     log_event(self.log, logging.INFO, "poll_recovered", platform=PLATFORM)
                 backoff.reset()
                 for update in updates:
-                    self._accept(update)
-                continue
+                    if not await self._accept(update):
+                        # The bus did not take it: the offset stays before it, so the
+                        # next getUpdates returns it (and those after it) again.
+                        delay = backoff.next_delay()
+                        log_event(self.log, logging.WARNING, "admit_failed",
+                                  platform=PLATFORM, update=update.get("update_id"),
+                                  retry_in_s=round(delay, 2))
+                        break
+                else:
+                    continue
             if await sleep_or_stop(delay, self._stop):
                 break
 
-    def _accept(self, update: Any) -> None:
+    async def _accept(self, update: Any) -> bool:
+        """Take one update; ``False`` when the bus could not admit it (not acknowledged).
+
+        The offset moves past an update only once the bus has admitted its message
+        (with a broker: stored it), so an update is never acknowledged and then lost.
+        """
         if not isinstance(update, dict):
-            return
+            return True
         update_id = update.get("update_id")
+        chat_id, inbound = self._inbound(update)
+        pending: asyncio.Future[BusReply] | None = None
+        if inbound is not None:
+            pending = await self.bus.submit(inbound)
+            if pending.done() and pending.result().kind == "unavailable":
+                return False
         if isinstance(update_id, int) and not isinstance(update_id, bool):
             self.offset = max(self.offset or 0, update_id + 1)
+        if chat_id is not None:
+            self.spawn(self._deliver(chat_id, pending), f"update-{update_id}")
+        return True
+
+    def _inbound(
+        self, update: dict[str, Any]
+    ) -> tuple[int | str | None, InboundMessage | None]:
+        """The chat to answer and the message for the bus (``None`` for a message with
+        no text, which gets :data:`NON_TEXT_REPLY`); no chat for what is not a
+        conversation or is denied."""
         message = update.get("message")
         if not isinstance(message, dict):
-            return  # edits, channel posts, callbacks: not conversations
+            return None, None  # edits, channel posts, callbacks: not conversations
         sender = _table(message.get("from"))
         if sender.get("is_bot"):
-            return
+            return None, None
         chat = _table(message.get("chat"))
         chat_id = chat.get("id")
-        if chat_id is None or isinstance(chat_id, bool):
-            return
+        if chat_id is None or isinstance(chat_id, bool) or not isinstance(chat_id, int | str):
+            return None, None
         user_id = str(sender.get("id", "unknown"))
         if not self.allowed(user_id, str(chat_id)):
-            return
+            return None, None
         text = message.get("text")
-        self.spawn(self._handle(chat_id, user_id, text if isinstance(text, str) else None),
-                   f"update-{update_id}")
+        if not isinstance(text, str):
+            return chat_id, None
+        update_id = update.get("update_id")
+        # The bot's id (the token's part before ':', not secret) keeps two bots' update
+        # ids apart on one bus.
+        message_id = (f"{self.token.partition(':')[0]}:{update_id}"
+                      if isinstance(update_id, int) and not isinstance(update_id, bool) else "")
+        return chat_id, InboundMessage(PLATFORM, str(chat_id), user_id, text, message_id)
 
-    async def _handle(self, chat_id: int | str, user_id: str, text: str | None) -> None:
-        if text is None:
+    async def _deliver(self, chat_id: int | str,
+                       pending: asyncio.Future[BusReply] | None) -> None:
+        if pending is None:
             await self.send(chat_id, NON_TEXT_REPLY)
             return
-        reply = await self.bus.handle(InboundMessage(PLATFORM, str(chat_id), user_id, text))
+        reply = await pending
         if reply.text.strip():
             await self.send(chat_id, reply.text)
 

@@ -219,10 +219,12 @@ class TwitchAdapter(WebsocketAdapterBase):
             return
         text = line.text.strip()
         if text:
-            self.spawn(self._handle(line.channel, line.user, text), f"privmsg-{line.channel}")
+            # The IRCv3 message id (the `id` tag) is its id on the bus.
+            self.spawn(self._handle(line.channel, line.user, text, line.tags.get("id", "")),
+                       f"privmsg-{line.channel}")
 
-    async def _handle(self, channel: str, user: str, text: str) -> None:
-        reply = await self.bus.handle(InboundMessage(PLATFORM, channel, user, text))
+    async def _handle(self, channel: str, user: str, text: str, message_id: str = "") -> None:
+        reply = await self.bus.handle(InboundMessage(PLATFORM, channel, user, text, message_id))
         if reply.text.strip():
             await self.send(channel, reply.text)
 

@@ -5,7 +5,11 @@ Routes:
 * ``GET /health`` → ``200 {"status": "ok"}`` (no token needed).
 * ``POST /message`` with JSON ``{"text", "chat_id"?, "user_id"?}`` →
   ``200 {"reply", "usage", "session_id"}``. The platform is always
-  ``webhook``; a client cannot pose as another platform's conversation.
+  ``webhook``; a client cannot pose as another platform's conversation. An
+  ``Idempotency-Key`` header is the message's id: on a bus that removes
+  duplicates (``nats``) a request retried with the same key runs once (the
+  retry gets the same reply, or ``202 {"status": "duplicate"}`` when that
+  reply went to another gateway process).
 * ``POST /message/stream`` → the run's events as server-sent events
   (``event: <type>`` / ``data: <envelope JSON>``), ending with ``event: reply``.
 
@@ -54,7 +58,8 @@ __all__ = ["ConnectionGuard", "HostPolicy", "WebhookAdapter", "is_loopback"]
 
 PLATFORM = "webhook"
 MAX_ID_CHARS = 256
-_STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502}
+_STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502,
+                    "unavailable": 503}
 
 
 def is_loopback(host: str) -> bool:
@@ -430,11 +435,16 @@ class WebhookAdapter:
             _identifier(data, "chat_id", "default"),
             _identifier(data, "user_id", "anonymous"),
             text,
+            _idempotency_key(request.headers.get("idempotency-key")),
         )
 
     def _reply_response(self, reply: BusReply) -> Response:
         from starlette.responses import JSONResponse
 
+        if reply.kind == "duplicate":
+            # Taken before under this Idempotency-Key; its answer went to that request.
+            return JSONResponse({"status": "duplicate", "detail": reply.text,
+                                 "session_id": reply.session_id}, status_code=202)
         if reply.kind in _STATUS_FOR_KIND:
             status = _STATUS_FOR_KIND[reply.kind]
             headers = {"retry-after": "5"} if status in (429, 503) else None
@@ -454,7 +464,7 @@ class WebhookAdapter:
         async def run() -> None:
             try:
                 reply = await bus.handle(inbound, on_event=on_event)
-                if reply.kind in _STATUS_FOR_KIND:
+                if reply.kind in _STATUS_FOR_KIND or reply.kind == "duplicate":
                     queue.put_nowait(("error", {"error": reply.text, "kind": reply.kind,
                                                 "session_id": reply.session_id}))
                 else:
@@ -537,6 +547,21 @@ def _identifier(data: dict[str, Any], key: str, default: str) -> str:
     if len(text) > MAX_ID_CHARS:
         raise _BadRequest(400, f"{key} is longer than {MAX_ID_CHARS} characters")
     return text
+
+
+def _idempotency_key(value: str | None) -> str:
+    """The ``Idempotency-Key`` header: the message's id, so a retried request runs once
+    on a bus that removes duplicates (``""`` when absent)."""
+    if value is None:
+        return ""
+    key = value.strip()
+    if not key:
+        raise _BadRequest(400, "Idempotency-Key must not be empty")
+    if len(key) > MAX_ID_CHARS:
+        raise _BadRequest(400, f"Idempotency-Key is longer than {MAX_ID_CHARS} characters")
+    if not key.isprintable():
+        raise _BadRequest(400, "Idempotency-Key must be printable text")
+    return key
 
 
 def _reply_body(reply: BusReply) -> dict[str, Any]:

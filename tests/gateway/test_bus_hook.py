@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
 from typing import Any
 
 import httpx
@@ -15,46 +15,24 @@ from lich.gateway.plugin import lich_check_config
 from lich.hooks import hookimpl
 from lich.testing import make_test_config
 
+from .conftest import ForwardingBus
 
-class CountingBus:
+
+class CountingBus(ForwardingBus):
     """A bus in front of the in-process one that counts what passes through it."""
 
     def __init__(self, local: GatewayBus) -> None:
-        self.local = local
+        super().__init__(local)
         self.seen: list[str] = []
         self.started = False
-
-    @property
-    def closed(self) -> bool:
-        return self.local.closed
-
-    @property
-    def in_flight(self) -> int:
-        return self.local.in_flight
-
-    def session_id_for(self, platform: str, chat_id: str) -> str:
-        return self.local.session_id_for(platform, chat_id)
 
     async def start(self) -> None:
         self.started = True
 
     async def submit(self, message: InboundMessage, *,
-                     on_event: EventHandler | None = None) -> Awaitable[BusReply]:
+                     on_event: EventHandler | None = None) -> asyncio.Future[BusReply]:
         self.seen.append(message.text)
-        return await self.local.submit(message, on_event=on_event)
-
-    async def handle(self, message: InboundMessage, *,
-                     on_event: EventHandler | None = None) -> BusReply:
-        return await (await self.submit(message, on_event=on_event))
-
-    def close(self) -> None:
-        self.local.close()
-
-    def cancel_runs(self) -> None:
-        self.local.cancel_runs()
-
-    async def drain(self, grace_s: float) -> bool:
-        return await self.local.drain(grace_s)
+        return await super().submit(message, on_event=on_event)
 
 
 class CountingPlugin:

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from lich.gateway.bus import BusReply, GatewayBus, InboundMessage
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.telegram import NON_TEXT_REPLY
+from lich.hooks import hookimpl
 from lich.testing import async_wait_for
 
-from .conftest import EMOJI, NOTES, events
+from .conftest import EMOJI, NOTES, ForwardingBus, events
 from .fakes import FakeTelegram, HttpResponse
 
 TOKEN = "123456:TEST-token_value"
@@ -270,3 +272,41 @@ async def test_missing_token_is_a_clear_startup_error(start_gateway: Any, fake: 
 
     with pytest.raises(GatewayError, match="LICH_TELEGRAM_BOT_TOKEN"):
         await start_gateway([], settings(fake), env={})
+
+
+
+class RefuseOnce:
+    """A bus plugin whose bus cannot admit its first message (a broker that is away)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, str]] = []
+
+    @hookimpl
+    def lich_make_bus(self, config: Any, local: GatewayBus) -> Any:
+        plugin = self
+
+        class Refusing(ForwardingBus):
+            async def submit(self, message: InboundMessage, *,
+                             on_event: Any = None) -> asyncio.Future[BusReply]:
+                plugin.submitted.append((message.text, message.message_id))
+                if len(plugin.submitted) == 1:
+                    future: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
+                    future.set_result(BusReply("unavailable", "away", "s"))
+                    return future
+                return await super().submit(message, on_event=on_event)
+
+        return Refusing(local)
+
+
+async def test_an_update_the_bus_did_not_admit_is_not_acknowledged(start_gateway: Any,
+                                                                   fake: FakeTelegram):
+    plugin = RefuseOnce()
+    await start_gateway([], settings(fake), env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN},
+                        objects=[("refuse", plugin)])
+    update = fake.push(USER, USER, "hi")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply")
+    assert fake.texts_to(USER) == ["you said: hi | earlier: -"]
+    # Refused, so not acknowledged: getUpdates returned it again (the fake forgets an
+    # update once an offset passes it) and it was admitted, both times under the same
+    # id (the bot's id and the update id).
+    assert plugin.submitted == [("hi", f"123456:{update}")] * 2

@@ -324,3 +324,18 @@ def test_connection_guard_drops_the_oldest_unauthenticated_connection() -> None:
     assert e.closed
     assert not any(x.closed for x in (a, c, d))
     assert guard.dropped == 2
+
+
+@pytest.mark.parametrize(("key", "problem"), [
+    ("", "Idempotency-Key must not be empty"),
+    ("a\x7fb", "Idempotency-Key must be printable text"),
+    ("k" * 257, "Idempotency-Key is longer than 256 characters"),
+])
+async def test_a_bad_idempotency_key_is_refused(start_gateway: Any, client: httpx.AsyncClient,
+                                                key: str, problem: str):
+    runner, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message", json={"text": "hi"},
+                                 headers={"idempotency-key": key})
+    assert response.status_code == 400
+    assert response.json() == {"error": problem}
+    assert runner.chat.requests == []  # type: ignore[union-attr]
