@@ -84,7 +84,13 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.js.client import JetStreamContext
 
-__all__ = ["DUPLICATE_TEXT", "GAVE_UP_TEXT", "UNAVAILABLE_TEXT", "NatsBus"]
+__all__ = [
+    "DUPLICATE_TEXT",
+    "GAVE_UP_TEXT",
+    "UNAVAILABLE_TEXT",
+    "NatsBus",
+    "partition_consumer_config",
+]
 
 log = logging.getLogger("lich.gateway")
 
@@ -104,18 +110,26 @@ _FETCH_S = 5.0
 _RECENT_REPLIES = 1024
 #: How long a stopping bus waits for replies to messages it admitted but others run.
 _REPLY_GRACE_S = 10.0
+#: How long a reply is sent again while its ingress does not answer (reconnecting).
+_REPLY_RETRY_S = 60.0
 
 
 class _Waiter:
-    """The reply an ingress waits for, and who wants the run's events."""
+    """The reply an ingress waits for, and who wants the run's events.
 
-    __slots__ = ("future", "handlers", "session_id")
+    ``uncertain_until`` is set when the publish timed out: the broker may have
+    stored the message all the same, so the waiter stays (a retry of the same
+    message joins it) until the duplicate window has passed.
+    """
+
+    __slots__ = ("future", "handlers", "session_id", "uncertain_until")
 
     def __init__(self, future: asyncio.Future[BusReply], session_id: str,
                  handler: EventHandler | None) -> None:
         self.future = future
         self.session_id = session_id
         self.handlers: list[EventHandler] = [handler] if handler is not None else []
+        self.uncertain_until: float | None = None
 
 
 class _EventForwarder:
@@ -173,6 +187,21 @@ def _envelope_from_dict(data: Mapping[str, Any]) -> Envelope:
                     float(data["ts"]), serialization.event_from_dict(data))
 
 
+def partition_consumer_config(settings: NatsBusSettings, partition: int) -> ConsumerConfig:
+    """The durable pull consumer of one partition, as every process of the bus makes it."""
+    return ConsumerConfig(
+        durable_name=settings.consumer_name(partition),
+        filter_subject=settings.partition_subjects(partition),
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=settings.ack_wait_s,
+        # One message of a partition in flight, across every consumer process.
+        max_ack_pending=1,
+        # lich gives up itself (recorded and answered) after max_deliver.
+        max_deliver=-1,
+    )
+
+
 class NatsBus:
     """The ``nats`` bus (see the module docstring).
 
@@ -200,7 +229,10 @@ class NatsBus:
         self._stopping = asyncio.Event()
         self._consumers: dict[int, asyncio.Task[None]] = {}
         self._busy_partitions: set[int] = set()
+        self._replies: set[asyncio.Task[None]] = set()
         self._drained = False
+        #: In-progress signals sent for running turns (what keeps them past ack_wait).
+        self.heartbeats = 0
 
     # ----------------------------------------------------------------- state
 
@@ -240,6 +272,10 @@ class NatsBus:
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=1,
+                # No buffering while disconnected: a publish then fails at once (the
+                # message is refused, the platform keeps it) instead of reaching the
+                # broker later, after its sender was told it was not taken.
+                pending_size=0,
                 token=self._token or None,
                 error_cb=self._on_error,
                 disconnected_cb=self._on_disconnected,
@@ -292,19 +328,8 @@ class NatsBus:
         assert self._js is not None
         s = self.settings
         for partition in range(s.partitions):
-            config = ConsumerConfig(
-                durable_name=s.consumer_name(partition),
-                filter_subject=s.partition_subjects(partition),
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_wait=s.ack_wait_s,
-                # One message of a partition in flight, across every consumer process.
-                max_ack_pending=1,
-                # lich gives up itself (recorded and answered) after max_deliver.
-                max_deliver=-1,
-            )
             try:
-                await self._js.add_consumer(s.stream, config)
+                await self._js.add_consumer(s.stream, partition_consumer_config(s, partition))
                 sub = await self._js.pull_subscribe_bind(
                     durable=s.consumer_name(partition), stream=s.stream)
             except nats.js.errors.APIError as exc:
@@ -335,19 +360,26 @@ class NatsBus:
 
         A run cancelled here ends ``aborted`` as in the in-process bus (its message is
         acknowledged and the user told). Messages waiting in the stream stay there for
-        the next consumer. Replies this process still waits for after that (their
-        messages run elsewhere, or not yet) are answered ``closed``.
+        the next consumer. Replies this process waits for from other consumers get
+        what is left of ``grace_s``; those still missing then are answered ``closed``
+        (their messages stay in the stream and run later).
         """
         self.close()
         if self._drained:
             return True
         self._drained = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
         clean = await self.local.drain(grace_s)
         tasks = list(self._consumers.values())
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._replies:
+            # Replies of the turns that ran here, on their way to other ingresses.
+            await asyncio.wait(set(self._replies), timeout=_REPLY_GRACE_S)
         if self._waiters:
-            clean = await self._wait_replies(_REPLY_GRACE_S if clean else 0) and clean
+            # Replies of messages run elsewhere: within what is left of the grace period.
+            clean = await self._wait_replies(deadline - loop.time()) and clean
         for admission, waiter in list(self._waiters.items()):
             del self._waiters[admission]
             if not waiter.future.done():
@@ -359,7 +391,7 @@ class NatsBus:
         return clean
 
     async def _wait_replies(self, timeout_s: float) -> bool:
-        pending = [w.future for w in self._waiters.values()]
+        pending = [w.future for w in self._waiters.values() if w.uncertain_until is None]
         if not pending or timeout_s <= 0:
             return not pending
         _, late = await asyncio.wait(pending, timeout=timeout_s)
@@ -392,15 +424,27 @@ class NatsBus:
             return _done(BusReply("closed", CLOSED_TEXT, session_id))
         admission = (admission_token(message.platform, message.chat_id, message.message_id)
                      if message.message_id else "g" + secrets.token_hex(16))
+        self._forget_uncertain()
         waiting = self._waiters.get(admission)
         if waiting is not None:  # the same message again while its first copy runs
             if on_event is not None:
                 waiting.handlers.append(on_event)
+            if waiting.uncertain_until is not None:
+                # Its publish timed out: publish again (the broker drops it if it has it).
+                del self._waiters[admission]
+                return await self._publish(message, admission, session_id, waiting)
             return waiting.future
         if admission in self._recent:
             return _done(self._recent[admission])
         future: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(future, session_id, on_event)
+        return await self._publish(message, admission, session_id,
+                                   _Waiter(future, session_id, on_event))
+
+    async def _publish(self, message: InboundMessage, admission: str, session_id: str,
+                       waiter: _Waiter) -> asyncio.Future[BusReply]:
+        assert self._js is not None
+        future = waiter.future
+        waiter.uncertain_until = None
         # Before the publish: the reply may come back before the publish's own answer.
         self._waiters[admission] = waiter
         partition = partition_of(message.platform, message.chat_id, self.settings.partitions)
@@ -412,7 +456,7 @@ class NatsBus:
             "message_id": message.message_id,
             "admission": admission,
             "reply_to": self._reply_subject(admission),
-            "events": on_event is not None,
+            "events": bool(waiter.handlers),
         }
         fields = {"platform": message.platform, "chat": message.chat_id,
                   "admission": admission, "partition": partition}
@@ -435,9 +479,16 @@ class NatsBus:
                 log_event(log, logging.ERROR, "publish_refused", **fields,
                           error=exc.description or str(exc))
                 refusal = BusReply("unavailable", UNAVAILABLE_TEXT, session_id)
-        except Exception as exc:  # timeout, no connection, no stream: not admitted
+        except Exception as exc:  # no connection, no stream, no answer: not admitted
             log_event(log, logging.ERROR, "publish_failed", **fields,
                       error=redact(f"{type(exc).__name__}: {exc}", [self._token]))
+            if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
+                # Sent, but unanswered: it may be stored. Keep the waiter (the reply
+                # still comes to it); the platform is told to send it again, and its
+                # retry, a duplicate for the broker, joins this waiter.
+                waiter.uncertain_until = (asyncio.get_running_loop().time()
+                                          + self.settings.duplicate_window_s)
+                return _done(BusReply("unavailable", UNAVAILABLE_TEXT, session_id))
             refusal = BusReply("unavailable", UNAVAILABLE_TEXT, session_id)
         else:
             if ack.duplicate:
@@ -455,6 +506,13 @@ class NatsBus:
                 future.set_result(refusal)
         return future
 
+    def _forget_uncertain(self) -> None:
+        """Drop the waiters of timed-out publishes once no retry can join them."""
+        now = asyncio.get_running_loop().time()
+        for admission, waiter in list(self._waiters.items()):
+            if waiter.uncertain_until is not None and waiter.uncertain_until < now:
+                del self._waiters[admission]
+
     async def handle(
         self, message: InboundMessage, *, on_event: EventHandler | None = None
     ) -> BusReply:
@@ -463,6 +521,11 @@ class NatsBus:
 
     async def _on_reply(self, msg: Msg) -> None:
         admission = msg.subject.rsplit(".", 1)[-1]
+        if msg.reply:
+            # Received: the sender stops sending it again (also for one we no longer
+            # wait for, or a duplicate of one that came already).
+            with contextlib.suppress(Exception):
+                await msg.respond(b"")
         waiter = self._waiters.get(admission)
         if waiter is None:
             return  # answered already, or a reply for a waiter that gave up
@@ -578,6 +641,7 @@ class NatsBus:
             await asyncio.sleep(self.settings.heartbeat_every_s)
             try:
                 await msg.in_progress()
+                self.heartbeats += 1
             except Exception as exc:
                 log_event(log, logging.WARNING, "heartbeat_failed", **fields,
                           error=f"{type(exc).__name__}: {exc}")
@@ -593,14 +657,37 @@ class NatsBus:
 
     async def _send_reply(self, reply_to: str, reply: BusReply,
                           fields: Mapping[str, Any]) -> None:
+        """Send the reply to the ingress that admitted the message, in the background.
+
+        Sent as a request that the ingress answers, and sent again until it does (up
+        to ``_REPLY_RETRY_S``): a reply published while that ingress is reconnecting
+        (the broker restarted) would otherwise be lost. The partition does not wait.
+        """
         if self._nc is None:
             return
-        body = json.dumps({"type": "reply", "reply": _reply_to_dict(reply)}, ensure_ascii=False)
-        try:
-            await self._nc.publish(reply_to, body.encode())
-        except Exception as exc:
-            log_event(log, logging.ERROR, "reply_failed", **fields,
-                      error=f"{type(exc).__name__}: {exc}")
+        body = json.dumps({"type": "reply", "reply": _reply_to_dict(reply)},
+                          ensure_ascii=False).encode()
+        task = asyncio.create_task(self._deliver_reply(self._nc, reply_to, body, fields),
+                                   name="lich-nats-reply")
+        self._replies.add(task)
+        task.add_done_callback(self._replies.discard)
+
+    async def _deliver_reply(self, nc: Client, reply_to: str, body: bytes,
+                             fields: Mapping[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _REPLY_RETRY_S
+        delay = 0.1
+        while True:
+            try:
+                await nc.request(reply_to, body, timeout=self.settings.publish_timeout_s)
+                return
+            except Exception as exc:  # no responder yet, timeout, reconnecting
+                if loop.time() + delay > deadline or nc.is_closed:
+                    log_event(log, logging.ERROR, "reply_failed", **fields,
+                              error=f"{type(exc).__name__}: {exc}")
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def _give_up(self, msg: Msg, inbound: InboundMessage, reply_to: str,
                        admission: str, fields: Mapping[str, Any]) -> None:
