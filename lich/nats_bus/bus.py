@@ -267,10 +267,10 @@ class NatsBus:
                 servers=servers,
                 name=f"lich-{self.ingress_id}",
                 connect_timeout=self.settings.connect_timeout_s,
-                # After the first connection, reconnect for as long as it takes: a
-                # broker restart must not end the gateway. The first must succeed.
+                # The first connection tries each server twice, then gives up: a wrong
+                # address is an error at start, not a gateway that waits forever.
                 allow_reconnect=True,
-                max_reconnect_attempts=-1,
+                max_reconnect_attempts=1,
                 reconnect_time_wait=1,
                 # No buffering while disconnected: a publish then fails at once (the
                 # message is refused, the platform keeps it) instead of reaching the
@@ -285,6 +285,9 @@ class NatsBus:
             raise GatewayError(
                 f"the nats bus cannot reach {', '.join(servers)}: "
                 f"{redact(f'{type(exc).__name__}: {exc}', [self._token])}") from exc
+        # Once connected, reconnect for as long as it takes: a broker restart must not
+        # end the gateway (nats-py reads this option at each reconnect).
+        self._nc.options["max_reconnect_attempts"] = -1
         self._js = self._nc.jetstream(timeout=self.settings.publish_timeout_s)
         try:
             await self._ensure_stream()
