@@ -104,6 +104,8 @@ GAVE_UP_TEXT = ("failed: this message could not be handled after {n} attempts an
 _PER_SUBJECT_FULL = 10077
 #: "stream name already in use with a different configuration": update it instead.
 _STREAM_EXISTS = 10058
+#: The stream's metadata key recording P, so another P is noticed before it reorders.
+_PARTITIONS_KEY = "lich_partitions"
 #: How long one pull request waits for a message before it is made again.
 _FETCH_S = 5.0
 #: Replies remembered by admission id, for a duplicate that comes after its reply.
@@ -315,8 +317,10 @@ class NatsBus:
             discard_new_per_subject=True,
             max_msgs_per_subject=self.local.queue_limit,
             duplicate_window=s.duplicate_window_s,
+            metadata={_PARTITIONS_KEY: str(s.partitions)},
         )
         try:
+            await self._check_partitions()
             try:
                 await self._js.add_stream(config)
             except nats.js.errors.BadRequestError as exc:
@@ -326,6 +330,33 @@ class NatsBus:
         except nats.js.errors.APIError as exc:
             raise GatewayError(
                 f"the nats bus cannot set up stream {s.stream!r}: {exc.description}") from exc
+
+    async def _check_partitions(self) -> None:
+        """Refuse another P while messages wait (they would change lanes and could overtake
+        each other); with the stream empty, drop the consumers of partitions now gone."""
+        assert self._js is not None
+        s = self.settings
+        try:
+            info = await self._js.stream_info(s.stream)
+        except nats.js.errors.NotFoundError:
+            return  # a new stream
+        before = (info.config.metadata or {}).get(_PARTITIONS_KEY)
+        if before is None or before == str(s.partitions):
+            return
+        if info.state.messages:
+            raise GatewayError(
+                f"stream {s.stream!r} was made for {before} partitions and holds "
+                f"{info.state.messages} messages; [bus] partitions = {s.partitions} would "
+                "reorder them: let the stream empty first (stop the ingresses, keep the "
+                "consumers running), or keep partitions at " + before)
+        for consumer in await self._js.consumers_info(s.stream):
+            name = consumer.name or ""
+            prefix = f"{s.stream}_p"
+            if name.startswith(prefix) and name[len(prefix):].isdigit() \
+                    and int(name[len(prefix):]) >= s.partitions:
+                await self._js.delete_consumer(s.stream, name)
+        log_event(log, logging.WARNING, "partitions_changed", stream=s.stream,
+                  before=before, after=s.partitions)
 
     async def _start_consumers(self) -> None:
         assert self._js is not None
@@ -337,9 +368,8 @@ class NatsBus:
                     durable=s.consumer_name(partition), stream=s.stream)
             except nats.js.errors.APIError as exc:
                 raise GatewayError(
-                    f"the nats bus cannot set up consumer {s.consumer_name(partition)!r} "
-                    f"({exc.description}); if [bus] partitions changed, let the stream "
-                    "empty and delete the old consumers first") from exc
+                    f"the nats bus cannot set up consumer {s.consumer_name(partition)!r}: "
+                    f"{exc.description}") from exc
             self._consumers[partition] = asyncio.create_task(
                 self._consume(partition, sub), name=f"lich-nats-p{partition}")
 

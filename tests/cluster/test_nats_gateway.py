@@ -174,3 +174,22 @@ def test_the_plugin_module_does_not_import_nats_py():
 
 def test_the_server_binary_comes_from_the_wheel():
     assert Path(nats_server_binary()).parent == Path(sysconfig.get_path("scripts"))
+
+
+async def test_another_partition_count_is_refused_while_messages_wait(
+    make_nats_bus: Callable[..., Any],
+):
+    ingress: NatsBus = await make_nats_bus(ScriptedChat(responder=contract_responder),
+                                           consume=False, partitions=4)
+    pending = await ingress.submit(InboundMessage("test", "c1", "u", "waiting"))
+    with pytest.raises(GatewayError, match=r"made for 4 partitions and holds 1 messages; "
+                                           r"\[bus\] partitions = 8 would reorder them"):
+        await make_nats_bus(ScriptedChat(responder=contract_responder), partitions=8)
+    # Once the stream is empty, another P is taken (and the surplus consumers go).
+    chat = ScriptedChat(responder=contract_responder)
+    await make_nats_bus(chat, partitions=4)
+    assert (await asyncio.wait_for(pending, WAIT_S)).kind == "reply"
+    worker: NatsBus = await make_nats_bus(chat, partitions=2)
+    assert worker.settings.partitions == 2
+    assert (await asyncio.wait_for(
+        worker.handle(InboundMessage("test", "c2", "u", "hi")), WAIT_S)).kind == "reply"
