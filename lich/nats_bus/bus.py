@@ -231,6 +231,10 @@ class NatsBus:
         self._stopping = asyncio.Event()
         self._consumers: dict[int, asyncio.Task[None]] = {}
         self._busy_partitions: set[int] = set()
+        #: Runs at once in this process: ``concurrency``, or one per partition.
+        self.concurrency = settings.concurrency or settings.partitions
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._slot_freed = asyncio.Event()
         self._replies: set[asyncio.Task[None]] = set()
         self._drained = False
         #: In-progress signals sent for running turns (what keeps them past ack_wait).
@@ -590,6 +594,11 @@ class NatsBus:
     async def _consume(self, partition: int, sub: JetStreamContext.PullSubscription) -> None:
         """Take the partition's messages one at a time until stopped."""
         while not self._stopping.is_set():
+            # Ask for a message only with a run slot free: a worker at its concurrency
+            # leaves the partitions' messages to the workers that have room.
+            while self._slots.locked():
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
             try:
                 msgs = await sub.fetch(1, timeout=_FETCH_S)
             except nats.errors.TimeoutError:
@@ -606,9 +615,16 @@ class NatsBus:
                 continue
             for msg in msgs:
                 self._busy_partitions.add(partition)
+                # From receipt: a message that waits for a slot (another partition's
+                # fetch took the last one meanwhile) stays this consumer's.
+                heartbeat = asyncio.create_task(self._heartbeat(msg, {"partition": partition}))
                 try:
-                    await self._process(partition, msg)
+                    async with self._slots:
+                        await self._process(partition, msg)
                 finally:
+                    self._slot_freed.set()
+                    heartbeat.cancel()
+                    await asyncio.gather(heartbeat, return_exceptions=True)
                     self._busy_partitions.discard(partition)
 
     async def _process(self, partition: int, msg: Msg) -> None:
@@ -648,12 +664,9 @@ class NatsBus:
                         handler(envelope)
         elif data.get("events") and self._nc is not None:
             forwarder = on_event = _EventForwarder(self._nc, reply_to)
-        heartbeat = asyncio.create_task(self._heartbeat(msg, fields))
         try:
             reply = await self.local.handle(inbound, on_event=on_event)
         finally:
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
             if forwarder is not None:
                 await forwarder.close()
         if reply.kind == "closed":

@@ -1,8 +1,8 @@
 """The builtin ``nats`` plugin (entry point ``nats``): ``[bus] kind = "nats"``.
 
 Enable it with ``plugins = ["+nats"]`` and install the extra
-(``pip install 'lich[nats]'``). Importing this module is cheap: nats-py is
-imported only when the gateway makes the bus.
+(``pip install 'lich[nats]'``). It also adds ``lich worker``. Importing this
+module is cheap: nats-py is imported only when a bus is made.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 from lich.hooks import hookimpl
 
 if TYPE_CHECKING:
+    import click
+
     from lich.config import LichConfig
     from lich.gateway.bus import GatewayBus, MessageBus
 
-__all__ = ["lich_check_config", "lich_make_bus"]
+__all__ = ["lich_check_config", "lich_make_bus", "lich_register_commands"]
 
 KIND = "nats"
 
@@ -51,3 +53,11 @@ def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
             "pip install 'lich[nats]'"
         ]) from exc
     return NatsBus(settings, local)
+
+
+@hookimpl
+def lich_register_commands(cli: click.Group) -> None:
+    """Add ``lich worker``, which runs the bus's messages in a process of its own."""
+    from lich.nats_bus.command import worker_command
+
+    cli.add_command(worker_command)

@@ -76,7 +76,8 @@ class NatsBusSettings:
     conversation's transcript and answered with an error. ``duplicate_window_s``
     is how long the broker remembers a message id (a message admitted twice
     within it runs once). ``consume = false`` makes this process only publish
-    (other processes run the messages).
+    (``lich worker`` processes run the messages); ``concurrency`` bounds the
+    runs of one consuming process (one per partition by default).
     """
 
     kind: str = setting("nats", check=one_of("nats"))
@@ -92,6 +93,7 @@ class NatsBusSettings:
     connect_timeout_s: float = setting(5.0, check=greater_than(0))
     token_env: str = setting("LICH_NATS_TOKEN", check=non_empty)
     consume: bool = True
+    concurrency: int | None = setting(None, check=at_least(1))
 
     def __attrs_post_init__(self) -> None:
         if not self.servers:
