@@ -21,11 +21,12 @@ import pytest
 
 from lich.gateway.bus import InboundMessage
 from lich.nats_bus.bus import GAVE_UP_TEXT, UNAVAILABLE_TEXT, NatsBus, partition_consumer_config
+from lich.nats_bus.settings import partition_of
 from lich.testing import ScriptedChat, async_wait_for, wait_for
 from lich.testing.contracts import ContractModel, contract_responder
 from lich.testing.nats import NatsServer
 
-from .conftest import chats_in_one_partition
+from .conftest import chats_in_distinct_partitions, chats_in_one_partition
 
 WAIT_S = 30.0
 CONSUMER = Path(__file__).with_name("consumer_process.py")
@@ -260,3 +261,35 @@ async def test_a_broker_killed_and_restarted_on_its_store_loses_nothing(
         assert [t for t in started_texts(chat) if t in mine] == mine
     # A message sent now is admitted again.
     assert (await within(ingress.handle(msg("after")))).kind == "reply"
+
+
+async def test_concurrency_bounds_the_runs_of_a_consumer(
+    make_nats_bus: Callable[..., Any], nats_server: NatsServer,
+):
+    model = ContractModel()
+    worker: NatsBus = await make_nats_bus(model, partitions=2, concurrency=1)
+    assert worker.concurrency == 1
+    a, b = chats_in_distinct_partitions("test", 2, 2)
+    held = await worker.submit(msg("hold a", chat=a))
+    await async_wait_for(lambda: model.started == ["hold a"], WAIT_S, "the held run")
+    other = await worker.submit(msg("then b", chat=b))
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        name = worker.settings.consumer_name(partition_of("test", b, 2))
+
+        async def delivered() -> bool:
+            info = await js.consumer_info(worker.settings.stream, name)
+            return info.num_ack_pending == 1 or info.num_pending == 1
+
+        # b's message reached the worker (its pull request was out before a took the
+        # only slot) and waits, kept with heartbeats, for the slot; or it waits in the
+        # stream, the worker asking for no message without a free slot. It does not run.
+        await async_wait_for(delivered, WAIT_S, "b's message stored")
+        await js.consumer_info(worker.settings.stream, name)  # the worker's loop ran on
+    finally:
+        await nc.close()
+    assert model.started == ["hold a"]
+    model.release("a")
+    assert [(await within(p)).kind for p in (held, other)] == ["reply", "reply"]
+    assert model.finished == ["hold a", "then b"]
