@@ -87,6 +87,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DUPLICATE_TEXT",
     "GAVE_UP_TEXT",
+    "TOO_LARGE_TEXT",
     "UNAVAILABLE_TEXT",
     "NatsBus",
     "partition_consumer_config",
@@ -96,6 +97,7 @@ log = logging.getLogger("lich.gateway")
 
 DUPLICATE_TEXT = "already received: this message is being answered (or was) elsewhere."
 UNAVAILABLE_TEXT = "the message queue is unavailable; send your message again in a moment."
+TOO_LARGE_TEXT = "too large: this message is over the message queue's size limit."
 GAVE_UP_TEXT = ("failed: this message could not be handled after {n} attempts and was "
                 "dropped; send it again to retry.")
 
@@ -516,6 +518,11 @@ class NatsBus:
                 log_event(log, logging.ERROR, "publish_refused", **fields,
                           error=exc.description or str(exc))
                 refusal = BusReply("unavailable", UNAVAILABLE_TEXT, session_id)
+        except nats.errors.MaxPayloadError:
+            # Sending it again cannot help: say so rather than "try again".
+            log_event(log, logging.WARNING, "message_too_large", **fields,
+                      limit=self._nc.max_payload if self._nc is not None else None)
+            refusal = BusReply("error", TOO_LARGE_TEXT, session_id)
         except Exception as exc:  # no connection, no stream, no answer: not admitted
             log_event(log, logging.ERROR, "publish_failed", **fields,
                       error=redact(f"{type(exc).__name__}: {exc}", [self._token]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
@@ -128,7 +129,7 @@ def parse_nats_bus_settings(raw: Any, path: str = "$.bus") -> NatsBusSettings:
     """
     if raw is None:
         raw = {}
-    if not isinstance(raw, dict) and not hasattr(raw, "items"):
+    if not isinstance(raw, Mapping):
         raise ConfigError([f"{path}: expected a table, got {json_type_name(raw)}"])
     return structure_settings(dict(raw), NatsBusSettings, path)
 

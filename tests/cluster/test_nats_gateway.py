@@ -193,3 +193,18 @@ async def test_another_partition_count_is_refused_while_messages_wait(
     assert worker.settings.partitions == 2
     assert (await asyncio.wait_for(
         worker.handle(InboundMessage("test", "c2", "u", "hi")), WAIT_S)).kind == "reply"
+
+
+async def test_a_message_over_the_brokers_payload_limit_is_refused_for_good(
+    make_nats_bus: Callable[..., Any],
+):
+    from lich.nats_bus.bus import TOO_LARGE_TEXT
+
+    chat = ScriptedChat(responder=contract_responder)
+    bus: NatsBus = await make_nats_bus(chat)
+    assert bus._nc is not None
+    huge = "x" * (bus._nc.max_payload + 1)
+    reply = await asyncio.wait_for(bus.handle(InboundMessage("test", "c1", "u", huge)), WAIT_S)
+    assert (reply.kind, reply.text) == ("error", TOO_LARGE_TEXT)
+    assert bus.in_flight == 0
+    assert chat.requests == []
