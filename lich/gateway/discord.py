@@ -85,6 +85,9 @@ class DiscordAdapter(WebsocketAdapterBase):
     """
 
     name = PLATFORM
+    #: Runs in one process at a time (one gateway session per bot (unsharded)):
+    #: on a bus with leases the other gateways stand by.
+    exclusive = True
 
     def __init__(self, context: AdapterContext) -> None:
         self.settings: DiscordSettings = context.settings

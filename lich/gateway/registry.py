@@ -8,7 +8,10 @@ everything it registered.
 An adapter is built by its factory from an :class:`AdapterContext` and only
 has to implement :class:`Adapter`: ``start()`` returns once it is serving,
 ``stop()`` stops taking messages, lets the replies already being produced
-go out, and closes its connections.
+go out, and closes its connections. An adapter with ``exclusive = True`` (a
+poller, a single platform connection) must run in one process at a time: on
+a bus that leases platforms (``nats``), a gateway serves it only while it
+holds the platform's lease, and stands by otherwise.
 """
 
 from __future__ import annotations

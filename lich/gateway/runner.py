@@ -97,6 +97,9 @@ class GatewayRunner:
         self.local: GatewayBus | None = None
         self.adapters: dict[str, Adapter] = {}
         self.failed: dict[str, str] = {}
+        #: Single-connection platforms waiting for their lease (another process serves them).
+        self.standby: set[str] = set()
+        self._supervisors: dict[str, asyncio.Task[None]] = {}
 
     def adapter(self, name: str) -> Any:
         """The started adapter of platform ``name``."""
@@ -150,6 +153,8 @@ class GatewayRunner:
             self.bus = None
             await self._close_agent()
             raise
+        # A bus spread over processes may lease single-connection platforms (nats does).
+        lease_for = getattr(self.bus, "lease", None)
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
                   sessions=self.config.session_dir)
@@ -165,6 +170,15 @@ class GatewayRunner:
             )
             try:
                 adapter = self.registry.create(context)
+                if lease_for is not None and getattr(adapter, "exclusive", False):
+                    # One process at a time: serve while holding the platform's lease,
+                    # stand by while another process does.
+                    lease = await lease_for(name)
+                    self.standby.add(name)
+                    self._supervisors[name] = asyncio.create_task(
+                        self._serve_exclusive(context, adapter, lease),
+                        name=f"lich-lease-{name}")
+                    continue
                 await adapter.start()
             except Exception as exc:
                 reason = redact(str(exc) or type(exc).__name__)
@@ -172,11 +186,39 @@ class GatewayRunner:
                 log_event(log, logging.ERROR, "adapter_failed", platform=name, error=reason)
                 continue
             self.adapters[name] = adapter
-        if not self.adapters:
+        if not self.adapters and not self._supervisors:
+            await self.bus.drain(0)
             await self._close_agent()
             details = "; ".join(f"{n}: {why}" for n, why in self.failed.items())
             raise GatewayError(f"no gateway platform could start ({details})")
-        log_event(log, logging.INFO, "gateway_ready", platforms=",".join(self.adapters))
+        log_event(log, logging.INFO, "gateway_ready", platforms=",".join(self.adapters),
+                  standby=",".join(sorted(self.standby)) or "none")
+
+    async def _serve_exclusive(self, context: AdapterContext, adapter: Adapter | None,
+                               lease: Any) -> None:
+        """Run a single-connection platform whenever this process holds its lease."""
+        name = context.name
+        while True:
+            await lease.acquire()
+            self.standby.discard(name)
+            try:
+                if adapter is None:
+                    adapter = self.registry.create(context)
+                await adapter.start()
+            except Exception as exc:
+                reason = redact(str(exc) or type(exc).__name__)
+                self.failed[name] = reason
+                log_event(log, logging.ERROR, "adapter_failed", platform=name, error=reason)
+                await lease.release()
+                return
+            self.adapters[name] = adapter
+            log_event(log, logging.INFO, "adapter_serving", platform=name, lease="held")
+            await lease.lost.wait()
+            # Another process may take it over now: stop at once, then stand by again.
+            self.adapters.pop(name, None)
+            await self._stop_adapter(name, adapter)
+            adapter = None
+            self.standby.add(name)
 
     def _make_bus(self, local: GatewayBus) -> MessageBus:
         """The bus of ``[bus] kind``: a plugin's (``lich_make_bus``), or ``local`` for memory.
@@ -208,6 +250,10 @@ class GatewayRunner:
         log_event(log, logging.INFO, "gateway_stopping", grace_s=grace,
                   in_flight=self.bus.in_flight if self.bus else 0)
         clean = True
+        for task in self._supervisors.values():
+            task.cancel()  # no more taking over; the adapters serving now stop below
+        await asyncio.gather(*self._supervisors.values(), return_exceptions=True)
+        self._supervisors.clear()
         if self.bus is not None:
             self.bus.close()
             results = await asyncio.gather(

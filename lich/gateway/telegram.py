@@ -95,6 +95,9 @@ class TelegramAdapter(ChatAdapterBase):
     """The ``telegram`` platform."""
 
     name = PLATFORM
+    #: Runs in one process at a time (getUpdates allows one reader per bot):
+    #: on a bus with leases the other gateways stand by.
+    exclusive = True
 
     def __init__(self, context: AdapterContext) -> None:
         self.settings: TelegramSettings = context.settings

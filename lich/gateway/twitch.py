@@ -118,6 +118,9 @@ class TwitchAdapter(WebsocketAdapterBase):
     """The ``twitch`` platform. ``ready`` is set when the server welcomed the bot."""
 
     name = PLATFORM
+    #: Runs in one process at a time (one IRC connection answers each message):
+    #: on a bus with leases the other gateways stand by.
+    exclusive = True
 
     def __init__(self, context: AdapterContext) -> None:
         self.settings: TwitchSettings = context.settings

@@ -53,6 +53,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -71,6 +72,7 @@ from lich.gateway.bus import (
     ReplyKind,
 )
 from lich.gateway.registry import GatewayError
+from lich.nats_bus.lease import NatsLease
 from lich.nats_bus.settings import (
     NatsBusSettings,
     admission_token,
@@ -83,6 +85,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
     from nats.js.client import JetStreamContext
+    from nats.js.kv import KeyValue
 
 __all__ = [
     "DUPLICATE_TEXT",
@@ -238,6 +241,8 @@ class NatsBus:
         self._slots = asyncio.Semaphore(self.concurrency)
         self._slot_freed = asyncio.Event()
         self._replies: set[asyncio.Task[None]] = set()
+        self._leases_kv: KeyValue | None = None
+        self._leases: list[NatsLease] = []
         self._drained = False
         #: In-progress signals sent for running turns (what keeps them past ack_wait).
         self.heartbeats = 0
@@ -257,6 +262,24 @@ class NatsBus:
     def session_id_for(self, platform: str, chat_id: str) -> str:
         """The session id of a conversation (the same in every process of the install)."""
         return self.local.session_id_for(platform, chat_id)
+
+    async def lease(self, name: str) -> NatsLease:
+        """The lease that lets one process at a time run the platform ``name``.
+
+        :raises GatewayError: the broker refuses the leases' bucket.
+        """
+        assert self._js is not None, "start() the bus first"
+        if self._leases_kv is None:
+            try:
+                self._leases_kv = await self._js.create_key_value(KeyValueConfig(
+                    bucket=f"{self.settings.stream}_LEASES", history=1,
+                    ttl=self.settings.lease_ttl_s))
+            except nats.js.errors.APIError as exc:
+                raise GatewayError(
+                    f"the nats bus cannot set up its leases: {exc.description}") from exc
+        lease = NatsLease(self._leases_kv, name, self.ingress_id, self.settings.lease_ttl_s)
+        self._leases.append(lease)
+        return lease
 
     def _reply_subject(self, admission: str) -> str:
         return f"{self.settings.stream}.reply.{self.ingress_id}.{admission}"
@@ -423,6 +446,8 @@ class NatsBus:
             del self._waiters[admission]
             if not waiter.future.done():
                 waiter.future.set_result(BusReply("closed", CLOSED_TEXT, waiter.session_id))
+        for lease in self._leases:
+            await lease.release()  # a standby takes over now, not after the ttl
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.close()

@@ -79,6 +79,9 @@ class NatsBusSettings:
     within it runs once). ``consume = false`` makes this process only publish
     (``lich worker`` processes run the messages); ``concurrency`` bounds the
     runs of one consuming process (one per partition by default).
+    ``lease_ttl_s`` is how long a dead ingress keeps the lease of a
+    single-connection platform (Telegram polling, Discord, Twitch) before a
+    standby takes it over.
     """
 
     kind: str = setting("nats", check=one_of("nats"))
@@ -95,6 +98,7 @@ class NatsBusSettings:
     token_env: str = setting("LICH_NATS_TOKEN", check=non_empty)
     consume: bool = True
     concurrency: int | None = setting(None, check=at_least(1))
+    lease_ttl_s: float = setting(15.0, check=at_least(1))
 
     def __attrs_post_init__(self) -> None:
         if not self.servers:
