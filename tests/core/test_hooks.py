@@ -89,6 +89,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_check_config": ["config"],
         "lich_register_commands": ["cli"],
         "lich_register_gateway_adapters": ["registry"],
+        "lich_make_bus": ["config", "local"],
         "lich_run_start": ["run"],
         "lich_before_tool_call": ["call", "run"],
         "lich_check_tool_call": ["call", "run"],
@@ -108,7 +109,8 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         assert ":param" in doc or not args, f"{name} documents its arguments"
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
-        assert bool(caller.spec.opts.get("firstresult")) == (name == "lich_make_router")
+        assert bool(caller.spec.opts.get("firstresult")) == (
+            name in ("lich_make_router", "lich_make_bus"))
 
 
 def test_plugin_author_surface_is_importable_from_lich() -> None:
