@@ -206,6 +206,8 @@ class WebhookSettings:
     open connections and ``max_unauthenticated`` those that have not yet sent a whole
     authorized request (the oldest of them is dropped to make room for a new one).
     ``allowed_hosts`` are the ``Host`` names accepted besides the loopback ones.
+    ``reply_timeout_s``: how long ``POST /message`` waits for its reply before it
+    answers ``202`` with a status URL to poll (unset: as long as the run takes).
     """
 
     host: str = setting("127.0.0.1", check=non_empty)
@@ -217,6 +219,7 @@ class WebhookSettings:
     max_connections: int = setting(100, check=at_least(1))
     max_unauthenticated: int = setting(32, check=at_least(1))
     allowed_hosts: frozenset[str] = setting(frozenset(), parse=_host_names)
+    reply_timeout_s: float | None = setting(None, check=greater_than(0))
 
     def __attrs_post_init__(self) -> None:
         if self.max_unauthenticated > self.max_connections:

@@ -12,6 +12,10 @@ Routes:
   reply went to another gateway process).
 * ``POST /message/stream`` → the run's events as server-sent events
   (``event: <type>`` / ``data: <envelope JSON>``), ending with ``event: reply``.
+* With ``reply_timeout_s`` set, ``POST /message`` answers ``202 {"status":
+  "accepted", "status_url"}`` when the reply takes longer; ``GET
+  /message/status/<id>`` is ``202 {"status": "pending"}`` until it is there,
+  then the answer ``POST /message`` would have given.
 
 Safety: binds 127.0.0.1 by default and refuses any other address unless a
 token is set (``LICH_GATEWAY_TOKEN``), which clients send as ``x-lich-token``
@@ -38,7 +42,9 @@ import hmac
 import ipaddress
 import json
 import logging
+import secrets
 import socket
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +64,8 @@ __all__ = ["ConnectionGuard", "HostPolicy", "WebhookAdapter", "is_loopback"]
 
 PLATFORM = "webhook"
 MAX_ID_CHARS = 256
+#: Replies kept for their status URL (``reply_timeout_s``); the oldest go first.
+MAX_PARKED = 10_000
 _STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502,
                     "unavailable": 503}
 
@@ -301,6 +309,8 @@ class WebhookAdapter:
         )
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
+        # Replies that came after reply_timeout_s, by status id (bounded, oldest go).
+        self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
 
     # ------------------------------------------------------------------ app
 
@@ -319,8 +329,31 @@ class WebhookAdapter:
                 inbound = await self._inbound(request)
             except _BadRequest as exc:
                 return self._error(request, exc.status, exc.message)
-            reply = await self.context.bus.handle(inbound)
+            timeout = self.settings.reply_timeout_s
+            if timeout is None:
+                return self._reply_response(await self.context.bus.handle(inbound))
+            pending = await self.context.bus.submit(inbound)
+            try:
+                # Shielded: at the timeout the run goes on, and its reply is parked.
+                reply = await asyncio.wait_for(asyncio.shield(pending), timeout)
+            except TimeoutError:
+                return self._accepted(inbound, pending)
             return self._reply_response(reply)
+
+        async def status(request: Request) -> Response:
+            if not self._authorized(request):
+                return self._error(request, 401, "unauthorized")
+            self.guard.authenticated(request.scope.get("client"))
+            pending = self._parked.get(request.path_params["status_id"])
+            if pending is None:
+                return self._error(request, 404, "unknown or expired status id")
+            if not pending.done():
+                return JSONResponse({"status": "pending"}, status_code=202,
+                                    headers={"retry-after": "1"})
+            if pending.cancelled():
+                return JSONResponse({"error": "the gateway stopped before the reply"},
+                                    status_code=503)
+            return self._reply_response(pending.result())
 
         async def stream(request: Request) -> Response:
             try:
@@ -344,6 +377,7 @@ class WebhookAdapter:
                 Route("/health", health, methods=["GET"]),
                 Route("/message", message, methods=["POST"]),
                 Route("/message/stream", stream, methods=["POST"]),
+                Route("/message/status/{status_id}", status, methods=["GET"]),
             ],
             exception_handlers={HTTPException: not_found, Exception: internal},
         )
@@ -437,6 +471,26 @@ class WebhookAdapter:
             text,
             _idempotency_key(request.headers.get("idempotency-key")),
         )
+
+    def _accepted(self, inbound: InboundMessage,
+                  pending: asyncio.Future[BusReply]) -> Response:
+        """``202`` with the URL where the reply will be: the run goes on."""
+        from starlette.responses import JSONResponse
+
+        status_id = secrets.token_urlsafe(18)  # unguessable: it names someone's reply
+        self._parked[status_id] = pending
+        while len(self._parked) > MAX_PARKED:
+            # The oldest answered one first; only when none is answered, the oldest.
+            victim = next((k for k, f in self._parked.items() if f.done()),
+                          next(iter(self._parked)))
+            del self._parked[victim]
+        url = f"/message/status/{status_id}"
+        log_event(self.log, logging.INFO, "reply_parked", chat=inbound.chat_id,
+                  timeout_s=self.settings.reply_timeout_s)
+        return JSONResponse(
+            {"status": "accepted", "status_url": url,
+             "session_id": self.context.bus.session_id_for(inbound.platform, inbound.chat_id)},
+            status_code=202, headers={"location": url})
 
     def _reply_response(self, reply: BusReply) -> Response:
         from starlette.responses import JSONResponse
