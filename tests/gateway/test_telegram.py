@@ -310,3 +310,45 @@ async def test_an_update_the_bus_did_not_admit_is_not_acknowledged(start_gateway
     # update once an offset passes it) and it was admitted, both times under the same
     # id (the bot's id and the update id).
     assert plugin.submitted == [("hi", f"123456:{update}")] * 2
+
+
+SECRET = "s3cret_token-value"
+
+
+async def test_webhook_mode_sets_the_webhook_and_answers_only_telegram(
+    start_gateway: Any, fake: FakeTelegram,
+):
+    import httpx
+
+    runner = await start_gateway(
+        [], settings(fake, webhook_url="https://bot.example/telegram", listen_port=0),
+        env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN, "LICH_TELEGRAM_WEBHOOK_SECRET": SECRET})
+    adapter = runner.adapter("telegram")
+    assert adapter.exclusive is False  # any number of ingresses may serve a webhook
+    assert fake.webhooks == [{"url": "https://bot.example/telegram", "secret_token": SECRET,
+                              "allowed_updates": ["message"]}]
+    assert fake.polls == []
+    update = {"update_id": 77, "message": {
+        "message_id": 1, "from": {"id": USER, "is_bot": False}, "chat": {"id": USER},
+        "text": "hi"}}
+    url = f"http://127.0.0.1:{adapter.port}/telegram"
+    async with httpx.AsyncClient(timeout=30) as client:
+        wrong = await client.post(url, json=update,
+                                  headers={"x-telegram-bot-api-secret-token": "guess"})
+        missing = await client.post(url, json=update)
+        assert (wrong.status_code, missing.status_code) == (401, 401)
+        ok = await client.post(url, json=update,
+                               headers={"x-telegram-bot-api-secret-token": SECRET})
+        assert ok.status_code == 200
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply")
+    assert fake.texts_to(USER) == ["you said: hi | earlier: -"]
+
+
+async def test_webhook_mode_needs_a_well_formed_secret(start_gateway: Any, fake: FakeTelegram):
+    from lich.gateway.registry import GatewayError
+
+    with pytest.raises(GatewayError, match="LICH_TELEGRAM_WEBHOOK_SECRET"):
+        await start_gateway(
+            [], settings(fake, webhook_url="https://bot.example/t", listen_port=0),
+            env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN, "LICH_TELEGRAM_WEBHOOK_SECRET": "no spaces"})
+    assert fake.webhooks == []
