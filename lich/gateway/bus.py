@@ -131,6 +131,12 @@ class MessageBus(Protocol):
     :class:`lich.testing.contracts.BusContract`: runs of one conversation in
     the order the messages were admitted, runs of different conversations in
     parallel, ``busy`` past the queue limit, ``closed`` once closed.
+
+    A bus spread over processes may also offer ``async lease(name)``, a lease
+    with ``acquire()``, ``lost`` (an :class:`asyncio.Event`) and ``release()``:
+    the runner then starts an ``exclusive`` adapter (a poller) only while it
+    holds the platform's lease (the nats bus does; see
+    :mod:`lich.nats_bus.lease`).
     """
 
     @property
@@ -162,8 +168,10 @@ class MessageBus(Protocol):
         Admitted means it will run even if this process stops now, for a bus
         that can promise that (the broker has stored it): a platform that can
         redeliver (Telegram's update offset) is acknowledged only after this
-        returns. A message not admitted has a reply already done, of a kind
-        in :data:`NOT_ADMITTED`. Never raises for a failed run or a refusal.
+        returns. A refused message has its reply already done: a kind in
+        :data:`NOT_ADMITTED` (sending it again later may work), ``duplicate``,
+        or an ``error`` that sending again cannot fix (too large). Never
+        raises for a failed run or a refusal.
         """
         ...
 
