@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from lich.cancel import CancelToken
     from lich.config import ConfigError, LichConfig, ProviderConfig, load_config
     from lich.events import Envelope
+    from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
     from lich.guards import ToolError
     from lich.hooks import (
@@ -69,9 +70,11 @@ _EXPORTS = {
     "ChatResult": "lich.types",
     "ConfigError": "lich.config",
     "Envelope": "lich.events",
+    "GatewayBus": "lich.gateway.bus",
     "LichConfig": "lich.config",
     "LoadReport": "lich.plugins",
     "Message": "lich.types",
+    "MessageBus": "lich.gateway.bus",
     "Param": "lich._schema",
     "PluginHost": "lich.plugins",
     "PluginLoadError": "lich.plugins",
@@ -116,9 +119,11 @@ __all__ = [
     "ChatResult",
     "ConfigError",
     "Envelope",
+    "GatewayBus",
     "LichConfig",
     "LoadReport",
     "Message",
+    "MessageBus",
     "Param",
     "PluginHost",
     "PluginLoadError",

@@ -169,6 +169,10 @@ class LichConfig:
     prices: Mapping[str, Any] = field(factory=dict)
     #: The [mcp] table: the builtin mcp plugin's servers (it checks them).
     mcp: Mapping[str, Any] = field(factory=dict)
+    #: The ``[bus]`` table, raw: how the gateway's messages reach their runs. ``kind``
+    #: picks the bus (``"memory"``, in process, by default); the plugin that makes that
+    #: kind (``lich_make_bus``) checks the rest.
+    bus: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig, ProviderConfig
     from lich.events import Envelope
+    from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
     from lich.hooks import (
         Approval,
@@ -156,6 +157,30 @@ def lich_register_gateway_adapters(registry: AdapterRegistry) -> None:
 
     Fires when ``lich gateway`` starts. The builtin ``gateway`` plugin
     registers ``webhook``, ``telegram``, ``discord`` and ``twitch`` this way.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
+    """Return the bus that carries the gateway's inbound messages to their runs.
+
+    :param config: the effective configuration (``config.bus`` is the raw
+        ``[bus]`` table; its ``kind`` says which bus is wanted, ``"memory"``
+        by default).
+    :param local: the in-process bus, which runs messages in this process
+        with the gateway's agent and limits (``[gateway] queue_limit``,
+        ``history_cap``). A bus that moves messages elsewhere (a broker) hands
+        them to it where they are run.
+    :return: a :class:`lich.gateway.MessageBus` when this plugin makes the
+        bus ``[bus] kind`` names, else ``None``.
+
+    ``firstresult``: the first non-``None`` answer wins. With none, the
+    gateway uses ``local`` itself — today's bus, at no added cost — when
+    ``kind`` is ``"memory"``, and refuses to start otherwise (no loaded plugin
+    makes that kind). The builtin ``nats`` plugin answers for ``kind =
+    "nats"``. A bus must pass :class:`lich.testing.contracts.BusContract`.
+    Fires when ``lich gateway`` starts, after the agent is built; a plugin
+    that raises stops the gateway with a configuration error naming it.
     """
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lich._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from lich.gateway.bus import BusReply, GatewayBus, InboundMessage, cap_history
+    from lich.gateway.bus import BusReply, GatewayBus, InboundMessage, MessageBus, cap_history
     from lich.gateway.config import (
         Allowlist,
         GatewayConfig,
@@ -44,6 +44,7 @@ _EXPORTS = {
     "GatewayError": "lich.gateway.registry",
     "GatewayRunner": "lich.gateway.runner",
     "InboundMessage": "lich.gateway.bus",
+    "MessageBus": "lich.gateway.bus",
     "cap_history": "lich.gateway.bus",
     "parse_gateway_config": "lich.gateway.config",
     "run_gateway": "lich.gateway.runner",
@@ -61,6 +62,7 @@ __all__ = [
     "GatewayError",
     "GatewayRunner",
     "InboundMessage",
+    "MessageBus",
     "cap_history",
     "parse_gateway_config",
     "run_gateway",

@@ -24,6 +24,10 @@
   either. A run whose cost is unknown counts as over the limit: the budget is
   not silently unenforced.
 * Users see sanitised errors; the details go to the log under a reference.
+
+:class:`MessageBus` is what the adapters and the runner use of a bus; the
+``lich_make_bus`` hook may put another one (the ``nats`` plugin's) between
+them and this one, which still runs the messages in the process that runs them.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from attrs import frozen
 
@@ -61,11 +65,14 @@ __all__ = [
     "BUDGET_TEXT",
     "BUSY_TEXT",
     "CLOSED_TEXT",
+    "NOT_ADMITTED",
     "RESET_TEXT",
     "BusReply",
     "GatewayBus",
     "InboundMessage",
+    "MessageBus",
     "ReplyKind",
+    "bus_kind",
     "cap_history",
 ]
 
@@ -83,20 +90,29 @@ BUDGET_TEXT = ("Sorry, this conversation has used up today's budget, so I can't 
                "more today. Please try again tomorrow.")
 
 ReplyKind: TypeAlias = Literal[
-    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "budget",
-    "approval"
+    "reply", "empty", "busy", "closed", "reset", "error", "aborted", "budget", "approval",
+    "duplicate", "unavailable",
 ]
+NOT_ADMITTED: frozenset[ReplyKind] = frozenset({"busy", "closed", "unavailable"})
+"""Reply kinds that mean the message was not taken: nothing will run for it."""
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
 
 
 @frozen
 class InboundMessage:
-    """A message from a platform: who said what, where."""
+    """A message from a platform: who said what, where.
+
+    ``message_id`` is the platform's own id of the message (a Telegram update
+    id, a Discord message id, the webhook's ``Idempotency-Key``), so a bus
+    that can tell (the ``nats`` one) runs a message admitted twice once; empty
+    when the platform gives none.
+    """
 
     platform: str
     chat_id: str
     user_id: str
     text: str
+    message_id: str = ""
 
 
 @frozen
@@ -107,7 +123,10 @@ class BusReply:
     text), ``busy``, ``closed`` (shutting down), ``reset`` (``/new``),
     ``error`` (sanitised), ``aborted`` (cancelled at shutdown), ``approval``
     (the answer to an ``/approve`` or ``/deny`` message) or ``budget`` (the
-    conversation spent its daily budget; ``text`` is the polite refusal).
+    conversation spent its daily budget; ``text`` is the polite refusal); a bus
+    that removes duplicates answers ``duplicate`` for a message it already has
+    (its answer goes to whoever sent it first), and one with a broker
+    ``unavailable`` when the broker did not take the message (send it again).
     ``text`` is what to send back; platforms send nothing when it is empty.
     """
 
@@ -126,6 +145,111 @@ class BusReply:
 def _utc_day(ts: float) -> str:
     """The UTC calendar day of a timestamp, ``YYYY-MM-DD``: a daily budget's day."""
     return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+class MessageBus(Protocol):
+    """What the gateway uses of a bus: the adapters hand it messages, the runner stops it.
+
+    :class:`GatewayBus` (the default, in process) is one; a plugin's
+    ``lich_make_bus`` returns another. Every bus passes
+    :class:`lich.testing.contracts.BusContract`: runs of one conversation in
+    the order the messages were admitted, runs of different conversations in
+    parallel, ``busy`` past the queue limit, ``closed`` once closed.
+
+    A bus spread over processes may also offer ``async lease(name)``, a lease
+    with ``acquire()``, ``lost`` (an :class:`asyncio.Event`) and ``release()``:
+    the runner then starts an ``exclusive`` adapter (a poller) only while it
+    holds the platform's lease (the nats bus does; see
+    :mod:`lich.nats_bus.lease`).
+    """
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (new messages are refused)."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Messages this process is handling or waiting for the answer of."""
+        ...
+
+    def session_id_for(self, platform: str, chat_id: str) -> str:
+        """The session id of a conversation (its transcript's name)."""
+        ...
+
+    async def start(self) -> None:
+        """Connect to what the bus needs (a broker); called once before the first message.
+
+        :raises lich.gateway.GatewayError: the bus cannot work (the broker is unreachable).
+        """
+        ...
+
+    async def submit(
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
+    ) -> asyncio.Future[BusReply]:
+        """Admit ``message``; return once it is admitted, with its reply to await.
+
+        ``notify`` sends a message to the conversation's chat while its run goes
+        on (an approval request); a bus whose runs happen elsewhere may ignore
+        it, and a call needing approval is then denied (``approval_unavailable``).
+
+        Admitted means it will run even if this process stops now, for a bus
+        that can promise that (the broker has stored it): a platform that can
+        redeliver (Telegram's update offset) is acknowledged only after this
+        returns. A refused message has its reply already done: a kind in
+        :data:`NOT_ADMITTED` (sending it again later may work), ``duplicate``,
+        or an ``error`` that sending again cannot fix (too large). Never
+        raises for a failed run or a refusal.
+        """
+        ...
+
+    async def handle(
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
+    ) -> BusReply:
+        """:meth:`submit`, then wait for the reply (``on_event`` sees the run's events)."""
+        ...
+
+    def close(self) -> None:
+        """Refuse new messages (they get ``closed``); runs in flight go on."""
+        ...
+
+    def cancel_runs(self) -> None:
+        """Close, and cancel the runs in flight now (they end ``aborted``)."""
+        ...
+
+    async def drain(self, grace_s: float) -> bool:
+        """Close, let runs finish within ``grace_s``, cancel the rest, release connections.
+
+        Returns whether everything finished within the grace period.
+        """
+        ...
+
+
+def bus_kind(raw: Mapping[str, Any] | None, *, path: str = "$.bus") -> str:
+    """The ``kind`` of a raw ``[bus]`` table: ``"memory"`` (in process) unless it names another.
+
+    :raises lich.config.ConfigError: ``[bus]`` is not a table or ``kind`` not a name.
+    """
+    from lich.settings import ConfigError, json_type_name
+
+    if raw is None:
+        return "memory"
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"{path}: expected a table, got {json_type_name(raw)}"])
+    kind = raw.get("kind", "memory")
+    if not isinstance(kind, str):
+        raise ConfigError([f"{path}.kind: expected a bus kind name, got {json_type_name(kind)}"])
+    if not kind.strip():
+        raise ConfigError([f"{path}.kind: must not be empty"])
+    return kind.strip()
 
 
 def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
@@ -234,6 +358,10 @@ class GatewayBus:
             n += 1
             name = f"gateway-approvals-{n}"
         agent.host.register_object(self.approvals, name)
+        #: Whether a conversation's history is kept in memory between its runs. A bus
+        #: that spreads one conversation over several processes turns it off: each
+        #: run then reads the transcript, which another process may have extended.
+        self.keep_history = True
 
     @classmethod
     def from_config(cls, agent: Agent, config: GatewayConfig) -> GatewayBus:
@@ -295,6 +423,53 @@ class GatewayBus:
 
     # --------------------------------------------------------------- handling
 
+    async def start(self) -> None:
+        """Nothing to connect to: the in-process bus is ready when it is made."""
+
+    def _admit(self, message: InboundMessage) -> BusReply | _Conversation:
+        """Take ``message`` (counted as pending at once) or refuse it with a reply."""
+        key = (message.platform, message.chat_id)
+        answered = self.approvals.answer(message)
+        if answered is not None:
+            # Not queued: the run this answers holds the conversation's turn.
+            return BusReply("approval", answered, self.session_id_for(*key))
+        if self._closed:
+            return BusReply("closed", CLOSED_TEXT, self.session_id_for(*key))
+        conv = self._conversation(key)
+        log_event(log, logging.INFO, "message_in", platform=message.platform,
+                  chat=message.chat_id, user=message.user_id, chars=len(message.text))
+        if conv.pending >= self.queue_limit:
+            log_event(log, logging.WARNING, "busy", platform=message.platform,
+                      chat=message.chat_id, pending=conv.pending, limit=self.queue_limit)
+            return BusReply("busy", BUSY_TEXT, conv.session_id)
+        conv.pending += 1
+        self._enter()
+        return conv
+
+    async def submit(
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
+    ) -> asyncio.Future[BusReply]:
+        """Admit ``message`` (in memory: nothing survives this process) and start its run.
+
+        The run is a task of its own, queued behind the conversation's earlier
+        messages in the order :meth:`submit` was called; the returned future
+        is its reply. A refused message's future is already done (``busy`` or
+        ``closed``); so is the answer to an ``/approve`` or ``/deny`` message,
+        which is not queued (the run it answers holds the conversation's turn).
+        ``notify`` sends a message to the chat while the run goes on (an approval
+        request; see :meth:`handle`).
+        """
+        admitted = self._admit(message)
+        if isinstance(admitted, BusReply):
+            done: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
+            done.set_result(admitted)
+            return done
+        return asyncio.ensure_future(self._turn(admitted, message, on_event, notify))
+
     async def handle(
         self,
         message: InboundMessage,
@@ -312,22 +487,19 @@ class GatewayBus:
         Never raises for a failed run (the reply is a sanitised ``error``);
         only cancellation of the calling task propagates.
         """
-        key = (message.platform, message.chat_id)
-        answered = self.approvals.answer(message)
-        if answered is not None:
-            # Not queued: the run this answers holds the conversation's turn.
-            return BusReply("approval", answered, self.session_id_for(*key))
-        if self._closed:
-            return BusReply("closed", CLOSED_TEXT, self.session_id_for(*key))
-        conv = self._conversation(key)
-        log_event(log, logging.INFO, "message_in", platform=message.platform,
-                  chat=message.chat_id, user=message.user_id, chars=len(message.text))
-        if conv.pending >= self.queue_limit:
-            log_event(log, logging.WARNING, "busy", platform=message.platform,
-                      chat=message.chat_id, pending=conv.pending, limit=self.queue_limit)
-            return BusReply("busy", BUSY_TEXT, conv.session_id)
-        conv.pending += 1
-        self._enter()
+        admitted = self._admit(message)
+        if isinstance(admitted, BusReply):
+            return admitted
+        return await self._turn(admitted, message, on_event, notify)
+
+    async def _turn(
+        self,
+        conv: _Conversation,
+        message: InboundMessage,
+        on_event: EventHandler | None,
+        notify: Notify | None = None,
+    ) -> BusReply:
+        """Run an admitted message in its conversation's turn (the pending count is released)."""
         try:
             async with conv.lock:
                 if self._closed:
@@ -478,7 +650,7 @@ class GatewayBus:
         on_event: EventHandler | None,
         notify: Notify | None = None,
     ) -> BusReply:
-        if conv.history is None:
+        if conv.history is None or not self.keep_history:
             conv.history = await self._load(conv)
         token = CancelToken()
         self._tokens.add(token)
@@ -506,7 +678,8 @@ class GatewayBus:
             return BusReply("error", user_text, conv.session_id)
         finally:
             self._tokens.discard(token)
-        conv.history = cap_history(result.messages, self.history_cap)
+        conv.history = (cap_history(result.messages, self.history_cap)
+                        if self.keep_history else None)
         self._count_spend(conv, result.cost_usd)
         log_event(log, logging.INFO, "run_end", platform=message.platform,
                   chat=message.chat_id, session=conv.session_id, run=result.run_id,

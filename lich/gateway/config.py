@@ -206,6 +206,8 @@ class WebhookSettings:
     open connections and ``max_unauthenticated`` those that have not yet sent a whole
     authorized request (the oldest of them is dropped to make room for a new one).
     ``allowed_hosts`` are the ``Host`` names accepted besides the loopback ones.
+    ``reply_timeout_s``: how long ``POST /message`` waits for its reply before it
+    answers ``202`` with a status URL to poll (unset: as long as the run takes).
     """
 
     host: str = setting("127.0.0.1", check=non_empty)
@@ -217,6 +219,7 @@ class WebhookSettings:
     max_connections: int = setting(100, check=at_least(1))
     max_unauthenticated: int = setting(32, check=at_least(1))
     allowed_hosts: frozenset[str] = setting(frozenset(), parse=_host_names)
+    reply_timeout_s: float | None = setting(None, check=greater_than(0))
 
     def __attrs_post_init__(self) -> None:
         if self.max_unauthenticated > self.max_connections:
@@ -227,9 +230,12 @@ class WebhookSettings:
 
 @frozen
 class TelegramSettings:
-    """``[gateway.telegram]``: Bot API long polling.
+    """``[gateway.telegram]``: Bot API long polling, or a webhook.
 
     ``allowed_users`` and ``allowed_chats`` make up its :attr:`allowlist`.
+    With ``webhook_url`` (the public URL Telegram posts updates to, which
+    reaches ``listen_host:listen_port``) the bot is set to a webhook checked
+    with the secret in ``webhook_secret_env``, instead of polling.
     """
 
     base_url: str = setting("https://api.telegram.org", parse=_http_url)
@@ -243,6 +249,10 @@ class TelegramSettings:
     send_retries: int = setting(4, check=between(0, 100))
     max_retry_after_s: float = setting(60.0, check=at_least(0))
     max_reply_chars: int = setting(4096, check=between(16, 4096))
+    webhook_url: str | None = setting(None, parse=_http_url)
+    webhook_secret_env: str = setting("LICH_TELEGRAM_WEBHOOK_SECRET", check=non_empty)
+    listen_host: str = setting("127.0.0.1", check=non_empty)
+    listen_port: int = setting(8090, check=between(0, 65535))
 
     def __attrs_post_init__(self) -> None:
         _check_backoff(self.backoff_min_s, self.backoff_max_s)

@@ -85,6 +85,9 @@ class DiscordAdapter(WebsocketAdapterBase):
     """
 
     name = PLATFORM
+    #: Runs in one process at a time (one gateway session per bot (unsharded)):
+    #: on a bus with leases the other gateways stand by.
+    exclusive = True
 
     def __init__(self, context: AdapterContext) -> None:
         self.settings: DiscordSettings = context.settings
@@ -297,11 +300,17 @@ class DiscordAdapter(WebsocketAdapterBase):
         content = content.strip()
         if not content:
             return
-        self.spawn(self._handle(channel_id, user_id, content), f"message-{data.get('id')}")
+        # The message's snowflake is its id on the bus: one delivered twice (a resumed
+        # session replays events) runs once where the bus removes duplicates.
+        message_id = str(data.get("id") or "")
+        self.spawn(self._handle(channel_id, user_id, content, message_id),
+                   f"message-{data.get('id')}")
 
-    async def _handle(self, channel_id: str, user_id: str, content: str) -> None:
-        reply = await self.bus.handle(InboundMessage(PLATFORM, channel_id, user_id, content),
-                                     notify=lambda note: self.send(channel_id, note))
+    async def _handle(self, channel_id: str, user_id: str, content: str,
+                      message_id: str = "") -> None:
+        reply = await self.bus.handle(
+            InboundMessage(PLATFORM, channel_id, user_id, content, message_id),
+            notify=lambda note: self.send(channel_id, note))
         if reply.text.strip():
             await self.send(channel_id, reply.text)
 

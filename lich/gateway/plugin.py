@@ -4,7 +4,7 @@ It registers the four platforms — ``webhook``, ``telegram``, ``discord``,
 ``twitch`` — through ``lich_register_gateway_adapters``, exactly as a
 third-party package would register its own, adds the ``lich gateway``
 command through ``lich_register_commands``, and checks the ``[gateway]``
-table through ``lich_check_config``.
+table (and ``[bus] kind``) through ``lich_check_config``.
 
 Importing this module is cheap: starlette, uvicorn, websockets and httpx are
 imported only when an adapter is built.
@@ -65,9 +65,24 @@ def lich_check_config(config: LichConfig) -> None:
     A bad ``[gateway]`` table is a configuration error like any other, so a plain
     ``lich run`` refuses it too rather than leaving it to the next ``lich gateway``.
     """
+    from lich.gateway.bus import bus_kind
     from lich.gateway.config import parse_gateway_config
+    from lich.settings import ConfigError
 
-    parse_gateway_config(config.gateway)
+    problems: list[str] = []
+    try:
+        parse_gateway_config(config.gateway)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    try:
+        # Another kind's settings are checked by the plugin that makes that kind.
+        if bus_kind(config.bus) == "memory":
+            problems.extend(f"$.bus.{key}: unknown key (the memory bus has no settings)"
+                            for key in config.bus if key != "kind")
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
 
 
 @hookimpl

@@ -8,7 +8,10 @@ everything it registered.
 An adapter is built by its factory from an :class:`AdapterContext` and only
 has to implement :class:`Adapter`: ``start()`` returns once it is serving,
 ``stop()`` stops taking messages, lets the replies already being produced
-go out, and closes its connections.
+go out, and closes its connections. An adapter with ``exclusive = True`` (a
+poller, a single platform connection) must run in one process at a time: on
+a bus that leases platforms (``nats``), a gateway serves it only while it
+holds the platform's lease, and stands by otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from attrs import field, frozen
 from lich.registry import Registry
 
 if TYPE_CHECKING:
-    from lich.gateway.bus import GatewayBus
+    from lich.gateway.bus import MessageBus
     from lich.gateway.config import GatewayConfig
 
 __all__ = [
@@ -71,7 +74,7 @@ class AdapterContext:
     """
 
     name: str
-    bus: GatewayBus
+    bus: MessageBus
     config: GatewayConfig
     settings: Any
     env: Mapping[str, str] = field(factory=lambda: dict(os.environ))

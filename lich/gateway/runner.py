@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lich.config import LichConfig, config_with
 from lich.gateway._format import log_event, redact
-from lich.gateway.bus import GatewayBus
+from lich.gateway.bus import GatewayBus, MessageBus, bus_kind
 from lich.gateway.config import GatewayConfig, parse_gateway_config
 from lich.gateway.registry import (
     Adapter,
@@ -95,9 +95,16 @@ class GatewayRunner:
         self.env: Mapping[str, str] = dict(os.environ) if env is None else env
         self.registry = AdapterRegistry()
         self.agent: Agent | None = None
-        self.bus: GatewayBus | None = None
+        #: The bus the adapters hand messages to (``local`` itself unless a plugin's
+        #: ``lich_make_bus`` made another).
+        self.bus: MessageBus | None = None
+        #: The in-process bus, which runs messages here.
+        self.local: GatewayBus | None = None
         self.adapters: dict[str, Adapter] = {}
         self.failed: dict[str, str] = {}
+        #: Single-connection platforms waiting for their lease (another process serves them).
+        self.standby: set[str] = set()
+        self._supervisors: dict[str, asyncio.Task[None]] = {}
 
     def adapter(self, name: str) -> Any:
         """The started adapter of platform ``name``."""
@@ -143,7 +150,16 @@ class GatewayRunner:
             log_event(log, logging.WARNING, "terminal_unconfined",
                       detail="terminal is enabled: chat users can read lich's files, other "
                              "conversations' transcripts and secret files through it")
-        self.bus = GatewayBus.from_config(self.agent, self.gateway)
+        self.local = GatewayBus.from_config(self.agent, self.gateway)
+        try:
+            self.bus = self._make_bus(self.local)
+            await self.bus.start()
+        except BaseException:
+            self.bus = None
+            await self._close_agent()
+            raise
+        # A bus spread over processes may lease single-connection platforms (nats does).
+        lease_for = getattr(self.bus, "lease", None)
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
                   sessions=self.config.session_dir)
@@ -159,6 +175,15 @@ class GatewayRunner:
             )
             try:
                 adapter = self.registry.create(context)
+                if lease_for is not None and getattr(adapter, "exclusive", False):
+                    # One process at a time: serve while holding the platform's lease,
+                    # stand by while another process does.
+                    lease = await lease_for(name)
+                    self.standby.add(name)
+                    self._supervisors[name] = asyncio.create_task(
+                        self._serve_exclusive(context, adapter, lease),
+                        name=f"lich-lease-{name}")
+                    continue
                 await adapter.start()
             except Exception as exc:
                 reason = redact(str(exc) or type(exc).__name__)
@@ -166,11 +191,60 @@ class GatewayRunner:
                 log_event(log, logging.ERROR, "adapter_failed", platform=name, error=reason)
                 continue
             self.adapters[name] = adapter
-        if not self.adapters:
+        if not self.adapters and not self._supervisors:
+            await self.bus.drain(0)
             await self._close_agent()
             details = "; ".join(f"{n}: {why}" for n, why in self.failed.items())
             raise GatewayError(f"no gateway platform could start ({details})")
-        log_event(log, logging.INFO, "gateway_ready", platforms=",".join(self.adapters))
+        log_event(log, logging.INFO, "gateway_ready", platforms=",".join(self.adapters),
+                  standby=",".join(sorted(self.standby)) or "none")
+
+    async def _serve_exclusive(self, context: AdapterContext, adapter: Adapter | None,
+                               lease: Any) -> None:
+        """Run a single-connection platform whenever this process holds its lease."""
+        name = context.name
+        while True:
+            await lease.acquire()
+            self.standby.discard(name)
+            try:
+                if adapter is None:
+                    adapter = self.registry.create(context)
+                await adapter.start()
+            except Exception as exc:
+                reason = redact(str(exc) or type(exc).__name__)
+                self.failed[name] = reason
+                log_event(log, logging.ERROR, "adapter_failed", platform=name, error=reason)
+                await lease.release()
+                return
+            self.adapters[name] = adapter
+            log_event(log, logging.INFO, "adapter_serving", platform=name, lease="held")
+            await lease.lost.wait()
+            # Another process may take it over now: stop at once, then stand by again.
+            self.adapters.pop(name, None)
+            await self._stop_adapter(name, adapter)
+            adapter = None
+            self.standby.add(name)
+
+    def _make_bus(self, local: GatewayBus) -> MessageBus:
+        """The bus of ``[bus] kind``: a plugin's (``lich_make_bus``), or ``local`` for memory.
+
+        :raises lich.config.ConfigError: ``[bus]`` is malformed, a bus plugin
+            failed, or no loaded plugin makes the kind asked for.
+        """
+        from lich.config import ConfigError
+
+        assert self.host is not None
+        kind = bus_kind(self.config.bus)
+        made = self.host.make_bus(self.config, local)
+        if made is not None:
+            log_event(log, logging.INFO, "bus_ready", kind=kind, bus=type(made).__name__)
+            return made
+        if kind != "memory":
+            raise ConfigError([
+                f"$.bus.kind: no loaded plugin makes a bus of kind {kind!r} "
+                f"(is the plugin enabled? e.g. plugins = [\"+{kind}\"])"
+            ])
+        return local
 
     async def stop(self, grace_s: float | None = None) -> bool:
         """Stop taking messages, let runs finish within ``grace_s``, cancel the rest, close.
@@ -181,6 +255,10 @@ class GatewayRunner:
         log_event(log, logging.INFO, "gateway_stopping", grace_s=grace,
                   in_flight=self.bus.in_flight if self.bus else 0)
         clean = True
+        for task in self._supervisors.values():
+            task.cancel()  # no more taking over; the adapters serving now stop below
+        await asyncio.gather(*self._supervisors.values(), return_exceptions=True)
+        self._supervisors.clear()
         if self.bus is not None:
             self.bus.close()
             results = await asyncio.gather(

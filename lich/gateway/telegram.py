@@ -11,25 +11,38 @@
   never allowed to stop the poller. A retry wait ends at stop: the chunk is
   given up rather than holding the shutdown for a long ``retry_after``.
 * At stop the last offset is confirmed, so a restart does not see the same
-  updates again.
+  updates again. The offset passes an update only once the bus admitted it
+  (with the ``nats`` bus: the broker stored it); an update the bus could not
+  take is fetched again. The update id is the message's id on the bus, so
+  one admitted twice runs once where the bus removes duplicates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
+import json
 import logging
+import re
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lich.gateway._base import ChatAdapterBase
 from lich.gateway._format import log_event, split_text, utf16_len
 from lich.gateway._pacing import KeyedPacer, adapter_backoff, sleep_or_stop
-from lich.gateway.bus import InboundMessage
+from lich.gateway.bus import BusReply, InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
 
 if TYPE_CHECKING:
     import httpx
 
     from lich.gateway.config import TelegramSettings
+
+#: Telegram's rule for a webhook's secret_token.
+_SECRET_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+#: Updates are small; a post larger than this is not Telegram's.
+MAX_UPDATE_BYTES = 1_048_576
 
 __all__ = ["NON_TEXT_REPLY", "TelegramAdapter"]
 
@@ -92,6 +105,9 @@ class TelegramAdapter(ChatAdapterBase):
     """The ``telegram`` platform."""
 
     name = PLATFORM
+    #: Runs in one process at a time (getUpdates allows one reader per bot):
+    #: on a bus with leases the other gateways stand by.
+    exclusive = True
 
     def __init__(self, context: AdapterContext) -> None:
         self.settings: TelegramSettings = context.settings
@@ -102,6 +118,13 @@ class TelegramAdapter(ChatAdapterBase):
         self._client: httpx.AsyncClient | None = None
         self._poller: asyncio.Task[None] | None = None
         self._pacer = KeyedPacer(self.settings.send_interval_s)
+        # A webhook is served by any number of ingresses; only polling is exclusive.
+        self.exclusive = self.settings.webhook_url is None
+        self.webhook_secret = ""
+        #: The bound port of the webhook listener (webhook mode; useful with port 0).
+        self.port: int | None = None
+        self._server: Any = None
+        self._serving: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Check the token and start polling."""
@@ -118,20 +141,116 @@ class TelegramAdapter(ChatAdapterBase):
             timeout=httpx.Timeout(s.poll_timeout_s + 15.0, connect=10.0),
         )
         self.warn_if_default_deny()
-        self._poller = asyncio.create_task(self._poll_loop(), name="lich-telegram-poll")
+        if s.webhook_url is not None:
+            try:
+                await self._start_webhook(s.webhook_url)
+            except BaseException:
+                await self._client.aclose()
+                self._client = None
+                raise
+        else:
+            self._poller = asyncio.create_task(self._poll_loop(), name="lich-telegram-poll")
         log_event(self.log, logging.INFO, "adapter_started", platform=PLATFORM,
-                  api=s.base_url)
+                  api=s.base_url, mode="webhook" if s.webhook_url else "polling")
+
+    # ---------------------------------------------------------------- webhook
+
+    async def _start_webhook(self, webhook_url: str) -> None:
+        """Listen for Telegram's posts, then point the bot at ``webhook_url``.
+
+        :raises GatewayError: no (or a malformed) secret, the port cannot be bound,
+            or Telegram refused ``setWebhook``.
+        """
+        from lich.gateway.config import WebhookSettings
+        from lich.gateway.webhook import ConnectionGuard, _bind, _Server
+
+        s = self.settings
+        secret = self.context.secret(s.webhook_secret_env)
+        if not _SECRET_TOKEN.match(secret):
+            raise GatewayError(
+                f"telegram's webhook mode needs a secret token: export {s.webhook_secret_env}="
+                "<1-256 characters of A-Z, a-z, 0-9, _ and ->")
+        self.webhook_secret = secret
+        self.secrets.append(secret)
+        listen = WebhookSettings(host=s.listen_host, port=s.listen_port)
+        try:
+            sock = _bind(s.listen_host, s.listen_port)
+        except OSError as exc:
+            raise GatewayError(f"telegram's webhook cannot listen on {s.listen_host}:"
+                               f"{s.listen_port}: {exc.strerror or exc}") from exc
+        self.port = sock.getsockname()[1]
+        guard = ConnectionGuard(listen.max_connections, listen.max_unauthenticated)
+        server = _Server(self._webhook_app(), listen, self.context.config.grace_s + 5,
+                         guard).server
+        self._server = server
+        self._serving = asyncio.create_task(server.serve(sockets=[sock]),
+                                            name="lich-telegram-webhook")
+        while not server.started:
+            if self._serving.done():
+                sock.close()
+                raise GatewayError("telegram's webhook listener failed to start")
+            await asyncio.sleep(0.01)
+        assert self._client is not None
+        try:
+            response = await self._client.post("setWebhook", json={
+                "url": webhook_url, "secret_token": secret, "allowed_updates": ["message"]})
+            _result(response)
+        except Exception as exc:
+            await self._stop_webhook()
+            raise GatewayError(
+                f"telegram refused setWebhook: {self.redact(f'{type(exc).__name__}: {exc}')}"
+            ) from exc
+        log_event(self.log, logging.INFO, "webhook_set", platform=PLATFORM,
+                  listen=f"{s.listen_host}:{self.port}")
+
+    def _webhook_app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+        from starlette.routing import Route
+
+        async def receive(request: Request) -> Response:
+            offered = request.headers.get("x-telegram-bot-api-secret-token", "")
+            # Constant time: the token is all that tells Telegram from anyone else.
+            if not hmac.compare_digest(offered.encode(), self.webhook_secret.encode()):
+                log_event(self.log, logging.WARNING, "webhook_rejected", platform=PLATFORM,
+                          status=401, reason="wrong or missing secret token")
+                return JSONResponse({"error": "unauthorized"}, status_code=401)
+            body = await request.body()
+            if len(body) > MAX_UPDATE_BYTES:
+                return JSONResponse({"error": "update too large"}, status_code=413)
+            try:
+                update = json.loads(body)
+            except ValueError:
+                return JSONResponse({"error": "invalid JSON"}, status_code=400)
+            if not await self._accept(update):
+                # Not admitted: Telegram delivers it again later.
+                return JSONResponse({"error": "unavailable"}, status_code=503)
+            return JSONResponse({})
+
+        return Starlette(routes=[Route("/{path:path}", receive, methods=["POST"])])
+
+    async def _stop_webhook(self) -> None:
+        if self._server is None or self._serving is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(Exception):
+            await self._serving
+        self._server = None
+        self._serving = None
 
     async def stop(self) -> None:
-        """Stop polling, deliver the replies in flight, confirm the offset, close."""
+        """Stop polling (or listening), deliver the replies in flight, confirm the offset,
+        close. The bot's webhook stays set: other ingresses may serve it still."""
         self._stop.set()
+        await self._stop_webhook()
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
             self._poller = None
         await self.wait_tasks(self.context.config.grace_s + 30.0)
         if self._client is not None:
-            if self.offset is not None:
+            if self.offset is not None and self.settings.webhook_url is None:
                 try:
                     await self._client.get(
                         "getUpdates", params={"offset": self.offset, "timeout": 0}, timeout=5.0
@@ -172,40 +291,80 @@ class TelegramAdapter(ChatAdapterBase):
                     log_event(self.log, logging.INFO, "poll_recovered", platform=PLATFORM)
                 backoff.reset()
                 for update in updates:
-                    self._accept(update)
-                continue
+                    if not await self._accept(update):
+                        # The bus did not take it: the offset stays before it, so the
+                        # next getUpdates returns it (and those after it) again.
+                        delay = backoff.next_delay()
+                        log_event(self.log, logging.WARNING, "admit_failed",
+                                  platform=PLATFORM, update=update.get("update_id"),
+                                  retry_in_s=round(delay, 2))
+                        break
+                else:
+                    continue
             if await sleep_or_stop(delay, self._stop):
                 break
 
-    def _accept(self, update: Any) -> None:
+    async def _accept(self, update: Any) -> bool:
+        """Take one update; ``False`` when the bus could not admit it (not acknowledged).
+
+        The offset moves past an update only once the bus has admitted its message
+        (with a broker: stored it), so an update is never acknowledged and then lost.
+        """
         if not isinstance(update, dict):
-            return
+            return True
         update_id = update.get("update_id")
+        chat_id, inbound = self._inbound(update)
+        pending: asyncio.Future[BusReply] | None = None
+        if inbound is not None and chat_id is not None:  # (a message always has its chat)
+            # chat_id as the update gave it (an int): what the Bot API is sent back.
+            pending = await self.bus.submit(inbound, notify=self._notifier(chat_id))
+            if pending.done() and pending.result().kind == "unavailable":
+                return False
         if isinstance(update_id, int) and not isinstance(update_id, bool):
             self.offset = max(self.offset or 0, update_id + 1)
+        if chat_id is not None:
+            self.spawn(self._deliver(chat_id, pending), f"update-{update_id}")
+        return True
+
+    def _notifier(self, chat_id: int | str) -> Callable[[str], Awaitable[bool]]:
+        """Sends a message to ``chat_id`` while its run goes on (an approval request)."""
+        return lambda note: self.send(chat_id, note)
+
+    def _inbound(
+        self, update: dict[str, Any]
+    ) -> tuple[int | str | None, InboundMessage | None]:
+        """The chat to answer and the message for the bus (``None`` for a message with
+        no text, which gets :data:`NON_TEXT_REPLY`); no chat for what is not a
+        conversation or is denied."""
         message = update.get("message")
         if not isinstance(message, dict):
-            return  # edits, channel posts, callbacks: not conversations
+            return None, None  # edits, channel posts, callbacks: not conversations
         sender = _table(message.get("from"))
         if sender.get("is_bot"):
-            return
+            return None, None
         chat = _table(message.get("chat"))
         chat_id = chat.get("id")
-        if chat_id is None or isinstance(chat_id, bool):
-            return
+        if chat_id is None or isinstance(chat_id, bool) or not isinstance(chat_id, int | str):
+            return None, None
         user_id = str(sender.get("id", "unknown"))
         if not self.allowed(user_id, str(chat_id)):
-            return
+            return None, None
         text = message.get("text")
-        self.spawn(self._handle(chat_id, user_id, text if isinstance(text, str) else None),
-                   f"update-{update_id}")
+        if not isinstance(text, str):
+            return chat_id, None
+        update_id = update.get("update_id")
+        # The bot's id (the token's part before ':', not secret) keeps two bots' update
+        # ids apart on one bus.
+        message_id = (f"{self.token.partition(':')[0]}:{update_id}"
+                      if isinstance(update_id, int) and not isinstance(update_id, bool) else "")
+        return chat_id, InboundMessage(PLATFORM, str(chat_id), user_id, text, message_id)
 
-    async def _handle(self, chat_id: int | str, user_id: str, text: str | None) -> None:
-        if text is None:
+    async def _deliver(self, chat_id: int | str,
+                       pending: asyncio.Future[BusReply] | None) -> None:
+        if pending is None:
             await self.send(chat_id, NON_TEXT_REPLY)
             return
-        reply = await self.bus.handle(InboundMessage(PLATFORM, str(chat_id), user_id, text),
-                                     notify=lambda note: self.send(chat_id, note))
+        reply = await pending
         if reply.text.strip():
             await self.send(chat_id, reply.text)
 

@@ -118,6 +118,9 @@ class TwitchAdapter(WebsocketAdapterBase):
     """The ``twitch`` platform. ``ready`` is set when the server welcomed the bot."""
 
     name = PLATFORM
+    #: Runs in one process at a time (one IRC connection answers each message):
+    #: on a bus with leases the other gateways stand by.
+    exclusive = True
 
     def __init__(self, context: AdapterContext) -> None:
         self.settings: TwitchSettings = context.settings
@@ -219,10 +222,12 @@ class TwitchAdapter(WebsocketAdapterBase):
             return
         text = line.text.strip()
         if text:
-            self.spawn(self._handle(line.channel, line.user, text), f"privmsg-{line.channel}")
+            # The IRCv3 message id (the `id` tag) is its id on the bus.
+            self.spawn(self._handle(line.channel, line.user, text, line.tags.get("id", "")),
+                       f"privmsg-{line.channel}")
 
-    async def _handle(self, channel: str, user: str, text: str) -> None:
-        reply = await self.bus.handle(InboundMessage(PLATFORM, channel, user, text),
+    async def _handle(self, channel: str, user: str, text: str, message_id: str = "") -> None:
+        reply = await self.bus.handle(InboundMessage(PLATFORM, channel, user, text, message_id),
                                      notify=lambda note: self.send(channel, note))
         if reply.text.strip():
             await self.send(channel, reply.text)

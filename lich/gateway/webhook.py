@@ -5,9 +5,17 @@ Routes:
 * ``GET /health`` → ``200 {"status": "ok"}`` (no token needed).
 * ``POST /message`` with JSON ``{"text", "chat_id"?, "user_id"?}`` →
   ``200 {"reply", "usage", "session_id"}``. The platform is always
-  ``webhook``; a client cannot pose as another platform's conversation.
+  ``webhook``; a client cannot pose as another platform's conversation. An
+  ``Idempotency-Key`` header is the message's id: on a bus that removes
+  duplicates (``nats``) a request retried with the same key runs once (the
+  retry gets the same reply, or ``202 {"status": "duplicate"}`` when that
+  reply went to another gateway process).
 * ``POST /message/stream`` → the run's events as server-sent events
   (``event: <type>`` / ``data: <envelope JSON>``), ending with ``event: reply``.
+* With ``reply_timeout_s`` set, ``POST /message`` answers ``202 {"status":
+  "accepted", "status_url"}`` when the reply takes longer; ``GET
+  /message/status/<id>`` is ``202 {"status": "pending"}`` until it is there,
+  then the answer ``POST /message`` would have given.
 
 Safety: binds 127.0.0.1 by default and refuses any other address unless a
 token is set (``LICH_GATEWAY_TOKEN``), which clients send as ``x-lich-token``
@@ -34,8 +42,10 @@ import hmac
 import ipaddress
 import json
 import logging
+import secrets
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +65,10 @@ __all__ = ["ConnectionGuard", "HostPolicy", "WebhookAdapter", "is_loopback"]
 
 PLATFORM = "webhook"
 MAX_ID_CHARS = 256
-_STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502, "budget": 429}
+#: Replies kept for their status URL (``reply_timeout_s``); the oldest go first.
+MAX_PARKED = 10_000
+_STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502,
+                    "unavailable": 503, "budget": 429}
 
 
 def is_loopback(host: str) -> bool:
@@ -297,6 +310,8 @@ class WebhookAdapter:
         )
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
+        # Replies that came after reply_timeout_s, by status id (bounded, oldest go).
+        self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
 
     # ------------------------------------------------------------------ app
 
@@ -315,8 +330,31 @@ class WebhookAdapter:
                 inbound = await self._inbound(request)
             except _BadRequest as exc:
                 return self._error(request, exc.status, exc.message)
-            reply = await self.context.bus.handle(inbound)
+            timeout = self.settings.reply_timeout_s
+            if timeout is None:
+                return self._reply_response(await self.context.bus.handle(inbound))
+            pending = await self.context.bus.submit(inbound)
+            try:
+                # Shielded: at the timeout the run goes on, and its reply is parked.
+                reply = await asyncio.wait_for(asyncio.shield(pending), timeout)
+            except TimeoutError:
+                return self._accepted(inbound, pending)
             return self._reply_response(reply)
+
+        async def status(request: Request) -> Response:
+            if not self._authorized(request):
+                return self._error(request, 401, "unauthorized")
+            self.guard.authenticated(request.scope.get("client"))
+            pending = self._parked.get(request.path_params["status_id"])
+            if pending is None:
+                return self._error(request, 404, "unknown or expired status id")
+            if not pending.done():
+                return JSONResponse({"status": "pending"}, status_code=202,
+                                    headers={"retry-after": "1"})
+            if pending.cancelled():
+                return JSONResponse({"error": "the gateway stopped before the reply"},
+                                    status_code=503)
+            return self._reply_response(pending.result())
 
         async def stream(request: Request) -> Response:
             try:
@@ -340,6 +378,7 @@ class WebhookAdapter:
                 Route("/health", health, methods=["GET"]),
                 Route("/message", message, methods=["POST"]),
                 Route("/message/stream", stream, methods=["POST"]),
+                Route("/message/status/{status_id}", status, methods=["GET"]),
             ],
             exception_handlers={HTTPException: not_found, Exception: internal},
         )
@@ -431,11 +470,36 @@ class WebhookAdapter:
             _identifier(data, "chat_id", "default"),
             _identifier(data, "user_id", "anonymous"),
             text,
+            _idempotency_key(request.headers.get("idempotency-key")),
         )
+
+    def _accepted(self, inbound: InboundMessage,
+                  pending: asyncio.Future[BusReply]) -> Response:
+        """``202`` with the URL where the reply will be: the run goes on."""
+        from starlette.responses import JSONResponse
+
+        status_id = secrets.token_urlsafe(18)  # unguessable: it names someone's reply
+        self._parked[status_id] = pending
+        while len(self._parked) > MAX_PARKED:
+            # The oldest answered one first; only when none is answered, the oldest.
+            victim = next((k for k, f in self._parked.items() if f.done()),
+                          next(iter(self._parked)))
+            del self._parked[victim]
+        url = f"/message/status/{status_id}"
+        log_event(self.log, logging.INFO, "reply_parked", chat=inbound.chat_id,
+                  timeout_s=self.settings.reply_timeout_s)
+        return JSONResponse(
+            {"status": "accepted", "status_url": url,
+             "session_id": self.context.bus.session_id_for(inbound.platform, inbound.chat_id)},
+            status_code=202, headers={"location": url})
 
     def _reply_response(self, reply: BusReply) -> Response:
         from starlette.responses import JSONResponse
 
+        if reply.kind == "duplicate":
+            # Taken before under this Idempotency-Key; its answer went to that request.
+            return JSONResponse({"status": "duplicate", "detail": reply.text,
+                                 "session_id": reply.session_id}, status_code=202)
         if reply.kind in _STATUS_FOR_KIND:
             status = _STATUS_FOR_KIND[reply.kind]
             headers = {"retry-after": "5"} if status in (429, 503) else None
@@ -464,7 +528,7 @@ class WebhookAdapter:
         async def run() -> None:
             try:
                 reply = await bus.handle(inbound, on_event=on_event, notify=notify)
-                if reply.kind in _STATUS_FOR_KIND:
+                if reply.kind in _STATUS_FOR_KIND or reply.kind == "duplicate":
                     queue.put_nowait(("error", {"error": reply.text, "kind": reply.kind,
                                                 "session_id": reply.session_id}))
                 else:
@@ -547,6 +611,21 @@ def _identifier(data: dict[str, Any], key: str, default: str) -> str:
     if len(text) > MAX_ID_CHARS:
         raise _BadRequest(400, f"{key} is longer than {MAX_ID_CHARS} characters")
     return text
+
+
+def _idempotency_key(value: str | None) -> str:
+    """The ``Idempotency-Key`` header: the message's id, so a retried request runs once
+    on a bus that removes duplicates (``""`` when absent)."""
+    if value is None:
+        return ""
+    key = value.strip()
+    if not key:
+        raise _BadRequest(400, "Idempotency-Key must not be empty")
+    if len(key) > MAX_ID_CHARS:
+        raise _BadRequest(400, f"Idempotency-Key is longer than {MAX_ID_CHARS} characters")
+    if not key.isprintable():
+        raise _BadRequest(400, "Idempotency-Key must be printable text")
+    return key
 
 
 def _reply_body(reply: BusReply) -> dict[str, Any]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import click
 
     from lich.config import LichConfig
+    from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
     from lich.providers import ProviderRegistry
     from lich.tools import ToolRegistry
@@ -219,6 +220,38 @@ class PluginHost(PluginLoader, HookCaller):
                     f"lich_make_router returned {type(result).__name__}, not a chat function "
                     "(an async callable (messages, tools, options) -> ChatResult)"))
                 continue
+            return result  # type: ignore[no-any-return]
+        return None
+
+    def make_bus(self, config: LichConfig, local: GatewayBus) -> MessageBus | None:
+        """``lich_make_bus``: the first non-``None`` answer, or ``None`` (use ``local``).
+
+        :raises lich.config.ConfigError: a bus plugin raised (its own
+            ``ConfigError`` as it is; anything else named with the plugin), or
+            answered with something that is not a bus.
+        """
+        from lich.config import ConfigError
+
+        for impl in self._impls("lich_make_bus"):
+            try:
+                result = _call_sync(impl, {"config": config, "local": local})
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise ConfigError([
+                    f"$.bus: lich_make_bus of plugin {impl.plugin_name!r} failed: "
+                    f"{self._describe(exc)}"
+                ]) from exc
+            if result is None:
+                continue
+            needed = ("submit", "handle", "start", "drain", "close", "cancel_runs")
+            missing = [name for name in needed if not callable(getattr(result, name, None))]
+            if missing:
+                # The gateway would fail at its first message, far from the cause.
+                raise ConfigError([
+                    f"$.bus: lich_make_bus of plugin {impl.plugin_name!r} returned "
+                    f"{type(result).__name__}, not a bus (it has no {', '.join(missing)})"
+                ])
             return result  # type: ignore[no-any-return]
         return None
 

@@ -331,13 +331,13 @@ def test_help_with_a_broken_config_still_works(
     monkeypatch.setenv("COLUMNS", columns)
     config = work / ".lich" / "config.toml"
     config.parent.mkdir()
-    config.write_text("bogus = 1\n", encoding="utf-8")
+    config.write_text("nonsense = 1\n", encoding="utf-8")
 
     result = lich("--help")
 
     assert result.exit_code == 0
     assert "chat" in result.stdout
-    assert f"  unavailable: ConfigError: {config}: $.bogus: unknown key\n" in result.stdout
+    assert f"  unavailable: ConfigError: {config}: $.nonsense: unknown key\n" in result.stdout
 
 
 def test_help_keeps_each_problem_of_a_broken_config_on_its_own_line(
@@ -345,7 +345,7 @@ def test_help_keeps_each_problem_of_a_broken_config_on_its_own_line(
 ) -> None:
     config = work / ".lich" / "config.toml"
     config.parent.mkdir()
-    config.write_text("bogus = 1\nfoo = 2\n", encoding="utf-8")
+    config.write_text("absurd = 1\nfoo = 2\n", encoding="utf-8")
 
     result = lich("--help")
 
@@ -353,7 +353,7 @@ def test_help_keeps_each_problem_of_a_broken_config_on_its_own_line(
     section = result.stdout.split("Plugin commands:\n", 1)[1]
     assert section.startswith(
         f"  unavailable: ConfigError: {config}: invalid configuration:\n"
-        "    $.bogus: unknown key\n"
+        "    $.absurd: unknown key\n"
         "    $.foo: unknown key\n"
     )
 

@@ -184,7 +184,7 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path, home: Path
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("bogus = 1\n", "$.bogus: unknown key"),
+        ("nonsense = 1\n", "$.nonsense: unknown key"),
         (PROVIDER + "colour = 'red'\n", "$.providers[0].colour: unknown key"),
         ("max_turns = 0\n", "$.max_turns: must be between 1 and 10000, got 0"),
         ("max_turns = '3'\n", "$.max_turns: expected an integer, got string"),
@@ -217,11 +217,11 @@ def test_bad_values_name_the_file_and_the_path(
 
 
 def test_several_problems_are_listed_together(tmp_path: Path, home: Path) -> None:
-    path = write_config(tmp_path, "bogus = 1\nother = 2\n")
+    path = write_config(tmp_path, "nonsense = 1\nother = 2\n")
     error = problems_of(tmp_path)
-    assert error.problems == ["$.bogus: unknown key", "$.other: unknown key"]
+    assert error.problems == ["$.nonsense: unknown key", "$.other: unknown key"]
     assert str(error) == (
-        f"{path}: invalid configuration:\n  $.bogus: unknown key\n  $.other: unknown key"
+        f"{path}: invalid configuration:\n  $.nonsense: unknown key\n  $.other: unknown key"
     )
 
 

@@ -89,6 +89,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_check_config": ["config"],
         "lich_register_commands": ["cli"],
         "lich_register_gateway_adapters": ["registry"],
+        "lich_make_bus": ["config", "local"],
         "lich_run_start": ["run"],
         "lich_price_call": ["provider", "model", "usage", "config"],
         "lich_before_model_call": ["run", "turn", "usage", "cost_usd"],
@@ -113,7 +114,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
         firstresult = {"lich_make_router", "lich_request_approval", "lich_price_call",
-                       "lich_before_model_call"}
+                       "lich_before_model_call", "lich_make_bus"}
         assert bool(caller.spec.opts.get("firstresult")) == (name in firstresult), name
 
 

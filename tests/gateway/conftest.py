@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from lich.agent import Agent, load_plugins
-from lich.gateway.bus import GatewayBus
+from lich.events import EventHandler
+from lich.gateway.approvals import Notify
+from lich.gateway.bus import BusReply, GatewayBus, InboundMessage
 from lich.gateway.runner import GatewayRunner
 from lich.testing import Reply, ScriptedChat, ScriptRequest, Step, make_test_config
 from lich.types import ChatOptions, ChatResult, Message, ToolCall, ToolDefinition, UserMessage
@@ -75,6 +77,45 @@ class GatedChat:
             return await self.inner(messages, tools, options)
         finally:
             self.finished.append(text)
+
+
+class ForwardingBus:
+    """A :class:`lich.gateway.MessageBus` that hands everything to the in-process bus;
+    tests subclass it to put something between the adapters and the runs."""
+
+    def __init__(self, local: GatewayBus) -> None:
+        self.local = local
+
+    @property
+    def closed(self) -> bool:
+        return self.local.closed
+
+    @property
+    def in_flight(self) -> int:
+        return self.local.in_flight
+
+    def session_id_for(self, platform: str, chat_id: str) -> str:
+        return self.local.session_id_for(platform, chat_id)
+
+    async def start(self) -> None:
+        await self.local.start()
+
+    async def submit(self, message: InboundMessage, *, on_event: EventHandler | None = None,
+                     notify: Notify | None = None) -> asyncio.Future[BusReply]:
+        return await self.local.submit(message, on_event=on_event, notify=notify)
+
+    async def handle(self, message: InboundMessage, *, on_event: EventHandler | None = None,
+                     notify: Notify | None = None) -> BusReply:
+        return await (await self.submit(message, on_event=on_event, notify=notify))
+
+    def close(self) -> None:
+        self.local.close()
+
+    def cancel_runs(self) -> None:
+        self.local.cancel_runs()
+
+    async def drain(self, grace_s: float) -> bool:
+        return await self.local.drain(grace_s)
 
 
 @pytest.fixture

@@ -151,6 +151,7 @@ class FakeTelegram:
         self.sent: list[dict[str, Any]] = []  # {"chat_id", "text", "at"}
         self.send_attempts: list[HttpRequest] = []
         self.polls: list[HttpRequest] = []
+        self.webhooks: list[dict[str, Any]] = []  # the setWebhook calls' bodies
         self.send_failures: list[HttpResponse] = []  # answered, in order, before succeeding
         self.poll_failures: list[HttpResponse] = []  # the same, for getUpdates
         self.too_long: list[str] = []  # texts refused as over the 4096-unit limit
@@ -199,6 +200,9 @@ class FakeTelegram:
         method = request.path[len(prefix):]
         if method == "getUpdates":
             return await self._get_updates(request)
+        if method == "setWebhook":
+            self.webhooks.append(request.json())
+            return HttpResponse(200, {"ok": True, "result": True})
         if method == "sendMessage":
             self.send_attempts.append(request)
             if self.send_failures:

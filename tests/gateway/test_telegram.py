@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from lich.gateway.bus import BusReply, GatewayBus, InboundMessage
 from lich.gateway.runner import GatewayRunner
 from lich.gateway.telegram import NON_TEXT_REPLY
+from lich.hooks import hookimpl
 from lich.testing import async_wait_for
 
-from .conftest import EMOJI, NOTES, events
+from .conftest import EMOJI, NOTES, ForwardingBus, events
 from .fakes import FakeTelegram, HttpResponse
 
 TOKEN = "123456:TEST-token_value"
@@ -270,3 +272,83 @@ async def test_missing_token_is_a_clear_startup_error(start_gateway: Any, fake: 
 
     with pytest.raises(GatewayError, match="LICH_TELEGRAM_BOT_TOKEN"):
         await start_gateway([], settings(fake), env={})
+
+
+
+class RefuseOnce:
+    """A bus plugin whose bus cannot admit its first message (a broker that is away)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, str]] = []
+
+    @hookimpl
+    def lich_make_bus(self, config: Any, local: GatewayBus) -> Any:
+        plugin = self
+
+        class Refusing(ForwardingBus):
+            async def submit(self, message: InboundMessage, *, on_event: Any = None,
+                             notify: Any = None) -> asyncio.Future[BusReply]:
+                plugin.submitted.append((message.text, message.message_id))
+                if len(plugin.submitted) == 1:
+                    future: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
+                    future.set_result(BusReply("unavailable", "away", "s"))
+                    return future
+                return await super().submit(message, on_event=on_event, notify=notify)
+
+        return Refusing(local)
+
+
+async def test_an_update_the_bus_did_not_admit_is_not_acknowledged(start_gateway: Any,
+                                                                   fake: FakeTelegram):
+    plugin = RefuseOnce()
+    await start_gateway([], settings(fake), env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN},
+                        objects=[("refuse", plugin)])
+    update = fake.push(USER, USER, "hi")
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply")
+    assert fake.texts_to(USER) == ["you said: hi | earlier: -"]
+    # Refused, so not acknowledged: getUpdates returned it again (the fake forgets an
+    # update once an offset passes it) and it was admitted, both times under the same
+    # id (the bot's id and the update id).
+    assert plugin.submitted == [("hi", f"123456:{update}")] * 2
+
+
+SECRET = "s3cret_token-value"
+
+
+async def test_webhook_mode_sets_the_webhook_and_answers_only_telegram(
+    start_gateway: Any, fake: FakeTelegram,
+):
+    import httpx
+
+    runner = await start_gateway(
+        [], settings(fake, webhook_url="https://bot.example/telegram", listen_port=0),
+        env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN, "LICH_TELEGRAM_WEBHOOK_SECRET": SECRET})
+    adapter = runner.adapter("telegram")
+    assert adapter.exclusive is False  # any number of ingresses may serve a webhook
+    assert fake.webhooks == [{"url": "https://bot.example/telegram", "secret_token": SECRET,
+                              "allowed_updates": ["message"]}]
+    assert fake.polls == []
+    update = {"update_id": 77, "message": {
+        "message_id": 1, "from": {"id": USER, "is_bot": False}, "chat": {"id": USER},
+        "text": "hi"}}
+    url = f"http://127.0.0.1:{adapter.port}/telegram"
+    async with httpx.AsyncClient(timeout=30) as client:
+        wrong = await client.post(url, json=update,
+                                  headers={"x-telegram-bot-api-secret-token": "guess"})
+        missing = await client.post(url, json=update)
+        assert (wrong.status_code, missing.status_code) == (401, 401)
+        ok = await client.post(url, json=update,
+                               headers={"x-telegram-bot-api-secret-token": SECRET})
+        assert ok.status_code == 200
+    await async_wait_for(lambda: fake.texts_to(USER), what="the reply")
+    assert fake.texts_to(USER) == ["you said: hi | earlier: -"]
+
+
+async def test_webhook_mode_needs_a_well_formed_secret(start_gateway: Any, fake: FakeTelegram):
+    from lich.gateway.registry import GatewayError
+
+    with pytest.raises(GatewayError, match="LICH_TELEGRAM_WEBHOOK_SECRET"):
+        await start_gateway(
+            [], settings(fake, webhook_url="https://bot.example/t", listen_port=0),
+            env={"LICH_TELEGRAM_BOT_TOKEN": TOKEN, "LICH_TELEGRAM_WEBHOOK_SECRET": "no spaces"})
+    assert fake.webhooks == []

@@ -326,3 +326,49 @@ def test_connection_guard_drops_the_oldest_unauthenticated_connection() -> None:
     assert e.closed
     assert not any(x.closed for x in (a, c, d))
     assert guard.dropped == 2
+
+
+@pytest.mark.parametrize(("key", "problem"), [
+    ("", "Idempotency-Key must not be empty"),
+    ("a\x7fb", "Idempotency-Key must be printable text"),
+    ("k" * 257, "Idempotency-Key is longer than 256 characters"),
+])
+async def test_a_bad_idempotency_key_is_refused(start_gateway: Any, client: httpx.AsyncClient,
+                                                key: str, problem: str):
+    runner, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message", json={"text": "hi"},
+                                 headers={"idempotency-key": key})
+    assert response.status_code == 400
+    assert response.json() == {"error": problem}
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+async def test_a_reply_slower_than_reply_timeout_is_fetched_from_its_status_url(
+    start_gateway: Any, client: httpx.AsyncClient,
+):
+    chat = GatedChat()
+    runner, url = await _webhook(start_gateway, chat=chat,
+                                 gateway={"webhook": {"port": 0, "reply_timeout_s": 0.1},
+                                          "platforms": ["webhook"]},
+                                 env={"LICH_GATEWAY_TOKEN": TOKEN})
+    auth = {"x-lich-token": TOKEN}
+    response = await client.post(f"{url}/message", json={"text": "hold slow", "chat_id": "s"},
+                                 headers=auth)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "accepted"
+    assert body["session_id"] == runner.bus.session_id_for("webhook", "s")  # type: ignore[union-attr]
+    status_url = f"{url}{body['status_url']}"
+    assert response.headers["location"] == body["status_url"]
+    assert (await client.get(status_url)).status_code == 401  # a reply is someone's
+    pending = await client.get(status_url, headers=auth)
+    assert (pending.status_code, pending.json()) == (202, {"status": "pending"})
+    chat.gate("slow").set()
+
+    async def answered() -> httpx.Response | None:
+        r = await client.get(status_url, headers=auth)
+        return r if r.status_code == 200 else None
+
+    done = await async_wait_for(answered, what="the parked reply")
+    assert done.json()["reply"].startswith("you said: hold slow")
+    assert (await client.get(f"{url}/message/status/nope", headers=auth)).status_code == 404

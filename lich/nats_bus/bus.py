@@ -1,0 +1,808 @@
+"""The nats bus: inbound messages through a JetStream work queue, run from partition consumers.
+
+Ingress (every process): :meth:`NatsBus.submit` publishes the message to
+``<stream>.in.<partition>.<conversation>`` with ``Nats-Msg-Id`` set from the
+platform's own message id, and returns once the broker acknowledged the
+publish — only then is the platform acknowledged. The reply comes back on
+core NATS to ``<stream>.reply.<ingress>.<admission>``, the subject of the
+process that admitted it (with the run's events first, when asked for).
+
+* The stream keeps at most ``[gateway] queue_limit`` messages per
+  conversation (``discard_new_per_subject``): past that the broker refuses the
+  publish and the answer is ``busy``, across every ingress process.
+* A publish the broker reports as a duplicate (same id within
+  ``duplicate_window_s``) runs nothing: the process that admitted it first
+  gets the reply; another process answers with the reply it still has in
+  memory, or ``duplicate``.
+* A publish the broker did not take (down, timed out) is answered
+  ``unavailable``: nothing was admitted, the platform may send it again.
+
+Consumers (``consume = true``): one durable pull consumer per partition,
+explicit ack, ``max_ack_pending = 1`` — one message of a partition in flight
+across every consumer of the cluster, so a conversation's messages run in
+order. A running turn sends in-progress signals every ``heartbeat_s``, so it
+keeps its message past ``ack_wait_s``; a consumer that dies (or stalls past
+``ack_wait_s``) loses it to another, before the partition's next message. A
+message delivered more than ``max_deliver`` times is given up: recorded in its
+conversation's transcript, answered with an error, and acknowledged. The turn
+itself is the in-process bus's (``local``): the transcript, ``/new``, the
+history cap and sanitised errors are exactly the single-process gateway's.
+
+A turn is acknowledged before its reply is sent, so a consumer dying between
+the two loses that reply (the turn is in the transcript); one dying during a
+turn has the message run again by another consumer, from the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from lich import serialization
+from lich.events import Envelope, EventHandler
+from lich.gateway._format import log_event, redact
+from lich.gateway._pacing import sleep_or_stop
+from lich.gateway.approvals import Notify
+from lich.gateway.bus import (
+    BUSY_TEXT,
+    CLOSED_TEXT,
+    BusReply,
+    GatewayBus,
+    InboundMessage,
+    ReplyKind,
+)
+from lich.gateway.registry import GatewayError
+from lich.nats_bus.lease import NatsLease
+from lich.nats_bus.settings import (
+    NatsBusSettings,
+    admission_token,
+    conversation_token,
+    partition_of,
+)
+from lich.types import Usage
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+    from nats.js.client import JetStreamContext
+    from nats.js.kv import KeyValue
+
+__all__ = [
+    "DUPLICATE_TEXT",
+    "GAVE_UP_TEXT",
+    "TOO_LARGE_TEXT",
+    "UNAVAILABLE_TEXT",
+    "NatsBus",
+    "partition_consumer_config",
+]
+
+log = logging.getLogger("lich.gateway")
+
+DUPLICATE_TEXT = "already received: this message is being answered (or was) elsewhere."
+UNAVAILABLE_TEXT = "the message queue is unavailable; send your message again in a moment."
+TOO_LARGE_TEXT = "too large: this message is over the message queue's size limit."
+GAVE_UP_TEXT = ("failed: this message could not be handled after {n} attempts and was "
+                "dropped; send it again to retry.")
+
+#: JetStream's error code for a publish refused by ``max_msgs_per_subject`` with
+#: ``discard_new_per_subject`` (the conversation's queue is full).
+_PER_SUBJECT_FULL = 10077
+#: "stream name already in use with a different configuration": update it instead.
+_STREAM_EXISTS = 10058
+#: The stream's metadata key recording P, so another P is noticed before it reorders.
+_PARTITIONS_KEY = "lich_partitions"
+#: How long one pull request waits for a message before it is made again.
+_FETCH_S = 5.0
+#: Replies remembered by admission id, for a duplicate that comes after its reply.
+_RECENT_REPLIES = 1024
+#: How long a stopping bus waits for replies to messages it admitted but others run.
+_REPLY_GRACE_S = 10.0
+#: How long a reply is sent again while its ingress does not answer (reconnecting).
+_REPLY_RETRY_S = 60.0
+
+
+class _Waiter:
+    """The reply an ingress waits for, and who wants the run's events.
+
+    ``uncertain_until`` is set when the publish timed out: the broker may have
+    stored the message all the same, so the waiter stays (a retry of the same
+    message joins it) until the duplicate window has passed.
+    """
+
+    __slots__ = ("future", "handlers", "session_id", "uncertain_until")
+
+    def __init__(self, future: asyncio.Future[BusReply], session_id: str,
+                 handler: EventHandler | None) -> None:
+        self.future = future
+        self.session_id = session_id
+        self.handlers: list[EventHandler] = [handler] if handler is not None else []
+        self.uncertain_until: float | None = None
+
+
+class _EventForwarder:
+    """Publishes a run's events to its ingress, in order, before the reply."""
+
+    def __init__(self, nc: Client, subject: str) -> None:
+        self._nc = nc
+        self._subject = subject
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._task = asyncio.create_task(self._pump(), name="lich-nats-events")
+
+    def __call__(self, envelope: Envelope) -> None:
+        body = {"type": "event", "envelope": serialization.envelope_to_dict(envelope)}
+        self._queue.put_nowait(json.dumps(body, ensure_ascii=False).encode())
+
+    async def _pump(self) -> None:
+        while (data := await self._queue.get()) is not None:
+            try:
+                await self._nc.publish(self._subject, data)
+            except Exception as exc:  # an event lost is not a turn lost
+                log_event(log, logging.WARNING, "event_forward_failed",
+                          error=f"{type(exc).__name__}: {exc}")
+
+    async def close(self) -> None:
+        self._queue.put_nowait(None)
+        await self._task
+
+
+def _done(reply: BusReply) -> asyncio.Future[BusReply]:
+    future: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
+    future.set_result(reply)
+    return future
+
+
+def _reply_to_dict(reply: BusReply) -> dict[str, Any]:
+    return {
+        "kind": reply.kind,
+        "text": reply.text,
+        "session_id": reply.session_id,
+        "usage": serialization.unstructure(reply.usage) if reply.usage is not None else None,
+        "run_id": reply.run_id,
+    }
+
+
+def _reply_from_dict(data: Mapping[str, Any]) -> BusReply:
+    usage = data.get("usage")
+    kind: ReplyKind = data["kind"]
+    return BusReply(kind, str(data["text"]), str(data["session_id"]),
+                    serialization.structure(usage, Usage) if usage is not None else None,
+                    data.get("run_id"))
+
+
+def _envelope_from_dict(data: Mapping[str, Any]) -> Envelope:
+    return Envelope(str(data["run_id"]), str(data["session_id"]), int(data["seq"]),
+                    float(data["ts"]), serialization.event_from_dict(data))
+
+
+def partition_consumer_config(settings: NatsBusSettings, partition: int) -> ConsumerConfig:
+    """The durable pull consumer of one partition, as every process of the bus makes it."""
+    return ConsumerConfig(
+        durable_name=settings.consumer_name(partition),
+        filter_subject=settings.partition_subjects(partition),
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=settings.ack_wait_s,
+        # One message of a partition in flight, across every consumer process.
+        max_ack_pending=1,
+        # lich gives up itself (recorded and answered) after max_deliver.
+        max_deliver=-1,
+    )
+
+
+class NatsBus:
+    """The ``nats`` bus (see the module docstring).
+
+    :param settings: the parsed ``[bus]`` table.
+    :param local: the in-process bus the consumers run messages on (its
+        ``queue_limit`` becomes the stream's per-conversation limit).
+    :param env: where ``token_env`` is read (``os.environ`` by default).
+    """
+
+    def __init__(self, settings: NatsBusSettings, local: GatewayBus, *,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        self.local = local
+        # Another process may run the conversation's next turn: each turn reads the
+        # transcript rather than a history this process kept from an earlier one.
+        if local.agent.config.persist_sessions:
+            local.keep_history = False
+        self._token = (os.environ if env is None else env).get(settings.token_env, "").strip()
+        self.ingress_id = secrets.token_hex(8)
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._waiters: dict[str, _Waiter] = {}
+        self._recent: OrderedDict[str, BusReply] = OrderedDict()
+        self._closed = False
+        self._stopping = asyncio.Event()
+        self._consumers: dict[int, asyncio.Task[None]] = {}
+        self._busy_partitions: set[int] = set()
+        #: Runs at once in this process: ``concurrency``, or one per partition.
+        self.concurrency = settings.concurrency or settings.partitions
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._slot_freed = asyncio.Event()
+        self._replies: set[asyncio.Task[None]] = set()
+        self._leases_kv: KeyValue | None = None
+        self._leases: list[NatsLease] = []
+        self._drained = False
+        #: In-progress signals sent for running turns (what keeps them past ack_wait).
+        self.heartbeats = 0
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (new messages are refused)."""
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Replies this process waits for, plus messages its consumers are running."""
+        return len(self._waiters) + len(self._busy_partitions)
+
+    def session_id_for(self, platform: str, chat_id: str) -> str:
+        """The session id of a conversation (the same in every process of the install)."""
+        return self.local.session_id_for(platform, chat_id)
+
+    async def lease(self, name: str) -> NatsLease:
+        """The lease that lets one process at a time run the platform ``name``.
+
+        :raises GatewayError: the broker refuses the leases' bucket.
+        """
+        assert self._js is not None, "start() the bus first"
+        if self._leases_kv is None:
+            try:
+                self._leases_kv = await self._js.create_key_value(KeyValueConfig(
+                    bucket=f"{self.settings.stream}_LEASES", history=1,
+                    ttl=self.settings.lease_ttl_s))
+            except nats.js.errors.APIError as exc:
+                raise GatewayError(
+                    f"the nats bus cannot set up its leases: {exc.description}") from exc
+        lease = NatsLease(self._leases_kv, name, self.ingress_id, self.settings.lease_ttl_s)
+        self._leases.append(lease)
+        return lease
+
+    def _reply_subject(self, admission: str) -> str:
+        return f"{self.settings.stream}.reply.{self.ingress_id}.{admission}"
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Connect, create (or update) the stream and the partition consumers, subscribe.
+
+        :raises GatewayError: the broker cannot be reached, or refuses the stream
+            or a consumer (the message says which and why).
+        """
+        servers = list(self.settings.servers)
+        try:
+            self._nc = await nats.connect(
+                servers=servers,
+                name=f"lich-{self.ingress_id}",
+                connect_timeout=self.settings.connect_timeout_s,
+                # The first connection tries each server twice, then gives up: a wrong
+                # address is an error at start, not a gateway that waits forever.
+                allow_reconnect=True,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=1,
+                # No buffering while disconnected: a publish then fails at once (the
+                # message is refused, the platform keeps it) instead of reaching the
+                # broker later, after its sender was told it was not taken.
+                pending_size=0,
+                token=self._token or None,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+            )
+        except Exception as exc:
+            raise GatewayError(
+                f"the nats bus cannot reach {', '.join(servers)}: "
+                f"{redact(f'{type(exc).__name__}: {exc}', [self._token])}") from exc
+        # Once connected, reconnect for as long as it takes: a broker restart must not
+        # end the gateway (nats-py reads this option at each reconnect).
+        self._nc.options["max_reconnect_attempts"] = -1
+        self._js = self._nc.jetstream(timeout=self.settings.publish_timeout_s)
+        try:
+            await self._ensure_stream()
+            await self._nc.subscribe(f"{self.settings.stream}.reply.{self.ingress_id}.*",
+                                     cb=self._on_reply)
+            if self.settings.consume:
+                await self._start_consumers()
+        except BaseException:
+            await self._nc.close()
+            raise
+        log_event(log, logging.INFO, "nats_bus_ready", stream=self.settings.stream,
+                  partitions=self.settings.partitions, consume=self.settings.consume,
+                  ingress=self.ingress_id)
+
+    async def _ensure_stream(self) -> None:
+        assert self._js is not None
+        s = self.settings
+        config = StreamConfig(
+            name=s.stream,
+            subjects=[f"{s.stream}.in.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            # The per-conversation queue limit, kept by the broker for every ingress.
+            discard=DiscardPolicy.NEW,
+            discard_new_per_subject=True,
+            max_msgs_per_subject=self.local.queue_limit,
+            duplicate_window=s.duplicate_window_s,
+            metadata={_PARTITIONS_KEY: str(s.partitions)},
+        )
+        try:
+            await self._check_partitions()
+            try:
+                await self._js.add_stream(config)
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != _STREAM_EXISTS:
+                    raise
+                await self._js.update_stream(config)
+        except nats.js.errors.APIError as exc:
+            raise GatewayError(
+                f"the nats bus cannot set up stream {s.stream!r}: {exc.description}") from exc
+
+    async def _check_partitions(self) -> None:
+        """Refuse another P while messages wait (they would change lanes and could overtake
+        each other); with the stream empty, drop the consumers of partitions now gone."""
+        assert self._js is not None
+        s = self.settings
+        try:
+            info = await self._js.stream_info(s.stream)
+        except nats.js.errors.NotFoundError:
+            return  # a new stream
+        before = (info.config.metadata or {}).get(_PARTITIONS_KEY)
+        if before is None or before == str(s.partitions):
+            return
+        if info.state.messages:
+            raise GatewayError(
+                f"stream {s.stream!r} was made for {before} partitions and holds "
+                f"{info.state.messages} messages; [bus] partitions = {s.partitions} would "
+                "reorder them: let the stream empty first (stop the ingresses, keep the "
+                "consumers running), or keep partitions at " + before)
+        for consumer in await self._js.consumers_info(s.stream):
+            name = consumer.name or ""
+            prefix = f"{s.stream}_p"
+            if name.startswith(prefix) and name[len(prefix):].isdigit() \
+                    and int(name[len(prefix):]) >= s.partitions:
+                await self._js.delete_consumer(s.stream, name)
+        log_event(log, logging.WARNING, "partitions_changed", stream=s.stream,
+                  before=before, after=s.partitions)
+
+    async def _start_consumers(self) -> None:
+        assert self._js is not None
+        s = self.settings
+        for partition in range(s.partitions):
+            try:
+                await self._js.add_consumer(s.stream, partition_consumer_config(s, partition))
+                sub = await self._js.pull_subscribe_bind(
+                    durable=s.consumer_name(partition), stream=s.stream)
+            except nats.js.errors.APIError as exc:
+                raise GatewayError(
+                    f"the nats bus cannot set up consumer {s.consumer_name(partition)!r}: "
+                    f"{exc.description}") from exc
+            self._consumers[partition] = asyncio.create_task(
+                self._consume(partition, sub), name=f"lich-nats-p{partition}")
+
+    def close(self) -> None:
+        """Refuse new messages and stop taking messages from the stream; runs go on."""
+        self._closed = True
+        self._stopping.set()
+        for partition, task in self._consumers.items():
+            if partition not in self._busy_partitions:
+                # Waiting in a fetch. A message that arrives as it is cancelled is not
+                # lost: unacknowledged, it is delivered again after ack_wait.
+                task.cancel()
+
+    def cancel_runs(self) -> None:
+        """Close, and cancel this process's runs now (they end ``aborted``)."""
+        self.close()
+        self.local.cancel_runs()
+
+    async def drain(self, grace_s: float) -> bool:
+        """Close, let runs finish within ``grace_s``, cancel the rest, disconnect.
+
+        A run cancelled here ends ``aborted`` as in the in-process bus (its message is
+        acknowledged and the user told). Messages waiting in the stream stay there for
+        the next consumer. Replies this process waits for from other consumers get
+        what is left of ``grace_s``; those still missing then are answered ``closed``
+        (their messages stay in the stream and run later).
+        """
+        self.close()
+        if self._drained:
+            return True
+        self._drained = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        clean = await self.local.drain(grace_s)
+        tasks = list(self._consumers.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._replies:
+            # Replies of the turns that ran here, on their way to other ingresses.
+            await asyncio.wait(set(self._replies), timeout=_REPLY_GRACE_S)
+        if self._waiters:
+            # Replies of messages run elsewhere: within what is left of the grace period.
+            clean = await self._wait_replies(deadline - loop.time()) and clean
+        for admission, waiter in list(self._waiters.items()):
+            del self._waiters[admission]
+            if not waiter.future.done():
+                waiter.future.set_result(BusReply("closed", CLOSED_TEXT, waiter.session_id))
+        for lease in self._leases:
+            await lease.release()  # a standby takes over now, not after the ttl
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+        log_event(log, logging.INFO, "nats_bus_stopped", clean=clean)
+        return clean
+
+    async def _wait_replies(self, timeout_s: float) -> bool:
+        pending = [w.future for w in self._waiters.values() if w.uncertain_until is None]
+        if not pending or timeout_s <= 0:
+            return not pending
+        _, late = await asyncio.wait(pending, timeout=timeout_s)
+        return not late
+
+    # ------------------------------------------------------------ connection
+
+    async def _on_error(self, exc: Exception) -> None:
+        log_event(log, logging.WARNING, "nats_error",
+                  error=redact(f"{type(exc).__name__}: {exc}", [self._token]))
+
+    async def _on_disconnected(self) -> None:
+        log_event(log, logging.WARNING, "nats_disconnected")
+
+    async def _on_reconnected(self) -> None:
+        log_event(log, logging.INFO, "nats_reconnected")
+
+    # ---------------------------------------------------------------- ingress
+
+    async def submit(
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
+    ) -> asyncio.Future[BusReply]:
+        """Publish ``message``; return once the broker stored it, with its reply to await.
+
+        Refused messages (``busy``, ``closed``, ``unavailable``) and duplicates
+        (``duplicate``, or the reply already received) have a future already done.
+        ``notify`` is not carried to the worker that runs the message: a call
+        needing approval is denied there (``approval_unavailable``), so allow what a
+        cluster's conversations need in ``[approvals]`` (docs/cluster.md).
+        """
+        session_id = self.session_id_for(message.platform, message.chat_id)
+        if self._closed or self._js is None:
+            return _done(BusReply("closed", CLOSED_TEXT, session_id))
+        admission = (admission_token(message.platform, message.chat_id, message.message_id)
+                     if message.message_id else "g" + secrets.token_hex(16))
+        self._forget_uncertain()
+        waiting = self._waiters.get(admission)
+        if waiting is not None:  # the same message again while its first copy runs
+            if on_event is not None:
+                waiting.handlers.append(on_event)
+            if waiting.uncertain_until is not None:
+                # Its publish timed out: publish again (the broker drops it if it has it).
+                del self._waiters[admission]
+                return await self._publish(message, admission, session_id, waiting)
+            return waiting.future
+        if admission in self._recent:
+            return _done(self._recent[admission])
+        future: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
+        return await self._publish(message, admission, session_id,
+                                   _Waiter(future, session_id, on_event))
+
+    async def _publish(self, message: InboundMessage, admission: str, session_id: str,
+                       waiter: _Waiter) -> asyncio.Future[BusReply]:
+        assert self._js is not None
+        future = waiter.future
+        waiter.uncertain_until = None
+        # Before the publish: the reply may come back before the publish's own answer.
+        self._waiters[admission] = waiter
+        partition = partition_of(message.platform, message.chat_id, self.settings.partitions)
+        body = {
+            "platform": message.platform,
+            "chat_id": message.chat_id,
+            "user_id": message.user_id,
+            "text": message.text,
+            "message_id": message.message_id,
+            "admission": admission,
+            "reply_to": self._reply_subject(admission),
+            "events": bool(waiter.handlers),
+        }
+        fields = {"platform": message.platform, "chat": message.chat_id,
+                  "admission": admission, "partition": partition}
+        refusal: BusReply | None = None
+        try:
+            ack = await self._js.publish(
+                self.settings.subject(partition,
+                                      conversation_token(message.platform, message.chat_id)),
+                json.dumps(body, ensure_ascii=False).encode(),
+                timeout=self.settings.publish_timeout_s,
+                stream=self.settings.stream,
+                headers={"Nats-Msg-Id": admission},
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _PER_SUBJECT_FULL:
+                log_event(log, logging.WARNING, "busy", **fields,
+                          limit=self.local.queue_limit)
+                refusal = BusReply("busy", BUSY_TEXT, session_id)
+            else:
+                log_event(log, logging.ERROR, "publish_refused", **fields,
+                          error=exc.description or str(exc))
+                refusal = BusReply("unavailable", UNAVAILABLE_TEXT, session_id)
+        except nats.errors.MaxPayloadError:
+            # Sending it again cannot help: say so rather than "try again".
+            log_event(log, logging.WARNING, "message_too_large", **fields,
+                      limit=self._nc.max_payload if self._nc is not None else None)
+            refusal = BusReply("error", TOO_LARGE_TEXT, session_id)
+        except Exception as exc:  # no connection, no stream, no answer: not admitted
+            log_event(log, logging.ERROR, "publish_failed", **fields,
+                      error=redact(f"{type(exc).__name__}: {exc}", [self._token]))
+            if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
+                # Sent, but unanswered: it may be stored. Keep the waiter (the reply
+                # still comes to it); the platform is told to send it again, and its
+                # retry, a duplicate for the broker, joins this waiter.
+                waiter.uncertain_until = (asyncio.get_running_loop().time()
+                                          + self.settings.duplicate_window_s)
+                return _done(BusReply("unavailable", UNAVAILABLE_TEXT, session_id))
+            refusal = BusReply("unavailable", UNAVAILABLE_TEXT, session_id)
+        else:
+            if ack.duplicate:
+                # The broker has it from an earlier admission (another process's, or
+                # this one's before a restart): whoever admitted it gets the reply.
+                log_event(log, logging.INFO, "duplicate", **fields, seq=ack.seq)
+                refusal = BusReply("duplicate", DUPLICATE_TEXT, session_id)
+            else:
+                log_event(log, logging.INFO, "message_in", **fields, user=message.user_id,
+                          chars=len(message.text), seq=ack.seq)
+        if refusal is not None:
+            if self._waiters.get(admission) is waiter:
+                del self._waiters[admission]
+            if not future.done():
+                future.set_result(refusal)
+        return future
+
+    def _forget_uncertain(self) -> None:
+        """Drop the waiters of timed-out publishes once no retry can join them."""
+        now = asyncio.get_running_loop().time()
+        for admission, waiter in list(self._waiters.items()):
+            if waiter.uncertain_until is not None and waiter.uncertain_until < now:
+                del self._waiters[admission]
+
+    async def handle(
+        self,
+        message: InboundMessage,
+        *,
+        on_event: EventHandler | None = None,
+        notify: Notify | None = None,
+    ) -> BusReply:
+        """:meth:`submit`, then wait for the reply (``on_event`` gets the run's events)."""
+        return await (await self.submit(message, on_event=on_event, notify=notify))
+
+    async def _on_reply(self, msg: Msg) -> None:
+        admission = msg.subject.rsplit(".", 1)[-1]
+        if msg.reply:
+            # Received: the sender stops sending it again (also for one we no longer
+            # wait for, or a duplicate of one that came already).
+            with contextlib.suppress(Exception):
+                await msg.respond(b"")
+        waiter = self._waiters.get(admission)
+        if waiter is None:
+            return  # answered already, or a reply for a waiter that gave up
+        try:
+            data = json.loads(msg.data)
+            if data.get("type") == "event":
+                envelope = _envelope_from_dict(data["envelope"])
+                for handler in list(waiter.handlers):
+                    handler(envelope)
+                return
+            reply = _reply_from_dict(data["reply"])
+        except Exception as exc:  # a malformed reply must not take the subscription down
+            log_event(log, logging.ERROR, "reply_unreadable", admission=admission,
+                      error=f"{type(exc).__name__}: {exc}")
+            return
+        self._resolve(admission, reply)
+
+    def _resolve(self, admission: str, reply: BusReply) -> None:
+        """Answer the waiter of ``admission`` and remember the reply for a late duplicate."""
+        waiter = self._waiters.pop(admission, None)
+        self._recent[admission] = reply
+        while len(self._recent) > _RECENT_REPLIES:
+            self._recent.popitem(last=False)
+        if waiter is not None and not waiter.future.done():
+            waiter.future.set_result(reply)
+
+    # -------------------------------------------------------------- consumers
+
+    async def _consume(self, partition: int, sub: JetStreamContext.PullSubscription) -> None:
+        """Take the partition's messages one at a time until stopped."""
+        while not self._stopping.is_set():
+            # Ask for a message only with a run slot free: a worker at its concurrency
+            # leaves the partitions' messages to the workers that have room.
+            while self._slots.locked():
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            try:
+                msgs = await sub.fetch(1, timeout=_FETCH_S)
+            except nats.errors.TimeoutError:
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker is away: try again after a pause
+                if self._stopping.is_set():
+                    return
+                log_event(log, logging.WARNING, "fetch_failed", partition=partition,
+                          error=f"{type(exc).__name__}: {exc}")
+                if await sleep_or_stop(1.0, self._stopping):
+                    return
+                continue
+            for msg in msgs:
+                self._busy_partitions.add(partition)
+                # From receipt: a message that waits for a slot (another partition's
+                # fetch took the last one meanwhile) stays this consumer's.
+                heartbeat = asyncio.create_task(self._heartbeat(msg, {"partition": partition}))
+                try:
+                    async with self._slots:
+                        await self._process(partition, msg)
+                finally:
+                    self._slot_freed.set()
+                    heartbeat.cancel()
+                    await asyncio.gather(heartbeat, return_exceptions=True)
+                    self._busy_partitions.discard(partition)
+
+    async def _process(self, partition: int, msg: Msg) -> None:
+        try:
+            data = json.loads(msg.data)
+            inbound = InboundMessage(str(data["platform"]), str(data["chat_id"]),
+                                     str(data["user_id"]), str(data["text"]),
+                                     str(data.get("message_id", "")))
+            reply_to = str(data["reply_to"])
+            admission = str(data["admission"])
+        except Exception as exc:
+            # Not a message lich published: it can never run; drop it (once, loudly).
+            log_event(log, logging.ERROR, "message_unreadable", partition=partition,
+                      error=f"{type(exc).__name__}: {exc}")
+            await self._ack(msg, {"partition": partition})
+            return
+        deliveries = msg.metadata.num_delivered
+        fields = {"platform": inbound.platform, "chat": inbound.chat_id,
+                  "admission": admission, "partition": partition, "delivery": deliveries}
+        if deliveries > self.settings.max_deliver:
+            await self._give_up(msg, inbound, reply_to, admission, fields)
+            return
+        if deliveries > 1:
+            log_event(log, logging.WARNING, "redelivered", **fields)
+        # A message this process admitted is answered here directly, not through the
+        # broker: the single-process nats gateway pays no reply round trip.
+        waiter = (self._waiters.get(admission)
+                  if reply_to == self._reply_subject(admission) else None)
+        forwarder: _EventForwarder | None = None
+        on_event: EventHandler | None = None
+        if waiter is not None:
+            if waiter.handlers:
+                handlers = waiter.handlers
+
+                def on_event(envelope: Envelope) -> None:
+                    for handler in list(handlers):
+                        handler(envelope)
+        elif data.get("events") and self._nc is not None:
+            forwarder = on_event = _EventForwarder(self._nc, reply_to)
+        try:
+            reply = await self.local.handle(inbound, on_event=on_event)
+        finally:
+            if forwarder is not None:
+                await forwarder.close()
+        if reply.kind == "closed":
+            # This process stopped before the turn began: hand it back, at once, to
+            # the next consumer (another worker, or this one's successor).
+            with contextlib.suppress(Exception):
+                await msg.nak()
+            return
+        await self._ack(msg, fields)
+        if waiter is not None:
+            self._resolve(admission, reply)
+        else:
+            await self._send_reply(reply_to, reply, fields)
+
+    async def _heartbeat(self, msg: Msg, fields: Mapping[str, Any]) -> None:
+        """Tell the broker the turn is alive, so it keeps the message past ``ack_wait``."""
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_every_s)
+            try:
+                await msg.in_progress()
+                self.heartbeats += 1
+            except Exception as exc:
+                log_event(log, logging.WARNING, "heartbeat_failed", **fields,
+                          error=f"{type(exc).__name__}: {exc}")
+
+    async def _ack(self, msg: Msg, fields: Mapping[str, Any]) -> None:
+        try:
+            # Confirmed: the broker has removed the message before its reply goes out.
+            await msg.ack_sync(timeout=self.settings.publish_timeout_s)
+        except Exception as exc:
+            # The broker will deliver it again after ack_wait: that turn may run twice.
+            log_event(log, logging.ERROR, "ack_failed", **fields,
+                      error=f"{type(exc).__name__}: {exc}")
+
+    async def _send_reply(self, reply_to: str, reply: BusReply,
+                          fields: Mapping[str, Any]) -> None:
+        """Send the reply to the ingress that admitted the message, in the background.
+
+        Sent as a request that the ingress answers, and sent again until it does (up
+        to ``_REPLY_RETRY_S``): a reply published while that ingress is reconnecting
+        (the broker restarted) would otherwise be lost. The partition does not wait.
+        """
+        if self._nc is None:
+            return
+        body = json.dumps({"type": "reply", "reply": _reply_to_dict(reply)},
+                          ensure_ascii=False).encode()
+        task = asyncio.create_task(self._deliver_reply(self._nc, reply_to, body, fields),
+                                   name="lich-nats-reply")
+        self._replies.add(task)
+        task.add_done_callback(self._replies.discard)
+
+    async def _deliver_reply(self, nc: Client, reply_to: str, body: bytes,
+                             fields: Mapping[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _REPLY_RETRY_S
+        delay = 0.1
+        while True:
+            try:
+                await nc.request(reply_to, body, timeout=self.settings.publish_timeout_s)
+                return
+            except Exception as exc:  # no responder yet, timeout, reconnecting
+                if loop.time() + delay > deadline or nc.is_closed:
+                    log_event(log, logging.ERROR, "reply_failed", **fields,
+                              error=f"{type(exc).__name__}: {exc}")
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _give_up(self, msg: Msg, inbound: InboundMessage, reply_to: str,
+                       admission: str, fields: Mapping[str, Any]) -> None:
+        """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop."""
+        session_id = self.session_id_for(inbound.platform, inbound.chat_id)
+        log_event(log, logging.ERROR, "delivery_failed", **fields, session=session_id,
+                  max_deliver=self.settings.max_deliver)
+        agent = self.local.agent
+        if agent.config.persist_sessions:
+            def record() -> None:
+                writer = agent.sessions.open(session_id)
+                try:
+                    writer.append("meta", event="delivery_failed", source="gateway",
+                                  admission=admission, deliveries=fields["delivery"])
+                finally:
+                    writer.close()
+
+            try:
+                await asyncio.to_thread(record)
+            except Exception as exc:
+                log_event(log, logging.ERROR, "delivery_failure_unrecorded", **fields,
+                          error=f"{type(exc).__name__}: {exc}")
+        await self._ack(msg, fields)
+        reply = BusReply("error", GAVE_UP_TEXT.format(n=self.settings.max_deliver), session_id)
+        if reply_to == self._reply_subject(admission):
+            self._resolve(admission, reply)
+        else:
+            await self._send_reply(reply_to, reply, fields)

@@ -1,0 +1,110 @@
+"""``lich worker``: a process that runs the gateway's messages from the nats bus.
+
+It consumes every partition of ``[bus]`` (``consume`` is implied), runs each
+message with the gateway's agent (the ``[gateway]`` tools and limits) exactly
+as ``lich gateway`` would, and sends the replies back through the bus to the
+ingress that admitted them. The ingress (``lich gateway`` with ``[bus]
+consume = false``) holds the platform connections; any number of workers
+share the partitions, one message of a partition in flight across all of
+them. SIGINT or SIGTERM stops taking messages, lets runs finish within
+``grace_s``, then cancels the rest; a second signal cancels at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import TYPE_CHECKING
+
+import attrs
+
+from lich.gateway._format import log_event
+
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+    from lich.gateway.config import GatewayConfig
+    from lich.plugins import PluginHost
+    from lich.types import ChatFn
+
+__all__ = ["run_worker"]
+
+log = logging.getLogger("lich.gateway")
+
+
+async def run_worker(
+    config: LichConfig,
+    *,
+    host: PluginHost | None = None,
+    gateway: GatewayConfig | None = None,
+    concurrency: int | None = None,
+    chat: ChatFn | None = None,
+    stop: asyncio.Event | None = None,
+    install_signals: bool = True,
+) -> int:
+    """Run messages from the nats bus until SIGINT/SIGTERM (or ``stop``); 0 after a clean stop.
+
+    :param concurrency: runs at once in this process (``[bus] concurrency``, else one
+        per partition).
+    :param chat: a chat function instead of the configured providers (tests).
+    :raises lich.config.ConfigError: ``[bus]`` is not the nats bus, or is wrong.
+    :raises lich.gateway.GatewayError: the broker cannot be reached.
+    """
+    from lich.agent import Agent, load_plugins
+    from lich.gateway.bus import GatewayBus, bus_kind
+    from lich.gateway.config import parse_gateway_config
+    from lich.gateway.runner import gateway_agent_config
+    from lich.nats_bus.bus import NatsBus
+    from lich.nats_bus.settings import parse_nats_bus_settings
+    from lich.settings import ConfigError
+
+    kind = bus_kind(config.bus)
+    if kind != "nats":
+        raise ConfigError([
+            f"$.bus.kind: lich worker runs the messages of the nats bus; [bus] kind is "
+            f"{kind!r} (set kind = \"nats\")"])
+    settings = parse_nats_bus_settings(config.bus)
+    settings = attrs.evolve(settings, consume=True,
+                            concurrency=concurrency or settings.concurrency)
+    gateway = gateway if gateway is not None else parse_gateway_config(config.gateway)
+    host = host if host is not None else load_plugins(config)
+    agent = Agent(gateway_agent_config(config, gateway), host=host, chat=chat)
+    try:
+        bus = NatsBus(settings, GatewayBus.from_config(agent, gateway))
+        await bus.start()
+        log_event(log, logging.INFO, "worker_ready", pid=os.getpid(),
+                  partitions=settings.partitions, concurrency=bus.concurrency,
+                  tools=",".join(agent.tools.names()) or "none")
+        stop = stop or asyncio.Event()
+        signals_seen: list[int] = []
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: signal.Signals) -> None:
+            signals_seen.append(signum)
+            log_event(log, logging.INFO, "signal", signal=signum.name,
+                      action="stop" if len(signals_seen) == 1 else "cancel runs")
+            if len(signals_seen) > 1:
+                bus.cancel_runs()
+            stop.set()
+
+        installed: list[signal.Signals] = []
+        if install_signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(signum, on_signal, signum)
+                    installed.append(signum)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass  # not the main thread, or a platform without signals
+        try:
+            await stop.wait()
+            log_event(log, logging.INFO, "worker_stopping", grace_s=gateway.grace_s,
+                      in_flight=bus.in_flight)
+            clean = await bus.drain(gateway.grace_s)
+        finally:
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+        log_event(log, logging.INFO, "worker_stopped", clean=clean)
+        return 0
+    finally:
+        await agent.aclose()
