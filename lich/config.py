@@ -60,6 +60,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "ollama",
     "failover",
     "gateway",
+    "postgres",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
@@ -150,6 +151,10 @@ class LichConfig:
     hook_timeout_s: float = setting(10.0, check=greater_than(0))
     strict_plugins: bool = False
     gateway: Mapping[str, Any] = field(factory=dict)
+    #: ``[session_store]``: where transcripts are kept. No table (or ``kind = "jsonl"``):
+    #: JSONL files under ``session_dir``; another ``kind`` is a plugin's store
+    #: (``lich_make_session_store``), whose other keys that plugin checks.
+    session_store: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider

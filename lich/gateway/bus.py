@@ -170,7 +170,8 @@ class GatewayBus:
         if history_cap < 2 or max_conversations < 1 or queue_limit < 1:
             raise ValueError("history_cap >= 2, max_conversations >= 1 and queue_limit >= 1")
         if id_key is None:
-            id_key = (load_or_create_key(agent.sessions.directory)
+            # The key lives in session_dir whichever store keeps the transcripts.
+            id_key = (load_or_create_key(agent.config.session_dir)
                       if agent.config.persist_sessions else secrets.token_bytes(KEY_BYTES))
         self._id_key = id_key
         self.agent = agent
@@ -301,7 +302,11 @@ class GatewayBus:
         So a conversation started before ids were keyed resumes where it was;
         the guessable name disappears from the session directory.
         """
+        from lich.sessions import SessionStore
+
         sessions = self.agent.sessions
+        if not isinstance(sessions, SessionStore):
+            return  # only JSONL files were ever written under the old names
         old = sessions.path_for(legacy_session_id(*conv.key))
         new = sessions.path_for(conv.session_id)
         if not old.is_file() or new.exists():

@@ -86,6 +86,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_register_tools": ["registry", "config"],
         "lich_register_providers": ["registry"],
         "lich_make_router": ["providers", "config"],
+        "lich_make_session_store": ["config"],
         "lich_check_config": ["config"],
         "lich_register_commands": ["cli"],
         "lich_register_gateway_adapters": ["registry"],
@@ -108,7 +109,8 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         assert ":param" in doc or not args, f"{name} documents its arguments"
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
-        assert bool(caller.spec.opts.get("firstresult")) == (name == "lich_make_router")
+        assert bool(caller.spec.opts.get("firstresult")) == (
+            name in ("lich_make_router", "lich_make_session_store"))
 
 
 def test_plugin_author_surface_is_importable_from_lich() -> None:
