@@ -45,11 +45,18 @@ def parse_store_settings(table: Mapping[str, Any]) -> PostgresStoreSettings:
     :raises ConfigError: a bad value, an unknown key, or not exactly one of ``dsn``
         and ``dsn_env``.
     """
-    settings = structure_settings(dict(table), PostgresStoreSettings, _PATH)
-    if (settings.dsn is None) == (settings.dsn_env is None):
-        raise ConfigError([f"{_PATH}: give exactly one of dsn_env (the name of the "
-                           "environment variable holding the DSN; preferred, as a DSN may "
-                           "hold a password) and dsn"])
+    raw = dict(table)
+    problems = []
+    if ("dsn" in raw) == ("dsn_env" in raw):
+        problems.append(f"{_PATH}: give exactly one of dsn_env (the name of the environment "
+                        "variable holding the DSN; preferred, as a DSN may hold a password) "
+                        "and dsn")
+    try:
+        settings = structure_settings(raw, PostgresStoreSettings, _PATH)
+    except ConfigError as exc:
+        raise ConfigError([*exc.problems, *problems]) from None
+    if problems:
+        raise ConfigError(problems)
     return settings
 
 

@@ -228,10 +228,10 @@ class PostgresStore:
             password = None
         return text.replace(str(password), "***") if password else text
 
-    def run(self, what: str, fn: Callable[[Conn, bool], T]) -> T:
+    def run(self, what: str, fn: Callable[[Conn, bool], T], *, migrated: bool = True) -> T:
         """``fn(connection, retried)`` on a pooled connection, the schema migrated first;
         retried on a new connection while the database is unreachable, up to
-        ``reconnect_s``.
+        ``reconnect_s``. ``migrated=False``: no migration first (``fn`` does it).
 
         :raises StoreUnavailable: it stayed unreachable.
         :raises StoreError: another database error (its message, never the DSN).
@@ -243,7 +243,7 @@ class PostgresStore:
             pool = self._open_pool()
             try:
                 with pool.connection() as conn:
-                    if not self._migrated:
+                    if migrated and not self._migrated:
                         self._migrate(conn)
                     return fn(conn, retried)
             except psycopg.OperationalError as exc:
@@ -270,7 +270,10 @@ class PostgresStore:
     def migrate(self) -> tuple[int, int]:
         """Run the migrations now; ``(version before, version after)`` (``lich store
         migrate``; every first use migrates too)."""
-        return self.run("migrating the schema", lambda conn, _retried: migrate(conn))
+        versions = self.run("migrating the schema", lambda conn, _r: migrate(conn),
+                            migrated=False)
+        self._migrated = True
+        return versions
 
     # ------------------------------------------------------------ TranscriptStore
 
@@ -514,8 +517,7 @@ class PostgresWriter:
     def _fail(self, error: StoreError) -> None:
         if self._error is None:
             self._error = error
-            log.error("session %s: %s; nothing more is written by this writer",
-                      self.session_id, error)
+            log.error("%s; nothing more is written by this writer", error)
 
     def _do(self, op: _Op) -> int | None:
         if op.what == "flush":

@@ -164,16 +164,19 @@ class PostgresCluster:
                          f"--pwfile={pwfile}", "--auth-host=scram-sha-256",
                          "--auth-local=trust", "-E", "UTF8", "--no-instructions")
             pwfile.unlink()
-            cluster._start_server()
+            cluster.start_server()
         except BaseException:
             cluster.stop()
             raise
         return cluster
 
-    def _start_server(self) -> None:
+    def start_server(self) -> None:
+        """Start the server on the cluster's data and port (after :meth:`kill_server`)."""
+        # fsync off: only an OS crash loses what the page cache holds, and a test cluster
+        # outlives no OS crash. Commits stay synchronous: a killed server (restart())
+        # must keep every commit it acknowledged, as a real one does.
         options = (f"-p {self.port} -k {self.root} -c listen_addresses={self.host} "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                   "-c max_connections=100")
+                   "-c fsync=off -c full_page_writes=off -c max_connections=100")
         for attempt in range(3):
             proc = self._run(self.binaries.tool("pg_ctl"), "-D", str(self.data), "-l",
                              str(self.log), "-o", options, "-w", "-t", "60", "start",
@@ -192,10 +195,12 @@ class PostgresCluster:
         """``pg_ctl stop -m immediate``, wait for the server's pid to be gone, remove
         the directory. Safe to call twice."""
         if self.pid is not None:
-            self._kill_server()
+            self.kill_server()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _kill_server(self) -> None:
+    def kill_server(self) -> None:
+        """``pg_ctl stop -m immediate`` (as a crash would), and wait for the pid to be gone;
+        the data stays, for :meth:`start_server`."""
         pid, self.pid = self.pid, None
         if pid is None:
             return
@@ -209,8 +214,8 @@ class PostgresCluster:
     def restart(self) -> None:
         """Kill the server (``-m immediate``: as a crash would) and start it again on
         the same port and data; connections open before are broken."""
-        self._kill_server()
-        self._start_server()
+        self.kill_server()
+        self.start_server()
 
     # ---------------------------------------------------------------- databases
 
@@ -231,11 +236,16 @@ class PostgresCluster:
 
 
 def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited. A zombie counts as gone: the server is not our child
+    (pg_ctl started it and exited), and the init of a container may reap it late."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False  # it exists, as another user's
-    # A zombie of ours would still answer; the server is pg_ctl's child, not ours.
-    return False
+        pass  # it exists, as another user's
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # no /proc: it exists
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
