@@ -35,7 +35,7 @@ __all__ = [
 @click.group("sessions")
 @json_option()
 def sessions_group() -> None:
-    """Recorded conversations (JSONL transcripts).
+    """Recorded conversations (JSONL transcripts, or the [session_store]).
 
     A SESSION is an id, the start of one id, a session file's path, or 'latest'.
     """

@@ -141,7 +141,7 @@ class GatewayRunner:
         self.bus = GatewayBus.from_config(self.agent, self.gateway)
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
-                  sessions=self.config.session_dir)
+                  sessions=self.agent.sessions.describe())
 
         for name in names:
             context = AdapterContext(

@@ -151,3 +151,26 @@ def test_an_unreachable_database_is_one_clear_error(work: Path, lich: Any, scrip
     assert "session store: listing sessions: the session store (postgres " \
            f"lich@127.0.0.1:{port}/x) is unreachable" in result.stderr
     assert "hunter2secret" not in result.stderr + result.stdout
+
+
+def test_config_show_masks_a_dsn_and_validate_checks_the_store(
+        work: Path, lich: Any, scripted: Any) -> None:
+    server = scripted([])
+    write_config(work, server.base_url, extra=(
+        '[session_store]\nkind = "postgres"\n'
+        'dsn = "postgresql://lich:hunter2secret@127.0.0.1:1/x"\n'))
+    shown = lich("config", "show", "--json")
+    assert shown.exit_code == 0, shown.stderr
+    assert "hunter2secret" not in shown.stdout
+    assert json.loads(shown.stdout)["values"]["session_store"]["value"]["dsn"] == "***"
+    assert lich("config", "validate").exit_code == 0
+
+    write_config(work, server.base_url, extra='[session_store]\nkind = "s3"\n')
+    unknown = lich("config", "validate")
+    assert unknown.exit_code == 2
+    assert "$.session_store.kind: no loaded plugin provides the session store 's3'" in (
+        unknown.stderr)
+    write_config(work, server.base_url, extra='[session_store]\ndirectory = "x"\n')
+    extra = lich("config", "validate")
+    assert extra.exit_code == 2
+    assert "$.session_store.directory: the jsonl store takes no settings" in extra.stderr
