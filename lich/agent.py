@@ -59,6 +59,7 @@ from lich.providers import (
     secret_env_names,
 )
 from lich.sessions import (
+    SessionStore,
     StaleWriter,
     TranscriptStore,
     TranscriptWriter,
@@ -297,11 +298,10 @@ class Agent:
         config = self.config
         run_id = uuid.uuid4().hex[:12]
         resumed = False
-        if session_id is not None and history is None and self.sessions.exists(session_id):
-            history = self.sessions.history(session_id)
-            resumed = True
-        elif session_id is not None and self.sessions.exists(session_id):
-            resumed = True
+        if session_id is not None:
+            resumed, stored = await self._load_session(session_id, history is None)
+            if stored is not None:
+                history = stored
         session_id = session_id or self.sessions.new_id()
         writer: _RunWriter | None = None
         if config.persist_sessions:
@@ -401,6 +401,26 @@ class Agent:
             outcome=outcome,
             usage=outcome.usage,
         )
+
+    async def _load_session(self, session_id: str,
+                            want_history: bool) -> tuple[bool, list[Message] | None]:
+        """``(exists, its history if wanted)`` of ``session_id``.
+
+        The JSONL store is read right here, as it always was (a file read costs less
+        than a thread hop); any other store in a worker thread: its reads may wait on
+        a server (for as long as it retries a lost connection), and the event loop
+        must not wait with them.
+        """
+        store = self.sessions
+
+        def load() -> tuple[bool, list[Message] | None]:
+            if not store.exists(session_id):
+                return False, None
+            return True, store.history(session_id) if want_history else None
+
+        if isinstance(store, SessionStore):
+            return load()
+        return await asyncio.to_thread(load)
 
     async def _finish(
         self,

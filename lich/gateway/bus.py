@@ -341,13 +341,20 @@ class GatewayBus:
 
     async def _load(self, conv: _Conversation) -> list[Message]:
         sessions = self.agent.sessions
-        if not sessions.exists(conv.session_id):
-            return []
+
+        def load() -> list[Message] | None:
+            # Both in the thread: a database store's exists() is a query too.
+            if not sessions.exists(conv.session_id):
+                return None
+            return sessions.history(conv.session_id)
+
         try:
-            history = await asyncio.to_thread(sessions.history, conv.session_id)
+            history = await asyncio.to_thread(load)
         except (OSError, ValueError) as exc:
             log_event(log, logging.ERROR, "session_unreadable", session=conv.session_id,
                       error=f"{type(exc).__name__}: {exc}")
+            return []
+        if history is None:
             return []
         log_event(log, logging.INFO, "conversation_resumed", platform=conv.key[0],
                   chat=conv.key[1], session=conv.session_id, messages=len(history))
