@@ -37,12 +37,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
+import contextlib
 import json
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import psycopg
@@ -192,6 +193,7 @@ class PostgresStore:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._migrated = False
         self._closed = False
+        self._local = threading.local()  # the connection a writer's task holds
 
     # ------------------------------------------------------------ connections
 
@@ -242,7 +244,7 @@ class PostgresStore:
         while True:
             pool = self._open_pool()
             try:
-                with pool.connection() as conn:
+                with self._connection(pool) as conn:
                     if migrated and not self._migrated:
                         self._migrate(conn)
                     return fn(conn, retried)
@@ -260,6 +262,41 @@ class PostgresStore:
                 retried = True
             except psycopg.Error as exc:
                 raise StoreError(f"{what}: {self._redact(_first_line(exc))}") from None
+
+    @contextlib.contextmanager
+    def _connection(self, pool: ConnectionPool[Conn]) -> Iterator[Conn]:
+        """A pooled connection for one statement; inside :meth:`_holding`, the thread's
+        held one (checked out once for a writer's whole queue: a checkout costs about
+        as much as the statement). A broken connection goes back to the pool, which
+        drops it."""
+        local = self._local
+        held: Conn | None = getattr(local, "conn", None)
+        conn = held if held is not None else pool.getconn()
+        if held is None and getattr(local, "holding", False):
+            local.conn, local.pool = conn, pool
+        try:
+            yield conn
+        finally:
+            kept = getattr(local, "conn", None) is conn
+            if kept and (conn.closed or conn.broken):
+                local.conn = None
+                kept = False
+            if not kept:
+                pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[None]:
+        """Statements of this thread inside the block share one pooled connection."""
+        local = self._local
+        local.holding = True
+        try:
+            yield
+        finally:
+            local.holding = False
+            conn: Conn | None = getattr(local, "conn", None)
+            local.conn = None
+            if conn is not None:
+                local.pool.putconn(conn)
 
     def _migrate(self, conn: Conn) -> None:
         before, after = migrate(conn)
@@ -487,6 +524,10 @@ class PostgresWriter:
     # ------------------------------------------------------------ the writer's task
 
     def _drain(self) -> None:
+        with self._store._holding():
+            self._drain_held()
+
+    def _drain_held(self) -> None:
         while True:
             with self._lock:
                 if not self._ops:
