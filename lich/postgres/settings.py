@@ -6,7 +6,7 @@
     kind = "postgres"
     dsn_env = "LICH_POSTGRES_DSN"   # the variable holding the DSN (it may hold a password)
     # dsn = "postgresql://lich@db.internal/lich"   # or the DSN itself, without a password
-    pool_size = 4                   # connections (and writer threads) per process
+    pool_size = 4                   # writer threads per process (connections: 2 more)
     connect_timeout_s = 5
     reconnect_s = 10                # how long an append waits for the database to come back
 """

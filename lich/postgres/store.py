@@ -79,6 +79,7 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
 _TITLE_LIMIT = 80
+_READERS = 2  # connections beyond the writer threads' (see PostgresStore._open_pool)
 
 
 class StoreUnavailable(StoreError):
@@ -202,8 +203,11 @@ class PostgresStore:
             if self._closed:
                 raise StoreError(f"the session store ({self._where}) is closed")
             if self._pool is None:
+                # pool_size writer threads each hold at most one connection; two more
+                # are for reads, so a busy writer never makes a read wait for one.
                 pool: ConnectionPool[Conn] = ConnectionPool(
-                    self._dsn, min_size=1, max_size=self.settings.pool_size, open=False,
+                    self._dsn, min_size=1, max_size=self.settings.pool_size + _READERS,
+                    open=False,
                     name="lich-session-store", timeout=self.settings.connect_timeout_s,
                     kwargs={"autocommit": True, "application_name": "lich",
                             "connect_timeout": max(1, round(self.settings.connect_timeout_s))})
