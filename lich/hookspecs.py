@@ -115,12 +115,14 @@ def lich_make_session_store(config: LichConfig) -> TranscriptStore | None:
     :return: a :class:`lich.sessions.TranscriptStore`, or ``None`` to let the
         next implementation decide (a plugin answers only for its own ``kind``).
 
-    ``firstresult``: the first non-``None`` answer wins. With no answer the
-    store is the JSONL one under ``session_dir`` when ``kind`` is absent or
-    ``"jsonl"``; any other ``kind`` is a configuration error naming it. The
-    builtin ``postgres`` plugin answers ``kind = "postgres"``. Called once per
-    agent (and once per ``lich sessions`` command), on the thread assembling
-    it: return quickly and connect on first use. A ``ConfigError`` raised here
+    Asked only when ``kind`` is set and is not ``"jsonl"``: no table (or
+    ``kind = "jsonl"``) is lich's JSONL store under ``session_dir``, and
+    ``lich sessions`` then loads no plugin. ``firstresult``: the first
+    non-``None`` answer wins; a ``kind`` no implementation answers is a
+    configuration error naming it. The builtin ``postgres`` plugin answers
+    ``kind = "postgres"``. Called once per agent (and once per ``lich
+    sessions`` command), on the thread assembling it: return quickly and
+    connect on first use. A ``ConfigError`` raised here
     is reported as it is; anything else is a configuration error naming the
     plugin. An answer that is not a store (lacks a method of the interface)
     fails its plugin (phase ``register``) and the next implementation decides.

@@ -659,32 +659,32 @@ DEFAULT_STORE_KIND = "jsonl"
 
 
 def open_session_store(config: LichConfig, host: PluginHost | None = None) -> TranscriptStore:
-    """The session store of ``config``: a plugin's (``lich_make_session_store``), else
-    the JSONL store under ``config.session_dir``.
+    """The session store of ``config``: the JSONL store under ``config.session_dir``,
+    or, when ``[session_store]`` names another ``kind``, the store a plugin of
+    ``host`` makes for it (``lich_make_session_store``).
 
-    The ``[session_store]`` table selects the store: no table, or ``kind = "jsonl"``,
-    is the JSONL store, which takes no other setting; any other kind must be
-    answered by a loaded plugin.
+    No table, or ``kind = "jsonl"``, is the JSONL store, which takes no other
+    setting; plugins are not asked then (so ``lich sessions`` on the default store
+    loads none). Any other kind must be answered by a loaded plugin.
 
     :raises lich.config.ConfigError: a kind no loaded plugin provides, a setting the
         JSONL store does not take, or a store plugin that failed.
     """
     from lich.settings import ConfigError
 
-    if host is not None:
-        store = host.make_session_store(config)
-        if store is not None:
-            return store
     table = config.session_store
     kind = table.get("kind", DEFAULT_STORE_KIND)
-    if kind != DEFAULT_STORE_KIND:
+    if kind == DEFAULT_STORE_KIND:
+        extra = sorted(k for k in table if k != "kind")
+        if extra:
+            raise ConfigError([f"$.session_store.{k}: the {DEFAULT_STORE_KIND} store takes "
+                               "no settings (its directory is session_dir)" for k in extra])
+        return SessionStore(config.session_dir)
+    store = host.make_session_store(config) if host is not None else None
+    if store is None:
         raise ConfigError([
             f"$.session_store.kind: no loaded plugin provides the session store {kind!r} "
             f"(the builtin kinds: {DEFAULT_STORE_KIND!r}, and 'postgres' with the "
             "postgres plugin and pip install 'lich[postgres]')"
         ])
-    extra = sorted(k for k in table if k != "kind")
-    if extra:
-        raise ConfigError([f"$.session_store.{k}: the {DEFAULT_STORE_KIND} store takes no "
-                           "settings (its directory is session_dir)" for k in extra])
-    return SessionStore(config.session_dir)
+    return store

@@ -132,18 +132,21 @@ def _store(settings: Settings) -> Iterator[TranscriptStore | None]:
     when the command is done with it."""
     from lich.cli.common import host_for, quiet_plugin_log, warn_plugin_failures
     from lich.config import ConfigError
-    from lich.sessions import open_session_store
+    from lich.sessions import DEFAULT_STORE_KIND, open_session_store
 
     loaded = load_or_report(settings)
     if loaded is None:
         yield None
         return
-    host = host_for(settings, loaded.config)
+    # The default store needs no plugin: load them only for another kind.
+    host = (None if loaded.config.session_store.get("kind", DEFAULT_STORE_KIND)
+            == DEFAULT_STORE_KIND else host_for(settings, loaded.config))
     try:
         with quiet_plugin_log():
             store = open_session_store(loaded.config, host)
     except ConfigError as exc:
-        warn_plugin_failures(host)  # a store plugin that failed to load is the likely cause
+        if host is not None:
+            warn_plugin_failures(host)  # a store plugin that failed to load: the likely cause
         echo_error(str(exc))
         yield None
         return
