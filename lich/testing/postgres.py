@@ -88,6 +88,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _temp_parent(user: pwd.struct_passwd | None) -> str:
+    """Where the cluster's directory goes: the temp dir, unless another user (the
+    server's) could not reach into it; then ``/tmp``."""
+    parent = tempfile.gettempdir()
+    if user is None:
+        return parent
+    path = Path(parent).resolve()
+    reachable = all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
+    return parent if reachable else "/tmp"
+
+
 def _unprivileged_user() -> pwd.struct_passwd | None:
     """Who runs the server: ``None`` (this process's user) unless that is root."""
     if os.geteuid() != 0:
@@ -148,7 +159,7 @@ class PostgresCluster:
         user = _unprivileged_user()
         # Not under pytest's basetemp: that is 0700 root's, which the server's user cannot
         # enter. mkdtemp makes a 0700 directory, given to that user whole.
-        root = Path(tempfile.mkdtemp(prefix="lich-pg-"))
+        root = Path(tempfile.mkdtemp(prefix="lich-pg-", dir=_temp_parent(user)))
         if user is not None:
             os.chown(root, user.pw_uid, user.pw_gid)
         password = secrets.token_hex(12)
