@@ -45,9 +45,14 @@ def make_store(config: LichConfig) -> TranscriptStore:
     settings = parse_store_settings(config.session_store)
     dsn = resolve_dsn(settings)
     try:
-        from lich.postgres.store import PostgresStore, dsn_has_password
+        from lich.postgres.store import PostgresStore, dsn_has_password, dsn_is_valid
     except ImportError as exc:
         raise ConfigError([f"$.session_store.kind: {INSTALL_HINT} ({exc})"]) from None
+    if not dsn_is_valid(dsn):
+        # Not libpq's message: it may quote a piece of the DSN, password and all.
+        where = "dsn" if settings.dsn is not None else f"dsn_env ({settings.dsn_env})"
+        raise ConfigError([f"$.session_store.{where.split(' ')[0]}: the {where} is not a "
+                           "libpq connection string or postgresql:// URI"])
     if settings.dsn is not None and dsn_has_password(dsn):
         log.warning("[session_store] dsn holds a password, in a config file; prefer "
                     "dsn_env (the name of a variable holding the DSN)")

@@ -71,7 +71,7 @@ from lich.sessions import (
 from lich.types import Message
 
 __all__ = ["PostgresStore", "PostgresWriter", "StoreUnavailable", "describe_dsn",
-           "dsn_has_password"]
+           "dsn_has_password", "dsn_is_valid"]
 
 log = logging.getLogger("lich.postgres")
 
@@ -98,6 +98,15 @@ def describe_dsn(dsn: str) -> str:
     port = f":{parts['port']}" if parts.get("port") else ""
     dbname = f"/{parts['dbname']}" if parts.get("dbname") else ""
     return f"postgres {user}{host}{port}{dbname}"
+
+
+def dsn_is_valid(dsn: str) -> bool:
+    """Whether libpq can parse ``dsn`` (nothing is connected)."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return False
+    return True
 
 
 def dsn_has_password(dsn: str) -> bool:

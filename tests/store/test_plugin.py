@@ -81,3 +81,14 @@ def test_without_psycopg_the_store_says_what_to_install(
     config = make_test_config(tmp_path, session_store={"kind": "postgres", "dsn": "x"})
     with pytest.raises(ConfigError, match=r"pip install 'lich\[postgres\]'"):
         make_store(config)
+
+
+def test_a_dsn_libpq_cannot_parse_is_a_config_error_that_does_not_quote_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_DSN", "host=db password=s3cret garbage")
+    config = make_test_config(tmp_path, session_store={"kind": "postgres", "dsn_env": "PG_DSN"})
+    with pytest.raises(ConfigError) as bad:
+        make_store(config)
+    assert "$.session_store.dsn_env: the dsn_env (PG_DSN) is not a libpq connection" in str(
+        bad.value)
+    assert "s3cret" not in str(bad.value)
