@@ -263,6 +263,14 @@ class TranscriptStore(Protocol):
         """
         ...
 
+    def prepare(self) -> None:
+        """Make the store ready now rather than at first use (create or migrate its
+        schema, reach its server), so a long-running process fails at start.
+
+        :raises OSError: the store is not usable (a :class:`StoreError` for a server).
+        """
+        ...
+
     def close(self) -> None:
         """Release what the store holds (connections); it may not be used afterwards."""
         ...
@@ -403,6 +411,9 @@ class SessionStore:
     def location(self, session_id: str) -> str:
         """The file of ``session_id``."""
         return str(self.path_for(session_id))
+
+    def prepare(self) -> None:
+        """Nothing to prepare: the directory is made with the first session."""
 
     def close(self) -> None:
         """Nothing to release: every writer closes its own file."""

@@ -128,6 +128,13 @@ class GatewayRunner:
 
         self.agent = Agent(gateway_agent_config(self.config, self.gateway), host=self.host,
                            chat=self.chat)
+        try:
+            # A database store that is unreachable or too new fails the start, not the
+            # first conversation (its schema is migrated here too).
+            await asyncio.to_thread(self.agent.sessions.prepare)
+        except OSError as exc:
+            await self._close_agent()
+            raise GatewayError(f"the session store is not usable: {redact(str(exc))}") from exc
         if self.gateway.tools is not None:
             absent = [t for t in self.gateway.tools if not self.agent.tools.has(t)]
             if absent:

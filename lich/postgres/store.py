@@ -327,6 +327,10 @@ class PostgresStore:
 
     # ------------------------------------------------------------ TranscriptStore
 
+    def prepare(self) -> None:
+        """Reach the database and migrate the schema now (the gateway does at start)."""
+        self.migrate()
+
     def new_id(self) -> str:
         """A new, time-sortable, unguessable session id (as the JSONL store makes)."""
         return SessionStore.new_id()

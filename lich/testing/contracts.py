@@ -92,6 +92,11 @@ class SessionStoreContract:
         assert isinstance(store.describe(), str)
         assert store.describe()
 
+    def test_prepare_is_idempotent_and_changes_nothing(self, store: TranscriptStore) -> None:
+        store.prepare()
+        store.prepare()
+        assert store.list() == []
+
     def test_a_new_store_is_empty(self, store: TranscriptStore) -> None:
         assert store.list() == []
         assert store.ids() == []

@@ -50,3 +50,38 @@ async def test_conversations_live_in_postgres(
     assert sorted(store.ids()) == sorted({again.session_id, other.session_id})
     assert not list((work_dir / ".lich" / "sessions").glob("*.jsonl"))
     await restarted.aclose()
+
+
+async def test_the_gateway_migrates_the_store_at_start(
+        start_gateway: Callable[..., Any], lich_postgres_dsn: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    import lich.postgres.plugin as postgres_plugin
+
+    monkeypatch.setenv(DSN_VAR, lich_postgres_dsn)
+    runner = await start_gateway(
+        ["webhook"], {"webhook": {"port": 0}}, objects=[("postgres", postgres_plugin)],
+        session_store={"kind": "postgres", "dsn_env": DSN_VAR})
+    assert runner.agent is not None
+    # Before any message: the schema is there.
+    with psycopg.connect(lich_postgres_dsn) as conn:
+        assert conn.execute("SELECT max(version) FROM lich_schema_version").fetchone() == (1,)
+
+
+async def test_the_gateway_does_not_start_on_an_unreachable_store(
+        start_gateway: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import lich.postgres.plugin as postgres_plugin
+    from lich.gateway.registry import GatewayError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv(DSN_VAR, f"postgresql://lich:hunter2secret@127.0.0.1:{port}/x")
+    with pytest.raises(GatewayError, match=r"the session store is not usable: .* unreachable") as e:
+        await start_gateway(
+            ["webhook"], {"webhook": {"port": 0}}, objects=[("postgres", postgres_plugin)],
+            session_store={"kind": "postgres", "dsn_env": DSN_VAR, "reconnect_s": 0})
+    assert "hunter2secret" not in str(e.value)
