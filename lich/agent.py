@@ -62,7 +62,13 @@ from lich.providers import (
     redacting_chat,
     secret_env_names,
 )
-from lich.sessions import SessionStore, SessionWriter
+from lich.sessions import (
+    SessionStore,
+    StaleWriter,
+    TranscriptStore,
+    TranscriptWriter,
+    open_session_store,
+)
 from lich.tools import ToolRegistry
 from lich.types import (
     ChatFn,
@@ -175,6 +181,9 @@ class Agent:
         embedding); the router and provider plugins are then not consulted.
     :param env: extra environment handed to tools.
     :param today: the date the default system prompt gives the model (tests pin it).
+    :param sessions: use this transcript store (it stays the caller's to close);
+        by default the one ``lich_make_session_store`` (or the JSONL default)
+        gives, closed by :meth:`aclose`.
 
     Strict mode (``config.strict_plugins``) raises
     :class:`lich.plugins.PluginLoadError` when any plugin failed.
@@ -189,6 +198,7 @@ class Agent:
         chat: ChatFn | None = None,
         env: dict[str, str] | None = None,
         today: Callable[[], datetime.date] = datetime.date.today,
+        sessions: TranscriptStore | None = None,
     ) -> None:
         self.config = config
         self._env = env
@@ -225,7 +235,10 @@ class Agent:
             secret_env_names=secret_env_names(config, self.provider_kinds),
             protected=ProtectedPaths.for_config(config),
         )
-        self.sessions = SessionStore(config.session_dir)
+        # After the checks: a bad [session_store] is reported with everything else.
+        self._owns_sessions = sessions is None
+        self.sessions: TranscriptStore = (
+            open_session_store(config, host) if sessions is None else sessions)
         #: What ``session``/``always`` approvals granted, per session, for every run
         #: of this agent (and of the agents :meth:`with_model` makes from it).
         self.approval_grants = ApprovalGrants()
@@ -254,13 +267,18 @@ class Agent:
                              "there is no model to switch")
         first = attrs.evolve(self.config.providers[0], model=model)
         config = config_with(self.config, providers=(first, *self.config.providers[1:]))
-        agent = Agent(config, host=self.host, env=self._env, today=self._today)
-        agent.approval_grants = self.approval_grants  # a model switch keeps the approvals
-        return agent
+        switched = Agent(config, host=self.host, env=self._env, today=self._today,
+                         sessions=self.sessions)
+        # The store goes on with the new agent (a database pool is not reopened per
+        # /model): it closes it, and closing this one leaves it open.
+        switched._owns_sessions, self._owns_sessions = self._owns_sessions, False
+        switched.approval_grants = self.approval_grants  # a model switch keeps the approvals
+        return switched
 
     async def aclose(self) -> None:
-        """Close the providers' HTTP clients, and let plugins release what they opened
-        for this agent (``lich_shutdown``: MCP servers). Idempotent."""
+        """Close the providers' HTTP clients and the session store this agent opened, and
+        let plugins release what they opened for this agent (``lich_shutdown``: MCP
+        servers). Idempotent."""
         if not self._closed:
             self._closed = True
             await self.host.shutdown(self.tools)
@@ -269,6 +287,12 @@ class Agent:
                 await provider.aclose()
             except Exception:
                 log.debug("closing provider %s failed", provider.name, exc_info=True)
+        if self._owns_sessions:
+            self._owns_sessions = False
+            try:
+                await asyncio.to_thread(self.sessions.close)
+            except Exception:
+                log.warning("closing the session store failed", exc_info=True)
 
     async def run(
         self,
@@ -288,22 +312,28 @@ class Agent:
         :param on_event: called with every event envelope of this run.
 
         A model failure re-raises its :class:`~lich.types.ProviderError` after
-        ``lich_run_end`` has been called with ``stopped_reason="error"``.
+        ``lich_run_end`` has been called with ``stopped_reason="error"``. A
+        transcript that cannot be written is logged and the run goes on without
+        it, except when the session was claimed by another writer: the run is
+        then cancelled and :class:`lich.sessions.StaleWriter` raised after
+        ``lich_run_end`` (``stopped_reason="aborted"``).
         """
         config = self.config
         run_id = uuid.uuid4().hex[:12]
         resumed = False
-        if session_id is not None and history is None and self.sessions.exists(session_id):
-            history = self.sessions.history(session_id)
-            resumed = True
-        elif session_id is not None and self.sessions.exists(session_id):
-            resumed = True
+        if session_id is not None:
+            resumed, stored = await self._load_session(session_id, history is None)
+            if stored is not None:
+                history = stored
         session_id = session_id or self.sessions.new_id()
-        writer = (
-            _RunWriter(session_id, self.sessions.path_for(session_id))
-            if config.persist_sessions
-            else None
-        )
+        writer: _RunWriter | None = None
+        if config.persist_sessions:
+            if cancel is None and self.sessions.fenced:
+                # A writer that loses its session must be able to stop the run; a store
+                # that cannot lose one costs no token (nor the race on every call).
+                cancel = CancelToken()
+            writer = _RunWriter(self.sessions.open(session_id),
+                                cancel.cancel if cancel is not None else None)
         emitter = RunEmitter(run_id, session_id)
         spent = _UsageMeter(0.0 if self.host.has_impls("lich_price_call") else None)
         emitter.subscribe(spent)
@@ -395,19 +425,41 @@ class Agent:
             raise
         await self._finish(run, emitter, writer, outcome.stopped_reason, transcript,
                            outcome.usage, None, outcome, cost=outcome.cost_usd)
+        if writer is not None and writer.stale is not None:
+            raise writer.stale
         return RunResult(
             run_id=run_id,
             session_id=session_id,
-            session_path=str(writer.path) if writer is not None and not writer.failed else None,
+            session_path=writer.location if writer is not None and not writer.failed else None,
             outcome=outcome,
             usage=outcome.usage,
         )
+
+    async def _load_session(self, session_id: str,
+                            want_history: bool) -> tuple[bool, list[Message] | None]:
+        """``(exists, its history if wanted)`` of ``session_id``.
+
+        The JSONL store is read right here, as it always was (a file read costs less
+        than a thread hop); any other store in a worker thread: its reads may wait on
+        a server (for as long as it retries a lost connection), and the event loop
+        must not wait with them.
+        """
+        store = self.sessions
+
+        def load() -> tuple[bool, list[Message] | None]:
+            if not store.exists(session_id):
+                return False, None
+            return True, store.history(session_id) if want_history else None
+
+        if isinstance(store, SessionStore):
+            return load()
+        return await asyncio.to_thread(load)
 
     async def _finish(
         self,
         run: RunInfo,
         emitter: RunEmitter,
-        writer: SessionWriter | None,
+        writer: _RunWriter | None,
         reason: StoppedReason,
         transcript: Sequence[Message],
         usage: Usage,
@@ -433,7 +485,7 @@ class Agent:
                     cost_usd=cost,
                 )
             finally:
-                writer.close()
+                await writer.aclose()
         await self.host.run_end(run, RunOutcome(reason, turns, usage, final, error, cost))
         await self.host.drain_events()
 
@@ -488,30 +540,56 @@ class _UsageMeter:
             self.turns = envelope.event.turn
 
 
-class _RunWriter(SessionWriter):
-    """A session writer that never fails a run: an unwritable session dir or a full disk
-    is logged once, and the run goes on without its transcript."""
+class _RunWriter:
+    """The run's writer around the store's: it never fails a run. An unwritable session
+    dir, a full disk or an unreachable database is logged once, and the run goes on
+    without its transcript; a :class:`StaleWriter` (the session was claimed by another
+    writer) stops the writes and cancels the run, and :meth:`Agent.run` raises it."""
 
-    failed = False
+    def __init__(self, inner: TranscriptWriter, cancel: Callable[[], None] | None) -> None:
+        self.inner = inner
+        self._cancel = cancel
+        self.failed = False
+        self.stale: StaleWriter | None = None
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    def _failure(self, exc: BaseException) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        if isinstance(exc, StaleWriter):
+            self.stale = exc
+            log.error("session %s: %s; stopping the run", self.inner.session_id, exc)
+            if self._cancel is not None:
+                self._cancel()
+            return
+        log.warning("session persistence failed (%s); continuing without transcript", exc)
 
     def append(self, kind: str, **fields: Any) -> None:
         if self.failed:
             return
         try:
-            super().append(kind, **fields)
-        except OSError as exc:
-            self.failed = True
-            log.warning("session persistence failed (%s); continuing without transcript", exc)
+            self.inner.append(kind, **fields)
+        except OSError as exc:  # a file's, or a store's (StoreError)
+            self._failure(exc)
 
-    def close(self) -> None:
+    def message(self, message: Message) -> None:
+        self.append("message", message=serialization.message_to_dict(message))
+
+    def compact(self, messages: Sequence[Message]) -> None:
+        self.append("compact", messages=[serialization.message_to_dict(m) for m in messages])
+
+    async def aclose(self) -> None:
         try:
-            super().close()
-        except OSError as exc:
-            self.failed = True
-            log.warning("closing session file %s failed: %s", self.path, exc)
+            await self.inner.aclose()
+        except OSError as exc:  # a file's, or a store's (StoreError)
+            self._failure(exc)
 
 
-def _event_recorder(writer: SessionWriter) -> Callable[[Envelope], None]:
+def _event_recorder(writer: _RunWriter) -> Callable[[Envelope], None]:
     def record(envelope: Envelope) -> None:
         if isinstance(envelope.event, _RECORDED_EVENTS):
             event = serialization.event_to_dict(envelope.event)

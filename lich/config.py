@@ -65,6 +65,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "gateway",
     "budgets",
     "mcp",
+    "postgres",
 )
 LogLevel: TypeAlias = Literal["debug", "info", "warn", "warning", "error"]
 Source: TypeAlias = Literal["default", "file", "env", "flag"]
@@ -173,6 +174,10 @@ class LichConfig:
     #: picks the bus (``"memory"``, in process, by default); the plugin that makes that
     #: kind (``lich_make_bus``) checks the rest.
     bus: Mapping[str, Any] = field(factory=dict)
+    #: ``[session_store]``: where transcripts are kept. No table (or ``kind = "jsonl"``):
+    #: JSONL files under ``session_dir``; another ``kind`` is a plugin's store
+    #: (``lich_make_session_store``), whose other keys that plugin checks.
+    session_store: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider

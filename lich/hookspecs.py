@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         Stop,
     )
     from lich.providers import ProviderRegistry
+    from lich.sessions import TranscriptStore
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider, ToolCall, ToolResult, Usage
 
@@ -112,6 +113,31 @@ def lich_make_router(providers: list[Provider], config: LichConfig) -> ChatFn | 
     provider is called directly; with several it is a configuration error. An
     answer that is not callable fails its plugin (phase ``register``, on its
     load report) and the next implementation decides.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_make_session_store(config: LichConfig) -> TranscriptStore | None:
+    """Return the transcript store: where the agent, ``lich sessions``,
+    ``--resume``, the TUI and the gateway keep and find sessions.
+
+    :param config: the effective configuration; ``config.session_store`` is the
+        ``[session_store]`` table, whose ``kind`` says which store is wanted.
+    :return: a :class:`lich.sessions.TranscriptStore`, or ``None`` to let the
+        next implementation decide (a plugin answers only for its own ``kind``).
+
+    Asked only when ``kind`` is set and is not ``"jsonl"``: no table (or
+    ``kind = "jsonl"``) is lich's JSONL store under ``session_dir``, and
+    ``lich sessions`` then loads no plugin. ``firstresult``: the first
+    non-``None`` answer wins; a ``kind`` no implementation answers is a
+    configuration error naming it. The builtin ``postgres`` plugin answers
+    ``kind = "postgres"``. Called once per agent (and once per ``lich
+    sessions`` command), on the thread assembling it: return quickly and
+    connect on first use. A ``ConfigError`` raised here
+    is reported as it is; anything else is a configuration error naming the
+    plugin. An answer that is not a store (lacks a method of the interface)
+    fails its plugin (phase ``register``) and the next implementation decides.
+    Every store must pass ``lich.testing.contracts.SessionStoreContract``.
     """
 
 

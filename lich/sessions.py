@@ -16,6 +16,11 @@ files are read as they are (the missing counts are 0, the cost unknown).
 Each record is written and flushed on its own, so a killed process leaves
 every finished record readable. The reader tolerates a torn last line and
 reports — without hiding or stopping at — a corrupt line in the middle.
+
+:class:`SessionStore` is the default implementation of :class:`TranscriptStore`,
+the interface every user of transcripts (the agent, ``lich sessions``,
+``--resume``, the TUI, the gateway) goes through; a plugin supplies another one
+through ``lich_make_session_store`` (:func:`open_session_store` asks it).
 """
 
 from __future__ import annotations
@@ -29,16 +34,21 @@ import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from attrs import field, frozen
+from attrs import Factory, field, frozen
 
 from lich import serialization
 from lich._private import open_private_append
 from lich.dotlich import make_dirs
 from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+    from lich.plugins import PluginHost
+
 __all__ = [
+    "DEFAULT_STORE_KIND",
     "RECORD_VERSION",
     "SessionAmbiguous",
     "SessionContents",
@@ -46,6 +56,14 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "SessionWriter",
+    "StaleWriter",
+    "StoreError",
+    "TranscriptStore",
+    "TranscriptWriter",
+    "apply_record",
+    "encode_record",
+    "is_valid_session_id",
+    "open_session_store",
     "repair_dangling_tool_calls",
     "run_cost",
     "sanitize",
@@ -73,6 +91,39 @@ class SessionAmbiguous(SessionNotFound):
     def __init__(self, message: str, candidates: tuple[str, ...]) -> None:
         super().__init__(message)
         self.candidates = candidates
+
+
+class StoreError(OSError):
+    """A session store could not do what was asked (its server is unreachable, say).
+
+    An :class:`OSError`, as the JSONL store's failures are: every caller that
+    handles an unreadable or unwritable transcript file handles this too (the
+    agent logs it and goes on without its transcript).
+    """
+
+
+class StaleWriter(StoreError):
+    """This writer no longer owns its session: another one claimed it (a newer
+    ``epoch``), or wrote the record this one expected to write (a ``seq`` taken).
+
+    A writer that raised it writes nothing more; the agent stops the run (its
+    conversation belongs to someone else now) and :meth:`lich.Agent.run` raises
+    it after the run's end hooks.
+    """
+
+    def __init__(self, message: str, *, session_id: str, epoch: int | None = None,
+                 current_epoch: int | None = None, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        self.seq = seq
+
+
+def is_valid_session_id(session_id: str) -> bool:
+    """Whether ``session_id`` is a plain name a store accepts:
+    ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``."""
+    return bool(_ID_PATTERN.match(session_id))
 
 
 def sanitize(value: Any) -> Any:
@@ -107,6 +158,130 @@ def _encode(record: Mapping[str, Any]) -> bytes:
 def _encode_clean(record: Mapping[str, Any]) -> bytes:
     line = json.dumps(sanitize(record), ensure_ascii=False, separators=(",", ":"))
     return line.encode("utf-8") + b"\n"
+
+
+@runtime_checkable
+class TranscriptWriter(Protocol):
+    """Appends the records of one run to one session (what :meth:`TranscriptStore.open` gives).
+
+    Records keep their order. ``append`` may hand the record to a background
+    writer (a database store does): a failure then surfaces on a later
+    ``append``, on :meth:`flush` or on :meth:`close`; after a
+    :class:`StaleWriter` nothing more is written.
+    """
+
+    session_id: str
+
+    @property
+    def location(self) -> str:
+        """Where the session is kept, for people (a file path, a database and id;
+        never a password)."""
+        ...
+
+    def append(self, kind: str, **fields: Any) -> None:
+        """Write one record ``{"v": 1, "ts": …, "kind": kind, **fields}``."""
+        ...
+
+    def message(self, message: Message) -> None:
+        """Record one message (a ``message`` record)."""
+        ...
+
+    def compact(self, messages: Iterable[Message]) -> None:
+        """Record the history as compression left it (a ``compact`` record)."""
+        ...
+
+    def flush(self) -> None:
+        """Return once every record appended so far is stored; raise the first failure."""
+        ...
+
+    def close(self) -> None:
+        """:meth:`flush`, then release what the writer holds (a later append reopens)."""
+        ...
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop while records are stored."""
+        ...
+
+
+@runtime_checkable
+class TranscriptStore(Protocol):
+    """Where transcripts are kept: the interface the agent, ``lich sessions``,
+    ``--resume``, the TUI and the gateway use.
+
+    :class:`SessionStore` (JSONL files) is the default; a plugin returns another
+    from ``lich_make_session_store``. ``lich.testing.contracts.SessionStoreContract``
+    is the test suite every implementation must pass. A session id matches
+    ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``; a ``ref`` is an id, ``latest``, or the
+    start of exactly one id (a store may accept more, as the JSONL store takes a
+    file's path).
+    """
+
+    #: Whether a writer can lose its session to another one (and raise StaleWriter).
+    fenced: bool
+
+    def new_id(self) -> str:
+        """A new, time-sortable, unguessable session id."""
+        ...
+
+    def describe(self) -> str:
+        """Where the sessions are, for people (never a password)."""
+        ...
+
+    def location(self, session_id: str) -> str:
+        """Where one session is kept, for people (never a password)."""
+        ...
+
+    def exists(self, session_id: str) -> bool:
+        """Whether the session has records (``False`` for an id that is not valid)."""
+        ...
+
+    def ids(self) -> builtins.list[str]:
+        """Every session id, sorted."""
+        ...
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """Every session, newest first (see :class:`SessionInfo`)."""
+        ...
+
+    def resolve(self, ref: str) -> str:
+        """The session id ``ref`` names.
+
+        :raises SessionAmbiguous: ``ref`` starts several ids.
+        :raises SessionNotFound: nothing matches.
+        """
+        ...
+
+    def read(self, ref: str) -> SessionContents:
+        """The session read back, unreadable records reported (:class:`SessionContents`)."""
+        ...
+
+    def history(self, ref: str) -> builtins.list[Message]:
+        """The conversation to resume: messages, with dangling tool calls closed."""
+        ...
+
+    def open(self, session_id: str | None = None) -> TranscriptWriter:
+        """A writer for one run appending to ``session_id`` (a new session when ``None``)."""
+        ...
+
+    def remove(self, session_id: str) -> object:
+        """Delete the session and all its records.
+
+        :raises SessionNotFound: there is no such session.
+        :raises ValueError: ``session_id`` is not a valid id.
+        """
+        ...
+
+    def prepare(self) -> None:
+        """Make the store ready now rather than at first use (create or migrate its
+        schema, reach its server), so a long-running process fails at start.
+
+        :raises OSError: the store is not usable (a :class:`StoreError` for a server).
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds (connections); it may not be used afterwards."""
+        ...
 
 
 class SessionWriter:
@@ -152,11 +327,27 @@ class SessionWriter:
         """Record the history as compression left it."""
         self.append("compact", messages=[serialization.message_to_dict(m) for m in messages])
 
+    @property
+    def location(self) -> str:
+        """The session file's path."""
+        return str(self.path)
+
+    def flush(self) -> None:
+        """Nothing to do: every record is flushed as it is appended."""
+
     def close(self) -> None:
         """Close the file (a later append reopens it)."""
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    async def aclose(self) -> None:
+        """:meth:`close` (closing a file does not wait on anything)."""
+        self.close()
+
+
+def _path_text(self: SessionContents | SessionInfo) -> str:
+    return "" if self.path is None else str(self.path)
 
 
 @frozen
@@ -164,16 +355,19 @@ class SessionContents:
     """A session file read back.
 
     ``messages`` is the history (``compact`` records applied); ``problems``
-    lists corrupt lines by number; ``torn_tail`` says the last line was cut
-    off (a crash mid-write) and skipped.
+    lists corrupt lines (or records) by number; ``torn_tail`` says the last line
+    was cut off (a crash mid-write) and skipped. ``path`` is the file (``None``
+    for a store that keeps no files); ``location`` says where the session is,
+    for people.
     """
 
     session_id: str
-    path: Path
+    path: Path | None
     records: tuple[dict[str, Any], ...]
     messages: tuple[Message, ...]
     problems: tuple[str, ...] = field(factory=tuple)
     torn_tail: bool = False
+    location: str = field(default=Factory(_path_text, takes_self=True))
 
 
 @frozen
@@ -185,20 +379,24 @@ class SessionInfo:
     has no ``run_end`` (still running, or the process died), or ``""`` when the
     file records no run. ``answered`` says whether that last run got a model
     answer: a run that failed before its first answer is ``status == "error"``
-    and ``answered == False`` (see :attr:`failed_unanswered`). ``cost_usd`` sums
+    and ``answered == False`` (see :attr:`failed_unanswered`). ``path`` is the
+    file (``None`` for a store that keeps no files), ``location`` where the
+    session is, for people; ``size`` is the bytes of its records; ``cost_usd`` sums
     the runs' costs.
     """
 
     session_id: str
-    path: Path
+    path: Path | None
     title: str
     modified: float
     size: int
     status: str = ""
     answered: bool = False
     #: What the session's runs cost together, in US dollars; ``None`` when a run's cost
-    #: is unknown (not priced, or recorded before costs were).
+    #: is unknown (not priced, or recorded before costs were, or a store that does not
+    #: sum them in its listing).
     cost_usd: float | None = None
+    location: str = field(default=Factory(_path_text, takes_self=True))
 
     @property
     def failed(self) -> bool:
@@ -212,10 +410,26 @@ class SessionInfo:
 
 
 class SessionStore:
-    """The session files under one directory."""
+    """The session files under one directory: the default :class:`TranscriptStore`."""
+
+    fenced = False  # one process owns a file at a time; nothing claims it away
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
+
+    def describe(self) -> str:
+        """The session directory."""
+        return str(self.directory)
+
+    def location(self, session_id: str) -> str:
+        """The file of ``session_id``."""
+        return str(self.path_for(session_id))
+
+    def prepare(self) -> None:
+        """Nothing to prepare: the directory is made with the first session."""
+
+    def close(self) -> None:
+        """Nothing to release: every writer closes its own file."""
 
     @staticmethod
     def new_id() -> str:
@@ -299,7 +513,10 @@ class SessionStore:
         path = self.path_for(session_id)
         # unlink never follows a link in the last component; lstat refuses a directory
         # (or anything else) named like a session.
-        mode = path.lstat().st_mode
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            raise SessionNotFound(f"no session {session_id!r} in {self.directory}") from None
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             raise ValueError(f"not a session file: {path}")
         path.unlink()
@@ -332,16 +549,7 @@ def read_session_file(path: Path, session_id: str | None = None) -> SessionConte
             continue
         try:
             record = json.loads(raw)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-            version = record.get("v")
-            if version not in READABLE_VERSIONS or isinstance(version, bool):
-                raise ValueError(f"unsupported record version {version!r}")
-            kind = record.get("kind")
-            if kind == "message":
-                messages.append(serialization.message_from_dict(record.get("message")))
-            elif kind == "compact":
-                messages = serialization.messages_from_dicts(record.get("messages"))
+            messages = apply_record(record, messages)
         except (ValueError, serialization.SerializationError, UnicodeDecodeError) as exc:
             if number - 1 == last and not ends_clean:
                 torn = True  # the process died mid-write; everything before is intact
@@ -357,6 +565,33 @@ def read_session_file(path: Path, session_id: str | None = None) -> SessionConte
         problems=tuple(problems),
         torn_tail=torn,
     )
+
+
+def apply_record(record: Any, messages: builtins.list[Message]) -> builtins.list[Message]:
+    """The history after ``record``: a ``message`` appended, a ``compact`` replacing it.
+
+    What every store's reader does with each record it reads back, in order.
+
+    :raises ValueError: the record is not an object of a known version.
+    :raises lich.serialization.SerializationError: its message is malformed.
+    """
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    version = record.get("v")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise ValueError(f"unsupported record version {version!r}")
+    kind = record.get("kind")
+    if kind == "message":
+        messages.append(serialization.message_from_dict(record.get("message")))
+    elif kind == "compact":
+        messages = serialization.messages_from_dicts(record.get("messages"))
+    return messages
+
+
+def encode_record(record: Mapping[str, Any]) -> bytes:
+    """``record`` as one JSON line (newline included), with NUL characters and lone
+    surrogates replaced: what the JSONL store writes, and what other stores keep."""
+    return _encode(record)
 
 
 def repair_dangling_tool_calls(messages: Iterable[Message]) -> list[Message]:
@@ -466,3 +701,39 @@ def _title(path: Path, limit: int = 80) -> str:
         pass
     return ""
 
+
+
+#: The ``[session_store]`` kind of the default store (also what an absent ``kind`` means).
+DEFAULT_STORE_KIND = "jsonl"
+
+
+def open_session_store(config: LichConfig, host: PluginHost | None = None) -> TranscriptStore:
+    """The session store of ``config``: the JSONL store under ``config.session_dir``,
+    or, when ``[session_store]`` names another ``kind``, the store a plugin of
+    ``host`` makes for it (``lich_make_session_store``).
+
+    No table, or ``kind = "jsonl"``, is the JSONL store, which takes no other
+    setting; plugins are not asked then (so ``lich sessions`` on the default store
+    loads none). Any other kind must be answered by a loaded plugin.
+
+    :raises lich.config.ConfigError: a kind no loaded plugin provides, a setting the
+        JSONL store does not take, or a store plugin that failed.
+    """
+    from lich.settings import ConfigError
+
+    table = config.session_store
+    kind = table.get("kind", DEFAULT_STORE_KIND)
+    if kind == DEFAULT_STORE_KIND:
+        extra = sorted(k for k in table if k != "kind")
+        if extra:
+            raise ConfigError([f"$.session_store.{k}: the {DEFAULT_STORE_KIND} store takes "
+                               "no settings (its directory is session_dir)" for k in extra])
+        return SessionStore(config.session_dir)
+    store = host.make_session_store(config) if host is not None else None
+    if store is None:
+        raise ConfigError([
+            f"$.session_store.kind: no loaded plugin provides the session store {kind!r} "
+            f"(the builtin kinds: {DEFAULT_STORE_KIND!r}, and 'postgres' with the "
+            "postgres plugin and pip install 'lich[postgres]')"
+        ])
+    return store

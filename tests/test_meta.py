@@ -363,6 +363,59 @@ async def test_hook_lich_make_router(tmp_path: Path) -> None:
     )
 
 
+async def test_hook_lich_make_session_store(tmp_path: Path) -> None:
+    from lich.sessions import SessionStore
+
+    class Memo(SessionStore):
+        """A store of its own kind (files, elsewhere): what the agent must then use."""
+
+    class Wants:
+        def lich_make_session_store(self, config: Any) -> Any:
+            if config.session_store.get("kind") != "memo":
+                return None
+            return Memo(tmp_path / "memo")
+
+    class Undecided:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def lich_make_session_store(self) -> None:
+            self.asked += 1
+            return None
+
+    class NotAStore:
+        def lich_make_session_store(self) -> Any:
+            return "a string"
+
+    undecided = Undecided()
+    config = make_test_config(tmp_path, session_store={"kind": "memo"})
+    chat = ScriptedChat(["stored"])
+    agent = lich.Agent(config, chat=chat, plugins=[("wants", Wants()), ("undecided", undecided)])
+    assert undecided.asked == 1
+    assert isinstance(agent.sessions, Memo)
+    result = await agent.run("keep this")
+    assert Path(result.session_path or "").parent == tmp_path / "memo"
+    assert agent.sessions.read(result.session_id).messages[-1].content == "stored"
+
+    # No answer: the JSONL store for no kind (or "jsonl"); any other kind is an error.
+    default = lich.Agent(make_test_config(tmp_path), chat=chat, plugins=[("wants", Wants())])
+    assert type(default.sessions) is SessionStore
+    assert default.sessions.describe() == str(tmp_path / ".lich" / "sessions")
+    with pytest.raises(ConfigError, match=r"\$\.session_store\.kind: no loaded plugin "
+                                          r"provides the session store 'memo'"):
+        lich.Agent(config, chat=chat)
+    with pytest.raises(ConfigError, match=r"\$\.session_store\.dsn: the jsonl store"):
+        lich.Agent(make_test_config(tmp_path, session_store={"dsn": "x"}), chat=chat)
+    # An answer that is not a store fails its plugin; the next one decides.
+    host = lich.PluginHost()
+    host.register_object(Wants(), "wants")
+    host.register_object(NotAStore(), "not_a_store")
+    agent = lich.Agent(config, chat=chat, host=host)
+    assert isinstance(agent.sessions, Memo)
+    assert "not a session store" in next(
+        r for r in host.reports if r.entry == "not_a_store").describe_error()
+
+
 def test_hook_lich_register_commands(tmp_path: Path) -> None:
     class Hello:
         def lich_register_commands(self, cli: click.Group) -> None:

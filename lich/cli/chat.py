@@ -251,7 +251,7 @@ class ChatSession:
     async def _sessions(self, _arg: str) -> bool:
         sessions = self.agent.sessions.list()[:15]
         if not sessions:
-            self.say(f"no sessions in {self.agent.sessions.directory}", "")
+            self.say(f"no sessions in {self.agent.sessions.describe()}", "")
         for info in sessions:
             mark = "*" if info.session_id == self.session_id else " "
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.modified))

@@ -40,6 +40,7 @@ from lich.cli.options import Settings, config_options, get_settings, json_option
 
 if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
+    from lich.plugins import PluginHost
     from lich.providers import ProviderKind, ProviderRegistry
 
 __all__ = [
@@ -114,7 +115,8 @@ def config_validate_command(ctx: click.Context) -> None:
     ctx.exit(config_validate(get_settings(ctx)))
 
 
-_SECRET_KEY = re.compile(r"(key|token|secret|passw|auth|credential|cookie)", re.I)
+# "dsn": a database DSN ([session_store] dsn) may hold a password.
+_SECRET_KEY = re.compile(r"(key|token|secret|passw|auth|credential|cookie|dsn)", re.I)
 
 
 def mask_secrets(value: Any, key: str = "") -> Any:
@@ -442,6 +444,21 @@ def config_init(settings: Settings, *, user: bool, force: bool, to_stdout: bool)
     return EXIT_OK
 
 
+def _session_store_problems(config: LichConfig, host: PluginHost) -> list[str]:
+    """What a run would refuse in ``[session_store]``: a kind no plugin provides, a
+    setting the store does not take (the store is made, not connected)."""
+    from lich.config import ConfigError
+    from lich.sessions import open_session_store
+
+    try:
+        with quiet_plugin_log():
+            store = open_session_store(config, host)
+    except ConfigError as exc:
+        return list(exc.problems)
+    store.close()
+    return []
+
+
 def config_validate(settings: Settings) -> int:
     """``lich config validate``: config errors (file and ``$.path``), plugin and provider checks."""
     from lich.agent import build_tool_registry
@@ -494,6 +511,8 @@ def config_validate(settings: Settings) -> int:
     unasked = unasked_warning(host, tools.list(), config)
     if unasked:
         warnings.append(unasked)
+    # The plugin's lich_check_config may have said it already.
+    errors.extend(p for p in _session_store_problems(config, host) if p not in errors)
     where = loaded.file or "no config file (defaults, environment and flags)"
     for text in warnings:
         echo_warning(text)

@@ -181,7 +181,7 @@ def run_command(ctx: click.Context, task: tuple[str, ...]) -> None:
 def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
     """``lich TASK…``: run the task once; returns the exit code."""
     from lich.cli._render import HumanRenderer, JsonRenderer, make_err_console
-    from lich.sessions import SessionNotFound, SessionStore
+    from lich.sessions import SessionNotFound
 
     task = read_task(words)
     if task is None:
@@ -203,9 +203,10 @@ def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
     session_id = None
     if settings.resume:
         try:
-            session_id = SessionStore(built.config.session_dir).resolve(settings.resume)
-        except (SessionNotFound, ValueError) as exc:
+            session_id = built.agent.sessions.resolve(settings.resume)
+        except (SessionNotFound, ValueError, OSError) as exc:  # OSError: a store's failure
             echo_error(f"--resume: {exc}")
+            built.agent.sessions.close()
             return EXIT_USAGE
     human = None if settings.json else HumanRenderer(err)
     renderer: EventHandler = JsonRenderer() if human is None else human

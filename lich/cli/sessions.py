@@ -1,22 +1,24 @@
-"""``lich sessions``: the recorded conversations (JSONL transcripts): list, show, path,
-and the housekeeping: rm and prune."""
+"""``lich sessions``: the recorded conversations (JSONL transcripts, or the configured
+``[session_store]``): list, show, path, and the housekeeping: rm and prune."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 import click
 
 from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
-from lich.cli.common import EXIT_OK, EXIT_USAGE, echo_error, echo_warning
+from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error, echo_warning
 from lich.cli.options import Settings, config_options, get_settings, json_option
 from lich.guards import truncate_text
 
 if TYPE_CHECKING:
-    from lich.sessions import SessionInfo, SessionStore
+    from lich.sessions import SessionInfo, TranscriptStore
 
 __all__ = [
     "approvals_of",
@@ -34,7 +36,7 @@ __all__ = [
 @click.group("sessions")
 @json_option()
 def sessions_group() -> None:
-    """Recorded conversations (JSONL transcripts).
+    """Recorded conversations (JSONL transcripts, or the [session_store]).
 
     A SESSION is an id, the start of one id, a session file's path, or 'latest'.
     """
@@ -125,11 +127,51 @@ def sessions_prune_command(ctx: click.Context, older_than: float | None, failed:
                             dry_run=dry_run))
 
 
-def _store(settings: Settings) -> SessionStore | None:
-    from lich.sessions import SessionStore
+@contextlib.contextmanager
+def _store(settings: Settings) -> Iterator[TranscriptStore | None]:
+    """The configured session store (``None`` after saying why there is none), closed
+    when the command is done with it."""
+    from lich.cli.common import host_for, quiet_plugin_log, warn_plugin_failures
+    from lich.config import ConfigError
+    from lich.sessions import DEFAULT_STORE_KIND, open_session_store
 
     loaded = load_or_report(settings)
-    return None if loaded is None else SessionStore(loaded.config.session_dir)
+    if loaded is None:
+        yield None
+        return
+    # The default store needs no plugin: load them only for another kind.
+    host = (None if loaded.config.session_store.get("kind", DEFAULT_STORE_KIND)
+            == DEFAULT_STORE_KIND else host_for(settings, loaded.config))
+    try:
+        with quiet_plugin_log():
+            store = open_session_store(loaded.config, host)
+    except ConfigError as exc:
+        if host is not None:
+            warn_plugin_failures(host)  # a store plugin that failed to load: the likely cause
+        echo_error(str(exc))
+        yield None
+        return
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+_P = ParamSpec("_P")
+
+
+def _store_errors_reported(fn: Callable[_P, int]) -> Callable[_P, int]:
+    """A store that fails mid-command (its database went away) is one error line, exit 1."""
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> int:
+        from lich.sessions import StoreError
+
+        try:
+            return fn(*args, **kwargs)
+        except StoreError as exc:
+            echo_error(f"session store: {exc}")
+            return EXIT_STOPPED
+    return wrapper
 
 
 def status_label(info: SessionInfo) -> str:
@@ -140,23 +182,26 @@ def status_label(info: SessionInfo) -> str:
 
 
 def _info_json(s: SessionInfo) -> dict[str, Any]:
-    return {"session_id": s.session_id, "path": str(s.path), "title": s.title,
+    return {"session_id": s.session_id, "path": None if s.path is None else str(s.path),
+            "location": s.location, "title": s.title,
             "modified": s.modified, "size": s.size, "status": s.status,
             "answered": s.answered, "failed_unanswered": s.failed_unanswered,
             "cost_usd": s.cost_usd}
 
 
+@_store_errors_reported
 def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
     """``lich sessions list``: newest first."""
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    sessions = store.list()[: limit if limit > 0 else None]
+    with _store(settings) as store:
+        if store is None:
+            return EXIT_USAGE
+        sessions = store.list()[: limit if limit > 0 else None]
+        where = store.describe()
     if as_json:
         print_json([_info_json(s) for s in sessions])
         return EXIT_OK
     if not sessions:
-        click.echo(f"no sessions in {store.directory}", err=True)
+        click.echo(f"no sessions in {where}", err=True)
         return EXIT_OK
     from rich.table import Column, Table
 
@@ -174,18 +219,17 @@ def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
     return EXIT_OK
 
 
+@_store_errors_reported
 def sessions_path(settings: Settings, ref: str | None) -> int:
-    """``lich sessions path [ID]``: the session dir, or one session's file."""
+    """``lich sessions path [ID]``: the session dir, or one session's file (for another
+    store: where it keeps the sessions, or one of them)."""
     from lich.sessions import SessionNotFound
 
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    if ref is None:
-        path = store.directory
-    else:
+    with _store(settings) as store:
+        if store is None:
+            return EXIT_USAGE
         try:
-            path = store.path_for(store.resolve(ref))
+            path = store.describe() if ref is None else store.location(store.resolve(ref))
         except (SessionNotFound, ValueError) as exc:
             echo_error(str(exc))
             return EXIT_USAGE
@@ -196,16 +240,18 @@ def sessions_path(settings: Settings, ref: str | None) -> int:
     return EXIT_OK
 
 
-def _remove(settings: Settings, store: SessionStore, doomed: Sequence[SessionInfo],
+def _remove(settings: Settings, store: TranscriptStore, doomed: Sequence[SessionInfo],
             *, dry_run: bool) -> int:
     """Remove ``doomed`` (or, with ``dry_run``, only say so), one line per session."""
+    from lich.sessions import SessionNotFound
+
     removed: list[SessionInfo] = []
     failures = 0
     for info in doomed:
         if not dry_run:
             try:
                 store.remove(info.session_id)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, SessionNotFound) as exc:
                 echo_error(f"cannot remove {info.session_id}: {exc}")
                 failures += 1
                 continue
@@ -221,13 +267,19 @@ def _remove(settings: Settings, store: SessionStore, doomed: Sequence[SessionInf
     return EXIT_USAGE if failures else EXIT_OK
 
 
+@_store_errors_reported
 def sessions_rm(settings: Settings, refs: Sequence[str], *, dry_run: bool = False) -> int:
     """``lich sessions rm SESSION...``: all or nothing — every ref resolves, or none goes."""
+    with _store(settings) as store:
+        if store is None:
+            return EXIT_USAGE
+        return _rm(settings, store, refs, dry_run=dry_run)
+
+
+def _rm(settings: Settings, store: TranscriptStore, refs: Sequence[str], *,
+        dry_run: bool) -> int:
     from lich.sessions import SessionNotFound
 
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
     ids: list[str] = []
     problems = 0
     for ref in refs:
@@ -247,6 +299,7 @@ def sessions_rm(settings: Settings, refs: Sequence[str], *, dry_run: bool = Fals
     return _remove(settings, store, [by_id[i] for i in ids if i in by_id], dry_run=dry_run)
 
 
+@_store_errors_reported
 def sessions_prune(settings: Settings, *, older_than: float | None, failed: bool,
                    dry_run: bool = False) -> int:
     """``lich sessions prune``: remove the sessions older than ``older_than`` seconds
@@ -255,36 +308,38 @@ def sessions_prune(settings: Settings, *, older_than: float | None, failed: bool
         echo_error("prune needs --older-than DURATION and/or --failed "
                    "(to remove every session: lich sessions rm, or the directory itself)")
         return EXIT_USAGE
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    cutoff = time.time() - older_than if older_than is not None else None
-    doomed = [s for s in store.list()
-              if (cutoff is None or s.modified < cutoff) and (not failed or s.failed)]
-    return _remove(settings, store, doomed, dry_run=dry_run)
+    with _store(settings) as store:
+        if store is None:
+            return EXIT_USAGE
+        cutoff = time.time() - older_than if older_than is not None else None
+        doomed = [s for s in store.list()
+                  if (cutoff is None or s.modified < cutoff) and (not failed or s.failed)]
+        return _remove(settings, store, doomed, dry_run=dry_run)
 
 
 def _clip(text: str, limit: int) -> str:
     return truncate_text(text.rstrip(), limit, style="inline")
 
 
+@_store_errors_reported
 def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
     """``lich sessions show ID``: the conversation, readable (or as JSON)."""
     from lich import serialization
     from lich.sessions import SessionNotFound, session_cost
 
-    store = _store(settings)
-    if store is None:
-        return EXIT_USAGE
-    try:
-        contents = store.read(ref)
-    except (SessionNotFound, ValueError, OSError) as exc:
-        echo_error(str(exc))
-        return EXIT_USAGE
+    with _store(settings) as store:
+        if store is None:
+            return EXIT_USAGE
+        try:
+            contents = store.read(ref)
+        except (SessionNotFound, ValueError, OSError) as exc:
+            echo_error(str(exc))
+            return EXIT_USAGE
     if as_json:
         print_json({
             "session_id": contents.session_id,
-            "path": str(contents.path),
+            "path": None if contents.path is None else str(contents.path),
+            "location": contents.location,
             "messages": [serialization.message_to_dict(m) for m in contents.messages],
             "approvals": approvals_of(contents.records),
             "problems": list(contents.problems),
@@ -299,7 +354,7 @@ def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
     def line(text: str, style: str = "") -> None:
         console.print(Text(text, style=style), soft_wrap=True)
 
-    line(f"session {contents.session_id}  ({contents.path})", "bold")
+    line(f"session {contents.session_id}  ({contents.location})", "bold")
     for record in contents.records:
         kind = record.get("kind")
         if kind == "message":

@@ -66,7 +66,8 @@ def launch_tui(settings: Settings) -> int:
     if settings.resume:
         try:
             resume = built.agent.sessions.resolve(settings.resume)
-        except (SessionNotFound, ValueError) as exc:
+        except (SessionNotFound, ValueError, OSError) as exc:  # OSError: a store's failure
             echo_error(f"--resume: {exc}")
+            built.agent.sessions.close()
             return EXIT_USAGE
     return int(run_tui(built.agent, resume=resume, config_location=built.loaded.location))

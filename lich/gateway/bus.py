@@ -340,7 +340,8 @@ class GatewayBus:
                 "(plugins = [\"+prices\"], pip install 'lich[prices]')"])
         self.max_cost_usd_per_day = max_cost_usd_per_day
         if id_key is None:
-            id_key = (load_or_create_key(agent.sessions.directory)
+            # The key lives in session_dir whichever store keeps the transcripts.
+            id_key = (load_or_create_key(agent.config.session_dir)
                       if agent.config.persist_sessions else secrets.token_bytes(KEY_BYTES))
         self._id_key = id_key
         self.agent = agent
@@ -595,7 +596,11 @@ class GatewayBus:
         So a conversation started before ids were keyed resumes where it was;
         the guessable name disappears from the session directory.
         """
+        from lich.sessions import SessionStore
+
         sessions = self.agent.sessions
+        if not isinstance(sessions, SessionStore):
+            return  # only JSONL files were ever written under the old names
         old = sessions.path_for(legacy_session_id(*conv.key))
         new = sessions.path_for(conv.session_id)
         if not old.is_file() or new.exists():
@@ -630,13 +635,20 @@ class GatewayBus:
 
     async def _load(self, conv: _Conversation) -> list[Message]:
         sessions = self.agent.sessions
-        if not sessions.exists(conv.session_id):
-            return []
+
+        def load() -> list[Message] | None:
+            # Both in the thread: a database store's exists() is a query too.
+            if not sessions.exists(conv.session_id):
+                return None
+            return sessions.history(conv.session_id)
+
         try:
-            history = await asyncio.to_thread(sessions.history, conv.session_id)
+            history = await asyncio.to_thread(load)
         except (OSError, ValueError) as exc:
             log_event(log, logging.ERROR, "session_unreadable", session=conv.session_id,
                       error=f"{type(exc).__name__}: {exc}")
+            return []
+        if history is None:
             return []
         log_event(log, logging.INFO, "conversation_resumed", platform=conv.key[0],
                   chat=conv.key[1], session=conv.session_id, messages=len(history))

@@ -140,6 +140,13 @@ class GatewayRunner:
 
         self.agent = Agent(gateway_agent_config(self.config, self.gateway), host=self.host,
                            chat=self.chat)
+        try:
+            # A database store that is unreachable or too new fails the start, not the
+            # first conversation (its schema is migrated here too).
+            await asyncio.to_thread(self.agent.sessions.prepare)
+        except OSError as exc:
+            await self._close_agent()
+            raise GatewayError(f"the session store is not usable: {redact(str(exc))}") from exc
         if self.gateway.tools is not None:
             absent = [t for t in self.gateway.tools if not self.agent.tools.has(t)]
             if absent:
@@ -162,7 +169,7 @@ class GatewayRunner:
         lease_for = getattr(self.bus, "lease", None)
         log_event(log, logging.INFO, "gateway_starting", platforms=",".join(names),
                   pid=os.getpid(), tools=",".join(self.agent.tools.names()) or "none",
-                  sessions=self.config.session_dir)
+                  sessions=self.agent.sessions.describe())
 
         for name in names:
             context = AdapterContext(

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
     from lich.providers import ProviderRegistry
+    from lich.sessions import TranscriptStore
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider
 
@@ -253,6 +254,36 @@ class PluginHost(PluginLoader, HookCaller):
                     f"{type(result).__name__}, not a bus (it has no {', '.join(missing)})"
                 ])
             return result  # type: ignore[no-any-return]
+        return None
+
+    def make_session_store(self, config: LichConfig) -> TranscriptStore | None:
+        """``lich_make_session_store``: the first non-``None`` answer, or ``None``.
+
+        :raises lich.config.ConfigError: a store plugin raised (its own
+            ``ConfigError`` as it is; anything else named with the plugin).
+        """
+        from lich.config import ConfigError
+        from lich.sessions import TranscriptStore
+
+        for impl in self._impls("lich_make_session_store"):
+            try:
+                result = _call_sync(impl, {"config": config})
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise ConfigError([
+                    f"$.session_store: lich_make_session_store of plugin "
+                    f"{impl.plugin_name!r} failed: {self._describe(exc)}"
+                ]) from exc
+            if result is None:
+                continue
+            if not isinstance(result, TranscriptStore):
+                self._forget_everywhere(impl.plugin_name)
+                self._fail_loaded(impl.plugin_name, "register", TypeError(
+                    f"lich_make_session_store returned {type(result).__name__}, not a "
+                    "session store (see lich.sessions.TranscriptStore)"))
+                continue
+            return result
         return None
 
 

@@ -8,9 +8,14 @@ off, load it with ``-p lich.testing.plugin``. The fixtures:
   :class:`~lich.testing.ScriptedServer` s, stopped after the test;
 * ``lich_agent_factory`` — a factory of :class:`lich.Agent` s in ``tmp_path``
   answering from a script;
-* ``lich_hook_recorder`` — a fresh :class:`~lich.testing.HookRecorder`.
+* ``lich_hook_recorder`` — a fresh :class:`~lich.testing.HookRecorder`;
+* ``lich_postgres`` — a throw-away PostgreSQL cluster for the test session
+  (:class:`lich.testing.postgres.PostgresCluster`), skipped with the reason
+  when the machine has no PostgreSQL; ``lich_postgres_dsn`` — the DSN of a
+  new, empty database on it for one test.
 
-This is the only module of the kit that imports pytest. See ``docs/testing.md``.
+This module and :mod:`lich.testing.contracts` (the contract suites) are the
+only ones of the kit that import pytest. See ``docs/testing.md``.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from lich.testing.server import ScriptedServer
 
 if TYPE_CHECKING:
     from lich.agent import Agent
+    from lich.testing.postgres import PostgresCluster
 
-__all__ = ["lich_agent_factory", "lich_hook_recorder", "lich_scripted_server"]
+__all__ = ["lich_agent_factory", "lich_hook_recorder", "lich_postgres", "lich_postgres_dsn",
+           "lich_scripted_server"]
 
 
 @pytest.fixture
@@ -77,3 +84,28 @@ def lich_agent_factory(tmp_path: Path) -> Callable[..., Agent]:
 def lich_hook_recorder() -> HookRecorder:
     """A fresh :class:`HookRecorder`."""
     return HookRecorder()
+
+
+@pytest.fixture(scope="session")
+def lich_postgres() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster started for the test session and stopped (by pid) after it."""
+    from lich.testing.postgres import PostgresCluster, PostgresUnavailable, find_binaries
+
+    try:
+        binaries = find_binaries()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    cluster = PostgresCluster.start(binaries=binaries)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def lich_postgres_dsn(lich_postgres: PostgresCluster) -> str:
+    """The DSN of a new, empty database (the superuser's password in it) for one test."""
+    return lich_postgres.create_database(f"test_{next(_databases)}")

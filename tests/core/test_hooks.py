@@ -86,6 +86,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_register_tools": ["registry", "config"],
         "lich_register_providers": ["registry"],
         "lich_make_router": ["providers", "config"],
+        "lich_make_session_store": ["config"],
         "lich_check_config": ["config"],
         "lich_register_commands": ["cli"],
         "lich_register_gateway_adapters": ["registry"],
@@ -114,7 +115,8 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
         firstresult = {"lich_make_router", "lich_request_approval", "lich_price_call",
-                       "lich_before_model_call", "lich_make_bus"}
+                       "lich_before_model_call", "lich_make_bus",
+                       "lich_make_session_store"}
         assert bool(caller.spec.opts.get("firstresult")) == (name in firstresult), name
 
 
