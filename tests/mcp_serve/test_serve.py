@@ -176,6 +176,13 @@ def work(tmp_path: Path) -> Path:
     (path / "guard.py").write_text(GUARD_PLUGIN, encoding="utf-8")
     (path / "noisy.py").write_text(NOISY_PLUGIN, encoding="utf-8")
     (tmp_path / "outside.txt").write_text("outside the work dir\n", encoding="utf-8")
+    # The test plugins' tools are not read-only: the default approvals would ask about
+    # them, and with no approver in `lich mcp serve` deny them. Allowed here by rule,
+    # as a user serving their own tools would; write_file still asks (its own test).
+    (path / ".lich").mkdir()
+    (path / ".lich" / "config.toml").write_text(
+        '[approvals]\nallow = ["peek", "boom", "slow", "partial", "hang", "noisy"]\n',
+        encoding="utf-8")
     return path
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from lich.sessions import (
+    RECORD_VERSION,
     SessionAmbiguous,
     SessionNotFound,
     TranscriptStore,
@@ -144,7 +145,8 @@ class SessionStoreContract:
         assert contents.session_id == "s1"
         assert [r["kind"] for r in contents.records] == [
             "meta", "message", "message", "message", "event", "message", "meta"]
-        assert all(r["v"] == 1 and isinstance(r["ts"], float) for r in contents.records)
+        assert all(r["v"] == RECORD_VERSION and isinstance(r["ts"], float)
+                   for r in contents.records)
         assert contents.records[4]["event"] == {"type": "tool_call_end", "name": "list_dir"}
         assert [m.role for m in contents.messages] == ["user", "assistant", "tool", "assistant"]
         assert contents.messages[1] == AssistantMessage("looking", (call,))
