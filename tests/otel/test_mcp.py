@@ -4,7 +4,8 @@ of lich's ``execute_tool`` span for that call, in the run's trace, and the W3C t
 context the server receives in ``_meta`` names that request span.
 
 The MCP sessions run on the ``mcp`` plugin's own event loop, in another thread: what
-these tests prove is that the caller's span context crosses that hand-over.
+these tests prove is that the caller's span context crosses that hand-over (and that
+the session's own traffic, which belongs to no tool call, does not pick it up).
 """
 
 from __future__ import annotations
@@ -94,3 +95,55 @@ async def test_mcp_request_spans_nest_under_execute_tool(tmp_path: Path, sdk_spa
     in_run = [s.name for s in _sdk_sends(sdk_spans) if s.context.trace_id == trace_id]
     assert in_run == [SEND, SEND]
 
+
+async def test_session_traffic_started_by_a_call_stays_out_of_its_span(
+    tmp_path: Path, sdk_spans: Spans
+) -> None:
+    """A server that died is restarted inside the next call to it; the new session
+    must not keep that call's span as its context for the rest of its life (it would
+    parent later, unrelated requests to a span long ended)."""
+    chat = ScriptedChat([
+        Reply(tool_calls=[ToolCall("c1", "mcp__fx__crash", {})]),
+        Reply(tool_calls=[ToolCall("c2", TOOL, {})]),
+        Reply(tool_calls=[ToolCall("c3", "mcp__fx__grow", {"name": "sprout"})]),
+        Reply("done"),
+    ])
+    config = make_test_config(tmp_path, plugins=("mcp",), mcp={"servers": {"fx": stdio_server()}})
+    agent = Agent(config, plugins=[("otel", sdk_spans.plugin())], chat=chat)
+    events: list[Envelope] = []
+    try:
+        result = await agent.run("crash, then trace", on_event=events.append)
+    finally:
+        await agent.aclose()
+    assert result.stopped_reason == "final"
+    outputs = {e.event.call.id: e.event.result for e in events if isinstance(e.event, ToolCallEnd)}
+    assert not outputs["c1"].ok
+    assert outputs["c2"].ok, outputs["c2"].error
+    assert outputs["c3"].ok, outputs["c3"].error
+
+    run = sdk_spans.one("invoke_agent lich")
+    restarted_in = sdk_spans.tool_span("c2")
+    by_id = {s.context.span_id: s for s in sdk_spans.all}
+
+    def parent_name(span: ReadableSpan) -> str | None:
+        return by_id[span.parent.span_id].name if span.parent is not None else None
+
+    # c2's own request nests under c2 ...
+    (send,) = [s for s in _sdk_sends(sdk_spans) if s.name == SEND]
+    assert send.parent is not None
+    assert send.parent.span_id == restarted_in.context.span_id
+    # ... but the session restarted inside c2 is not c2's: its handshake, its
+    # tool-change subscription (open until the agent closed) and the tool listing
+    # that c3's change announced are in no run's trace. In the run's trace are the
+    # three calls' requests, each under its own execute_tool span.
+    in_run = sorted((s.name, parent_name(s)) for s in _sdk_sends(sdk_spans)
+                    if s.context.trace_id == run.context.trace_id)
+    assert in_run == [
+        ("MCP send tools/call crash", "execute_tool mcp__fx__crash"),
+        ("MCP send tools/call grow", "execute_tool mcp__fx__grow"),
+        (SEND, f"execute_tool {TOOL}"),
+    ]
+    restart = [s.name for s in _sdk_sends(sdk_spans) if s.context.trace_id != run.context.trace_id]
+    # Started twice (at assembly, then in c2), and c3's change listed the tools again.
+    assert restart.count("MCP send tools/list") >= 3
+    assert restart.count("MCP send subscriptions/listen") == 2
