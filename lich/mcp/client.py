@@ -18,6 +18,15 @@ dies is restarted lazily, on the next call to one of its tools, after a backoff
 (:mod:`lich.backoff`) — once: a server that dies again before any call succeeded
 stays down. A streamable-HTTP session the server expired is re-initialised and
 the call sent again (the server refused it, so it did not run).
+
+Context variables (the OpenTelemetry span current where a tool was called, among
+others) cross the hand-over with each call: the call's task runs in a copy of the
+caller's context, so the span the SDK starts around the request is a child of the
+caller's span (lich's ``execute_tool``) and the ``traceparent`` it sends names it.
+An owner task never does: it runs in a context of its own, empty, whichever call
+(re)started it, because the session outlives the call and everything it sends on
+its own (the tool-list subscription, the refreshes it triggers) belongs to no call.
+Only :mod:`contextvars` is used: this module knows nothing of OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import datetime
 import logging
 import threading
@@ -141,7 +151,12 @@ class _Connection:
         self.state.status, self.state.error = "connecting", None
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
-        self._owner = asyncio.ensure_future(self._own(ready, self._stop))
+        # A fresh, empty context, not the current one (a restart runs inside the call
+        # that needed it): the SDK's session tasks started in the owner inherit its
+        # context for the session's whole life, and must not be parented to a span
+        # that ends with the call (see the module docstring).
+        self._owner = asyncio.get_running_loop().create_task(
+            self._own(ready, self._stop), context=contextvars.Context())
         timeout = self.config.startup_timeout_s
         try:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
@@ -501,11 +516,17 @@ class McpRuntime:
         task.add_done_callback(self._background.discard)
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` as a task of the runtime's loop, in a copy of the calling
+        thread's context (so a call's request span nests under the caller's span)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop.run_forever, name="lich-mcp",
                                             daemon=True)
             self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        # run_coroutine_threadsafe creates the task in a callback scheduled with
+        # call_soon_threadsafe, which runs in the context current when it is scheduled
+        # (asyncio's documented default). The copy is taken here explicitly because
+        # the span nesting depends on it being the caller's.
+        return contextvars.copy_context().run(asyncio.run_coroutine_threadsafe, coro, self._loop)
 
     def start(self) -> list[ServerState]:
         """Connect every server in parallel, each under its own startup timeout;

@@ -60,6 +60,13 @@ async def slow(seconds: float, marker: str = "") -> str:
     return f"slept {seconds}"
 
 
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def trace_context(ctx: Context) -> str:
+    """The W3C trace context the request carried in its _meta, as JSON."""
+    meta = ctx.request_context.meta or {}
+    return json.dumps({key: meta[key] for key in ("traceparent", "tracestate") if key in meta})
+
+
 @app.tool()
 def fail(message: str) -> str:
     """Fail with the message."""
