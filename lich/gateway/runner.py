@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lich.config import LichConfig, config_with
 from lich.gateway._format import log_event, redact
+from lich.gateway._signals import stop_on_signals
 from lich.gateway.bus import GatewayBus, MessageBus, bus_kind
 from lich.gateway.config import GatewayConfig, parse_gateway_config
 from lich.gateway.registry import (
@@ -321,29 +321,7 @@ async def run_gateway(
         log_event(log, logging.ERROR, "gateway_failed", error=str(exc))
         raise
     stop = stop or asyncio.Event()
-    signals_seen: list[int] = []
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: signal.Signals) -> None:
-        signals_seen.append(signum)
-        log_event(log, logging.INFO, "signal", signal=signum.name,
-                  action="stop" if len(signals_seen) == 1 else "cancel runs")
-        if len(signals_seen) > 1:
-            runner.cancel_runs()
-        stop.set()
-
-    installed: list[signal.Signals] = []
-    if install_signals:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(signum, on_signal, signum)
-                installed.append(signum)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread, or a platform without signals
-    try:
+    async with stop_on_signals(stop, runner.cancel_runs, install=install_signals):
         await stop.wait()
         await runner.stop()
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
     return 0

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from typing import TYPE_CHECKING
 
 import attrs
 
 from lich.gateway._format import log_event
+from lich.gateway._signals import stop_on_signals
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
@@ -77,33 +77,11 @@ async def run_worker(
                   partitions=settings.partitions, concurrency=bus.concurrency,
                   tools=",".join(agent.tools.names()) or "none")
         stop = stop or asyncio.Event()
-        signals_seen: list[int] = []
-        loop = asyncio.get_running_loop()
-
-        def on_signal(signum: signal.Signals) -> None:
-            signals_seen.append(signum)
-            log_event(log, logging.INFO, "signal", signal=signum.name,
-                      action="stop" if len(signals_seen) == 1 else "cancel runs")
-            if len(signals_seen) > 1:
-                bus.cancel_runs()
-            stop.set()
-
-        installed: list[signal.Signals] = []
-        if install_signals:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                try:
-                    loop.add_signal_handler(signum, on_signal, signum)
-                    installed.append(signum)
-                except (NotImplementedError, RuntimeError, ValueError):
-                    pass  # not the main thread, or a platform without signals
-        try:
+        async with stop_on_signals(stop, bus.cancel_runs, install=install_signals):
             await stop.wait()
             log_event(log, logging.INFO, "worker_stopping", grace_s=gateway.grace_s,
                       in_flight=bus.in_flight)
             clean = await bus.drain(gateway.grace_s)
-        finally:
-            for signum in installed:
-                loop.remove_signal_handler(signum)
         log_event(log, logging.INFO, "worker_stopped", clean=clean)
         return 0
     finally:
