@@ -12,13 +12,47 @@ Exit codes: 0 after a graceful stop, 1 when no platform could start,
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lich.cli.options import config_options, get_settings
 
-__all__ = ["gateway_command"]
+if TYPE_CHECKING:
+    from lich.cli.common import Assembly
+    from lich.gateway.config import GatewayConfig
+
+__all__ = ["assemble_gateway", "gateway_command"]
+
+
+def assemble_gateway(ctx: click.Context) -> tuple[Assembly, GatewayConfig]:
+    """The plugin host and config of a gateway process (``lich gateway``, ``lich
+    worker``), every plugin's settings checked; exits 2 (with the message) when they
+    are wrong.
+
+    The agents are built later, by the process itself (with the gateway's tools), on
+    this host: the plugins' settings are checked now, as assembling an agent would,
+    so that a --plugin entry failing its own check is refused here too, and a bad
+    table is exit 2 before anything listens or connects.
+    """
+    from lich.cli.common import CommandError, assemble, check_named_plugins
+    from lich.config import ConfigError
+    from lich.gateway.config import parse_gateway_config
+    from lich.gateway.runner import gateway_agent_config
+
+    settings = get_settings(ctx)
+    try:
+        built = assemble(settings, agent=False, service=True)
+        gateway = parse_gateway_config(built.config.gateway)
+        problems = built.host.check_config(gateway_agent_config(built.config, gateway))
+        check_named_plugins(settings, built.host)
+        if problems:
+            raise ConfigError(problems)
+    except CommandError as exc:
+        ctx.exit(exc.report())
+    except ConfigError as exc:
+        ctx.exit(CommandError(str(exc)).report())
+    return built, gateway
 
 
 @click.command("gateway")
@@ -47,29 +81,14 @@ def gateway_command(
     """
     import asyncio
 
-    from lich.cli.common import CommandError, assemble, check_named_plugins, echo_error
+    from lich.cli.common import CommandError, echo_error
     from lich.config import ConfigError
-    from lich.gateway.config import parse_gateway_config, with_overrides
+    from lich.gateway.config import with_overrides
     from lich.gateway.registry import GatewayError, UnknownPlatformError
-    from lich.gateway.runner import gateway_agent_config, run_gateway
+    from lich.gateway.runner import run_gateway
     from lich.plugins import PluginLoadError
 
-    settings = get_settings(ctx)
-    try:
-        # The gateway builds its agents itself (with the gateway's tools), on this host.
-        built = assemble(settings, agent=False, service=True)
-        gateway = parse_gateway_config(built.config.gateway)
-        # The agents are built later, by the runner: check the plugins' settings now, as
-        # assembling an agent would, so that a --plugin entry failing its own check is
-        # refused here too (and a bad table is exit 2 before anything listens).
-        problems = built.host.check_config(gateway_agent_config(built.config, gateway))
-        check_named_plugins(settings, built.host)
-        if problems:
-            raise ConfigError(problems)
-    except CommandError as exc:
-        ctx.exit(exc.report())
-    except ConfigError as exc:
-        ctx.exit(CommandError(str(exc)).report())
+    built, gateway = assemble_gateway(ctx)
     changes: dict[str, Any] = {}
     env_port = os.environ.get("LICH_GATEWAY_PORT", "").strip()
     if webhook_port is None and env_port:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from lich.cli.options import config_options, get_settings
+from lich.cli.options import config_options
 
 __all__ = ["worker_command"]
 
@@ -33,26 +33,14 @@ def worker_command(ctx: click.Context, concurrency: int | None, grace_s: float |
     """
     import asyncio
 
-    from lich.cli.common import CommandError, assemble, check_named_plugins, echo_error
+    from lich.cli.common import CommandError, echo_error
     from lich.config import ConfigError
-    from lich.gateway.config import parse_gateway_config, with_overrides
+    from lich.gateway.command import assemble_gateway
+    from lich.gateway.config import with_overrides
     from lich.gateway.registry import GatewayError
-    from lich.gateway.runner import gateway_agent_config
     from lich.nats_bus.worker import run_worker
 
-    settings = get_settings(ctx)
-    try:
-        built = assemble(settings, agent=False, service=True)
-        gateway = parse_gateway_config(built.config.gateway)
-        # As `lich gateway` does: every plugin's check, before anything connects.
-        problems = built.host.check_config(gateway_agent_config(built.config, gateway))
-        check_named_plugins(settings, built.host)
-        if problems:
-            raise ConfigError(problems)
-    except CommandError as exc:
-        ctx.exit(exc.report())
-    except ConfigError as exc:
-        ctx.exit(CommandError(str(exc)).report())
+    built, gateway = assemble_gateway(ctx)  # as `lich gateway` does: every plugin checked
     if grace_s is not None:
         gateway = with_overrides(gateway, grace_s=grace_s)
     try:
