@@ -375,6 +375,84 @@ async def _read_capped(response: httpx.Response, cap: int, *, strict: bool = Tru
     return b"".join(chunks)
 
 
+# What is left of a body after its consumer stopped reading is read (so that the
+# connection can be reused) only if it ends soon and is small; otherwise the
+# connection is closed, as it would be without this.
+_FINISH_BODY_S = 0.25
+_FINISH_BODY_BYTES = 64 * 1024
+
+
+async def _finish_body(chunks: AsyncIterator[bytes]) -> None:
+    """Read and drop the rest of a body, within :data:`_FINISH_BODY_S` and
+    :data:`_FINISH_BODY_BYTES`; any failure just leaves the connection to be closed."""
+    import httpx
+
+    size = 0
+    try:
+        async with asyncio.timeout(_FINISH_BODY_S):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > _FINISH_BODY_BYTES:
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        pass
+
+
+class _StallTimer:
+    """The "no data for ``timeout_s``" deadline of a stream, with one timer for the whole
+    stream instead of an :func:`asyncio.timeout` per chunk (a timer handle scheduled
+    and cancelled for every piece, several per streamed answer).
+
+    Only the time spent in :meth:`wait` counts: the clock starts when a wait begins,
+    and the timer, when it fires early, re-arms itself for the current wait's
+    deadline. When a wait passes its deadline the waiting task is cancelled and
+    :meth:`wait` raises :class:`TimeoutError` — the same outcome, and the same
+    handling of a cancellation from elsewhere (it is never swallowed), as
+    :func:`asyncio.timeout`.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._started: float | None = None  # when the current wait began; None: not waiting
+        self._task: asyncio.Task[Any] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._fired = False
+
+    def _check(self) -> None:
+        self._handle = None
+        if self._started is None:
+            return  # not waiting: the next wait arms the timer again
+        due = self._started + self._timeout_s
+        if self._loop.time() < due:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        assert self._task is not None
+        self._fired = True
+        self._task.cancel()
+
+    async def wait(self, awaitable: Any) -> Any:
+        """Await ``awaitable``; :class:`TimeoutError` once it has taken ``timeout_s``."""
+        self._started = self._loop.time()
+        if self._handle is None:
+            self._task = asyncio.current_task()
+            self._handle = self._loop.call_at(self._started + self._timeout_s, self._check)
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._fired and self._task is not None and self._task.uncancel() == 0:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._started = None
+
+    def close(self) -> None:
+        """Cancel the timer (the stream is over)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class HttpClient:
     """One provider's HTTP client: JSON requests, typed failures.
 
@@ -605,36 +683,47 @@ class HttpClient:
             line_parts: list[str] = []  # the line in progress (joined once it ends: linear)
             carry = ""  # a trailing CR may be the first half of a CRLF
             size = 0
-            while True:
-                try:
-                    async with asyncio.timeout(self.timeout_s):
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError as exc:
-                    raise self.error(
-                        "network", f"stream stalled: no data for {self.timeout_s:g}s", path=path
-                    ) from exc
-                except httpx.HTTPError as exc:
-                    raise self._transport_error(exc, "stream broken", path) from exc
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    raise self._too_large(response.status_code, size, path)
-                text = carry + decoder.decode(chunk)
-                carry = "\r" if text.endswith("\r") else ""
-                text = text[: len(text) - len(carry)]
-                if not _NEWLINE.search(text):
-                    line_parts.append(text)
-                    continue
-                first, *lines, rest = _NEWLINE.split(text)
-                yield "".join(line_parts) + first
-                for line in lines:
-                    yield line
-                line_parts = [rest]
-            line_parts.append(decoder.decode(b"", final=True))
-            last = "".join(line_parts)
-            if last or carry:  # the last line had no newline (or only a held CR)
-                yield last
+            stall = _StallTimer(self.timeout_s)
+            try:
+                while True:
+                    try:
+                        chunk = await stall.wait(anext(chunks))
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError as exc:
+                        raise self.error(
+                            "network", f"stream stalled: no data for {self.timeout_s:g}s",
+                            path=path,
+                        ) from exc
+                    except httpx.HTTPError as exc:
+                        raise self._transport_error(exc, "stream broken", path) from exc
+                    size += len(chunk)
+                    if size > self.max_response_bytes:
+                        raise self._too_large(response.status_code, size, path)
+                    text = carry + decoder.decode(chunk)
+                    carry = "\r" if text.endswith("\r") else ""
+                    text = text[: len(text) - len(carry)]
+                    if not _NEWLINE.search(text):
+                        line_parts.append(text)
+                        continue
+                    first, *lines, rest = _NEWLINE.split(text)
+                    yield "".join(line_parts) + first
+                    for line in lines:
+                        yield line
+                    line_parts = [rest]
+                line_parts.append(decoder.decode(b"", final=True))
+                last = "".join(line_parts)
+                if last or carry:  # the last line had no newline (or only a held CR)
+                    yield last
+            except GeneratorExit:
+                # The consumer has what it needs (the answer's last event came before the
+                # end of the body, as with OpenAI's `[DONE]`). Reading the little that is
+                # left lets the connection be reused; closing it here would cost the next
+                # call a new connection (and a TLS handshake).
+                await _finish_body(chunks)
+                raise
+            finally:
+                stall.close()
         finally:
             try:
                 close = getattr(chunks, "aclose", None)

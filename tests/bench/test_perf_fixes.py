@@ -260,3 +260,92 @@ def test_a_forked_child_starts_its_own_threads() -> None:
     proc = subprocess.run([sys.executable, "-c", _FORK_CHECK], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- streamed answers: the connection outlives an answer that ended before its body ------
+
+
+async def _sse_server(hold_after_done: bool) -> tuple[asyncio.Server, list[int], list[Any]]:
+    """A chunked SSE server that sends `data: [DONE]`, then (unless ``hold_after_done``)
+    the end of the body; counts its connections."""
+    connections = [0]
+    handlers: list[Any] = []
+    release = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        handlers.append(asyncio.current_task())
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                piece = b'data: {"x":1}\n\ndata: [DONE]\n\n'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n"
+                             + b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+                if hold_after_done:
+                    await release.wait()  # the body never ends
+                await asyncio.sleep(0.01)  # the end of the body comes a little later
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, connections, handlers
+
+
+async def _until_done(client: HttpClient) -> list[str]:
+    seen = []
+    async with aclosing(client.stream_lines("/x", {})) as lines:
+        async for line in lines:
+            seen.append(line)
+            if line == "data: [DONE]":
+                break  # as the providers do: the answer is complete
+    return seen
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["body ends", "body never ends"])
+async def test_a_stream_read_to_its_last_event_keeps_its_connection(hold: bool) -> None:
+    server, connections, handlers = await _sse_server(hold_after_done=hold)
+    port = server.sockets[0].getsockname()[1]
+    client = _http_client(base_url=f"http://127.0.0.1:{port}")
+    try:
+        for _ in range(3):
+            # A body that never ends is given up on (the wait is short and bounded).
+            lines = await asyncio.wait_for(_until_done(client), 10)
+            assert lines == ['data: {"x":1}', "", "data: [DONE]"]
+        # One connection for all three when each body ended; a new one each time when not.
+        assert connections[0] == (3 if hold else 1)
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_the_stall_timer_counts_only_the_waits_and_lets_other_cancels_through() -> None:
+    from lich_providers._http import _StallTimer
+
+    stall = _StallTimer(0.5)
+    for _ in range(2):  # waits far shorter than the limit, with longer pauses in between
+        assert await stall.wait(asyncio.sleep(0, "ok")) == "ok"
+        await asyncio.sleep(0.6)
+    with pytest.raises(TimeoutError):
+        await stall.wait(asyncio.sleep(5))
+    stall.close()
+
+    stall = _StallTimer(5)
+    task = asyncio.ensure_future(stall.wait(asyncio.sleep(5)))
+    await asyncio.sleep(0)
+    task.cancel()  # a cancel from elsewhere stays a cancel
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stall.close()
