@@ -103,7 +103,35 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
+def _import_httpx() -> Any:
+    """``import httpx``, without httpx's own command line.
+
+    ``httpx/__init__.py`` imports ``httpx._main`` (its CLI: click, rich's console,
+    syntax highlighting, progress bars, pygments) whenever those are installed — as
+    they are with lich — and keeps a stub ``main`` when that import fails. lich never
+    calls ``httpx.main``; the import cost 10–30 ms of every cold start (B2-cold in
+    docs/performance.md). A ``None`` entry in ``sys.modules`` makes that one import
+    fail; it is removed again at once, so an explicit ``import httpx._main`` later
+    still works.
+    """
+    import sys
+
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        return httpx
+    blocked = "httpx._main" not in sys.modules
+    if blocked:
+        sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx
+    finally:
+        if blocked and sys.modules.get("httpx._main", 0) is None:
+            del sys.modules["httpx._main"]
+    return httpx
+
+
 _ssl_context: ssl.SSLContext | None = None
+_plain_context: ssl.SSLContext | None = None
 
 
 def _shared_ssl_context() -> ssl.SSLContext:
@@ -111,10 +139,34 @@ def _shared_ssl_context() -> ssl.SSLContext:
     # would make it, honouring SSL_CERT_FILE / SSL_CERT_DIR) serves every provider.
     global _ssl_context
     if _ssl_context is None:
-        import httpx
-
+        httpx = _import_httpx()
         _ssl_context = httpx.create_ssl_context()
     return _ssl_context
+
+
+def _needs_tls(base_url: str) -> bool:
+    """Whether requests to ``base_url`` can use TLS: an ``https`` URL, or a proxy from
+    the environment reached over ``https`` (the provider client follows no redirects,
+    so a plain ``http`` endpoint never leads to TLS otherwise)."""
+    if not base_url.lower().startswith("http://"):
+        return True
+    proxy = env_proxy(base_url)
+    return proxy is not None and proxy.lower().startswith("https://")
+
+
+def _verify_for(base_url: str) -> ssl.SSLContext:
+    """The TLS context of a provider's clients: the shared, CA-loaded one where TLS is
+    possible; for a plain ``http://`` endpoint a context with no CA loaded (loading
+    the bundle is most of a cold start's TLS cost, ~16 ms), which would refuse every
+    certificate if it were ever used — it is not (:func:`_needs_tls`)."""
+    if _needs_tls(base_url):
+        return _shared_ssl_context()
+    global _plain_context
+    if _plain_context is None:
+        import ssl
+
+        _plain_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    return _plain_context
 
 
 def cut(text: str, limit: int = MAX_ERROR_BODY) -> str:
@@ -385,7 +437,7 @@ _FINISH_BODY_BYTES = 64 * 1024
 async def _finish_body(chunks: AsyncIterator[bytes]) -> None:
     """Read and drop the rest of a body, within :data:`_FINISH_BODY_S` and
     :data:`_FINISH_BODY_BYTES`; any failure just leaves the connection to be closed."""
-    import httpx
+    httpx = _import_httpx()
 
     size = 0
     try:
@@ -513,7 +565,7 @@ class HttpClient:
 
     async def _checkout(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
         """A lane for one request; hand it back with :meth:`_checkin`."""
-        import httpx
+        httpx = _import_httpx()
 
         slots = self._slots
         await slots.acquire()
@@ -523,7 +575,7 @@ class HttpClient:
             transport=self._transport,
             timeout=httpx.Timeout(self.timeout_s),
             headers=self.headers,
-            verify=_shared_ssl_context() if self._transport is None else True,
+            verify=_verify_for(self.base_url) if self._transport is None else True,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         )
         self._lanes.add(lane)
@@ -589,7 +641,7 @@ class HttpClient:
         self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> Any:
         """POST ``body`` as JSON and return the parsed 2xx answer."""
-        import httpx
+        httpx = _import_httpx()
 
         self._check_loop()
         try:
@@ -632,7 +684,7 @@ class HttpClient:
         under :func:`contextlib.aclosing` so a cancelled consumer closes the
         connection at once.
         """
-        import httpx
+        httpx = _import_httpx()
 
         self._check_loop()
         # The deadlines are enforced here, not only by httpx's socket timeouts,
@@ -740,7 +792,7 @@ class HttpClient:
         :class:`WholeAnswer` with it, or yield its lines when it is NDJSON under the
         wrong label; anything else is ``bad_request`` (not retried: the server would
         answer the same again)."""
-        import httpx
+        httpx = _import_httpx()
 
         try:
             async with asyncio.timeout(self.timeout_s):

@@ -349,3 +349,47 @@ async def test_the_stall_timer_counts_only_the_waits_and_lets_other_cancels_thro
     with pytest.raises(asyncio.CancelledError):
         await task
     stall.close()
+
+
+# --- start-up: no CA bundle for plain http, no httpx command line ------------------------
+
+
+def test_a_plain_http_endpoint_loads_no_ca_bundle_unless_a_proxy_speaks_tls() -> None:
+    from lich_providers._http import _needs_tls, _verify_for
+
+    assert not _needs_tls("http://127.0.0.1:8080/v1")
+    assert _verify_for("http://127.0.0.1:8080/v1").cert_store_stats()["x509_ca"] == 0
+    assert _needs_tls("https://api.example.com/v1")
+    assert _needs_tls("HTTPS://api.example.com/v1")
+    assert _verify_for("https://api.example.com/v1").cert_store_stats()["x509_ca"] > 0
+    # An https proxy from the environment for the plain URL needs the real context.
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy",
+                    "NO_PROXY"):
+            mp.delenv(var, raising=False)
+        mp.setenv("http_proxy", "https://proxy.example:443")
+        assert _needs_tls("http://10.0.0.1:8080/v1")
+        mp.setenv("no_proxy", "10.0.0.1")
+        assert not _needs_tls("http://10.0.0.1:8080/v1")
+        mp.setenv("http_proxy", "http://proxy.example:3128")
+        mp.delenv("no_proxy")
+        assert not _needs_tls("http://10.0.0.1:8080/v1")
+    # (The loopback tests above go through the plain context: real http requests.)
+
+
+_NO_CLI_CHECK = """
+import sys
+from lich_providers._http import _import_httpx
+httpx = _import_httpx()
+assert httpx.Client is not None
+assert "httpx._main" not in sys.modules, "httpx's command line was imported"
+import httpx._main  # still importable on purpose
+assert callable(httpx._main.main)
+"""
+
+
+def test_httpx_is_imported_without_its_command_line() -> None:
+    # A fresh interpreter: this one has imported httpx (and its CLI) long ago.
+    proc = subprocess.run([sys.executable, "-c", _NO_CLI_CHECK], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
