@@ -393,3 +393,30 @@ def test_httpx_is_imported_without_its_command_line() -> None:
     proc = subprocess.run([sys.executable, "-c", _NO_CLI_CHECK], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- CLI progress lines: written directly, byte for byte what rich writes -----------------
+
+
+@pytest.mark.parametrize("text", [
+    "turn 1", '  tool x(a="b"): ok (3 ms)  ', "é 中文 😀 :smile: [bold]x[/]", "tab\there",
+    "cr\rx", "bell\x07x", "esc\x1b[31mred", "two\nlines", "x" * 300, "",
+])
+def test_a_plain_progress_line_is_what_rich_would_write(text: str) -> None:
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from lich.cli._render import HumanRenderer
+
+    expected = io.StringIO()
+    Console(file=expected, force_terminal=False, width=40, highlight=False).print(
+        Text(f"[lich] {text}"), soft_wrap=True)
+    err = io.StringIO()
+    HumanRenderer(Console(file=err, force_terminal=False, width=40, highlight=False),
+                  io.StringIO()).note(text)
+    assert err.getvalue() == expected.getvalue()
+    quiet = io.StringIO()
+    HumanRenderer(Console(file=quiet, force_terminal=False, quiet=True), io.StringIO()).note(text)
+    assert quiet.getvalue() == ""
