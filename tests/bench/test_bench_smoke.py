@@ -86,6 +86,32 @@ def test_b1_loop_overhead() -> None:
     assert any("otel+prices" in n for n in names)
 
 
+@pytest.mark.parametrize("name", ["b1cli", "b2cold"])
+def test_b1_cli_and_b2_cold(name: str) -> None:
+    from bench.b1_cli import CLI_VARIANTS
+
+    result, tables = run_one(name, quick=True)
+    _check_common(result, tables)  # checks: every process answered as scripted
+    turns, reps = SUITE[name][2]["turns"], SUITE[name][2]["reps"]
+    assert sorted(result["runs"]) == sorted(str(n) for n in turns)
+    for per_n in result["runs"].values():
+        assert set(per_n) == set(CLI_VARIANTS)
+        for variant, e in per_n.items():
+            assert len(e["samples_s"]) == len(e["cpu_samples_s"]) == reps
+            assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
+            if variant.startswith("lich"):
+                pairs = [a / b for a, b in zip(e["samples_s"],
+                                               per_n[e["vs_sync"]]["samples_s"], strict=True)]
+                assert e["ratio_sync"]["median"] == pytest.approx(statistics.median(pairs))
+                assert e["vs_async"] == e["vs_sync"].replace("raw sync", "raw")
+    if name == "b1cli":
+        assert set(result["marginal"]["variants"]) == set(CLI_VARIANTS)
+        assert len(result["targets"]) == 4  # one per lich variant, on the cost per turn
+    else:
+        assert result["marginal"] == {}
+        assert [t["name"].startswith("B2-cold") for t in result["targets"]] == [True, True]
+
+
 def test_b2_startup() -> None:
     result, tables = run_one("b2", quick=True)
     _check_common(result, tables)
