@@ -116,10 +116,9 @@ def _import_httpx() -> Any:
     """
     import sys
 
-    httpx = sys.modules.get("httpx")
-    if httpx is not None:
-        return httpx
-    blocked = "httpx._main" not in sys.modules
+    # Always through the import statement: a module another thread is still importing
+    # is in sys.modules already, and only the import waits for it to be complete.
+    blocked = "httpx" not in sys.modules and "httpx._main" not in sys.modules
     if blocked:
         sys.modules["httpx._main"] = None  # type: ignore[assignment]
     try:
