@@ -15,9 +15,9 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from attrs import evolve
@@ -44,10 +44,52 @@ __all__ = ["APPROVAL_UNAVAILABLE", "HookedToolRunner", "ToolExecutor"]
 # The name it had when the executor lived in lich.tools: log filters and formats keep working.
 log = logging.getLogger("lich.tools")
 
+T = TypeVar("T")
 
-async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
-    await source.wait()
-    target.cancel()
+
+async def _unless_cancelled(
+    coro: Coroutine[Any, Any, T], run_token: CancelToken, call_token: CancelToken
+) -> T:
+    """``await coro`` in the calling task, unless ``run_token`` fires first: then
+    ``call_token`` is fired (a tool in a worker thread polls it) and the task is
+    cancelled — the tool's coroutine gets the ``CancelledError`` and may clean up, as
+    under :func:`lich.cancel.race` — and :class:`Cancelled` is raised.
+
+    The same outcome as forwarding the run's token to the call's in a task and racing
+    the call against it in two more (three tasks and an ``asyncio.wait`` per call,
+    ~60 µs of CPU): one task waits for the token, the call runs where it is awaited,
+    and the cancellation is the one :func:`asyncio.timeout` makes (counted with
+    ``uncancel``, so a cancellation from elsewhere, or by the deadline around this,
+    is never taken for the token's).
+    """
+    if run_token.cancelled:
+        coro.close()
+        call_token.cancel()
+        raise Cancelled
+    task = asyncio.current_task()
+    assert task is not None
+    state = {"fired": False, "done": False}
+
+    def fire(waiter: asyncio.Future[None]) -> None:
+        # Runs from the event loop, never while the call runs; after the call ended
+        # (its result already taken) there is nothing left to cancel.
+        if state["done"] or waiter.cancelled():
+            return
+        state["fired"] = True
+        call_token.cancel()
+        task.cancel()
+
+    waiter = asyncio.ensure_future(run_token.wait())
+    waiter.add_done_callback(fire)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if state["fired"] and task.uncancel() == 0:
+            raise Cancelled from None
+        raise
+    finally:
+        state["done"] = True
+        waiter.cancel()
 
 
 class ToolExecutor:
@@ -112,10 +154,8 @@ class ToolExecutor:
         # The call's own token, fired by the run's cancel *and* by the deadline: an async
         # tool is cancelled as a task, but a tool in a worker thread only learns that it
         # should stop by polling ctx.cancel. Without a run token there is nothing to
-        # forward or race against: that saves three tasks per call (B1, performance.md).
+        # forward or race against (B1, performance.md).
         call_token = CancelToken()
-        forward = (asyncio.ensure_future(_forward_cancel(cancel, call_token))
-                   if cancel is not None else None)
         ctx = ToolContext(
             work_dir=self.work_dir,
             env=self.env,
@@ -129,11 +169,13 @@ class ToolExecutor:
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
-                result = await race(self._invoke(item, dict(call.args), ctx), cancel)
+                invoke = self._invoke(item, dict(call.args), ctx)
+                if cancel is None:
+                    result = await invoke
+                else:
+                    result = await _unless_cancelled(invoke, cancel, call_token)
         except Cancelled:
-            # Fired here too: the forwarding task may not have run yet (it is cancelled in
-            # the finally below), and a tool in a worker thread only stops when it sees it.
-            call_token.cancel()
+            call_token.cancel()  # (already fired) a tool in a worker thread stops on it
             return ToolResult.failure("cancelled")
         except asyncio.CancelledError:
             call_token.cancel()  # the task running the call is cancelled: same for the tool
@@ -151,9 +193,6 @@ class ToolExecutor:
             log.debug("tool %s raised", item.name, exc_info=True)
             name = type(exc).__name__
             return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
-        finally:
-            if forward is not None:
-                forward.cancel()
         if not isinstance(result, ToolResult):
             return ToolResult.failure(
                 f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"

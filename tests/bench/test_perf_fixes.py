@@ -420,3 +420,77 @@ def test_a_plain_progress_line_is_what_rich_would_write(text: str) -> None:
     quiet = io.StringIO()
     HumanRenderer(Console(file=quiet, force_terminal=False, quiet=True), io.StringIO()).note(text)
     assert quiet.getvalue() == ""
+
+
+# --- tool calls under a run token: one task, not three, same outcomes ---------------------
+
+
+def _executor(tmp_path: Any, *tools: Any) -> Any:
+    from lich.executor import ToolExecutor
+    from lich.tools import ToolRegistry
+
+    registry = ToolRegistry()
+    for t in tools:
+        registry.register(t)
+    return ToolExecutor(registry, work_dir=tmp_path)
+
+
+async def test_a_call_task_cancelled_from_elsewhere_stays_cancelled(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    started = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Wait."""
+        started.set()
+        await asyncio.sleep(30)
+        return "late"
+
+    executor = _executor(tmp_path, slow)
+    run_token = CancelToken()
+    task = asyncio.ensure_future(executor.execute(ToolCall("c", "slow", {}), cancel=run_token))
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()  # not the run token: the caller's own cancellation goes through
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not run_token.cancelled
+
+
+async def test_the_run_token_after_a_call_ended_cancels_nothing_later(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    @tool
+    async def quick() -> str:
+        """Answer."""
+        return "ok"
+
+    executor = _executor(tmp_path, quick)
+    run_token = CancelToken()
+    result = await executor.execute(ToolCall("c", "quick", {}), cancel=run_token)
+    assert result.ok
+    assert result.output == "ok"
+    run_token.cancel()  # the call is over; the token firing now must not cancel this task
+    await asyncio.sleep(0.01)
+    assert await asyncio.sleep(0, "still running") == "still running"
+    assert (await executor.execute(ToolCall("c", "quick", {}), cancel=run_token)).error \
+        == "cancelled"
+
+
+async def test_the_deadline_still_wins_under_a_run_token(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    @tool(timeout_s=0.05)
+    async def stuck() -> str:
+        """Hang."""
+        await asyncio.sleep(30)
+        return "late"
+
+    executor = _executor(tmp_path, stuck)
+    result = await asyncio.wait_for(
+        executor.execute(ToolCall("c", "stuck", {}), cancel=CancelToken()), 10)
+    assert result.error is not None
+    assert result.error.startswith("timeout: tool:stuck")
