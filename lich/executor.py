@@ -15,9 +15,9 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from attrs import evolve
@@ -25,11 +25,11 @@ from attrs import evolve
 from lich._schema import validate_args
 from lich._threads import run_in_daemon_thread
 from lich.approvals.grants import ApprovalGrants
-from lich.cancel import Cancelled, CancelToken, race
+from lich.cancel import Cancelled, CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Event
 from lich.guards import ToolError, truncate_text
 from lich.hooks import ApprovalRequest, RunInfo
-from lich.loop import ToolOutcome
+from lich.loop import ToolOutcome, unless_cancelled
 from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
 from lich.tools import Tool, ToolContext, ToolRegistry
@@ -43,53 +43,6 @@ __all__ = ["APPROVAL_UNAVAILABLE", "HookedToolRunner", "ToolExecutor"]
 
 # The name it had when the executor lived in lich.tools: log filters and formats keep working.
 log = logging.getLogger("lich.tools")
-
-T = TypeVar("T")
-
-
-async def _unless_cancelled(
-    coro: Coroutine[Any, Any, T], run_token: CancelToken, call_token: CancelToken
-) -> T:
-    """``await coro`` in the calling task, unless ``run_token`` fires first: then
-    ``call_token`` is fired (a tool in a worker thread polls it) and the task is
-    cancelled — the tool's coroutine gets the ``CancelledError`` and may clean up, as
-    under :func:`lich.cancel.race` — and :class:`Cancelled` is raised.
-
-    The same outcome as forwarding the run's token to the call's in a task and racing
-    the call against it in two more (three tasks and an ``asyncio.wait`` per call,
-    ~60 µs of CPU): one task waits for the token, the call runs where it is awaited,
-    and the cancellation is the one :func:`asyncio.timeout` makes (counted with
-    ``uncancel``, so a cancellation from elsewhere, or by the deadline around this,
-    is never taken for the token's).
-    """
-    if run_token.cancelled:
-        coro.close()
-        call_token.cancel()
-        raise Cancelled
-    task = asyncio.current_task()
-    assert task is not None
-    state = {"fired": False, "done": False}
-
-    def fire(waiter: asyncio.Future[None]) -> None:
-        # Runs from the event loop, never while the call runs; after the call ended
-        # (its result already taken) there is nothing left to cancel.
-        if state["done"] or waiter.cancelled():
-            return
-        state["fired"] = True
-        call_token.cancel()
-        task.cancel()
-
-    waiter = asyncio.ensure_future(run_token.wait())
-    waiter.add_done_callback(fire)
-    try:
-        return await coro
-    except asyncio.CancelledError:
-        if state["fired"] and task.uncancel() == 0:
-            raise Cancelled from None
-        raise
-    finally:
-        state["done"] = True
-        waiter.cancel()
 
 
 class ToolExecutor:
@@ -154,7 +107,7 @@ class ToolExecutor:
         # The call's own token, fired by the run's cancel *and* by the deadline: an async
         # tool is cancelled as a task, but a tool in a worker thread only learns that it
         # should stop by polling ctx.cancel. Without a run token there is nothing to
-        # forward or race against (B1, performance.md).
+        # forward or wait for (B1, performance.md).
         call_token = CancelToken()
         ctx = ToolContext(
             work_dir=self.work_dir,
@@ -173,7 +126,7 @@ class ToolExecutor:
                 if cancel is None:
                     result = await invoke
                 else:
-                    result = await _unless_cancelled(invoke, cancel, call_token)
+                    result = await unless_cancelled(invoke, cancel, call_token.cancel)
         except Cancelled:
             call_token.cancel()  # (already fired) a tool in a worker thread stops on it
             return ToolResult.failure("cancelled")
@@ -256,7 +209,8 @@ class HookedToolRunner:
             # Raced against the cancel token: a slow before-hook must not delay an abort
             # by up to hook_timeout_s. A cancelled call does not run.
             try:
-                decision = await race(self.host.before_tool_call(call, self.run), cancel)
+                decision = await unless_cancelled(
+                    self.host.before_tool_call(call, self.run), cancel)
             except Cancelled:
                 return ToolOutcome(call, ToolResult.failure("cancelled"))
             call, rewritten_by = decision.call, decision.rewritten_by
@@ -272,7 +226,7 @@ class HookedToolRunner:
         replaced_by = None
         if self._after:
             try:
-                result, replaced_by = await race(
+                result, replaced_by = await unless_cancelled(
                     self.host.after_tool_call(call, result, self.run), cancel
                 )
             except Cancelled:
@@ -319,7 +273,7 @@ class HookedToolRunner:
             resolved(True, "session", scope="session")
             return call
         try:
-            answer = await race(
+            answer = await unless_cancelled(
                 self.host.request_approval(request, self.run, self.approval_timeout_s), cancel)
         except Cancelled:
             return denied("cancelled", None)
@@ -345,7 +299,8 @@ class HookedToolRunner:
             # The person's arguments are judged like every other final arguments: a
             # guard (or a deny rule) refuses them exactly as it would refuse the model's.
             try:
-                checked = await race(self.host.check_tool_call(call, self.run), cancel)
+                checked = await unless_cancelled(
+                    self.host.check_tool_call(call, self.run), cancel)
             except Cancelled:
                 return denied("cancelled", approver)
             if checked.blocked_by is not None:
