@@ -110,7 +110,7 @@ async def unless_cancelled(
     waiter = asyncio.ensure_future(token.wait())
     waiter.add_done_callback(fire)
     try:
-        return await awaitable
+        result = await awaitable
     except asyncio.CancelledError:
         if state["fired"] and task.uncancel() == 0:
             raise Cancelled from None
@@ -118,6 +118,12 @@ async def unless_cancelled(
     finally:
         state["done"] = True
         waiter.cancel()
+    if state["fired"]:
+        # The awaited code caught the cancellation and returned anyway: the token still
+        # won, as with race (which discards such a result too).
+        task.uncancel()
+        raise Cancelled
+    return result
 
 
 COMPRESS_BACKOFF_TURNS = 3

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from lich._threads import run_in_daemon_thread
+from lich.cancel import Cancelled
 from lich.config import ProviderConfig
 from lich.testing import async_wait_for
 from lich.types import (
@@ -241,6 +242,7 @@ async def test_plugin_calls_see_the_callers_context_and_raise_in_the_caller() ->
 _FORK_CHECK = """
 import asyncio, os, sys
 from lich._threads import run_in_daemon_thread
+from lich.cancel import Cancelled
 
 asyncio.run(run_in_daemon_thread(lambda: None))  # leaves an idle worker behind
 pid = os.fork()
@@ -494,3 +496,50 @@ async def test_the_deadline_still_wins_under_a_run_token(tmp_path: Any) -> None:
         executor.execute(ToolCall("c", "stuck", {}), cancel=CancelToken()), 10)
     assert result.error is not None
     assert result.error.startswith("timeout: tool:stuck")
+
+
+async def test_a_tool_that_swallows_the_cancellation_is_still_cancelled(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    started = asyncio.Event()
+
+    @tool
+    async def stubborn() -> str:
+        """Ignore cancellation."""
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "finished anyway"
+        return "late"
+
+    executor = _executor(tmp_path, stubborn)
+    run_token = CancelToken()
+    call = asyncio.ensure_future(executor.execute(ToolCall("c", "stubborn", {}),
+                                                  cancel=run_token))
+    await asyncio.wait_for(started.wait(), 10)
+    run_token.cancel()
+    result = await asyncio.wait_for(call, 10)
+    assert result.error == "cancelled"  # as lich.cancel.race answered: the token won
+
+    async def after() -> int:
+        from lich.loop import unless_cancelled
+
+        token = CancelToken()
+
+        async def swallow() -> str:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                return "x"
+            return "y"
+
+        asyncio.get_running_loop().call_later(0.01, token.cancel)
+        with pytest.raises(Cancelled):
+            await unless_cancelled(swallow(), token)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()  # nothing left pending on the task
+
+    assert await asyncio.ensure_future(after()) == 0
