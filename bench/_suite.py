@@ -11,6 +11,10 @@ __all__ = ["SUITE", "run_one"]
 SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "b1": ("bench.b1_loop", {"turns": (1, 20, 100), "reps": 11},
            {"turns": (1, 3), "reps": 1}),
+    "b1cli": ("bench.b1_cli", {"turns": (1, 20, 100), "reps": 5},
+              {"turns": (1, 2), "reps": 1, "warm_up": False}),
+    "b2cold": ("bench.b1_cli", {"turns": (0,), "reps": 15},
+               {"turns": (0,), "reps": 1, "warm_up": False}),
     "b2": ("bench.b2_startup", {"plugins": 50, "reps": 15},
            {"plugins": 2, "reps": 1}),
     "b3": ("bench.b3_gateway", {"loads": ((1, 20), (50, 10), (500, 3)), "reps": 3},

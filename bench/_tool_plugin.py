@@ -22,7 +22,8 @@ def bench_echo(text: str) -> str:
 
 
 # A plain (sync) function, as most plugin tools are: lich runs it in a worker thread.
-echo_tool = tool(name=TOOL)(bench_echo)
+# Read-only (it is): the approvals plugin's default rules allow it without asking.
+echo_tool = tool(name=TOOL, read_only=True)(bench_echo)
 
 
 @hookimpl

@@ -18,7 +18,8 @@ import gc
 import json
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench import _tool_plugin
@@ -26,37 +27,160 @@ from bench._common import Target, fmt_ms, fmt_ratio, fmt_spread, markdown_table,
 from bench._model_server import ModelServer
 from bench._tool_plugin import TOOL, bench_echo
 
-__all__ = ["VARIANTS", "RawLoop", "run", "tables"]
+__all__ = ["IDLE_PLUGINS", "VARIANTS", "RawLoop", "SyncRawLoop", "Variant", "run", "tables"]
 
 MODEL = "scripted"
 
-# name -> (is lich, stream, persist sessions); a lich variant is compared with the raw
-# loop of the same streaming mode.
-VARIANTS: dict[str, tuple[bool, bool, bool]] = {
-    "raw": (False, False, False),
-    "raw stream": (False, True, False),
-    "lich": (True, False, True),
-    "lich stream": (True, True, True),
-    "lich no-sessions": (True, False, False),
-    "lich prices": (True, False, True),
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the N-turn loop.
+
+    ``kind``: ``"raw"`` (the bare async httpx loop), ``"raw sync"`` (the same with a
+    sync ``httpx.Client``) or ``"lich"`` (``Agent.run``). ``config``: set on top of
+    the lich variant's config; ``objects``: makes extra plugin objects (and says how
+    to reset them between runs). A lich variant with ``config`` or ``objects`` is also
+    paired with plain ``lich`` (``÷ lich``, extra ms per turn): what those plugins cost.
+    """
+
+    kind: str
+    stream: bool = False
+    persist: bool = True
+    config: dict[str, Any] = field(default_factory=dict)
+    objects: Callable[[], list[tuple[str, Any]]] | None = None
+
+    @property
+    def is_lich(self) -> bool:
+        return self.kind == "lich"
+
+
+# Builtin plugins that do nothing until configured, loaded without their config ("lich
+# idle plugins"): what being installed and enabled but unused costs per turn. Adding one
+# (MCP with no servers, the cluster plugins) is one more name here.
+IDLE_PLUGINS: tuple[str, ...] = ("budgets",)
+
+
+def _otel_in_memory() -> list[tuple[str, Any]]:
+    """The ``otel`` plugin exporting to an in-memory exporter (no network, no thread)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from lich.otel.plugin import OtelPlugin
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _EXPORTERS.append(exporter)
+    return [("otel", OtelPlugin(provider, environ={}, install_global=False))]
+
+
+_EXPORTERS: list[Any] = []  # emptied between runs (outside the timing)
+
+_PRICES: dict[str, Any] = {
+    # genai-prices' bundled data: the server counts as OpenAI, the model is gpt-4o.
+    "prices": {"providers": {"bench": "openai"}},
+    "model": "gpt-4o",
+}
+
+VARIANTS: dict[str, Variant] = {
+    "raw": Variant("raw"),
+    "raw stream": Variant("raw", stream=True),
+    "raw sync": Variant("raw sync"),
+    "raw sync stream": Variant("raw sync", stream=True),
+    "lich": Variant("lich"),
+    "lich stream": Variant("lich", stream=True),
+    "lich no-sessions": Variant("lich", persist=False),
+    # Pricing every call and checking a cost budget before each.
+    "lich prices": Variant("lich", config={
+        "plugins": ("openai_compat", "prices", "budgets"), "max_cost_usd": 1000.0, **_PRICES}),
+    # The approvals plugin on its default rules; the tool is read-only, so each call
+    # is allowed (the rules are still applied to it).
+    "lich approvals": Variant("lich", config={"plugins": ("openai_compat", "approvals")}),
+    # OpenTelemetry spans (in-memory exporter) and prices, as issue 20 states the target.
+    "lich otel+prices": Variant("lich", config={"plugins": ("openai_compat", "prices"),
+                                                **_PRICES}, objects=_otel_in_memory),
+    "lich idle plugins": Variant("lich", config={"plugins": ("openai_compat", *IDLE_PLUGINS)}),
 }
 TARGET_VARIANT = "lich"
-# Config on top of a variant's: "lich prices" prices every call from genai-prices' bundled
-# data (the server counts as OpenAI, the configured model is gpt-4o) and checks a cost
-# budget before each call. Its ratio against "lich" (paired per repetition) is what
-# pricing costs per turn.
-EXTRA: dict[str, dict[str, Any]] = {
-    "lich prices": {
-        "plugins": ("openai_compat", "prices", "budgets"),
-        "prices": {"providers": {"bench": "openai"}},
-        "max_cost_usd": 1000.0,
-        "model": "gpt-4o",
-    },
-}
+# Targets on the extra cost per turn of a plugin variant against plain "lich" (ms).
+EXTRA_TARGETS: dict[str, float] = {"lich approvals": 0.05, "lich otel+prices": 0.3}
+# The variants every lich path is held to ≤ 1.5× the sync raw loop with (issue 20).
+PATH_VARIANTS = ("lich", "lich stream")
+
+
+def _new_messages(system_prompt: str, text: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}]
+
+
+def _body(messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+          stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": MODEL, "messages": messages, "tools": tools}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _take(messages: list[dict[str, Any]], message: dict[str, Any]) -> str | None:
+    """Append the reply and run its tool calls; the final text, or None to go on."""
+    tool_calls = message.get("tool_calls") or []
+    item: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+    if tool_calls:
+        item["tool_calls"] = tool_calls
+    messages.append(item)
+    if not tool_calls:
+        return str(item["content"])
+    for call in tool_calls:
+        args = json.loads(call["function"]["arguments"] or "{}")
+        output = bench_echo(**args)
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+    return None
+
+
+class _Chunks:
+    """Assembles one streamed chat-completions answer from its SSE lines."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.done = False
+
+    def line(self, line: str) -> None:
+        # The body is read to its end (not left at `[DONE]`), so that the connection is
+        # reused, as lich does: a bare loop done right.
+        if self.done or not line.startswith("data: "):
+            return
+        data = line[6:]
+        if data == "[DONE]":
+            self.done = True
+            return
+        chunk = json.loads(data)
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = self.calls.setdefault(tc["index"], {"id": "", "name": "", "args": []})
+                slot["id"] = slot["id"] or tc.get("id") or ""
+                fn = tc.get("function") or {}
+                slot["name"] = slot["name"] or fn.get("name") or ""
+                slot["args"].append(fn.get("arguments") or "")
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": s["id"], "type": "function",
+                 "function": {"name": s["name"], "arguments": "".join(s["args"])}}
+                for _, s in sorted(self.calls.items())
+            ]
+        return message
 
 
 class RawLoop:
-    """The bare loop: what any harness must at least do per turn, with httpx and dicts."""
+    """The bare loop: what any harness must at least do per turn, with httpx and dicts
+    (an ``httpx.AsyncClient``: the floor for an asyncio harness on httpx)."""
 
     def __init__(self, client: Any, base_url: str, system_prompt: str, tools: list[dict[str, Any]]):
         self.client = client
@@ -66,64 +190,58 @@ class RawLoop:
 
     async def run(self, text: str, stream: bool) -> tuple[int, str]:
         """Run to the final answer; returns (model calls, final text)."""
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": text},
-        ]
+        messages = _new_messages(self.system_prompt, text)
         calls_made = 0
         while True:
-            body: dict[str, Any] = {"model": MODEL, "messages": messages, "tools": self.tools}
+            body = _body(messages, self.tools, stream)
             if stream:
-                body["stream"] = True
-                body["stream_options"] = {"include_usage": True}
-                message = await self._stream(body)
+                chunks = _Chunks()
+                async with self.client.stream("POST", self.url, json=body) as response:
+                    response.raise_for_status()
+                    async for line in response.aiter_lines():
+                        chunks.line(line)
+                message = chunks.message()
             else:
                 response = await self.client.post(self.url, json=body)
                 response.raise_for_status()
                 message = response.json()["choices"][0]["message"]
             calls_made += 1
-            tool_calls = message.get("tool_calls") or []
-            item: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-            if tool_calls:
-                item["tool_calls"] = tool_calls
-            messages.append(item)
-            if not tool_calls:
-                return calls_made, item["content"]
-            for call in tool_calls:
-                args = json.loads(call["function"]["arguments"] or "{}")
-                output = bench_echo(**args)
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+            final = _take(messages, message)
+            if final is not None:
+                return calls_made, final
 
-    async def _stream(self, body: dict[str, Any]) -> dict[str, Any]:
-        content: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        async with self.client.stream("POST", self.url, json=body) as response:
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[6:]
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        content.append(delta["content"])
-                    for tc in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(tc["index"], {"id": "", "name": "", "args": []})
-                        slot["id"] = slot["id"] or tc.get("id") or ""
-                        fn = tc.get("function") or {}
-                        slot["name"] = slot["name"] or fn.get("name") or ""
-                        slot["args"].append(fn.get("arguments") or "")
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
-        if calls:
-            message["tool_calls"] = [
-                {"id": s["id"], "type": "function",
-                 "function": {"name": s["name"], "arguments": "".join(s["args"])}}
-                for _, s in sorted(calls.items())
-            ]
-        return message
+
+class SyncRawLoop(RawLoop):
+    """The same loop with a sync ``httpx.Client``: the floor of any Python loop on httpx."""
+
+    def run_sync(self, text: str, stream: bool) -> tuple[int, str]:
+        """Run to the final answer; returns (model calls, final text)."""
+        messages = _new_messages(self.system_prompt, text)
+        calls_made = 0
+        while True:
+            body = _body(messages, self.tools, stream)
+            if stream:
+                chunks = _Chunks()
+                with self.client.stream("POST", self.url, json=body) as response:
+                    response.raise_for_status()
+                    for line in response.iter_lines():
+                        chunks.line(line)
+                message = chunks.message()
+            else:
+                response = self.client.post(self.url, json=body)
+                response.raise_for_status()
+                message = response.json()["choices"][0]["message"]
+            calls_made += 1
+            final = _take(messages, message)
+            if final is not None:
+                return calls_made, final
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The bench tool as the raw loops send it (what lich sends for it)."""
+    d = _tool_plugin.echo_tool.definition()
+    return [{"type": "function", "function": {"name": d.name, "description": d.description,
+                                              "parameters": dict(d.parameters)}}]
 
 
 async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> dict[str, Any]:
@@ -137,42 +255,45 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
     checks: list[str] = []
     agents: dict[tuple[int, str], Agent] = {}
     raw_client = httpx.AsyncClient(timeout=60)
+    sync_client = httpx.Client(timeout=60)
     try:
         with ModelServer(TOOL, list(turns)) as server, \
                 tempfile.TemporaryDirectory(prefix="lich-bench-b1-") as work:
             raws: dict[int, RawLoop] = {}
+            sync_raws: dict[int, SyncRawLoop] = {}
             for n in turns:
                 for name in variants:
-                    is_lich, stream, persist = VARIANTS[name]
-                    if not is_lich:
+                    v = VARIANTS[name]
+                    if not v.is_lich:
                         continue
-                    extra = dict(EXTRA.get(name, {}))
+                    extra = dict(v.config)
                     model = extra.pop("model", MODEL)
                     values: dict[str, Any] = {
                         "providers": (ProviderConfig(kind="openai_compat", name="bench",
                                                      model=model, base_url=server.base_url(n)),),
                         "plugins": ("openai_compat",),
                         "work_dir": work,
-                        "stream": stream,
-                        "persist_sessions": persist,
+                        "stream": v.stream,
+                        "persist_sessions": v.persist,
                         "max_turns": n + 1,
                         **extra,
                     }
                     config = LichConfig(**values)
-                    agents[n, name] = Agent(config, plugins=[("bench_tool", _tool_plugin)])
-                tools = [{"type": "function",
-                          "function": {"name": d.name, "description": d.description,
-                                       "parameters": dict(d.parameters)}}
-                         for d in [_tool_plugin.echo_tool.definition()]]
-                raws[n] = RawLoop(raw_client, server.base_url(n),
-                               default_system_prompt(str(work)), tools)
+                    objects = [("bench_tool", _tool_plugin), *(v.objects() if v.objects else [])]
+                    agents[n, name] = Agent(config, plugins=objects)
+                prompt = default_system_prompt(str(work))
+                raws[n] = RawLoop(raw_client, server.base_url(n), prompt, tool_schemas())
+                sync_raws[n] = SyncRawLoop(sync_client, server.base_url(n), prompt,
+                                           tool_schemas())
 
             async def once(n: int, name: str) -> tuple[float, float]:
-                is_lich, stream, _ = VARIANTS[name]
+                v = VARIANTS[name]
+                for exporter in _EXPORTERS:
+                    exporter.clear()
                 gc.collect()
                 cpu_started = time.process_time()
                 started = time.perf_counter()
-                if is_lich:
+                if v.is_lich:
                     result = await agents[n, name].run("go")
                     elapsed = time.perf_counter() - started
                     cpu_used = time.process_time() - cpu_started
@@ -181,10 +302,16 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                     ):
                         checks.append(f"{name} N={n}: {result.stopped_reason} after "
                                       f"{result.outcome.turns_used} turns, text {result.text!r}")
-                    if name in EXTRA and result.cost_usd is None:
+                    if "prices" in v.config.get("plugins", ()) and result.cost_usd is None:
                         checks.append(f"{name} N={n}: the calls were not priced")
+                    spans = sum(len(e.get_finished_spans()) for e in _EXPORTERS)
+                    if v.objects is _otel_in_memory and spans != 1 + (n + 1) + n:
+                        checks.append(f"{name} N={n}: {spans} spans recorded")
                 else:
-                    calls, text = await raws[n].run("go", stream)
+                    if v.kind == "raw sync":
+                        calls, text = sync_raws[n].run_sync("go", v.stream)
+                    else:
+                        calls, text = await raws[n].run("go", v.stream)
                     elapsed = time.perf_counter() - started
                     cpu_used = time.process_time() - cpu_started
                     if (calls, text) != (n + 1, "done"):
@@ -205,13 +332,24 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                         cpu[n][name].append(c)
     finally:
         await raw_client.aclose()
+        sync_client.close()  # noqa: ASYNC212 (the sync loop blocks this loop on purpose)
         for agent in agents.values():
             await agent.aclose()
     return {"wall": wall, "cpu": cpu, "checks": checks}
 
 
-def _baseline(name: str) -> str:
-    return "raw stream" if VARIANTS[name][1] else "raw"
+def baseline(name: str, sync: bool = False) -> str:
+    """The raw loop a variant is paired with: async (default) or sync, same streaming."""
+    base = "raw sync" if sync else "raw"
+    return f"{base} stream" if VARIANTS[name].stream else base
+
+
+def paired(s: Sequence[float], base: Sequence[float], n: int = 1) -> dict[str, dict[str, Any]]:
+    """Ratio and difference per turn of ``s`` against ``base``, paired sample by sample."""
+    return {
+        "ratio": summary([a / b for a, b in zip(s, base, strict=True)]),
+        "extra_per_turn_s": summary([(a - b) / n for a, b in zip(s, base, strict=True)]),
+    }
 
 
 def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
@@ -221,9 +359,11 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
     Per N and variant: wall time of a whole run (``total_s``) and per tool turn
     (``per_turn_s``), the client process's CPU time per turn (``cpu_per_turn_s``;
     the model server runs in its own process), and for lich variants, paired with
-    the raw run of the same streaming mode in the same repetition,
-    ``overhead_per_turn_s`` = (lich − raw) / N and ``ratio`` = lich ÷ raw, in
-    wall time and in CPU time (``cpu_overhead_per_turn_s``).
+    the raw runs of the same streaming mode in the same repetition: against the
+    async raw loop ``ratio`` (lich ÷ raw), ``overhead_per_turn_s`` ((lich − raw) / N)
+    and ``cpu_ratio`` / ``cpu_overhead_per_turn_s``; against the sync raw loop
+    ``ratio_sync`` and ``cpu_ratio_sync``. Plugin variants also get ``ratio_vs_lich``
+    and ``extra_per_turn_s`` (and their CPU forms) against plain ``lich``.
     """
     measured = asyncio.run(_measure(turns, reps, variants))
     wall, cpu = measured["wall"], measured["cpu"]
@@ -231,6 +371,7 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
     for n in turns:
         per_n: dict[str, Any] = {}
         for name in variants:
+            v = VARIANTS[name]
             s, c = wall[n][name], cpu[n][name]
             entry: dict[str, Any] = {
                 "samples_s": s,
@@ -239,31 +380,50 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
                 "per_turn_s": summary([x / n for x in s]),
                 "cpu_per_turn_s": summary([x / n for x in c]),
             }
-            base = _baseline(name)
-            if VARIANTS[name][0] and base in wall[n]:
-                raw, raw_cpu = wall[n][base], cpu[n][base]
+            base = baseline(name)
+            if v.is_lich and base in wall[n]:
                 entry["vs"] = base
-                entry["overhead_per_turn_s"] = summary(
-                    [(a - b) / n for a, b in zip(s, raw, strict=True)])
-                entry["ratio"] = summary([a / b for a, b in zip(s, raw, strict=True)])
-                entry["cpu_overhead_per_turn_s"] = summary(
-                    [(a - b) / n for a, b in zip(c, raw_cpu, strict=True)])
-            if name in EXTRA and TARGET_VARIANT in wall[n]:
+                pw, pc = paired(s, wall[n][base], n), paired(c, cpu[n][base], n)
+                entry["ratio"] = pw["ratio"]
+                entry["overhead_per_turn_s"] = pw["extra_per_turn_s"]
+                entry["cpu_ratio"] = pc["ratio"]
+                entry["cpu_overhead_per_turn_s"] = pc["extra_per_turn_s"]
+            sync_base = baseline(name, sync=True)
+            if v.kind != "raw sync" and sync_base in wall[n]:
+                entry["vs_sync"] = sync_base
+                entry["ratio_sync"] = paired(s, wall[n][sync_base])["ratio"]
+                entry["cpu_ratio_sync"] = paired(c, cpu[n][sync_base])["ratio"]
+            if v.is_lich and (v.config or v.objects) and TARGET_VARIANT in wall[n]:
                 # The same loop without the extra plugins, in the same repetition.
-                plain = wall[n][TARGET_VARIANT]
-                entry["ratio_vs_lich"] = summary([a / b for a, b in zip(s, plain, strict=True)])
-                entry["extra_per_turn_s"] = summary(
-                    [(a - b) / n for a, b in zip(s, plain, strict=True)])
+                pw = paired(s, wall[n][TARGET_VARIANT], n)
+                pc = paired(c, cpu[n][TARGET_VARIANT], n)
+                entry["ratio_vs_lich"] = pw["ratio"]
+                entry["extra_per_turn_s"] = pw["extra_per_turn_s"]
+                entry["cpu_ratio_vs_lich"] = pc["ratio"]
+                entry["cpu_extra_per_turn_s"] = pc["extra_per_turn_s"]
             per_n[name] = entry
         rows[str(n)] = per_n
     targets = []
     top = str(max(turns))
+    for name in PATH_VARIANTS:
+        e = rows[top].get(name, {})
+        if "ratio_sync" in e:
+            targets.append(Target(f"B1 {name} ÷ sync raw at N={top} (CPU: "
+                                  f"{e['cpu_ratio_sync']['median']:.2f} ×)", "<=", 1.5,
+                                  e["ratio_sync"]["median"]))
     main = rows[top].get(TARGET_VARIANT, {})
     if "ratio" in main:
-        targets.append(Target(f"B1 lich ÷ raw at N={top} (stream off, sessions on)", "<=", 1.5,
-                              main["ratio"]["median"]))
+        targets.append(Target(f"B1 lich ÷ async raw at N={top} (stream off, sessions on)",
+                              "<=", 1.5, main["ratio"]["median"]))
         targets.append(Target(f"B1 per-turn overhead at N={top} (stream off, sessions on)",
                               "<=", 1.0, main["overhead_per_turn_s"]["median"] * 1000, "ms"))
+    for name, limit in EXTRA_TARGETS.items():
+        e = rows[top].get(name, {})
+        if "cpu_extra_per_turn_s" in e:
+            targets.append(Target(
+                f"B1 {name}: extra CPU per turn over lich at N={top} (wall: "
+                f"{e['extra_per_turn_s']['median'] * 1000:.3f} ms)", "<=", limit,
+                e["cpu_extra_per_turn_s"]["median"] * 1000, "ms"))
     return {
         "params": {"turns": list(turns), "reps": reps, "variants": list(variants), "tool": TOOL},
         "runs": rows,
@@ -276,25 +436,30 @@ def _ms3(x: float) -> str:
     return fmt_ms(x, 3)
 
 
+def _get(e: dict[str, Any], key: str, fmt: Callable[[float], str] = _ms3) -> str:
+    return fmt(e[key]["median"]) if key in e else "—"
+
+
 def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, Markdown table) pairs for the report."""
     out = []
-    head = ["N", "variant", "total ms", "per turn ms", "overhead/turn ms", "÷ raw",
-            "CPU/turn ms", "CPU overhead/turn ms"]
+    head = ["N", "variant", "total ms", "per turn ms", "CPU/turn ms", "÷ sync raw",
+            "CPU ÷ sync raw", "÷ async raw", "CPU ÷ async raw", "overhead/turn ms",
+            "CPU overhead/turn ms"]
     body = []
     for n, per_n in result["runs"].items():
         for name, e in per_n.items():
-            over = fmt_spread(e["overhead_per_turn_s"], _ms3) if "overhead_per_turn_s" in e \
-                else "—"
-            ratio = fmt_spread(e["ratio"], fmt_ratio) if "ratio" in e else "—"
-            cpu_over = _ms3(e["cpu_overhead_per_turn_s"]["median"]) \
-                if "cpu_overhead_per_turn_s" in e else "—"
-            body.append([n, name, fmt_spread(e["total_s"], lambda x: fmt_ms(x, 1)),
-                         _ms3(e["per_turn_s"]["median"]), over, ratio,
-                         _ms3(e["cpu_per_turn_s"]["median"]), cpu_over])
+            body.append([
+                n, name, fmt_spread(e["total_s"], lambda x: fmt_ms(x, 1)),
+                _get(e, "per_turn_s"), _get(e, "cpu_per_turn_s"),
+                fmt_spread(e["ratio_sync"], fmt_ratio) if "ratio_sync" in e else "—",
+                _get(e, "cpu_ratio_sync", fmt_ratio),
+                fmt_spread(e["ratio"], fmt_ratio) if "ratio" in e else "—",
+                _get(e, "cpu_ratio", fmt_ratio),
+                _get(e, "overhead_per_turn_s"), _get(e, "cpu_overhead_per_turn_s")])
     out.append(("B1 loop overhead — median (min–max) of "
-                f"{result['params']['reps']} interleaved runs; overhead and ratio paired per run",
-                markdown_table(head, body)))
+                f"{result['params']['reps']} interleaved runs; ratios paired per run against "
+                "the raw loop of the same streaming mode", markdown_table(head, body)))
     turns = [n for n in result["runs"] if int(n) > 1]
     if len(turns) >= 2:
         a, b = turns[-2], turns[-1]
@@ -302,22 +467,20 @@ def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
                  f"overhead/turn N={a}", f"overhead/turn N={b}",
                  f"CPU overhead/turn N={a}", f"CPU overhead/turn N={b}"]
         body2 = []
-
-        def get(e: dict[str, Any], key: str) -> str:
-            return _ms3(e[key]["median"]) if key in e else "—"
-
         for name in result["runs"][b]:
             ea, eb = result["runs"][a][name], result["runs"][b][name]
-            body2.append([name, get(ea, "per_turn_s"), get(eb, "per_turn_s"),
-                          get(ea, "overhead_per_turn_s"), get(eb, "overhead_per_turn_s"),
-                          get(ea, "cpu_overhead_per_turn_s"), get(eb, "cpu_overhead_per_turn_s")])
+            body2.append([name, _get(ea, "per_turn_s"), _get(eb, "per_turn_s"),
+                          _get(ea, "overhead_per_turn_s"), _get(eb, "overhead_per_turn_s"),
+                          _get(ea, "cpu_overhead_per_turn_s"),
+                          _get(eb, "cpu_overhead_per_turn_s")])
         out.append(("B1 per-turn cost against history length (ms, medians)",
                     markdown_table(head2, body2)))
     body3 = [[n, name, fmt_spread(e["ratio_vs_lich"], fmt_ratio),
-              fmt_spread(e["extra_per_turn_s"], _ms3)]
+              fmt_spread(e["extra_per_turn_s"], _ms3), _get(e, "cpu_extra_per_turn_s")]
              for n, per_n in result["runs"].items() for name, e in per_n.items()
              if "ratio_vs_lich" in e]
     if body3:
-        out.append((f"B1 plugins enabled ÷ disabled (\"{TARGET_VARIANT}\"), paired per run",
-                    markdown_table(["N", "variant", "÷ lich", "extra/turn ms"], body3)))
+        out.append((f"B1 plugins enabled ÷ plain \"{TARGET_VARIANT}\", paired per run",
+                    markdown_table(["N", "variant", "÷ lich", "extra/turn ms",
+                                    "CPU extra/turn ms"], body3)))
     return out

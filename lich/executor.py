@@ -25,11 +25,11 @@ from attrs import evolve
 from lich._schema import validate_args
 from lich._threads import run_in_daemon_thread
 from lich.approvals.grants import ApprovalGrants
-from lich.cancel import Cancelled, CancelToken, race
+from lich.cancel import Cancelled, CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Event
 from lich.guards import ToolError, truncate_text
 from lich.hooks import ApprovalRequest, RunInfo
-from lich.loop import ToolOutcome
+from lich.loop import ToolOutcome, unless_cancelled
 from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
 from lich.tools import Tool, ToolContext, ToolRegistry
@@ -43,11 +43,6 @@ __all__ = ["APPROVAL_UNAVAILABLE", "HookedToolRunner", "ToolExecutor"]
 
 # The name it had when the executor lived in lich.tools: log filters and formats keep working.
 log = logging.getLogger("lich.tools")
-
-
-async def _forward_cancel(source: CancelToken, target: CancelToken) -> None:
-    await source.wait()
-    target.cancel()
 
 
 class ToolExecutor:
@@ -112,10 +107,8 @@ class ToolExecutor:
         # The call's own token, fired by the run's cancel *and* by the deadline: an async
         # tool is cancelled as a task, but a tool in a worker thread only learns that it
         # should stop by polling ctx.cancel. Without a run token there is nothing to
-        # forward or race against: that saves three tasks per call (B1, performance.md).
+        # forward or wait for (B1, performance.md).
         call_token = CancelToken()
-        forward = (asyncio.ensure_future(_forward_cancel(cancel, call_token))
-                   if cancel is not None else None)
         ctx = ToolContext(
             work_dir=self.work_dir,
             env=self.env,
@@ -129,11 +122,13 @@ class ToolExecutor:
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
-                result = await race(self._invoke(item, dict(call.args), ctx), cancel)
+                invoke = self._invoke(item, dict(call.args), ctx)
+                if cancel is None:
+                    result = await invoke
+                else:
+                    result = await unless_cancelled(invoke, cancel, call_token.cancel)
         except Cancelled:
-            # Fired here too: the forwarding task may not have run yet (it is cancelled in
-            # the finally below), and a tool in a worker thread only stops when it sees it.
-            call_token.cancel()
+            call_token.cancel()  # (already fired) a tool in a worker thread stops on it
             return ToolResult.failure("cancelled")
         except asyncio.CancelledError:
             call_token.cancel()  # the task running the call is cancelled: same for the tool
@@ -151,9 +146,6 @@ class ToolExecutor:
             log.debug("tool %s raised", item.name, exc_info=True)
             name = type(exc).__name__
             return ToolResult.failure(f"{name}: {exc}" if str(exc) else name)
-        finally:
-            if forward is not None:
-                forward.cancel()
         if not isinstance(result, ToolResult):
             return ToolResult.failure(
                 f"bad_tool_result: {item.name} returned {type(result).__name__}, not ToolResult"
@@ -217,7 +209,8 @@ class HookedToolRunner:
             # Raced against the cancel token: a slow before-hook must not delay an abort
             # by up to hook_timeout_s. A cancelled call does not run.
             try:
-                decision = await race(self.host.before_tool_call(call, self.run), cancel)
+                decision = await unless_cancelled(
+                    self.host.before_tool_call(call, self.run), cancel)
             except Cancelled:
                 return ToolOutcome(call, ToolResult.failure("cancelled"))
             call, rewritten_by = decision.call, decision.rewritten_by
@@ -233,7 +226,7 @@ class HookedToolRunner:
         replaced_by = None
         if self._after:
             try:
-                result, replaced_by = await race(
+                result, replaced_by = await unless_cancelled(
                     self.host.after_tool_call(call, result, self.run), cancel
                 )
             except Cancelled:
@@ -284,7 +277,7 @@ class HookedToolRunner:
             resolved(True, "session", scope="session")
             return call
         try:
-            answer = await race(
+            answer = await unless_cancelled(
                 self.host.request_approval(request, self.run, self.approval_timeout_s), cancel)
         except Cancelled:
             return denied("cancelled", None)
@@ -310,7 +303,8 @@ class HookedToolRunner:
             # The person's arguments are judged like every other final arguments: a
             # guard (or a deny rule) refuses them exactly as it would refuse the model's.
             try:
-                checked = await race(self.host.check_tool_call(call, self.run), cancel)
+                checked = await unless_cancelled(
+                    self.host.check_tool_call(call, self.run), cancel)
             except Cancelled:
                 return denied("cancelled", approver)
             if checked.blocked_by is not None:

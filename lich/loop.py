@@ -12,14 +12,16 @@ are data for the model. The caller's message list is never mutated.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from attrs import field, frozen
 
 from lich import context
-from lich.cancel import Cancelled, CancelToken, race
+from lich.cancel import Cancelled, CancelToken
 from lich.events import (
     BudgetExhausted,
     CompressEnd,
@@ -61,7 +63,68 @@ __all__ = [
     "last_assistant",
     "run_conversation",
     "seed_system_prompt",
+    "unless_cancelled",
 ]
+
+T = TypeVar("T")
+
+
+async def unless_cancelled(
+    awaitable: Awaitable[T], token: CancelToken | None,
+    on_cancel: Callable[[], None] | None = None,
+) -> T:
+    """``await awaitable`` in the calling task, unless ``token`` fires first: then
+    ``on_cancel`` is called, the task is cancelled — the awaited code gets the
+    ``CancelledError`` at its await and may clean up (a tool kills its process group)
+    — and :class:`~lich.cancel.Cancelled` is raised. Without a token, a plain await.
+
+    :func:`lich.cancel.race` with the same outcome and one task instead of two plus an
+    ``asyncio.wait`` for every model call, tool call and hook the loop makes (B1 in
+    docs/performance.md): one task waits for the token, the work runs where it is
+    awaited, and the cancellation is made as :func:`asyncio.timeout` makes its own
+    (counted with ``uncancel``), so a cancellation from elsewhere — the caller's, a
+    deadline's around this — is never taken for the token's, nor swallowed.
+    """
+    if token is None:
+        return await awaitable
+    if token.cancelled:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # never started: no "never awaited" warning
+        if on_cancel is not None:
+            on_cancel()
+        raise Cancelled
+    task = asyncio.current_task()
+    assert task is not None
+    state: dict[str, Any] = {"fired": False, "done": False}
+
+    def fire(waiter: asyncio.Future[None]) -> None:
+        # Runs from the event loop, never while the awaited code runs; once it has
+        # ended (its result taken) there is nothing left to cancel.
+        if state["done"] or waiter.cancelled():
+            return
+        state["fired"] = True
+        if on_cancel is not None:
+            on_cancel()
+        task.cancel()
+
+    waiter = asyncio.ensure_future(token.wait())
+    waiter.add_done_callback(fire)
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if state["fired"] and task.uncancel() == 0:
+            raise Cancelled from None
+        raise
+    finally:
+        state["done"] = True
+        waiter.cancel()
+    if state["fired"]:
+        # The awaited code caught the cancellation and returned anyway: the token still
+        # won, as with race (which discards such a result too).
+        task.uncancel()
+        raise Cancelled
+    return result
+
 
 COMPRESS_BACKOFF_TURNS = 3
 BUDGET_EXHAUSTED_ERROR = "turn_budget_exhausted"
@@ -256,7 +319,7 @@ async def run_conversation(
             # At the turn boundary, before compression and the model call: a budget never
             # cuts a call or a stream short, and the transcript ends on a whole turn.
             try:
-                stop = await race(deps.before_call(turn, usage, cost), cancel)
+                stop = await unless_cancelled(deps.before_call(turn, usage, cost), cancel)
             except Cancelled:
                 return outcome("aborted", turn - 1)
             if stop is not None:
@@ -278,7 +341,7 @@ async def run_conversation(
             ):
                 emit(CompressStart(estimate))
                 try:
-                    compressed = await race(
+                    compressed = await unless_cancelled(
                         context.compress_messages(
                             deps.chat, history.messages, keep_recent=params.keep_recent
                         ),
@@ -307,7 +370,8 @@ async def run_conversation(
 
         emit(LlmStart(turn))
         try:
-            result = await race(deps.chat(list(history.messages), definitions, options), cancel)
+            result = await unless_cancelled(
+                deps.chat(list(history.messages), definitions, options), cancel)
         except Cancelled:
             # The turn began (turn_start was emitted): it counts, as it does for a
             # cancel during a tool. Only a cancel seen before a turn starts does not.

@@ -103,7 +103,34 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
+def _import_httpx() -> Any:
+    """``import httpx``, without httpx's own command line.
+
+    ``httpx/__init__.py`` imports ``httpx._main`` (its CLI: click, rich's console,
+    syntax highlighting, progress bars, pygments) whenever those are installed — as
+    they are with lich — and keeps a stub ``main`` when that import fails. lich never
+    calls ``httpx.main``; the import cost 10–30 ms of every cold start (B2-cold in
+    docs/performance.md). A ``None`` entry in ``sys.modules`` makes that one import
+    fail; it is removed again at once, so an explicit ``import httpx._main`` later
+    still works.
+    """
+    import sys
+
+    # Always through the import statement: a module another thread is still importing
+    # is in sys.modules already, and only the import waits for it to be complete.
+    blocked = "httpx" not in sys.modules and "httpx._main" not in sys.modules
+    if blocked:
+        sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx
+    finally:
+        if blocked and sys.modules.get("httpx._main", 0) is None:
+            del sys.modules["httpx._main"]
+    return httpx
+
+
 _ssl_context: ssl.SSLContext | None = None
+_plain_context: ssl.SSLContext | None = None
 
 
 def _shared_ssl_context() -> ssl.SSLContext:
@@ -111,10 +138,34 @@ def _shared_ssl_context() -> ssl.SSLContext:
     # would make it, honouring SSL_CERT_FILE / SSL_CERT_DIR) serves every provider.
     global _ssl_context
     if _ssl_context is None:
-        import httpx
-
+        httpx = _import_httpx()
         _ssl_context = httpx.create_ssl_context()
     return _ssl_context
+
+
+def _needs_tls(base_url: str) -> bool:
+    """Whether requests to ``base_url`` can use TLS: an ``https`` URL, or a proxy from
+    the environment reached over ``https`` (the provider client follows no redirects,
+    so a plain ``http`` endpoint never leads to TLS otherwise)."""
+    if not base_url.lower().startswith("http://"):
+        return True
+    proxy = env_proxy(base_url)
+    return proxy is not None and proxy.lower().startswith("https://")
+
+
+def _verify_for(base_url: str) -> ssl.SSLContext:
+    """The TLS context of a provider's clients: the shared, CA-loaded one where TLS is
+    possible; for a plain ``http://`` endpoint a context with no CA loaded (loading
+    the bundle is most of a cold start's TLS cost, ~16 ms), which would refuse every
+    certificate if it were ever used — it is not (:func:`_needs_tls`)."""
+    if _needs_tls(base_url):
+        return _shared_ssl_context()
+    global _plain_context
+    if _plain_context is None:
+        import ssl
+
+        _plain_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    return _plain_context
 
 
 def cut(text: str, limit: int = MAX_ERROR_BODY) -> str:
@@ -375,6 +426,84 @@ async def _read_capped(response: httpx.Response, cap: int, *, strict: bool = Tru
     return b"".join(chunks)
 
 
+# What is left of a body after its consumer stopped reading is read (so that the
+# connection can be reused) only if it ends soon and is small; otherwise the
+# connection is closed, as it would be without this.
+_FINISH_BODY_S = 0.25
+_FINISH_BODY_BYTES = 64 * 1024
+
+
+async def _finish_body(chunks: AsyncIterator[bytes]) -> None:
+    """Read and drop the rest of a body, within :data:`_FINISH_BODY_S` and
+    :data:`_FINISH_BODY_BYTES`; any failure just leaves the connection to be closed."""
+    httpx = _import_httpx()
+
+    size = 0
+    try:
+        async with asyncio.timeout(_FINISH_BODY_S):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > _FINISH_BODY_BYTES:
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        pass
+
+
+class _StallTimer:
+    """The "no data for ``timeout_s``" deadline of a stream, with one timer for the whole
+    stream instead of an :func:`asyncio.timeout` per chunk (a timer handle scheduled
+    and cancelled for every piece, several per streamed answer).
+
+    Only the time spent in :meth:`wait` counts: the clock starts when a wait begins,
+    and the timer, when it fires early, re-arms itself for the current wait's
+    deadline. When a wait passes its deadline the waiting task is cancelled and
+    :meth:`wait` raises :class:`TimeoutError` — the same outcome, and the same
+    handling of a cancellation from elsewhere (it is never swallowed), as
+    :func:`asyncio.timeout`.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._started: float | None = None  # when the current wait began; None: not waiting
+        self._task: asyncio.Task[Any] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._fired = False
+
+    def _check(self) -> None:
+        self._handle = None
+        if self._started is None:
+            return  # not waiting: the next wait arms the timer again
+        due = self._started + self._timeout_s
+        if self._loop.time() < due:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        assert self._task is not None
+        self._fired = True
+        self._task.cancel()
+
+    async def wait(self, awaitable: Any) -> Any:
+        """Await ``awaitable``; :class:`TimeoutError` once it has taken ``timeout_s``."""
+        self._started = self._loop.time()
+        if self._handle is None:
+            self._task = asyncio.current_task()
+            self._handle = self._loop.call_at(self._started + self._timeout_s, self._check)
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._fired and self._task is not None and self._task.uncancel() == 0:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._started = None
+
+    def close(self) -> None:
+        """Cancel the timer (the stream is over)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class HttpClient:
     """One provider's HTTP client: JSON requests, typed failures.
 
@@ -435,7 +564,7 @@ class HttpClient:
 
     async def _checkout(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
         """A lane for one request; hand it back with :meth:`_checkin`."""
-        import httpx
+        httpx = _import_httpx()
 
         slots = self._slots
         await slots.acquire()
@@ -445,7 +574,7 @@ class HttpClient:
             transport=self._transport,
             timeout=httpx.Timeout(self.timeout_s),
             headers=self.headers,
-            verify=_shared_ssl_context() if self._transport is None else True,
+            verify=_verify_for(self.base_url) if self._transport is None else True,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         )
         self._lanes.add(lane)
@@ -511,7 +640,7 @@ class HttpClient:
         self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> Any:
         """POST ``body`` as JSON and return the parsed 2xx answer."""
-        import httpx
+        httpx = _import_httpx()
 
         self._check_loop()
         try:
@@ -554,7 +683,7 @@ class HttpClient:
         under :func:`contextlib.aclosing` so a cancelled consumer closes the
         connection at once.
         """
-        import httpx
+        httpx = _import_httpx()
 
         self._check_loop()
         # The deadlines are enforced here, not only by httpx's socket timeouts,
@@ -605,36 +734,47 @@ class HttpClient:
             line_parts: list[str] = []  # the line in progress (joined once it ends: linear)
             carry = ""  # a trailing CR may be the first half of a CRLF
             size = 0
-            while True:
-                try:
-                    async with asyncio.timeout(self.timeout_s):
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError as exc:
-                    raise self.error(
-                        "network", f"stream stalled: no data for {self.timeout_s:g}s", path=path
-                    ) from exc
-                except httpx.HTTPError as exc:
-                    raise self._transport_error(exc, "stream broken", path) from exc
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    raise self._too_large(response.status_code, size, path)
-                text = carry + decoder.decode(chunk)
-                carry = "\r" if text.endswith("\r") else ""
-                text = text[: len(text) - len(carry)]
-                if not _NEWLINE.search(text):
-                    line_parts.append(text)
-                    continue
-                first, *lines, rest = _NEWLINE.split(text)
-                yield "".join(line_parts) + first
-                for line in lines:
-                    yield line
-                line_parts = [rest]
-            line_parts.append(decoder.decode(b"", final=True))
-            last = "".join(line_parts)
-            if last or carry:  # the last line had no newline (or only a held CR)
-                yield last
+            stall = _StallTimer(self.timeout_s)
+            try:
+                while True:
+                    try:
+                        chunk = await stall.wait(anext(chunks))
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError as exc:
+                        raise self.error(
+                            "network", f"stream stalled: no data for {self.timeout_s:g}s",
+                            path=path,
+                        ) from exc
+                    except httpx.HTTPError as exc:
+                        raise self._transport_error(exc, "stream broken", path) from exc
+                    size += len(chunk)
+                    if size > self.max_response_bytes:
+                        raise self._too_large(response.status_code, size, path)
+                    text = carry + decoder.decode(chunk)
+                    carry = "\r" if text.endswith("\r") else ""
+                    text = text[: len(text) - len(carry)]
+                    if not _NEWLINE.search(text):
+                        line_parts.append(text)
+                        continue
+                    first, *lines, rest = _NEWLINE.split(text)
+                    yield "".join(line_parts) + first
+                    for line in lines:
+                        yield line
+                    line_parts = [rest]
+                line_parts.append(decoder.decode(b"", final=True))
+                last = "".join(line_parts)
+                if last or carry:  # the last line had no newline (or only a held CR)
+                    yield last
+            except GeneratorExit:
+                # The consumer has what it needs (the answer's last event came before the
+                # end of the body, as with OpenAI's `[DONE]`). Reading the little that is
+                # left lets the connection be reused; closing it here would cost the next
+                # call a new connection (and a TLS handshake).
+                await _finish_body(chunks)
+                raise
+            finally:
+                stall.close()
         finally:
             try:
                 close = getattr(chunks, "aclose", None)
@@ -651,7 +791,7 @@ class HttpClient:
         :class:`WholeAnswer` with it, or yield its lines when it is NDJSON under the
         wrong label; anything else is ``bad_request`` (not retried: the server would
         answer the same again)."""
-        import httpx
+        httpx = _import_httpx()
 
         try:
             async with asyncio.timeout(self.timeout_s):

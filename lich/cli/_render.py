@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
     from lich.events import Envelope
     from lich.types import ToolCall, ToolResult
+
+# Characters rich changes in a plain line (control codes it drops, tabs it expands);
+# a progress line without any is written as it is, exactly as rich would write it.
+_RICH_REWRITES = re.compile("[\t\r\x07\x08\x0b\x0c]")
 
 __all__ = ["HumanRenderer", "JsonRenderer", "args_preview", "error_preview", "make_err_console"]
 
@@ -138,13 +143,21 @@ class HumanRenderer(_Output):
         """One progress line on stderr (``[lich] text`` when stderr is not a terminal)."""
         if not (self.progress or always):
             return
+        self.end_line()
+        line = f"[lich] {text}"
+        if not self.live and not self.err.quiet and not _RICH_REWRITES.search(line):
+            # What rich would write for this line, without building and rendering a Text
+            # for it (two progress lines per tool turn; B1-cli in docs/performance.md).
+            err = self.err.file
+            err.write(line + "\n")
+            err.flush()
+            return
         from rich.text import Text
 
-        self.end_line()
         if self.live:
             self.err.print(Text(text, style=style), soft_wrap=True)
         else:
-            self.err.print(Text(f"[lich] {text}"), soft_wrap=True)
+            self.err.print(Text(line), soft_wrap=True)
 
     def _spin(self, text: str) -> None:
         if not (self.live and self.progress):

@@ -53,28 +53,63 @@ def _check_common(result: dict[str, Any], tables: list[tuple[str, str]]) -> None
 
 
 def test_b1_loop_overhead() -> None:
+    from bench.b1_loop import VARIANTS
+
     result, tables = run_one("b1", quick=True)
     _check_common(result, tables)
     turns, reps = SUITE["b1"][2]["turns"], SUITE["b1"][2]["reps"]
     assert sorted(result["runs"]) == sorted(str(n) for n in turns)
     for n, per_n in result["runs"].items():
-        assert set(per_n) == {"raw", "raw stream", "lich", "lich stream", "lich no-sessions",
-                              "lich prices"}
-        assert per_n["lich prices"]["ratio_vs_lich"]["median"] > 0
+        assert set(per_n) == set(VARIANTS)
+        assert {"raw", "raw stream", "raw sync", "raw sync stream", "lich", "lich stream",
+                "lich approvals", "lich otel+prices", "lich idle plugins"} <= set(per_n)
         for name, e in per_n.items():
             assert len(e["samples_s"]) == reps
             assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
             _check_summary(e["total_s"], reps)
             assert e["per_turn_s"]["median"] == pytest.approx(e["total_s"]["median"] / int(n))
             if name.startswith("lich"):
-                raw = per_n[e["vs"]]
-                assert e["vs"] == ("raw stream" if "stream" in name else "raw")
-                paired = [a / b for a, b in zip(e["samples_s"], raw["samples_s"], strict=True)]
-                assert e["ratio"]["median"] == pytest.approx(statistics.median(paired))
+                stream = "stream" in name
+                assert e["vs"] == ("raw stream" if stream else "raw")
+                assert e["vs_sync"] == ("raw sync stream" if stream else "raw sync")
+                for key, base in (("ratio", e["vs"]), ("ratio_sync", e["vs_sync"])):
+                    pairs = [a / b for a, b in zip(e["samples_s"], per_n[base]["samples_s"],
+                                                   strict=True)]
+                    assert e[key]["median"] == pytest.approx(statistics.median(pairs))
                 _check_summary(e["overhead_per_turn_s"], reps)
+                if VARIANTS[name].config or VARIANTS[name].objects:
+                    assert e["ratio_vs_lich"]["median"] > 0
     names = [t["name"] for t in result["targets"]]
-    assert any("÷ raw" in n for n in names)
-    assert any("overhead" in n for n in names)
+    assert any("lich ÷ sync raw" in n for n in names)
+    assert any("lich stream ÷ sync raw" in n for n in names)
+    assert any("approvals" in n for n in names)
+    assert any("otel+prices" in n for n in names)
+
+
+@pytest.mark.parametrize("name", ["b1cli", "b2cold"])
+def test_b1_cli_and_b2_cold(name: str) -> None:
+    from bench.b1_cli import CLI_VARIANTS
+
+    result, tables = run_one(name, quick=True)
+    _check_common(result, tables)  # checks: every process answered as scripted
+    turns, reps = SUITE[name][2]["turns"], SUITE[name][2]["reps"]
+    assert sorted(result["runs"]) == sorted(str(n) for n in turns)
+    for per_n in result["runs"].values():
+        assert set(per_n) == set(CLI_VARIANTS)
+        for variant, e in per_n.items():
+            assert len(e["samples_s"]) == len(e["cpu_samples_s"]) == reps
+            assert all(_positive(x) for x in e["samples_s"] + e["cpu_samples_s"])
+            if variant.startswith("lich"):
+                pairs = [a / b for a, b in zip(e["samples_s"],
+                                               per_n[e["vs_sync"]]["samples_s"], strict=True)]
+                assert e["ratio_sync"]["median"] == pytest.approx(statistics.median(pairs))
+                assert e["vs_async"] == e["vs_sync"].replace("raw sync", "raw")
+    if name == "b1cli":
+        assert set(result["marginal"]["variants"]) == set(CLI_VARIANTS)
+        assert len(result["targets"]) == 4  # one per lich variant, on the cost per turn
+    else:
+        assert result["marginal"] == {}
+        assert [t["name"].startswith("B2-cold") for t in result["targets"]] == [True, True]
 
 
 def test_b2_startup() -> None:

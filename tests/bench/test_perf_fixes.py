@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from lich._threads import run_in_daemon_thread
+from lich.cancel import Cancelled
 from lich.config import ProviderConfig
 from lich.testing import async_wait_for
 from lich.types import (
@@ -241,6 +242,7 @@ async def test_plugin_calls_see_the_callers_context_and_raise_in_the_caller() ->
 _FORK_CHECK = """
 import asyncio, os, sys
 from lich._threads import run_in_daemon_thread
+from lich.cancel import Cancelled
 
 asyncio.run(run_in_daemon_thread(lambda: None))  # leaves an idle worker behind
 pid = os.fork()
@@ -260,3 +262,284 @@ def test_a_forked_child_starts_its_own_threads() -> None:
     proc = subprocess.run([sys.executable, "-c", _FORK_CHECK], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- streamed answers: the connection outlives an answer that ended before its body ------
+
+
+async def _sse_server(hold_after_done: bool) -> tuple[asyncio.Server, list[int], list[Any]]:
+    """A chunked SSE server that sends `data: [DONE]`, then (unless ``hold_after_done``)
+    the end of the body; counts its connections."""
+    connections = [0]
+    handlers: list[Any] = []
+    release = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        handlers.append(asyncio.current_task())
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                piece = b'data: {"x":1}\n\ndata: [DONE]\n\n'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n"
+                             + b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+                if hold_after_done:
+                    await release.wait()  # the body never ends
+                await asyncio.sleep(0.01)  # the end of the body comes a little later
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, connections, handlers
+
+
+async def _until_done(client: HttpClient) -> list[str]:
+    seen = []
+    async with aclosing(client.stream_lines("/x", {})) as lines:
+        async for line in lines:
+            seen.append(line)
+            if line == "data: [DONE]":
+                break  # as the providers do: the answer is complete
+    return seen
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["body ends", "body never ends"])
+async def test_a_stream_read_to_its_last_event_keeps_its_connection(hold: bool) -> None:
+    server, connections, handlers = await _sse_server(hold_after_done=hold)
+    port = server.sockets[0].getsockname()[1]
+    client = _http_client(base_url=f"http://127.0.0.1:{port}")
+    try:
+        for _ in range(3):
+            # A body that never ends is given up on (the wait is short and bounded).
+            lines = await asyncio.wait_for(_until_done(client), 10)
+            assert lines == ['data: {"x":1}', "", "data: [DONE]"]
+        # One connection for all three when each body ended; a new one each time when not.
+        assert connections[0] == (3 if hold else 1)
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_the_stall_timer_counts_only_the_waits_and_lets_other_cancels_through() -> None:
+    from lich_providers._http import _StallTimer
+
+    stall = _StallTimer(0.5)
+    for _ in range(2):  # waits far shorter than the limit, with longer pauses in between
+        assert await stall.wait(asyncio.sleep(0, "ok")) == "ok"
+        await asyncio.sleep(0.6)
+    with pytest.raises(TimeoutError):
+        await stall.wait(asyncio.sleep(5))
+    stall.close()
+
+    stall = _StallTimer(5)
+    task = asyncio.ensure_future(stall.wait(asyncio.sleep(5)))
+    await asyncio.sleep(0)
+    task.cancel()  # a cancel from elsewhere stays a cancel
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stall.close()
+
+
+# --- start-up: no CA bundle for plain http, no httpx command line ------------------------
+
+
+def test_a_plain_http_endpoint_loads_no_ca_bundle_unless_a_proxy_speaks_tls() -> None:
+    from lich_providers._http import _needs_tls, _verify_for
+
+    assert not _needs_tls("http://127.0.0.1:8080/v1")
+    assert _verify_for("http://127.0.0.1:8080/v1").cert_store_stats()["x509_ca"] == 0
+    assert _needs_tls("https://api.example.com/v1")
+    assert _needs_tls("HTTPS://api.example.com/v1")
+    assert _verify_for("https://api.example.com/v1").cert_store_stats()["x509_ca"] > 0
+    # An https proxy from the environment for the plain URL needs the real context.
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy",
+                    "NO_PROXY"):
+            mp.delenv(var, raising=False)
+        mp.setenv("http_proxy", "https://proxy.example:443")
+        assert _needs_tls("http://10.0.0.1:8080/v1")
+        mp.setenv("no_proxy", "10.0.0.1")
+        assert not _needs_tls("http://10.0.0.1:8080/v1")
+        mp.setenv("http_proxy", "http://proxy.example:3128")
+        mp.delenv("no_proxy")
+        assert not _needs_tls("http://10.0.0.1:8080/v1")
+    # (The loopback tests above go through the plain context: real http requests.)
+
+
+_NO_CLI_CHECK = """
+import sys
+from lich_providers._http import _import_httpx
+httpx = _import_httpx()
+assert httpx.Client is not None
+assert "httpx._main" not in sys.modules, "httpx's command line was imported"
+import httpx._main  # still importable on purpose
+assert callable(httpx._main.main)
+"""
+
+
+def test_httpx_is_imported_without_its_command_line() -> None:
+    # A fresh interpreter: this one has imported httpx (and its CLI) long ago.
+    proc = subprocess.run([sys.executable, "-c", _NO_CLI_CHECK], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- CLI progress lines: written directly, byte for byte what rich writes -----------------
+
+
+@pytest.mark.parametrize("text", [
+    "turn 1", '  tool x(a="b"): ok (3 ms)  ', "é 中文 😀 :smile: [bold]x[/]", "tab\there",
+    "cr\rx", "bell\x07x", "esc\x1b[31mred", "two\nlines", "x" * 300, "",
+])
+def test_a_plain_progress_line_is_what_rich_would_write(text: str) -> None:
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from lich.cli._render import HumanRenderer
+
+    expected = io.StringIO()
+    Console(file=expected, force_terminal=False, width=40, highlight=False).print(
+        Text(f"[lich] {text}"), soft_wrap=True)
+    err = io.StringIO()
+    HumanRenderer(Console(file=err, force_terminal=False, width=40, highlight=False),
+                  io.StringIO()).note(text)
+    assert err.getvalue() == expected.getvalue()
+    quiet = io.StringIO()
+    HumanRenderer(Console(file=quiet, force_terminal=False, quiet=True), io.StringIO()).note(text)
+    assert quiet.getvalue() == ""
+
+
+# --- tool calls under a run token: one task, not three, same outcomes ---------------------
+
+
+def _executor(tmp_path: Any, *tools: Any) -> Any:
+    from lich.executor import ToolExecutor
+    from lich.tools import ToolRegistry
+
+    registry = ToolRegistry()
+    for t in tools:
+        registry.register(t)
+    return ToolExecutor(registry, work_dir=tmp_path)
+
+
+async def test_a_call_task_cancelled_from_elsewhere_stays_cancelled(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    started = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Wait."""
+        started.set()
+        await asyncio.sleep(30)
+        return "late"
+
+    executor = _executor(tmp_path, slow)
+    run_token = CancelToken()
+    task = asyncio.ensure_future(executor.execute(ToolCall("c", "slow", {}), cancel=run_token))
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()  # not the run token: the caller's own cancellation goes through
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not run_token.cancelled
+
+
+async def test_the_run_token_after_a_call_ended_cancels_nothing_later(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    @tool
+    async def quick() -> str:
+        """Answer."""
+        return "ok"
+
+    executor = _executor(tmp_path, quick)
+    run_token = CancelToken()
+    result = await executor.execute(ToolCall("c", "quick", {}), cancel=run_token)
+    assert result.ok
+    assert result.output == "ok"
+    run_token.cancel()  # the call is over; the token firing now must not cancel this task
+    await asyncio.sleep(0.01)
+    assert await asyncio.sleep(0, "still running") == "still running"
+    assert (await executor.execute(ToolCall("c", "quick", {}), cancel=run_token)).error \
+        == "cancelled"
+
+
+async def test_the_deadline_still_wins_under_a_run_token(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    @tool(timeout_s=0.05)
+    async def stuck() -> str:
+        """Hang."""
+        await asyncio.sleep(30)
+        return "late"
+
+    executor = _executor(tmp_path, stuck)
+    result = await asyncio.wait_for(
+        executor.execute(ToolCall("c", "stuck", {}), cancel=CancelToken()), 10)
+    assert result.error is not None
+    assert result.error.startswith("timeout: tool:stuck")
+
+
+async def test_a_tool_that_swallows_the_cancellation_is_still_cancelled(tmp_path: Any) -> None:
+    from lich import tool
+    from lich.cancel import CancelToken
+
+    started = asyncio.Event()
+
+    @tool
+    async def stubborn() -> str:
+        """Ignore cancellation."""
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "finished anyway"
+        return "late"
+
+    executor = _executor(tmp_path, stubborn)
+    run_token = CancelToken()
+    call = asyncio.ensure_future(executor.execute(ToolCall("c", "stubborn", {}),
+                                                  cancel=run_token))
+    await asyncio.wait_for(started.wait(), 10)
+    run_token.cancel()
+    result = await asyncio.wait_for(call, 10)
+    assert result.error == "cancelled"  # as lich.cancel.race answered: the token won
+
+    async def after() -> int:
+        from lich.loop import unless_cancelled
+
+        token = CancelToken()
+
+        async def swallow() -> str:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                return "x"
+            return "y"
+
+        asyncio.get_running_loop().call_later(0.01, token.cancel)
+        with pytest.raises(Cancelled):
+            await unless_cancelled(swallow(), token)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()  # nothing left pending on the task
+
+    assert await asyncio.ensure_future(after()) == 0

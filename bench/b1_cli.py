@@ -1,0 +1,289 @@
+"""B1-cli and B2-cold — the ``lich`` command as a user runs it, against the raw loop run
+the same way (a fresh process each).
+
+The model is B1's scripted server in a process of its own. **lich**: the ``lich``
+console script of this environment, ``lich --config FILE --work-dir DIR go``, the
+config naming the ``openai_compat`` provider and the benchmark's tool as a
+single-file plugin (``bench/_tool_plugin.py`` by path), transcripts on, stdout and
+stderr piped (so the progress lines are the plain ``[lich] …`` ones a log gets);
+variants with ``--json`` (every event as a JSON line) and streamed or not.
+**raw**: ``python bench/_raw_cli.py`` — a process that imports httpx and runs the bare
+loop (sync ``httpx.Client`` or async ``httpx.AsyncClient``) with the same system
+prompt, tool schema and messages. Every process gets a clean environment (empty
+``HOME``, no ``LICH_*``); variants and N are interleaved in a rotating order.
+
+B1-cli (N = 1, 20, 100 tool turns): whole-run ratios, and the marginal cost of a
+turn — (run at the largest N − run at the next) ÷ the turns between, per
+repetition — against the raw loops' (issue 20 states its targets on that).
+B2-cold (N = 0: the task is answered by one model call): the whole process against
+the raw one making the same request.
+
+CPU time is each child's own (``resource.getrusage(RUSAGE_CHILDREN)`` around it).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import _tool_plugin
+from bench._common import Target, fmt_ms, fmt_ratio, fmt_spread, markdown_table, summary
+from bench._model_server import ModelServer
+from bench._tool_plugin import TOOL
+from bench.b2_startup import _clean_env
+
+__all__ = ["CLI_VARIANTS", "CliVariant", "run", "tables"]
+
+MODEL = "scripted"
+TASK = "go"
+BENCH = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class CliVariant:
+    """``kind``: ``"lich"``, ``"raw sync"`` or ``"raw"`` (async); ``args``: extra flags."""
+
+    kind: str
+    stream: bool
+    args: tuple[str, ...] = ()
+
+
+CLI_VARIANTS: dict[str, CliVariant] = {
+    "raw sync": CliVariant("raw sync", False),
+    "raw sync stream": CliVariant("raw sync", True),
+    "raw": CliVariant("raw", False),
+    "raw stream": CliVariant("raw", True),
+    "lich": CliVariant("lich", False),
+    "lich stream": CliVariant("lich", True),
+    "lich --json": CliVariant("lich", False, ("--json",)),
+    "lich stream --json": CliVariant("lich", True, ("--json",)),
+}
+
+
+def _lich_command() -> list[str]:
+    script = Path(sys.executable).parent / "lich"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lich"]
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a TOML basic string
+
+
+def _write_config(path: Path, base_url: str, stream: bool, turns: int) -> None:
+    path.write_text(
+        f"plugins = [\"openai_compat\", {_toml_str(str(BENCH / '_tool_plugin.py'))}]\n"
+        f"stream = {'true' if stream else 'false'}\n"
+        f"max_turns = {turns + 1}\n\n"
+        "[[providers]]\n"
+        "kind = \"openai_compat\"\n"
+        "name = \"bench\"\n"
+        f"model = {_toml_str(MODEL)}\n"
+        f"base_url = {_toml_str(base_url)}\n",
+        encoding="utf-8")
+
+
+def _check(name: str, v: CliVariant, n: int, proc: subprocess.CompletedProcess[str]) -> str:
+    """What is wrong with a run's outcome ('' when it answered as scripted)."""
+    if proc.returncode != 0:
+        return f"exited {proc.returncode}: {proc.stderr[-400:]}"
+    if v.kind != "lich":
+        got = json.loads(proc.stdout)
+        return "" if got == {"calls": n + 1, "text": "done"} else f"answered {got}"
+    if "--json" in v.args:
+        events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        kinds = [e.get("type") for e in events]
+        if kinds.count("tool_call_end") != n or not events or kinds[-1] != "run_end" \
+                or events[-1].get("stopped_reason") != "final":
+            return f"events {kinds[-3:]}, {kinds.count('tool_call_end')} tool calls"
+        return ""
+    lines = proc.stderr.count(f"[lich] tool {TOOL}(")
+    if proc.stdout.strip() != "done" or lines != n:
+        return f"stdout {proc.stdout.strip()[-80:]!r}, {lines} tool lines on stderr"
+    return ""
+
+
+def run(turns: Sequence[int] = (1, 20, 100), reps: int = 5,
+        variants: Sequence[str] = tuple(CLI_VARIANTS), warm_up: bool = True) -> dict[str, Any]:
+    """Run B1-cli (or B2-cold, with ``turns=(0,)``) and return its results (JSON-able).
+
+    ``warm_up``: one unmeasured round first (the smoke test skips it).
+    """
+    from lich.agent import default_system_prompt
+
+    checks: list[str] = []
+    wall: dict[int, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in turns}
+    cpu: dict[int, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in turns}
+    with ModelServer(TOOL, list(turns)) as server, \
+            tempfile.TemporaryDirectory(prefix="lich-bench-cli-") as tmp:
+        root = Path(tmp)
+        work, home = root / "work", root / "home"
+        work.mkdir()
+        home.mkdir()
+        env = _clean_env(home)
+        d = _tool_plugin.echo_tool.definition()
+        tools = [{"type": "function", "function": {
+            "name": d.name, "description": d.description, "parameters": dict(d.parameters)}}]
+        argv: dict[tuple[int, str], list[str]] = {}
+        for n in turns:
+            spec = root / f"raw-{n}.json"
+            spec.write_text(json.dumps({
+                "base_url": server.base_url(n), "model": MODEL, "task": TASK, "tools": tools,
+                "system": default_system_prompt(str(work.resolve()))}), encoding="utf-8")
+            for stream in (False, True):
+                _write_config(root / f"lich-{n}-{int(stream)}.toml", server.base_url(n),
+                              stream, n)
+            for name in variants:
+                v = CLI_VARIANTS[name]
+                if v.kind == "lich":
+                    argv[n, name] = [*_lich_command(), "--config",
+                                     str(root / f"lich-{n}-{int(v.stream)}.toml"),
+                                     "--work-dir", str(work), *v.args, TASK]
+                else:
+                    argv[n, name] = [sys.executable, str(BENCH / "_raw_cli.py"), str(spec),
+                                     "sync" if v.kind == "raw sync" else "async",
+                                     "stream" if v.stream else "whole"]
+
+        def once(n: int, name: str) -> tuple[float, float]:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            proc = subprocess.run(argv[n, name], cwd=work, env=env, capture_output=True,
+                                  text=True, stdin=subprocess.DEVNULL, timeout=300)
+            elapsed = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            problem = _check(name, CLI_VARIANTS[name], n, proc)
+            if problem:
+                checks.append(f"{name} N={n}: {problem}")
+            return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+        for n in turns if warm_up else ():  # the file system caches, the server's threads
+            for name in variants:
+                once(n, name)
+        for rep in range(reps):
+            shift = rep % len(variants)
+            order = [*variants[shift:], *variants[:shift]]
+            for n in turns:
+                for name in order:
+                    w, c = once(n, name)
+                    wall[n][name].append(w)
+                    cpu[n][name].append(c)
+    return _results(turns, reps, variants, wall, cpu, checks)
+
+
+def _base(name: str, sync: bool) -> str:
+    base = "raw sync" if sync else "raw"
+    return f"{base} stream" if CLI_VARIANTS[name].stream else base
+
+
+def _ratios(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    return summary([x / y for x, y in zip(a, b, strict=True)])
+
+
+def _results(turns: Sequence[int], reps: int, variants: Sequence[str],
+             wall: dict[int, dict[str, list[float]]], cpu: dict[int, dict[str, list[float]]],
+             checks: list[str]) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    for n in turns:
+        per_n: dict[str, Any] = {}
+        for name in variants:
+            e: dict[str, Any] = {"samples_s": wall[n][name], "cpu_samples_s": cpu[n][name],
+                                 "total_s": summary(wall[n][name]),
+                                 "cpu_s": summary(cpu[n][name])}
+            if CLI_VARIANTS[name].kind == "lich":
+                for key, sync in (("sync", True), ("async", False)):
+                    base = _base(name, sync)
+                    if base in wall[n]:
+                        e[f"vs_{key}"] = base
+                        e[f"ratio_{key}"] = _ratios(wall[n][name], wall[n][base])
+                        e[f"cpu_ratio_{key}"] = _ratios(cpu[n][name], cpu[n][base])
+            per_n[name] = e
+        rows[str(n)] = per_n
+    marginal: dict[str, Any] = {}
+    tool_turns = sorted(n for n in turns if n > 0)
+    if len(tool_turns) >= 2:
+        a, b = tool_turns[-2], tool_turns[-1]
+        per_turn = {name: [(y - x) / (b - a) for x, y in zip(wall[a][name], wall[b][name],
+                                                                strict=True)]
+                    for name in variants}
+        cpu_turn = {name: [(y - x) / (b - a) for x, y in zip(cpu[a][name], cpu[b][name],
+                                                                strict=True)]
+                    for name in variants}
+        marginal = {"between": [a, b], "variants": {}}
+        for name in variants:
+            m: dict[str, Any] = {"per_turn_s": summary(per_turn[name]),
+                                 "cpu_per_turn_s": summary(cpu_turn[name])}
+            if CLI_VARIANTS[name].kind == "lich":
+                for key, sync in (("sync", True), ("async", False)):
+                    base = _base(name, sync)
+                    if base in per_turn:
+                        m[f"ratio_{key}"] = _ratios(per_turn[name], per_turn[base])
+                        m[f"cpu_ratio_{key}"] = _ratios(cpu_turn[name], cpu_turn[base])
+            marginal["variants"][name] = m
+    targets = []
+    if marginal:
+        a, b = marginal["between"]
+        for name, m in marginal["variants"].items():
+            if "ratio_sync" in m:
+                targets.append(Target(
+                    f"B1-cli {name}: cost per turn (N={a}→{b}) ÷ sync raw (CPU: "
+                    f"{m['cpu_ratio_sync']['median']:.2f} ×)", "<=", 1.5,
+                    m["ratio_sync"]["median"]))
+    if 0 in turns:
+        for name in ("lich stream", "lich"):
+            e = rows["0"].get(name, {})
+            if "ratio_sync" in e:
+                targets.append(Target(
+                    f"B2-cold `{' '.join(['lich', *CLI_VARIANTS[name].args])} TASK` "
+                    f"({'stream' if CLI_VARIANTS[name].stream else 'no stream'}) ÷ python + "
+                    f"httpx, same request (CPU: {e['cpu_ratio_sync']['median']:.2f} ×)",
+                    "<=", 1.5, e["ratio_sync"]["median"]))
+    return {"params": {"turns": list(turns), "reps": reps, "variants": list(variants)},
+            "runs": rows, "marginal": marginal, "checks": checks,
+            "targets": [t.as_dict() for t in targets]}
+
+
+def _get(e: dict[str, Any], key: str, fmt: Any = fmt_ratio) -> str:
+    return fmt(e[key]["median"]) if key in e else "—"
+
+
+def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """(title, Markdown table) pairs for the report."""
+    cold = result["params"]["turns"] == [0]
+    label = "B2-cold" if cold else "B1-cli"
+    head = ["N", "variant", "total ms", "CPU ms", "÷ sync raw", "CPU ÷ sync raw",
+            "÷ async raw", "CPU ÷ async raw"]
+    body = []
+    for n, per_n in result["runs"].items():
+        for name, e in per_n.items():
+            body.append([n, name, fmt_spread(e["total_s"], lambda x: fmt_ms(x, 1)),
+                         fmt_ms(e["cpu_s"]["median"], 1),
+                         fmt_spread(e["ratio_sync"], fmt_ratio) if "ratio_sync" in e else "—",
+                         _get(e, "cpu_ratio_sync"),
+                         fmt_spread(e["ratio_async"], fmt_ratio) if "ratio_async" in e else "—",
+                         _get(e, "cpu_ratio_async")])
+    title = (f"{label} — fresh processes, median (min–max) of {result['params']['reps']} "
+             "interleaved runs; ratios paired per run against the raw loop of the same "
+             "streaming mode")
+    out = [(title, markdown_table(head, body))]
+    marginal = result["marginal"]
+    if marginal:
+        a, b = marginal["between"]
+        head2 = ["variant", "ms per turn", "CPU ms per turn", "÷ sync raw", "CPU ÷ sync raw",
+                 "÷ async raw", "CPU ÷ async raw"]
+        body2 = [[name, fmt_ms(m["per_turn_s"]["median"], 3),
+                  fmt_ms(m["cpu_per_turn_s"]["median"], 3),
+                  fmt_spread(m["ratio_sync"], fmt_ratio) if "ratio_sync" in m else "—",
+                  _get(m, "cpu_ratio_sync"),
+                  fmt_spread(m["ratio_async"], fmt_ratio) if "ratio_async" in m else "—",
+                  _get(m, "cpu_ratio_async")]
+                 for name, m in marginal["variants"].items()]
+        out.append((f"B1-cli — cost of one more tool turn, (run at N={b} − run at N={a}) ÷ "
+                    f"{b - a}, paired per repetition", markdown_table(head2, body2)))
+    return out
