@@ -27,9 +27,9 @@ __all__ = ["approvals_loaded", "unasked_warning"]
 def approvals_loaded(host: PluginHost) -> bool:
     """Whether the builtin ``approvals`` plugin is loaded in ``host`` (under any entry
     name: ``approvals`` or the module ``lich.approvals.plugin``)."""
-    from lich.approvals import plugin
+    import lich.approvals.plugin as approvals_plugin
 
-    return any(p is plugin for p in host.pm.get_plugins())
+    return any(p is approvals_plugin for p in host.pm.get_plugins())
 
 
 def unasked_warning(host: PluginHost, tools: Iterable[Tool],
