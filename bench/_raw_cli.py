@@ -7,8 +7,9 @@ so that this process imports nothing of lich), runs the bare httpx loop of
 
 It is run as a script, not with ``-m bench…``: ``bench/__init__.py`` would be
 imported first, and the baseline must import only what a bare loop needs (httpx
-and json). The loop itself is a copy of the few lines of ``bench.b1_loop``'s raw
-loops — importing that module would import lich.
+and json). The loop is written again from ``bench.b1_loop``'s raw loops (importing
+that module would import lich); the stream reassembly, :class:`StreamedAnswer`, is
+this module's and ``bench.b1_loop`` uses it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def _body(spec: dict[str, Any], messages: list[dict[str, Any]], stream: bool) ->
     return body
 
 
-class _Chunks:
+class StreamedAnswer:
+    """A streamed answer put back together from its ``data:`` lines (OpenAI's SSE): the
+    raw loops' own, here and in :mod:`bench.b1_loop` (this module imports no lich)."""
+
     def __init__(self) -> None:
         self.content: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
@@ -86,7 +90,7 @@ def run_sync(spec: dict[str, Any], stream: bool) -> tuple[int, str]:
         while True:
             body = _body(spec, messages, stream)
             if stream:
-                chunks = _Chunks()
+                chunks = StreamedAnswer()
                 with client.stream("POST", url, json=body) as response:
                     response.raise_for_status()
                     for line in response.iter_lines():
@@ -114,7 +118,7 @@ async def run_async(spec: dict[str, Any], stream: bool) -> tuple[int, str]:
         while True:
             body = _body(spec, messages, stream)
             if stream:
-                chunks = _Chunks()
+                chunks = StreamedAnswer()
                 async with client.stream("POST", url, json=body) as response:
                     response.raise_for_status()
                     async for line in response.aiter_lines():

@@ -25,6 +25,7 @@ from typing import Any
 from bench import _tool_plugin
 from bench._common import Target, fmt_ms, fmt_ratio, fmt_spread, markdown_table, summary
 from bench._model_server import ModelServer
+from bench._raw_cli import StreamedAnswer
 from bench._tool_plugin import TOOL, bench_echo
 
 __all__ = ["IDLE_PLUGINS", "VARIANTS", "RawLoop", "SyncRawLoop", "Variant", "run", "tables"]
@@ -138,46 +139,6 @@ def _take(messages: list[dict[str, Any]], message: dict[str, Any]) -> str | None
     return None
 
 
-class _Chunks:
-    """Assembles one streamed chat-completions answer from its SSE lines."""
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.done = False
-
-    def line(self, line: str) -> None:
-        # The body is read to its end (not left at `[DONE]`), so that the connection is
-        # reused, as lich does: a bare loop done right.
-        if self.done or not line.startswith("data: "):
-            return
-        data = line[6:]
-        if data == "[DONE]":
-            self.done = True
-            return
-        chunk = json.loads(data)
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self.content.append(delta["content"])
-            for tc in delta.get("tool_calls") or []:
-                slot = self.calls.setdefault(tc["index"], {"id": "", "name": "", "args": []})
-                slot["id"] = slot["id"] or tc.get("id") or ""
-                fn = tc.get("function") or {}
-                slot["name"] = slot["name"] or fn.get("name") or ""
-                slot["args"].append(fn.get("arguments") or "")
-
-    def message(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
-        if self.calls:
-            message["tool_calls"] = [
-                {"id": s["id"], "type": "function",
-                 "function": {"name": s["name"], "arguments": "".join(s["args"])}}
-                for _, s in sorted(self.calls.items())
-            ]
-        return message
-
-
 class RawLoop:
     """The bare loop: what any harness must at least do per turn, with httpx and dicts
     (an ``httpx.AsyncClient``: the floor for an asyncio harness on httpx)."""
@@ -195,7 +156,7 @@ class RawLoop:
         while True:
             body = _body(messages, self.tools, stream)
             if stream:
-                chunks = _Chunks()
+                chunks = StreamedAnswer()
                 async with self.client.stream("POST", self.url, json=body) as response:
                     response.raise_for_status()
                     async for line in response.aiter_lines():
@@ -221,7 +182,7 @@ class SyncRawLoop(RawLoop):
         while True:
             body = _body(messages, self.tools, stream)
             if stream:
-                chunks = _Chunks()
+                chunks = StreamedAnswer()
                 with self.client.stream("POST", self.url, json=body) as response:
                     response.raise_for_status()
                     for line in response.iter_lines():
