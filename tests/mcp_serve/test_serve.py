@@ -63,7 +63,9 @@ def partial() -> ToolResult:
 
 @tool(timeout_s=3600)
 async def hang() -> str:
-    """Run until stopped, and say so in hang-stopped.txt."""
+    """Say it started (hang-started.txt), run until stopped, and say so in hang-stopped.txt."""
+    with open("hang-started.txt", "w", encoding="utf-8") as f:
+        f.write("started")
     try:
         await asyncio.sleep(3600)
     finally:
@@ -537,9 +539,10 @@ def test_sigterm_mid_call_stops_the_tool_and_records_the_call(
             raw = RawClient(proc)
             raw.initialize()
             raw.send({"id": 2, "method": "tools/call", "params": {"name": "hang", "arguments": {}}})
-            wait_for(lambda: any(r["hook"] == "before" and r["tool"] == "hang"
-                                 for r in read_log(hook_log)),
-                     timeout=BOUND_S, what="the hanging call to be running")
+            # The tool itself running, not only its before-hook: the check-hooks and the
+            # executor come between, and a SIGTERM there stops a call that never started.
+            wait_for(lambda: (work / "hang-started.txt").exists(),
+                     timeout=BOUND_S, what="the hanging tool to be running")
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=BOUND_S)
         finally:
