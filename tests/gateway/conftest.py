@@ -17,7 +17,8 @@ from lich.gateway.approvals import Notify
 from lich.gateway.bus import BusReply, GatewayBus, InboundMessage
 from lich.gateway.runner import GatewayRunner
 from lich.testing import Reply, ScriptedChat, ScriptRequest, Step, make_test_config
-from lich.types import ChatOptions, ChatResult, Message, ToolCall, ToolDefinition, UserMessage
+from lich.testing.contracts import ContractModel
+from lich.types import ToolCall, UserMessage
 
 NOTES = "lich is a plugin-first agent harness\n"
 EMOJI = "\U0001F600"  # outside the BMP: a surrogate pair in UTF-16
@@ -50,33 +51,12 @@ def gateway_responder(request: ScriptRequest) -> Step:
     return Reply(f"you said: {text} | earlier: {' / '.join(earlier) or '-'}")
 
 
-class GatedChat:
-    """A chat function that holds ``hold <name>`` runs until the test opens the gate."""
+class GatedChat(ContractModel):
+    """The contract suites' gated model on the gateway tests' script: ``hold <name>`` waits
+    until the test opens ``gate(name)``; the rest is :func:`gateway_responder`."""
 
     def __init__(self, inner: ScriptedChat | None = None) -> None:
-        self.inner = inner or ScriptedChat(responder=gateway_responder)
-        self.gates: dict[str, asyncio.Event] = {}
-        self.started: list[str] = []
-        self.finished: list[str] = []
-
-    def gate(self, name: str) -> asyncio.Event:
-        return self.gates.setdefault(name, asyncio.Event())
-
-    @property
-    def requests(self) -> list[ScriptRequest]:
-        return self.inner.requests
-
-    async def __call__(
-        self, messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
-    ) -> ChatResult:
-        text = next((m.content for m in reversed(messages) if isinstance(m, UserMessage)), "")
-        self.started.append(text)
-        if text.startswith("hold "):
-            await self.gate(text[5:]).wait()
-        try:
-            return await self.inner(messages, tools, options)
-        finally:
-            self.finished.append(text)
+        super().__init__(inner or ScriptedChat(responder=gateway_responder))
 
 
 class ForwardingBus:

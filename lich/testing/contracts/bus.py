@@ -56,22 +56,29 @@ class ContractModel:
     """The chat function a contract's bus runs on: ``hold <tag>`` waits for :meth:`release`.
 
     ``started`` and ``finished`` list the user messages in the order their model
-    calls began and ended. Every other message is answered at once by
-    :func:`contract_responder`.
+    calls began and ended. Every other message is answered at once by ``inner``
+    (a :class:`ScriptedChat` of :func:`contract_responder` by default), whose
+    ``requests`` are this model's.
     """
 
-    def __init__(self) -> None:
-        self.inner = ScriptedChat(responder=contract_responder)
+    def __init__(self, inner: ScriptedChat | None = None) -> None:
+        self.inner = inner or ScriptedChat(responder=contract_responder)
         self.started: list[str] = []
         self.finished: list[str] = []
         self._gates: dict[str, asyncio.Event] = {}
 
-    def _gate(self, tag: str) -> asyncio.Event:
+    @property
+    def requests(self) -> list[ScriptRequest]:
+        """What the model was asked, in order."""
+        return self.inner.requests
+
+    def gate(self, tag: str) -> asyncio.Event:
+        """The event the runs held on ``hold <tag>`` wait for."""
         return self._gates.setdefault(tag, asyncio.Event())
 
     def release(self, tag: str) -> None:
         """Let the runs held on ``hold <tag>`` answer."""
-        self._gate(tag).set()
+        self.gate(tag).set()
 
     async def __call__(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], options: ChatOptions
@@ -79,7 +86,7 @@ class ContractModel:
         text = next((m.content for m in reversed(messages) if isinstance(m, UserMessage)), "")
         self.started.append(text)
         if text.startswith("hold "):
-            await self._gate(text[5:]).wait()
+            await self.gate(text[5:]).wait()
         try:
             return await self.inner(messages, tools, options)
         finally:
