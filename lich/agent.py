@@ -343,7 +343,7 @@ class Agent:
             emitter.subscribe(self.host.event)
         if writer is not None:
             emitter.subscribe(_event_recorder(writer))
-        run = RunInfo(run_id, session_id, input, config.work_dir, config)
+        run = RunInfo(run_id, session_id, input, config.work_dir, config, tools=self.tools)
         system_prompt = config.system_prompt or default_system_prompt(
             config.work_dir, today=self._today())
         prior = list(history or ())

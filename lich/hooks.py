@@ -20,7 +20,7 @@ from lich.types import AssistantMessage, ToolCall, Usage
 if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import StoppedReason
-    from lich.tools import Tool
+    from lich.tools import Tool, ToolRegistry
 
 __all__ = [
     "PROJECT",
@@ -171,6 +171,13 @@ class RunInfo:
 
     ``config`` is the effective :class:`~lich.config.LichConfig`; a plugin
     finds its own settings in ``config.plugin_settings.get("<plugin name>")``.
+
+    ``tools`` is the :class:`~lich.tools.ToolRegistry` the run's calls are looked
+    up in — the very registry the executor runs them from, so
+    :meth:`tool` (``run.tool(call.name)``) is the :class:`~lich.tools.Tool` a call
+    will run, with its declarations (``read_only``, ``requires_approval``, its
+    schema). A hook reads it and must not change it. ``None`` where whoever built
+    the ``RunInfo`` gave none (code constructing one by hand).
     """
 
     run_id: str
@@ -178,12 +185,18 @@ class RunInfo:
     input: str
     work_dir: str
     config: LichConfig | None = field(default=None, eq=False, repr=False)
+    tools: ToolRegistry | None = field(default=None, eq=False, repr=False, kw_only=True)
 
     def settings_for(self, plugin_name: str) -> Mapping[str, Any]:
         """The ``[plugin_settings.<plugin_name>]`` table, or an empty mapping."""
         if self.config is None:
             return {}
         return self.config.plugin_settings.get(plugin_name, {})
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool registered as ``name`` in the run's :attr:`tools`, or ``None``
+        (no such tool, or no registry given)."""
+        return self.tools.get(name) if self.tools is not None else None
 
 
 @frozen

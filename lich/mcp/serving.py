@@ -175,7 +175,7 @@ class ServingSession:
         self.tools = tools
         config = agent.config
         self.run = RunInfo(uuid.uuid4().hex[:12], agent.sessions.new_id(), "",
-                           config.work_dir, config)
+                           config.work_dir, config, tools=agent.tools)
         self.cancel = CancelToken()
         self.emitter = RunEmitter(self.run.run_id, self.run.session_id)
         if agent.host.has_impls("lich_event"):

@@ -138,6 +138,41 @@ def test_run_info_hands_a_plugin_its_settings(tmp_path: Path) -> None:
     assert RunInfo("r", "s", "in", str(tmp_path)).settings_for("audit") == {}
 
 
+def test_run_info_gives_hooks_the_tool_the_executor_will_run(tmp_path: Path) -> None:
+    """``run.tool(name)`` in a before-hook is the agent's registered Tool, with its
+    declarations; a RunInfo built by hand (positionally, as before) has no registry."""
+    seen: list[tuple[str, Any]] = []
+
+    class Look:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            @tool(read_only=True)
+            def peek(path: str) -> str:
+                """Look."""
+                return f"peeked {path}"
+
+            registry.register(peek)
+
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall, run: RunInfo) -> None:
+            seen.append((call.name, run.tool(call.name)))
+
+    script = [Reply(tool_calls=(ToolCall("c1", "peek", {"path": "a"}),
+                                ToolCall("c2", "nothing", {}))), Reply("done")]
+    agent = Agent(make_test_config(tmp_path), plugins=[("look", Look())],
+                  chat=ScriptedChat(script))
+    asyncio.run(agent.run("go"))
+    (peek_name, peek), (missing_name, missing) = seen
+    assert (peek_name, missing_name, missing) == ("peek", "nothing", None)
+    assert peek is agent.tools.get("peek")
+    assert peek is not None
+    assert peek.read_only
+    assert peek.plugin == "look"
+    bare = RunInfo("r", "s", "in", str(tmp_path), make_test_config(tmp_path))
+    assert bare.tools is None
+    assert bare.tool("peek") is None
+
+
 # ------------------------------------------------------------------ before-hooks
 
 
