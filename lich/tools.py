@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
@@ -273,9 +274,18 @@ class ToolRegistry(Registry[Tool]):
         self._definitions: tuple[ToolDefinition, ...] | None = None
         self._filter: tuple[frozenset[str] | None, frozenset[str]] = (None, frozenset())
         self._refreshers: builtins.list[Callable[[], None]] = []
+        self._listeners: dict[object, Callable[[], None]] = {}
 
     def _changed(self) -> None:
         self._definitions = None
+        self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
+        for listener in list(self._listeners.values()):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not fail a registration
+                logging.getLogger("lich.tools").exception("a tool registry listener failed")
 
     def register(self, item: Tool) -> None:
         """Add ``item``; raises :class:`DuplicateToolError` if its name is taken."""
@@ -298,8 +308,7 @@ class ToolRegistry(Registry[Tool]):
         The loop asks before every model call, so a plugin's :meth:`add_refresher`
         callbacks run first: a tool list that changed since the last turn is in place
         before the model sees it."""
-        for refresh in self._refreshers:
-            refresh()
+        self.refresh()
         if self._definitions is None:
             self._definitions = tuple(t.definition() for t in self._items.values())
         return self._definitions
@@ -316,6 +325,35 @@ class ToolRegistry(Registry[Tool]):
         announcing a new list on another thread) applies the change with
         :meth:`replace_plugin`. It must be quick and must not raise."""
         self._refreshers.append(refresh)
+
+    def refresh(self) -> None:
+        """Run the :meth:`add_refresher` callbacks now, on the calling thread:
+        :meth:`definitions` does before every model call; a holder that serves the
+        tools without asking for definitions (``lich mcp serve``) does when
+        :meth:`refresh_wanted` tells it to."""
+        for refresh in self._refreshers:
+            refresh()
+
+    def refresh_wanted(self) -> None:
+        """Say, from any thread, that a refresher has a change to apply (an MCP server
+        announced a new tool list): every :meth:`add_listener` callback is called, so
+        a holder that does not call :meth:`definitions` by itself knows to call
+        :meth:`refresh`."""
+        self._tell_listeners()
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change of the tools (a registration, a
+        removal, :meth:`filter`, :meth:`replace_plugin`: once per change, on the
+        thread that made it) and at every :meth:`refresh_wanted` (on the thread that
+        called it). It must be quick, safe from any thread, and must not change the
+        registry; one that raises is logged. Returns the call that removes it."""
+        token = object()
+        self._listeners[token] = listener
+
+        def remove() -> None:
+            self._listeners.pop(token, None)
+
+        return remove
 
     def replace_plugin(self, plugin: str, tools: Iterable[Tool]) -> builtins.list[str]:
         """Replace everything ``plugin`` registered with ``tools``; returns the names

@@ -21,7 +21,7 @@ from typing import IO, Any
 import pytest
 from lich_env import lich_env
 
-from lich.testing import wait_for
+from lich.testing import async_wait_for, wait_for
 
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed")
 import mcp_types  # noqa: E402  (after the skip: installed with the SDK)
@@ -211,15 +211,17 @@ def serve_env(home: Path, hook_log: Path) -> dict[str, str]:
 
 @asynccontextmanager
 async def served(work: Path, home: Path, hook_log: Path, *extra: str,
-                 stderr: IO[str], mode: str = "legacy") -> AsyncIterator[Client]:
+                 stderr: IO[str], mode: str = "legacy",
+                 message_handler: Any = None) -> AsyncIterator[Client]:
     """An SDK client connected to ``lich mcp serve`` started as a subprocess.
 
     ``legacy`` is the initialize handshake today's clients use; ``auto`` lets the
-    SDK discover the newest protocol era the server speaks."""
+    SDK discover the newest protocol era the server speaks. ``message_handler`` gets
+    the server's notifications."""
     params = StdioServerParameters(command=sys.executable, args=serve_args(work, *extra),
                                    env=serve_env(home, hook_log), cwd=str(work))
     async with Client(stdio_client(params, errlog=stderr), read_timeout_seconds=BOUND_S,
-                      mode=mode) as client:
+                      mode=mode, message_handler=message_handler) as client:
         yield client
 
 
@@ -304,6 +306,151 @@ def test_tools_option_naming_no_enabled_tool_is_a_usage_error(
     assert proc.stdout == ""
     assert "--tools: no enabled tool named nosuch_tool" in proc.stderr
     assert "read_file" in proc.stderr.split("enabled:")[1]  # what could be named instead
+
+
+# ----------------------------------------------------------- tool-list changes
+
+# A plugin whose tool replaces the plugin's tools with a new set, through the registry
+# it was given: what a plugin whose tools change at run time does.
+CHANGING_PLUGIN = '''
+from lich import hookimpl, tool
+
+_registry = []
+
+
+@tool(read_only=True)
+def first() -> str:
+    """The tool there from the start."""
+    return "first"
+
+
+@tool(read_only=True)
+def second() -> str:
+    """The tool added later."""
+    return "second"
+
+
+@tool(read_only=True)
+async def add_second() -> str:
+    """Offer `second` as well."""
+    registry = _registry[0]
+    registry.replace_plugin(registry.plugin_of("first"), [first, add_second, same_again,
+                                                          second])
+    return "added"
+
+
+@tool(read_only=True)
+async def same_again() -> str:
+    """Replace the tools with the very same ones: nothing changed."""
+    registry = _registry[0]
+    registry.replace_plugin(registry.plugin_of("first"), [first, add_second, same_again,
+                                                          second])
+    return "same"
+
+
+@hookimpl
+def lich_register_tools(registry, config):
+    _registry.append(registry)
+    for item in (first, add_second, same_again):
+        registry.register(item)
+'''
+
+UPSTREAM = Path(__file__).parent.parent / "mcp_client" / "fixture_server.py"
+
+
+class Notifications:
+    """What the server sent the client besides answers: its tools/list_changed count."""
+
+    def __init__(self) -> None:
+        self.tools_changed = 0
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.tools_changed += 1
+
+
+async def names(client: Client) -> list[str]:
+    return [t.name for t in (await client.list_tools()).tools]
+
+
+async def changed_tools(client: Client, mode: str, seen: Notifications,
+                        change: Any) -> list[str]:
+    """Run ``change()`` and wait for the client to hear the tools changed, in its era's
+    way: the notification on the connection (handshake), a listen stream's event
+    (2026-07-28). Then what a re-list shows."""
+    import anyio
+
+    if mode == "legacy":
+        await change()
+        await async_wait_for(lambda: seen.tools_changed == 1, timeout=BOUND_S,
+                             what="notifications/tools/list_changed")
+        return await names(client)
+    async with client.listen(tools_list_changed=True) as subscription:
+        await change()
+        with anyio.fail_after(BOUND_S):
+            event = await subscription.__anext__()
+    assert isinstance(event, mcp.server.subscriptions.ToolsListChanged)
+    return await names(client)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_plugin_replacing_its_tools_is_announced_and_the_relist_shows_them(
+    work: Path, home: Path, hook_log: Path, stderr: IO[str], mode: str
+) -> None:
+    (work / "changing.py").write_text(CHANGING_PLUGIN, encoding="utf-8")
+    seen = Notifications()
+    async with served(work, home, hook_log, "--plugin", "changing.py", stderr=stderr,
+                      mode=mode, message_handler=seen) as client:
+        capabilities = client.server_capabilities
+        before = await names(client)
+
+        async def add() -> None:
+            assert text_of(await client.call_tool("add_second", {})) == "added"
+
+        after = await changed_tools(client, mode, seen, add)
+        # The same tools again: no change, so nothing to announce; the next real one is.
+        assert text_of(await client.call_tool("same_again", {})) == "same"
+        called = await client.call_tool("second", {})
+
+    assert capabilities.tools is not None
+    assert capabilities.tools.list_changed is True
+    assert {"first", "add_second", "same_again"} <= set(before)
+    assert "second" not in before
+    assert sorted(after) == sorted([*before, "second"])
+    assert text_of(called) == "second"
+    # One announcement (on a 2026-07-28 connection the listen stream's notification
+    # reaches the message handler too): none for the replacement that changed nothing,
+    # which would have come before the answer to the call after it.
+    assert seen.tools_changed == 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_mcp_server_of_the_config_relisting_its_tools_is_passed_on(
+    work: Path, home: Path, hook_log: Path, stderr: IO[str], mode: str
+) -> None:
+    """lich serves the tools of an MCP server it is a client of: when that server
+    announces a new tool, lich's own client is told, and sees it."""
+    (work / ".lich" / "config.toml").write_text(
+        '[approvals]\nallow = ["mcp__up__grow", "mcp__up__sprout"]\n'
+        f'[mcp.servers.up]\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = [{json.dumps(str(UPSTREAM))}]\nstartup_timeout_s = {BOUND_S}\n',
+        encoding="utf-8")
+    seen = Notifications()
+    async with served(work, home, hook_log, stderr=stderr, mode=mode,
+                      message_handler=seen) as client:
+        before = await names(client)
+
+        async def grow() -> None:
+            grown = await client.call_tool("mcp__up__grow", {"name": "sprout"})
+            assert text_of(grown) == "added sprout"
+
+        after = await changed_tools(client, mode, seen, grow)
+        sprouted = await client.call_tool("mcp__up__sprout", {})
+
+    assert "mcp__up__grow" in before
+    assert "mcp__up__sprout" not in before
+    assert set(after) == {*before, "mcp__up__sprout"}
+    assert text_of(sprouted) == "I am sprout"
 
 
 # ---------------------------------------------------------------------- calls
