@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -236,6 +236,14 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def log_once_ended(path: Path) -> list[dict[str, Any]]:
+    """The hook log once its last record is ``lich_run_end`` (the client left)."""
+    records: list[dict[str, Any]] = wait_for(
+        lambda: (r := read_log(path)) and r[-1]["hook"] == "run_end" and r,
+        timeout=BOUND_S, what="lich_run_end after the client left")
+    return records
+
+
 def lich_tools_json(work: Path, home: Path, *extra: str) -> list[dict[str, Any]]:
     """What ``lich tools --json`` lists for the same configuration."""
     proc = subprocess.run(
@@ -330,21 +338,23 @@ def second() -> str:
     return "second"
 
 
-@tool(read_only=True)
-async def add_second() -> str:
-    """Offer `second` as well."""
+def _offer_all():
     registry = _registry[0]
     registry.replace_plugin(registry.plugin_of("first"), [first, add_second, same_again,
                                                           second])
+
+
+@tool(read_only=True)
+async def add_second() -> str:
+    """Offer `second` as well."""
+    _offer_all()
     return "added"
 
 
 @tool(read_only=True)
 async def same_again() -> str:
-    """Replace the tools with the very same ones: nothing changed."""
-    registry = _registry[0]
-    registry.replace_plugin(registry.plugin_of("first"), [first, add_second, same_again,
-                                                          second])
+    """Replace the tools with the very same ones (after add_second): nothing changed."""
+    _offer_all()
     return "same"
 
 
@@ -487,8 +497,7 @@ async def test_calls_pass_through_before_and_after_hooks_in_one_session(
     assert "the secret" not in text_of(blocked)
 
     # The client closed the connection: the session ends with lich_run_end.
-    records = wait_for(lambda: (r := read_log(hook_log)) and r[-1]["hook"] == "run_end" and r,
-                       timeout=BOUND_S, what="lich_run_end after the client left")
+    records = log_once_ended(hook_log)
     hooks = [r["hook"] for r in records if r["hook"] != "event"]
     assert hooks == ["run_start", "before", "before", "run_end"]
     assert records[-1]["reason"] == "final"
@@ -516,8 +525,7 @@ async def test_a_call_a_hook_asks_approval_for_is_denied_without_an_approver(
     assert result.is_error is True
     assert not target.exists()
     assert text_of(result).startswith("approval_unavailable: ")
-    records = wait_for(lambda: (r := read_log(hook_log)) and r[-1]["hook"] == "run_end" and r,
-                       timeout=BOUND_S, what="lich_run_end after the client left")
+    records = log_once_ended(hook_log)
     events = [r["type"] for r in records if r["hook"] == "event"]
     assert events == ["run_start", "tool_call_start", "approval_requested",
                       "approval_resolved", "tool_call_end", "run_end"]
@@ -550,6 +558,12 @@ async def test_a_failing_tool_is_an_error_result_with_its_error_text(
 
 
 # ------------------------------------------------------------------- the wire
+
+
+#: The raw client's handshake request (a client of the 2025-06-18 protocol).
+INITIALIZE: dict[str, Any] = {"id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw-test", "version": "1"}}}
 
 
 class RawClient:
@@ -585,9 +599,7 @@ class RawClient:
                 return message
 
     def initialize(self) -> dict[str, Any]:
-        self.send({"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw-test", "version": "1"}}})
+        self.send(INITIALIZE)
         answer = self.response(1)
         self.send({"method": "notifications/initialized"})
         return answer
@@ -615,25 +627,36 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def test_stdout_carries_only_the_protocol_whatever_a_plugin_prints(
-    work: Path, home: Path, hook_log: Path, tmp_path: Path
-) -> None:
+@contextmanager
+def raw_served(work: Path, home: Path, hook_log: Path, tmp_path: Path, *extra: str
+               ) -> Iterator[tuple[subprocess.Popen[bytes], RawClient, Path]]:
+    """``lich mcp serve EXTRA...`` driven by the raw client, past the handshake: the
+    process, the client, and the file its stderr goes to. Killed on the way out if it
+    is still running."""
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "wb") as err_file:
-        proc = start_raw(work, home, hook_log, err_file, "--plugin", "noisy.py")
+        proc = start_raw(work, home, hook_log, err_file, *extra)
         try:
             raw = RawClient(proc)
             raw.initialize()
-            raw.send({"id": 2, "method": "tools/list"})
-            listed = raw.response(2)
-            raw.send({"id": 3, "method": "tools/call",
-                      "params": {"name": "noisy", "arguments": {}}})
-            called = raw.response(3)
-            assert proc.stdin is not None
-            proc.stdin.close()  # the client leaves
-            code = proc.wait(timeout=BOUND_S)
+            yield proc, raw, err_path
         finally:
             stop(proc)
+
+
+def test_stdout_carries_only_the_protocol_whatever_a_plugin_prints(
+    work: Path, home: Path, hook_log: Path, tmp_path: Path
+) -> None:
+    with raw_served(work, home, hook_log, tmp_path, "--plugin", "noisy.py") as (
+            proc, raw, err_path):
+        raw.send({"id": 2, "method": "tools/list"})
+        listed = raw.response(2)
+        raw.send({"id": 3, "method": "tools/call",
+                  "params": {"name": "noisy", "arguments": {}}})
+        called = raw.response(3)
+        assert proc.stdin is not None
+        proc.stdin.close()  # the client leaves
+        code = proc.wait(timeout=BOUND_S)
 
     assert "noisy" in [t["name"] for t in listed["result"]["tools"]]
     assert called["result"]["isError"] is False
@@ -655,17 +678,11 @@ def test_stdout_carries_only_the_protocol_whatever_a_plugin_prints(
 def test_sigterm_ends_the_session_and_exits_143(
     work: Path, home: Path, hook_log: Path, tmp_path: Path
 ) -> None:
-    err_path = tmp_path / "stderr.txt"
-    with open(err_path, "wb") as err_file:
-        proc = start_raw(work, home, hook_log, err_file, "--plugin", "./guard.py")
-        try:
-            raw = RawClient(proc)
-            raw.initialize()
-            # The client keeps stdin open: only the signal can end the server.
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=BOUND_S)
-        finally:
-            stop(proc)
+    with raw_served(work, home, hook_log, tmp_path, "--plugin", "./guard.py") as (
+            proc, _raw, err_path):
+        # The client keeps stdin open: only the signal can end the server.
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=BOUND_S)
 
     err = err_path.read_text(encoding="utf-8")
     assert code == 143, err
@@ -678,22 +695,15 @@ def test_sigterm_ends_the_session_and_exits_143(
 def test_sigterm_mid_call_stops_the_tool_and_records_the_call(
     work: Path, home: Path, hook_log: Path, tmp_path: Path
 ) -> None:
-    err_path = tmp_path / "stderr.txt"
-    with open(err_path, "wb") as err_file:
-        proc = start_raw(work, home, hook_log, err_file, "--plugin", "./guard.py",
-                         "--plugin", "tools_plugin.py")
-        try:
-            raw = RawClient(proc)
-            raw.initialize()
-            raw.send({"id": 2, "method": "tools/call", "params": {"name": "hang", "arguments": {}}})
-            # The tool itself running, not only its before-hook: the check-hooks and the
-            # executor come between, and a SIGTERM there stops a call that never started.
-            wait_for(lambda: (work / "hang-started.txt").exists(),
-                     timeout=BOUND_S, what="the hanging tool to be running")
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=BOUND_S)
-        finally:
-            stop(proc)
+    with raw_served(work, home, hook_log, tmp_path, "--plugin", "./guard.py",
+                    "--plugin", "tools_plugin.py") as (proc, raw, err_path):
+        raw.send({"id": 2, "method": "tools/call", "params": {"name": "hang", "arguments": {}}})
+        # The tool itself running, not only its before-hook: the check-hooks and the
+        # executor come between, and a SIGTERM there stops a call that never started.
+        wait_for(lambda: (work / "hang-started.txt").exists(),
+                 timeout=BOUND_S, what="the hanging tool to be running")
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=BOUND_S)
 
     err = err_path.read_text(encoding="utf-8")
     assert code == 143, err
@@ -808,10 +818,7 @@ def test_a_client_that_stops_reading_ends_the_session_cleanly(
             proc.stdout.close()  # nobody reads the answers any more; stdin stays open
             wait_for(lambda: any(r["hook"] == "run_start" for r in read_log(hook_log)),
                      timeout=BOUND_S, what="the server to be serving")
-            proc.stdin.write(json.dumps({
-                "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "1"}}}).encode() + b"\n")
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **INITIALIZE}).encode() + b"\n")
             proc.stdin.flush()
             code = proc.wait(timeout=BOUND_S)
         finally:
