@@ -1,8 +1,8 @@
 """``lich mcp serve``: a real ``lich`` subprocess driven over stdio by the MCP SDK's
 own client (and, where the bytes on the wire are the point, by a raw JSON-RPC
-driver): the tool list and ``--tools``, calls through the plugins' hooks, the
-executor's limits and confinement, an ``ask`` denied, stdout carrying only the
-protocol, and how the process ends."""
+driver): the tool list and ``--tools``, the client told when the tools change,
+calls through the plugins' hooks, the executor's limits and confinement, an ``ask``
+denied, stdout carrying only the protocol, and how the process ends."""
 
 from __future__ import annotations
 
