@@ -27,7 +27,7 @@ single-process gateway, the CLI) none of this is written or read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from attrs import frozen
@@ -140,11 +140,15 @@ class DurableTurn:
         records are found by).
     :param resume: what the transcript says of this turn when it is continued
         (:func:`find_turn`); ``None`` for a new turn.
+    :param transcript: the conversation as just read from the store, for a new
+        turn (so that whoever runs it need not read it again); ``None``: unknown.
     """
 
-    def __init__(self, admission: str, resume: TurnRecords | None = None) -> None:
+    def __init__(self, admission: str, resume: TurnRecords | None = None, *,
+                 transcript: Sequence[Message] | None = None) -> None:
         self.admission = admission
         self.resume = resume
+        self.transcript = transcript
         self.run_id: str | None = None
         self._writer: _Writer | None = None
 
