@@ -439,9 +439,10 @@ class NatsBus:
         consumer continues it from its transcript and answers its ingress. One this
         process admitted itself ends ``aborted`` as in the in-process bus (recorded,
         acknowledged and the user told): no one could answer it here afterwards.
-        Messages waiting in the stream stay there for the next consumer. Replies this process waits for from other consumers get
-        what is left of ``grace_s``; those still missing then are answered ``closed``
-        (their messages stay in the stream and run later).
+        Messages waiting in the stream stay there for the next consumer. Replies this
+        process waits for from other consumers get what is left of ``grace_s``; those
+        still missing then are answered ``closed`` (their messages stay in the stream
+        and run later).
         """
         self.close()
         if self._drained:
