@@ -721,8 +721,7 @@ class NatsBus:
             if state is None:
                 # The transcript cannot be read (the store is away): running blind could
                 # run the turn twice. Hand it back; after max_deliver it is given up.
-                with contextlib.suppress(Exception):
-                    await msg.nak(delay=self.settings.heartbeat_every_s)
+                await self._nak(msg, self.settings.heartbeat_every_s)
                 return
             if state.state in ("answered", "ended"):
                 await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
@@ -757,8 +756,7 @@ class NatsBus:
             # itself has nobody left to answer once it stops: that turn ends "aborted"
             # (recorded and answered below), as in the single-process gateway.
             log_event(log, logging.INFO, "handed_back", **fields, reply=reply.kind)
-            with contextlib.suppress(Exception):
-                await msg.nak()
+            await self._nak(msg)
             return
         if turn is not None and turn.stale:
             # Another consumer claimed the conversation (this one stalled past ack_wait):
@@ -901,6 +899,20 @@ class NatsBus:
             except Exception as exc:
                 log_event(log, logging.WARNING, "heartbeat_failed", **fields,
                           error=f"{type(exc).__name__}: {exc}")
+
+    async def _nak(self, msg: Msg, delay: float | None = None) -> None:
+        """Hand the message back to the next consumer (``delay``: not before then).
+
+        Flushed: a stopping process closes its connection next, and a nak still in
+        its buffer then would leave the message to ``ack_wait`` instead.
+        """
+        try:
+            await msg.nak(delay=delay)
+            if self._nc is not None:
+                await self._nc.flush(timeout=max(1, round(self.settings.publish_timeout_s)))
+        except Exception as exc:  # the broker redelivers it after ack_wait all the same
+            log_event(log, logging.WARNING, "nak_failed",
+                      error=f"{type(exc).__name__}: {exc}")
 
     async def _ack(self, msg: Msg, fields: Mapping[str, Any]) -> None:
         try:
