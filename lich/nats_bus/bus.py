@@ -758,11 +758,6 @@ class NatsBus:
             log_event(log, logging.INFO, "handed_back", **fields, reply=reply.kind)
             await self._nak(msg)
             return
-        if turn is not None and turn.stale:
-            # Another consumer claimed the conversation (this one stalled past ack_wait):
-            # the message is its now. Nothing is sent or acknowledged from here.
-            log_event(log, logging.WARNING, "turn_lost", **fields)
-            return
         # The order that loses nothing and duplicates least (docs/cluster.md, "Durable
         # turns"): turn_end is stored before the reply leaves, so a consumer dying after it
         # has the reply resent, not the turn run again; reply_sent is stored once the
@@ -772,6 +767,12 @@ class NatsBus:
         # already has (it answers each admission once, so the user does not see it twice).
         if turn is not None and turn.started:
             await turn.end(reply.kind, reply.text)
+            if turn.stale:
+                # Another consumer claimed the conversation (this one stalled past
+                # ack_wait; found by a write during the run or by turn_end's): the message
+                # is the other one's now. Nothing is sent or acknowledged from here.
+                log_event(log, logging.WARNING, "turn_lost", **fields)
+                return
         delivered = await self._deliver(admission, reply_to, reply, waiter, fields)
         if delivered and turn is not None and turn.started:
             await turn.reply_sent()
@@ -807,11 +808,13 @@ class NatsBus:
         again): its recorded reply is sent when it may not have been, never run again."""
         assert state.reply is not None
         if state.reply_sent:
+            # Answered before. Nothing for the user (no text: platforms send nothing);
+            # an ingress that admitted this copy anew stops waiting for it, and one that
+            # does not wait (a redelivery of what it answered) drops it.
             log_event(log, logging.INFO, "reply_already_sent", **fields)
-            if waiter is not None:
-                # A copy admitted here again: answered before, so nothing for the user.
-                self._resolve(state.admission, BusReply("duplicate", "", session_id))
             await self._ack(msg, fields)
+            await self._deliver(state.admission, reply_to,
+                                BusReply("duplicate", "", session_id), waiter, fields)
             return
         run_id = state.reply.get("run_id")
         reply = BusReply(str(state.reply["kind"]), str(state.reply.get("text", "")),  # type: ignore[arg-type]
