@@ -88,7 +88,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
-from lich.turns import REPLY_SENT, DurableTurn, TurnRecords, find_turn
+from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
 
 if TYPE_CHECKING:
@@ -936,27 +936,38 @@ class NatsBus:
 
     async def _give_up(self, msg: Msg, inbound: InboundMessage, reply_to: str,
                        admission: str, fields: Mapping[str, Any]) -> None:
-        """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop."""
+        """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop.
+
+        Its turn ends there: ``delivery_failed`` and a ``turn_end`` with the error reply
+        are recorded (a copy admitted again gets that reply, not another attempt), then
+        the reply, ``reply_sent`` and the ack follow in the order of any turn.
+        """
         session_id = self.session_id_for(inbound.platform, inbound.chat_id)
         log_event(log, logging.ERROR, "delivery_failed", **fields, session=session_id,
                   max_deliver=self.settings.max_deliver)
+        reply = BusReply("error", GAVE_UP_TEXT.format(n=self.settings.max_deliver), session_id)
         agent = self.local.agent
+        recorded = False
         if agent.config.persist_sessions:
             def record() -> None:
                 writer = agent.sessions.open(session_id)
                 try:
                     writer.append("meta", event="delivery_failed", source="gateway",
                                   admission=admission, deliveries=fields["delivery"])
+                    writer.append("meta", event=TURN_END, admission=admission,
+                                  reply={"kind": reply.kind, "text": reply.text,
+                                         "run_id": None})
                 finally:
                     writer.close()
 
             try:
                 await asyncio.to_thread(record)
+                recorded = True
             except Exception as exc:
                 log_event(log, logging.ERROR, "delivery_failure_unrecorded", **fields,
                           error=f"{type(exc).__name__}: {exc}")
-        await self._ack(msg, fields)
-        reply = BusReply("error", GAVE_UP_TEXT.format(n=self.settings.max_deliver), session_id)
         waiter = (self._waiters.get(admission)
                   if reply_to == self._reply_subject(admission) else None)
-        await self._deliver(admission, reply_to, reply, waiter, fields)
+        if await self._deliver(admission, reply_to, reply, waiter, fields) and recorded:
+            await self._record_reply_sent(session_id, admission, fields)
+        await self._ack(msg, fields)
