@@ -700,9 +700,6 @@ class GatewayBus:
             with self.approvals.conversation(conv.session_id, message, notify):
                 result: RunResult
                 if resume is not None:
-                    log_event(log, logging.INFO, "turn_continued", platform=message.platform,
-                              chat=message.chat_id, session=conv.session_id,
-                              started_calls=len(resume.started_calls))
                     result = await self.agent.continue_turn(
                         conv.history, conv.session_id, token, on_event,
                         interrupted=resume.started_calls, turn=turn)
