@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 import attrs
-from attrs import field, frozen
+from attrs import Factory, field, frozen
 
 from lich import _schema
 from lich._lazy import lazy_exports
@@ -107,6 +107,14 @@ class Tool:
       follows its name (``command`` → shell, ``path``/``file`` → path, ``url`` →
       url, anything else text).
     * ``preview`` — a :data:`PreviewFn` showing the approver what the call does.
+
+    What a durable turn needs to know (``docs/tools.md``, ``docs/cluster.md``):
+
+    * ``idempotent`` — running the call again with the same arguments has no
+      effect beyond the first run's (reading, writing a whole file). A turn
+      resumed after its process died runs such a call again; a call of any other
+      tool that may have started is not run twice, and the model is told so.
+      Default: ``read_only``.
     """
 
     name: str
@@ -121,6 +129,8 @@ class Tool:
     primary_arg: str | None = field(default=None)
     primary_kind: PrimaryKind | None = None
     preview: PreviewFn | None = field(default=None, eq=False, repr=False)
+    # After read_only: its default is read_only's value.
+    idempotent: bool = field(default=Factory(lambda self: self.read_only, takes_self=True))
     is_async: bool = field(init=False, eq=False, repr=False)
 
     @primary_arg.validator
@@ -165,6 +175,7 @@ def tool(
     primary_arg: str | None = None,
     primary_kind: PrimaryKind | None = None,
     preview: PreviewFn | None = None,
+    idempotent: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -181,6 +192,7 @@ def tool(
     primary_arg: str | None = None,
     primary_kind: PrimaryKind | None = None,
     preview: PreviewFn | None = None,
+    idempotent: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
@@ -202,7 +214,8 @@ def tool(
     (the output), a :class:`ToolResult`, or anything JSON-able.
 
     ``read_only``, ``requires_approval``, ``primary_arg``, ``primary_kind`` and
-    ``preview`` are the :class:`Tool` fields approvals read. Usable bare
+    ``preview`` are the :class:`Tool` fields approvals read; ``idempotent`` (default:
+    ``read_only``) is what a resumed turn reads. Usable bare
     (``@tool``) or with options (``@tool(timeout_s=5, read_only=True)``)."""
 
     def build(func: Callable[..., Any]) -> Tool:
@@ -241,6 +254,7 @@ def tool(
             primary_arg=primary_arg,
             primary_kind=primary_kind,
             preview=preview,
+            idempotent=read_only if idempotent is None else idempotent,
         )
 
     return build(fn) if fn is not None else build

@@ -134,7 +134,8 @@ def _plain(value: Any) -> Any:
 def mcp_tool(item: Tool) -> types.Tool:
     """The MCP definition of a lich tool: name, description, input schema and the
     hints clients show (``readOnlyHint``; ``destructiveHint`` for a tool that is not
-    read-only, since lich cannot tell an additive one from a destructive one)."""
+    read-only, since lich cannot tell an additive one from a destructive one;
+    ``idempotentHint`` from :attr:`~lich.tools.Tool.idempotent`)."""
     schema = _plain(item.parameters)
     if not isinstance(schema, dict):
         schema = {}
@@ -147,6 +148,7 @@ def mcp_tool(item: Tool) -> types.Tool:
         annotations=types.ToolAnnotations(
             read_only_hint=item.read_only,
             destructive_hint=None if item.read_only else True,
+            idempotent_hint=item.idempotent,
         ),
     )
 

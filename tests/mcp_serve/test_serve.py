@@ -282,6 +282,9 @@ async def test_lists_every_enabled_tool_with_its_schema_and_hints(
     assert by_name["boom"].annotations is not None
     assert by_name["boom"].annotations.read_only_hint is False
     assert by_name["boom"].annotations.destructive_hint is True
+    # idempotentHint follows Tool.idempotent (by default its read_only).
+    assert by_name["peek"].annotations.idempotent_hint is True
+    assert by_name["boom"].annotations.idempotent_hint is False
     assert "read_file" in by_name
 
 
