@@ -96,9 +96,15 @@ class _Known:
 
     def __init__(self, settings: ApprovalSettings) -> None:
         self.settings = settings
+        # Built once: the RuleSet remembers which rules name which tool.
+        self.rules = settings.rules
         self.registries: list[weakref.ref[ToolRegistry]] = []
 
     def tool(self, name: str) -> Tool | None:
+        registries = self.registries
+        if len(registries) == 1:  # one agent on this config: the usual case, per call
+            registry = registries[0]()
+            return registry.get(name) if registry is not None else None
         found: list[Tool] = []
         for ref in self.registries:
             registry = ref()
@@ -114,6 +120,7 @@ class _Known:
 _lock = threading.Lock()
 _known: dict[int, tuple[weakref.ref[LichConfig], _Known]] = {}
 _DEFAULT = ApprovalSettings()
+_DEFAULT_RULES = _DEFAULT.rules
 
 
 def _forget(key: int) -> Any:
@@ -126,10 +133,11 @@ def _forget(key: int) -> Any:
 
 def _for_config(config: LichConfig) -> _Known:
     key = id(config)
-    with _lock:
-        entry = _known.get(key)
-        if entry is not None and entry[0]() is config:
-            return entry[1]
+    # Read without the lock (one dict lookup, atomic): this runs twice per tool call, and
+    # the lock only has to keep two writers from both inserting.
+    entry = _known.get(key)
+    if entry is not None and entry[0]() is config:
+        return entry[1]
     known = _Known(approval_settings(config.approvals))
     with _lock:
         entry = _known.get(key)
@@ -156,11 +164,20 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
         known.registries.append(weakref.ref(registry))
 
 
-def _judge(run: RunInfo) -> tuple[ApprovalSettings, _Known | None]:
+def _answer(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+    """What both hooks answer: the rules of ``run``'s config applied to ``call``."""
     if run.config is None:
-        return _DEFAULT, None
-    known = _for_config(run.config)
-    return known.settings, known
+        verdict = decide(_DEFAULT_RULES, _DEFAULT.mode, call.name, call.args, None,
+                         run.work_dir)
+    else:
+        known = _for_config(run.config)
+        verdict = decide(known.rules, known.settings.mode, call.name, call.args,
+                         known.tool(call.name), run.work_dir)
+    if verdict.action == "deny":
+        return Block(f"approval_rule: {verdict.reason}")
+    if verdict.action == "ask":
+        return Ask(verdict.reason)
+    return None
 
 
 @hookimpl
@@ -170,14 +187,7 @@ async def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | N
 
     ``async`` because it is quick and pure: on the event loop, not a worker thread.
     """
-    settings, known = _judge(run)
-    tool = known.tool(call.name) if known is not None else None
-    verdict = decide(settings.rules, settings.mode, call.name, call.args, tool, run.work_dir)
-    if verdict.action == "deny":
-        return Block(f"approval_rule: {verdict.reason}")
-    if verdict.action == "ask":
-        return Ask(verdict.reason)
-    return None
+    return _answer(call, run)
 
 
 @hookimpl
@@ -185,4 +195,4 @@ async def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | No
     """The rules again, on the final arguments: a later plugin's rewrite can get past
     neither a deny rule nor an ask (the same question in both phases is asked once).
     On arguments a person edited while approving, the core counts only the ``Block``."""
-    return await lich_before_tool_call(call, run)
+    return _answer(call, run)
