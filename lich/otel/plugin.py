@@ -277,21 +277,25 @@ class OtelPlugin:
         with self._lock:
             if self._tracing is not None or self._off:
                 return self._tracing
-            from opentelemetry import trace
-
-            from lich.otel._tracing import Tracing, build_provider
-
             if self._given is not None:
+                from lich.otel._tracing import Tracing
+
                 self._tracing = Tracing(self._given, flush_timeout_s=settings.flush_timeout_s)
                 return self._tracing
             # The first run's settings set up the export for the process (one config
-            # per process is the rule; /model keeps the config's [otel]).
+            # per process is the rule; /model keeps the config's [otel]). Decided before
+            # anything of OpenTelemetry is imported: switched off (exporter "none",
+            # OTEL_SDK_DISABLED), the plugin never loads the SDK.
             plan, problems = export_plan(settings, self.environ)
             if problems:
                 raise ConfigError(problems)
             if not plan.exporters:
                 self._off = True
                 return None
+            from opentelemetry import trace
+
+            from lich.otel._tracing import Tracing, build_provider
+
             provider = build_provider(plan)
             if self._install_global and isinstance(trace.get_tracer_provider(),
                                                    trace.ProxyTracerProvider):
