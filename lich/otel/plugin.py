@@ -47,7 +47,7 @@ from urllib.parse import unquote, urlsplit
 
 from attrs import frozen
 
-from lich.hooks import hookimpl
+from lich.hooks import hookimpl, needed_when
 from lich.otel._plan import ExportPlan, RunStartInfo
 from lich.settings import ConfigError, between, non_empty, one_of, setting, structure_settings, url
 
@@ -304,6 +304,17 @@ class OtelPlugin:
             self._tracing.shutdown_at_exit()
             return self._tracing
 
+    def records(self, config: LichConfig) -> bool:
+        """Whether runs on ``config`` get spans: ``False`` when the export is switched
+        off (exporter ``"none"``, ``OTEL_SDK_DISABLED``), so that they need no event
+        hook (see :func:`lich.hooks.needed_when`)."""
+        if self._given is not None or self._tracing is not None:
+            return True
+        if self._off:
+            return False
+        plan, problems = export_plan(load_settings(config), self.environ)
+        return bool(plan.exporters or problems)
+
     @hookimpl
     def lich_run_start(self, run: RunInfo) -> None:
         """Open the run's ``invoke_agent`` span (building the tracer on the first run).
@@ -380,6 +391,7 @@ def lich_run_start(run: RunInfo) -> None:
 
 
 @hookimpl
+@needed_when(_PLUGIN.records)
 def lich_event(event: Envelope) -> None:
-    """Turn the run's events into spans."""
+    """Turn the run's events into spans (not called when the export is switched off)."""
     _PLUGIN.lich_event(event)

@@ -284,6 +284,7 @@ def test_a_run_with_the_plugin_switched_off_imports_no_opentelemetry(
                             persist_sessions=False)
         agent = Agent(config, chat=ScriptedChat(["hi", "again"]))
         assert [r.status for r in agent.host.reports] == ["loaded"]
+        assert not agent.host.needs("lich_event", config)  # no event hook call per event
         for task in ("hello", "more"):
             assert asyncio.run(agent.run(task)).text in ("hi", "again")
         print(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry.")
