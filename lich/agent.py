@@ -406,11 +406,14 @@ class Agent:
             writer = _RunWriter(self.sessions.open(session_id),
                                 cancel.cancel if cancel is not None else None)
         emitter = RunEmitter(run_id, session_id)
-        spent = _UsageMeter(0.0 if self.host.has_impls("lich_price_call") else None)
+        # The per-turn hooks this run calls: those a plugin implements and needs for this
+        # config (a plugin loaded but not configured declares itself idle: needed_when).
+        pricing = self.host.needs("lich_price_call", config)
+        spent = _UsageMeter(0.0 if pricing else None)
         emitter.subscribe(spent)
         if on_event is not None:
             emitter.subscribe(on_event)
-        if self.host.has_impls("lich_event"):
+        if self.host.needs("lich_event", config):
             emitter.subscribe(self.host.event)
         if writer is not None:
             emitter.subscribe(_event_recorder(writer))
@@ -491,8 +494,9 @@ class Agent:
             emit=emit,
             on_message=on_message,
             on_compact=on_compact,
-            price=self._price if self.host.has_impls("lich_price_call") else None,
-            before_call=before_call if self.host.has_impls("lich_before_model_call") else None,
+            price=self._price if pricing else None,
+            before_call=(before_call if self.host.needs("lich_before_model_call", config)
+                         else None),
         )
         params = LoopParams(
             max_turns=config.max_turns,

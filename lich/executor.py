@@ -204,10 +204,11 @@ class HookedToolRunner:
         self.grants = grants if grants is not None else ApprovalGrants()
         timeout = run.config.approval_timeout_s if run.config is not None else 300.0
         self.approval_timeout_s: float | None = timeout or None  # 0: wait for ever
-        self._before = host.has_impls("lich_before_tool_call") or host.has_impls(
-            "lich_check_tool_call"
+        # The tool hooks this run needs (lich.hooks.needed_when): none, no hook call.
+        self._before = host.needs("lich_before_tool_call", run.config) or host.needs(
+            "lich_check_tool_call", run.config
         )
-        self._after = host.has_impls("lich_after_tool_call")
+        self._after = host.needs("lich_after_tool_call", run.config)
 
     async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
         rewritten_by: tuple[str, ...] = ()

@@ -89,11 +89,14 @@ class _Known:
 
     def __init__(self, settings: ApprovalSettings) -> None:
         self.settings = settings
+        # Built once: the RuleSet remembers which rules name which tool.
+        self.rules = settings.rules
 
 
 _lock = threading.Lock()
 _known: dict[int, tuple[weakref.ref[LichConfig], _Known]] = {}
 _DEFAULT = ApprovalSettings()
+_DEFAULT_RULES = _DEFAULT.rules
 
 
 def _forget(key: int) -> Any:
@@ -106,10 +109,11 @@ def _forget(key: int) -> Any:
 
 def _for_config(config: LichConfig) -> _Known:
     key = id(config)
-    with _lock:
-        entry = _known.get(key)
-        if entry is not None and entry[0]() is config:
-            return entry[1]
+    # Read without the lock (one dict lookup, atomic): this runs twice per tool call, and
+    # the lock only has to keep two writers from both inserting.
+    entry = _known.get(key)
+    if entry is not None and entry[0]() is config:
+        return entry[1]
     known = _Known(approval_settings(config.approvals))
     with _lock:
         entry = _known.get(key)
@@ -126,10 +130,19 @@ def lich_check_config(config: LichConfig) -> None:
     approval_settings(config.approvals)
 
 
-def _settings(run: RunInfo) -> ApprovalSettings:
+def _answer(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+    """What both hooks answer: the rules of ``run``'s config applied to ``call``."""
     if run.config is None:
-        return _DEFAULT
-    return _for_config(run.config).settings
+        rules, mode = _DEFAULT_RULES, _DEFAULT.mode
+    else:
+        known = _for_config(run.config)
+        rules, mode = known.rules, known.settings.mode
+    verdict = decide(rules, mode, call.name, call.args, run.tool(call.name), run.work_dir)
+    if verdict.action == "deny":
+        return Block(f"approval_rule: {verdict.reason}")
+    if verdict.action == "ask":
+        return Ask(verdict.reason)
+    return None
 
 
 @hookimpl
@@ -139,14 +152,7 @@ async def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | N
 
     ``async`` because it is quick and pure: on the event loop, not a worker thread.
     """
-    settings = _settings(run)
-    verdict = decide(settings.rules, settings.mode, call.name, call.args, run.tool(call.name),
-                     run.work_dir)
-    if verdict.action == "deny":
-        return Block(f"approval_rule: {verdict.reason}")
-    if verdict.action == "ask":
-        return Ask(verdict.reason)
-    return None
+    return _answer(call, run)
 
 
 @hookimpl
@@ -154,4 +160,4 @@ async def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | No
     """The rules again, on the final arguments: a later plugin's rewrite can get past
     neither a deny rule nor an ask (the same question in both phases is asked once).
     On arguments a person edited while approving, the core counts only the ``Block``."""
-    return await lich_before_tool_call(call, run)
+    return _answer(call, run)
