@@ -76,9 +76,10 @@ class NatsBusSettings:
     worker dying or stalling) and it is given up: recorded in its
     conversation's transcript and answered with an error. ``duplicate_window_s``
     is how long the broker remembers a message id (a message admitted twice
-    within it runs once). ``consume = false`` makes this process only publish
-    (``lich worker`` processes run the messages); ``concurrency`` bounds the
-    runs of one consuming process (one per partition by default).
+    within it runs once). ``lich gateway`` only publishes (``lich worker``
+    processes run the messages) unless ``consume = true``, which makes it run
+    them too (one machine with the broker's durability); ``concurrency`` bounds
+    the runs of one consuming process (one per partition by default).
     ``lease_ttl_s`` is how long a dead ingress keeps the lease of a
     single-connection platform (Telegram polling, Discord, Twitch) before a
     standby takes it over.
@@ -96,7 +97,7 @@ class NatsBusSettings:
     publish_timeout_s: float = setting(5.0, check=greater_than(0))
     connect_timeout_s: float = setting(5.0, check=greater_than(0))
     token_env: str = setting("LICH_NATS_TOKEN", check=non_empty)
-    consume: bool = True
+    consume: bool = False
     concurrency: int | None = setting(None, check=at_least(1))
     lease_ttl_s: float = setting(15.0, check=at_least(1))
 

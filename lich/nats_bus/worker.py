@@ -4,7 +4,7 @@ It consumes every partition of ``[bus]`` (``consume`` is implied), runs each
 message with the gateway's agent (the ``[gateway]`` tools and limits) exactly
 as ``lich gateway`` would, and sends the replies back through the bus to the
 ingress that admitted them. The ingress (``lich gateway`` with ``[bus]
-consume = false``) holds the platform connections; any number of workers
+consume`` left false) holds the platform connections; any number of workers
 share the partitions, one message of a partition in flight across all of
 them. SIGINT or SIGTERM stops taking messages, lets runs finish within
 ``grace_s``, then cancels the rest; a second signal cancels at once.

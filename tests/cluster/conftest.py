@@ -54,11 +54,13 @@ async def make_nats_bus(
     nats_server: NatsServer, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Any]]:
     """``await make_nats_bus(chat, queue_limit=5, **settings)``: a started nats bus whose
-    consumers run messages on an agent calling ``chat``; every bus is drained afterwards."""
+    consumers run messages on an agent calling ``chat`` (``consume=False``: an ingress
+    only); every bus is drained afterwards."""
     buses: list[NatsBus] = []
 
     async def make(chat: Any, *, queue_limit: int = 5, **settings: Any) -> NatsBus:
-        values: dict[str, Any] = {"servers": (nats_server.url,), "partitions": 4}
+        values: dict[str, Any] = {"servers": (nats_server.url,), "partitions": 4,
+                                  "consume": True}
         values.update(settings)
         local = GatewayBus(Agent(make_test_config(tmp_path), chat=chat),
                            queue_limit=queue_limit)

@@ -93,7 +93,7 @@ async def test_an_ingress_and_two_workers_answer_in_order_and_survive_a_killed_w
             f'base_url = "{model.base_url}"\n'
             '[gateway]\nplatforms = ["webhook"]\n[gateway.webhook]\nport = 0\n'
             f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 4\n'
-            'ack_wait_s = 2\nconsume = false\n', encoding="utf-8")
+            'ack_wait_s = 2\n', encoding="utf-8")  # consume = false: the default
         env = lich_env(tmp_path)
         async with gateway_process(work, env) as ingress, workers(work, env, 2) as pool, \
                 httpx.AsyncClient(timeout=WAIT_S) as client:
