@@ -73,6 +73,7 @@ from lich.gateway.bus import (
     ReplyKind,
 )
 from lich.gateway.registry import GatewayError
+from lich.logcontext import reset_admission, set_admission
 from lich.nats_bus.lease import NatsLease
 from lich.nats_bus.settings import (
     NatsBusSettings,
@@ -658,6 +659,9 @@ class NatsBus:
                     return
                 continue
             for msg in msgs:
+                # Every line logged while it is handled (consumer, agent, plugins, tools,
+                # heartbeats) carries its admission id: its Nats-Msg-Id.
+                admission = set_admission((msg.headers or {}).get("Nats-Msg-Id"))
                 self._busy_partitions.add(partition)
                 # From receipt: a message that waits for a slot (another partition's
                 # fetch took the last one meanwhile) stays this consumer's.
@@ -670,6 +674,7 @@ class NatsBus:
                     heartbeat.cancel()
                     await asyncio.gather(heartbeat, return_exceptions=True)
                     self._busy_partitions.discard(partition)
+                    reset_admission(admission)
 
     async def _process(self, partition: int, msg: Msg) -> None:
         try:
