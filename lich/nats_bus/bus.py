@@ -67,10 +67,15 @@ from lich.gateway.approvals import Notify
 from lich.gateway.bus import (
     BUSY_TEXT,
     CLOSED_TEXT,
+    PENDING,
     BusReply,
     GatewayBus,
     InboundMessage,
+    ParkedReply,
     ReplyKind,
+    is_status_id,
+    park_in,
+    parked_in,
 )
 from lich.gateway.registry import GatewayError
 from lich.logcontext import reset_admission, set_admission
@@ -248,6 +253,11 @@ class NatsBus:
         self._drained = False
         #: In-progress signals sent for running turns (what keeps them past ack_wait).
         self.heartbeats = 0
+        # Replies parked for a status URL: this process's own, and the bucket that
+        # lets every ingress read them (made at the first park or read).
+        self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
+        self._parked_kv: KeyValue | None = None
+        self._parking: set[asyncio.Task[None]] = set()
 
     # ----------------------------------------------------------------- state
 
@@ -282,6 +292,93 @@ class NatsBus:
         lease = NatsLease(self._leases_kv, name, self.ingress_id, self.settings.lease_ttl_s)
         self._leases.append(lease)
         return lease
+
+    async def _bucket(self, suffix: str, ttl_s: float) -> KeyValue:
+        """The key-value bucket ``<stream>_<suffix>``, made with ``ttl_s`` if it is new.
+
+        One made before with another ttl (a changed setting) is used as it is:
+        its entries expire after the old ttl until it is removed.
+        """
+        assert self._js is not None, "start() the bus first"
+        name = f"{self.settings.stream}_{suffix}"
+        try:
+            return await self._js.create_key_value(KeyValueConfig(
+                bucket=name, history=1, ttl=ttl_s))
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_EXISTS:
+                raise
+            log_event(log, logging.WARNING, "bucket_config_differs", bucket=name,
+                      ttl_s=ttl_s)
+            return await self._js.key_value(name)
+
+    # --------------------------------------------------------- parked replies
+
+    async def park(self, pending: asyncio.Future[BusReply], session_id: str) -> str:
+        """Keep ``pending``'s reply for a status URL that every ingress answers.
+
+        Kept in this process's memory, and in the bucket ``<stream>_REPLIES``
+        (entries expire after ``status_ttl_s``): ``pending`` at once (before the
+        client is given the URL), the reply when it comes to this process, the
+        ingress that admitted the message. Replies cross the broker as messages
+        do; the id is unguessable. A bucket write that fails is logged: this
+        process still answers the URL.
+        """
+        status_id = park_in(self._parked, pending)
+        if self._js is None:
+            return status_id
+        if await self._write_parked(status_id, {"status": PENDING, "session_id": session_id}):
+            task = asyncio.create_task(self._share_parked(status_id, pending, session_id),
+                                       name="lich-nats-park")
+            self._parking.add(task)
+            task.add_done_callback(self._parking.discard)
+        return status_id
+
+    async def parked(self, status_id: str) -> ParkedReply:
+        """The reply parked under ``status_id`` by this or any other ingress (see :meth:`park`)."""
+        local = parked_in(self._parked, status_id, CLOSED_TEXT)
+        if local is not None or self._js is None or not is_status_id(status_id):
+            return local
+        try:
+            if self._parked_kv is None:
+                self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
+            entry = await self._parked_kv.get(status_id)
+            data = json.loads(entry.value or b"{}")
+            if data.get("status") == PENDING:
+                return PENDING
+            return _reply_from_dict(data["reply"])
+        except nats.js.errors.NotFoundError:
+            return None  # never parked, or expired
+        except Exception as exc:  # the broker is away, or an entry no lich wrote
+            log_event(log, logging.WARNING, "parked_reply_unreadable",
+                      error=f"{type(exc).__name__}: {exc}")
+            return BusReply("unavailable", UNAVAILABLE_TEXT, "")
+
+    async def _write_parked(self, status_id: str, value: Mapping[str, Any]) -> bool:
+        try:
+            if self._parked_kv is None:
+                self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
+            await self._parked_kv.put(status_id, json.dumps(value, ensure_ascii=False).encode())
+        except Exception as exc:
+            log_event(log, logging.WARNING, "reply_park_failed",
+                      error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    async def _share_parked(self, status_id: str, pending: asyncio.Future[BusReply],
+                            session_id: str) -> None:
+        """Write the parked reply to the bucket once it came (again for a while if it fails)."""
+        await asyncio.wait([pending])
+        reply = (BusReply("closed", CLOSED_TEXT, session_id) if pending.cancelled()
+                 else pending.result())
+        value = {"status": "done", "reply": _reply_to_dict(reply)}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _REPLY_RETRY_S
+        delay = 0.1
+        while not await self._write_parked(status_id, value):
+            if loop.time() + delay > deadline or self._nc is None or self._nc.is_closed:
+                return  # logged; this process still answers the URL until it stops
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def _reply_subject(self, admission: str) -> str:
         return f"{self.settings.stream}.reply.{self.ingress_id}.{admission}"
@@ -448,6 +545,9 @@ class NatsBus:
             del self._waiters[admission]
             if not waiter.future.done():
                 waiter.future.set_result(BusReply("closed", CLOSED_TEXT, waiter.session_id))
+        if self._parking:
+            # The closed answers of the waiters just given up, for the other ingresses.
+            await asyncio.wait(set(self._parking), timeout=self.settings.publish_timeout_s)
         for lease in self._leases:
             await lease.release()  # a standby takes over now, not after the ttl
         if self._nc is not None:

@@ -82,7 +82,8 @@ class NatsBusSettings:
     the runs of one consuming process (one per partition by default).
     ``lease_ttl_s`` is how long a dead ingress keeps the lease of a
     single-connection platform (Telegram polling, Discord, Twitch) before a
-    standby takes it over.
+    standby takes it over. ``status_ttl_s`` is how long a reply parked for the
+    webhook's status URL (``reply_timeout_s``) stays readable from every ingress.
     """
 
     kind: str = setting("nats", check=one_of("nats"))
@@ -100,6 +101,7 @@ class NatsBusSettings:
     consume: bool = False
     concurrency: int | None = setting(None, check=at_least(1))
     lease_ttl_s: float = setting(15.0, check=at_least(1))
+    status_ttl_s: float = setting(3600.0, check=at_least(1))
 
     def __attrs_post_init__(self) -> None:
         if not self.servers:
