@@ -41,6 +41,8 @@ import json
 import logging
 import os
 import secrets
+import socket
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -258,6 +260,14 @@ class NatsBus:
         self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
         self._parked_kv: KeyValue | None = None
         self._parking: set[asyncio.Task[None]] = set()
+        # This process's entry in <stream>_PROCESSES (lich cluster status reads it).
+        self._announcer: asyncio.Task[None] | None = None
+        self._processes_kv: KeyValue | None = None
+        self.started_at = time.time()
+        #: Whether the partition consumers are running (what readiness needs).
+        self.consuming = False
+        #: What this process is in ``lich cluster status``: ``lich worker`` says "worker".
+        self.role = "ingress+worker" if settings.consume else "ingress"
 
     # ----------------------------------------------------------------- state
 
@@ -310,6 +320,65 @@ class NatsBus:
             log_event(log, logging.WARNING, "bucket_config_differs", bucket=name,
                       ttl_s=ttl_s)
             return await self._js.key_value(name)
+
+    # -------------------------------------------------------------- presence
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection to the broker is up now (not reconnecting, not closed)."""
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def running(self) -> int:
+        """Messages this process's consumers are running (or holding for a run slot)."""
+        return len(self._busy_partitions)
+
+    def presence(self) -> dict[str, Any]:
+        """What this process announces in ``<stream>_PROCESSES`` (``lich cluster status``)."""
+        return {
+            "id": self.ingress_id,
+            "role": self.role,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "concurrency": self.concurrency if self.settings.consume else None,
+            "in_flight": self.running,
+            "waiting_replies": len(self._waiters),
+            "draining": self._closed,
+            "started": self.started_at,
+            "last_seen": time.time(),
+        }
+
+    async def _announce(self) -> None:
+        """Keep this process's entry fresh: every quarter of ``lease_ttl_s``, the entry's ttl.
+
+        A process that dies stops renewing and its entry expires, so what
+        ``lich cluster status`` lists was alive within the last ``lease_ttl_s``.
+        """
+        every = self.settings.lease_ttl_s / 4
+        while True:
+            try:
+                if self._processes_kv is None:
+                    self._processes_kv = await self._bucket("PROCESSES",
+                                                            self.settings.lease_ttl_s)
+                await self._processes_kv.put(self.ingress_id,
+                                             json.dumps(self.presence()).encode())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker is away: the next round tries again
+                log_event(log, logging.DEBUG, "announce_failed",
+                          error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(every)
+
+    async def _withdraw(self) -> None:
+        """Stop announcing and remove this process's entry (it stopped; it did not die)."""
+        if self._announcer is None:
+            return
+        self._announcer.cancel()
+        await asyncio.gather(self._announcer, return_exceptions=True)
+        self._announcer = None
+        if self._processes_kv is not None:
+            with contextlib.suppress(Exception):
+                await self._processes_kv.delete(self.ingress_id)
 
     # --------------------------------------------------------- parked replies
 
@@ -425,9 +494,11 @@ class NatsBus:
                                      cb=self._on_reply)
             if self.settings.consume:
                 await self._start_consumers()
+                self.consuming = True
         except BaseException:
             await self._nc.close()
             raise
+        self._announcer = asyncio.create_task(self._announce(), name="lich-nats-announce")
         log_event(log, logging.INFO, "nats_bus_ready", stream=self.settings.stream,
                   partitions=self.settings.partitions, consume=self.settings.consume,
                   ingress=self.ingress_id)
@@ -550,6 +621,7 @@ class NatsBus:
             await asyncio.wait(set(self._parking), timeout=self.settings.publish_timeout_s)
         for lease in self._leases:
             await lease.release()  # a standby takes over now, not after the ttl
+        await self._withdraw()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.close()

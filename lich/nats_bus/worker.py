@@ -72,6 +72,7 @@ async def run_worker(
     agent = Agent(gateway_agent_config(config, gateway), host=host, chat=chat)
     try:
         bus = NatsBus(settings, GatewayBus.from_config(agent, gateway))
+        bus.role = "worker"
         await bus.start()
         log_event(log, logging.INFO, "worker_ready", pid=os.getpid(),
                   partitions=settings.partitions, concurrency=bus.concurrency,
