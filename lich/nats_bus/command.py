@@ -24,15 +24,20 @@ __all__ = ["cluster_group", "worker_command"]
 @click.option("--grace", "grace_s", type=click.FloatRange(min=0), metavar="SECONDS",
               help="How long runs in flight may finish at shutdown (default [gateway] "
                    "grace_s, 30).")
+@click.option("--health", metavar="HOST:PORT",
+              help="Serve GET /livez and /readyz there (default [bus] health_listen).")
 @config_options
 @click.pass_context
-def worker_command(ctx: click.Context, concurrency: int | None, grace_s: float | None) -> None:
+def worker_command(ctx: click.Context, concurrency: int | None, grace_s: float | None,
+                   health: str | None) -> None:
     """Run the gateway's messages from the nats bus ([bus] kind = "nats").
 
     Consumes every partition of the stream and runs each message with the
     gateway's agent; replies go back through the bus to the `lich gateway`
     that admitted them. Start as many as you need. SIGINT or SIGTERM lets
-    runs in flight finish (--grace), then exits 0. See docs/cluster.md.
+    runs in flight finish (--grace), then exits 0. With --health, /livez
+    answers while the process runs and /readyz says whether it takes
+    messages. See docs/cluster.md.
     """
     import asyncio
 
@@ -41,14 +46,20 @@ def worker_command(ctx: click.Context, concurrency: int | None, grace_s: float |
     from lich.gateway.command import assemble_gateway
     from lich.gateway.config import with_overrides
     from lich.gateway.registry import GatewayError
+    from lich.nats_bus.settings import parse_listen
     from lich.nats_bus.worker import run_worker
 
+    if health is not None:
+        try:
+            parse_listen(health)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--health") from None
     built, gateway = assemble_gateway(ctx)  # as `lich gateway` does: every plugin checked
     if grace_s is not None:
         gateway = with_overrides(gateway, grace_s=grace_s)
     try:
         code = asyncio.run(run_worker(built.config, host=built.host, gateway=gateway,
-                                      concurrency=concurrency))
+                                      concurrency=concurrency, health=health))
     except ConfigError as exc:
         ctx.exit(CommandError(str(exc)).report())
     except GatewayError as exc:

@@ -38,6 +38,7 @@ __all__ = [
     "NatsBusSettings",
     "admission_token",
     "conversation_token",
+    "parse_listen",
     "parse_nats_bus_settings",
     "partition_of",
 ]
@@ -58,6 +59,25 @@ def _stream_name(value: Any) -> None:
     if not _NAME.match(value):
         raise ValueError(
             f"expected letters, digits, '_' or '-' (at most 64), got {value!r}")
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9000`` for IPv6) as ``(host, port)``.
+
+    :raises ValueError: not that shape, or the port is not 0-65535.
+    """
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9090), got {value!r}")
+    return host, int(port)
+
+
+def _listen_address(value: Any) -> None:
+    if value is not None:
+        parse_listen(value)
 
 
 @frozen
@@ -84,6 +104,8 @@ class NatsBusSettings:
     single-connection platform (Telegram polling, Discord, Twitch) before a
     standby takes it over. ``status_ttl_s`` is how long a reply parked for the
     webhook's status URL (``reply_timeout_s``) stays readable from every ingress.
+    ``health_listen`` (``HOST:PORT``) is where ``lich worker`` serves ``/livez``
+    and ``/readyz`` (``--health`` overrides it; none by default).
     """
 
     kind: str = setting("nats", check=one_of("nats"))
@@ -102,6 +124,7 @@ class NatsBusSettings:
     concurrency: int | None = setting(None, check=at_least(1))
     lease_ttl_s: float = setting(15.0, check=at_least(1))
     status_ttl_s: float = setting(3600.0, check=at_least(1))
+    health_listen: str | None = setting(None, check=_listen_address)
 
     def __attrs_post_init__(self) -> None:
         if not self.servers:

@@ -133,6 +133,9 @@ async def test_an_unreachable_broker_stops_the_gateway_at_start(tmp_path: Path):
     ({"ack_wait_s": 10, "heartbeat_s": 10}, "heartbeat_s: must be less than ack_wait_s (10)"),
     ({"max_deliver": 0}, "$.bus.max_deliver: must be between 1 and 1000, got 0"),
     ({"partition": 4}, "$.bus.partition: unknown key"),
+    ({"health_listen": "9090"}, "$.bus.health_listen: expected HOST:PORT (e.g. "),
+    ({"health_listen": "[::1]:70000"}, "$.bus.health_listen: expected HOST:PORT"),
+    ({"status_ttl_s": 0}, "$.bus.status_ttl_s: must be at least 1"),
 ])
 def test_bad_bus_settings_are_configuration_errors(tmp_path: Path, bus: dict[str, Any],
                                                    problem: str):
