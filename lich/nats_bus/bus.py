@@ -262,6 +262,7 @@ class NatsBus:
         self._parking: set[asyncio.Task[None]] = set()
         # This process's entry in <stream>_PROCESSES (lich cluster status reads it).
         self._announcer: asyncio.Task[None] | None = None
+        self._withdrawn = asyncio.Event()
         self._processes_kv: KeyValue | None = None
         self.started_at = time.time()
         #: Whether the partition consumers are running (what readiness needs).
@@ -355,7 +356,9 @@ class NatsBus:
         ``lich cluster status`` lists was alive within the last ``lease_ttl_s``.
         """
         every = self.settings.lease_ttl_s / 4
-        while True:
+        # Ended by _withdrawn, not only by cancelling: a cancellation that lands inside
+        # a nats-py request can come out of it as another error, caught below.
+        while not self._withdrawn.is_set():
             try:
                 if self._processes_kv is None:
                     self._processes_kv = await self._bucket("PROCESSES",
@@ -367,16 +370,19 @@ class NatsBus:
             except Exception as exc:  # the broker is away: the next round tries again
                 log_event(log, logging.DEBUG, "announce_failed",
                           error=f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(every)
+            if await sleep_or_stop(every, self._withdrawn):
+                return
 
     async def _withdraw(self) -> None:
         """Stop announcing and remove this process's entry (it stopped; it did not die)."""
         if self._announcer is None:
             return
+        self._withdrawn.set()
         self._announcer.cancel()
         await asyncio.gather(self._announcer, return_exceptions=True)
         self._announcer = None
-        if self._processes_kv is not None:
+        if self._processes_kv is not None and self.connected:
+            # (Without a broker the entry simply expires: no wait for a timeout here.)
             with contextlib.suppress(Exception):
                 await self._processes_kv.delete(self.ingress_id)
 
@@ -395,11 +401,13 @@ class NatsBus:
         status_id = park_in(self._parked, pending)
         if self._js is None:
             return status_id
-        if await self._write_parked(status_id, {"status": PENDING, "session_id": session_id}):
-            task = asyncio.create_task(self._share_parked(status_id, pending, session_id),
-                                       name="lich-nats-park")
-            self._parking.add(task)
-            task.add_done_callback(self._parking.discard)
+        # Awaited: the client may ask another ingress as soon as it has the URL. Failed
+        # (the broker is away), the reply is still written when it comes.
+        await self._write_parked(status_id, {"status": PENDING, "session_id": session_id})
+        task = asyncio.create_task(self._share_parked(status_id, pending, session_id),
+                                   name="lich-nats-park")
+        self._parking.add(task)
+        task.add_done_callback(self._parking.discard)
         return status_id
 
     async def parked(self, status_id: str) -> ParkedReply:
