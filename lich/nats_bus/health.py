@@ -26,6 +26,7 @@ import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from lich._threads import run_in_daemon_thread
 from lich.gateway._format import log_event, redact
 from lich.gateway.registry import GatewayError
 
@@ -60,7 +61,8 @@ class HealthServer:
         self.host = host
         self.port = port
         self._lag_s = 0.0
-        self._store_error: str | None = "not checked yet"
+        # Why the store does not count as reachable (None: its last read answered).
+        self._store_problem: str | None = "the session store has not been read yet"
         self._probe: asyncio.Future[Any] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._server: Any = None
@@ -74,8 +76,7 @@ class HealthServer:
         return {
             "broker": True if bus.connected else "not connected to the broker",
             "consumers": True if bus.consuming else "the partition consumers are not running",
-            "store": True if self._store_error is None else
-            f"the session store is unreachable: {self._store_error}",
+            "store": True if self._store_problem is None else self._store_problem,
             "draining": True if not bus.closed else "draining: stopping, takes no messages",
         }
 
@@ -91,17 +92,20 @@ class HealthServer:
         """Read the store every few seconds in a thread; one read at a time."""
         while True:
             if self._probe is None or self._probe.done():
+                # A daemon thread: a read stuck on a dead database cannot hold up the exit.
                 self._probe = asyncio.ensure_future(
-                    asyncio.to_thread(self.store.exists, _PROBE_ID))
+                    run_in_daemon_thread(self.store.exists, _PROBE_ID))
             try:
                 await asyncio.wait_for(asyncio.shield(self._probe), _STORE_TIMEOUT_S)
             except TimeoutError:
                 # The read goes on in its thread; no second one is started meanwhile.
-                self._store_error = f"no answer within {_STORE_TIMEOUT_S:g}s"
+                self._store_problem = ("the session store is unreachable: no answer within "
+                                       f"{_STORE_TIMEOUT_S:g}s")
             except Exception as exc:
-                self._store_error = redact(f"{type(exc).__name__}: {exc}")
+                self._store_problem = ("the session store is unreachable: "
+                                       + redact(f"{type(exc).__name__}: {exc}"))
             else:
-                self._store_error = None
+                self._store_problem = None
             await asyncio.sleep(_STORE_EVERY_S)
 
     # -------------------------------------------------------------------- app

@@ -98,3 +98,45 @@ async def test_liveness_and_readiness_follow_the_broker_and_the_drain(
             await httpx.AsyncClient().get(f"{base}/livez")
     finally:
         model.stop()
+
+
+class UnreachableStore:
+    """A session store whose database is gone: every read fails as the postgres one does."""
+
+    def exists(self, session_id: str) -> bool:
+        from lich.sessions import StoreError
+
+        raise StoreError("the session store (postgres lich@db:5432/lich) is unreachable")
+
+
+class ReadyBus:
+    """What readiness reads of a bus: connected, consuming, not closed."""
+
+    connected = True
+    consuming = True
+    closed = False
+
+
+async def test_an_unreachable_store_makes_the_worker_not_ready():
+    from lich.nats_bus.health import HealthServer
+
+    probes = HealthServer(ReadyBus(), UnreachableStore(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    await probes.start()
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            url = f"http://127.0.0.1:{probes.port}"
+
+            async def not_ready() -> httpx.Response | None:
+                response = await client.get(f"{url}/readyz")
+                return response if "unreachable" in response.text else None
+
+            response = await async_wait_for(not_ready, WAIT_S, "the store check to fail")
+            assert response.status_code == 503
+            assert response.json()["reasons"] == [
+                "the session store is unreachable: StoreError: the session store "
+                "(postgres lich@db:5432/lich) is unreachable"]
+            assert response.json()["checks"] == {
+                "broker": True, "consumers": True, "store": False, "draining": True}
+            assert (await client.get(f"{url}/livez")).status_code == 200
+    finally:
+        await probes.stop()
