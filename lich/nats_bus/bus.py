@@ -31,6 +31,13 @@ history cap and sanitised errors are exactly the single-process gateway's.
 A turn is acknowledged before its reply is sent, so a consumer dying between
 the two loses that reply (the turn is in the transcript); one dying during a
 turn has the message run again by another consumer, from the start.
+
+Key-value buckets beside the stream: ``<stream>_LEASES`` (single-connection
+platforms, :mod:`lich.nats_bus.lease`), ``<stream>_REPLIES`` (replies parked
+for the webhook's status URLs, readable by every ingress: :meth:`NatsBus.park`)
+and ``<stream>_PROCESSES`` (each process's presence, renewed every quarter of
+``lease_ttl_s``, read by ``lich cluster status``). While a consumer handles a
+message, :mod:`lich.logcontext` carries its admission id onto every log line.
 """
 
 from __future__ import annotations
