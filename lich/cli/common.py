@@ -121,28 +121,36 @@ class _CliFormatter(logging.Formatter):
         return line
 
 
-# A long-running service (``lich gateway``): timestamped, and the rest of the line is
-# the logfmt its events are written in.
-_SERVICE_FORMAT = "%(asctime)s level=%(levelname)s %(message)s"
-
-
 def setup_logging(level: str | None, console: Any = None, *, service: bool = False) -> None:
     """Send the ``lich`` loggers to stderr at ``level`` (default ``info``).
 
     :param console: the rich console of the run's output, when there is one.
-    :param service: timestamped ``<time> level=<LEVEL> <message>`` lines (the
-        gateway's) instead of ``[lich:<level>] <message>``.
+    :param service: a long-running service's lines (``lich gateway``, ``lich
+        worker``): timestamped ``<time> level=<LEVEL> <message>``, with the
+        admission id of the message being handled (:mod:`lich.logcontext`),
+        instead of ``[lich:<level>] <message>``. The handler is then the root
+        logger's, so a plugin's own logger (not under ``lich``) is written the
+        same way, at its own level (warnings and above unless it sets one).
 
     Replaces the handler an earlier call installed, so no line is printed twice.
     """
     logger = logging.getLogger("lich")
-    for handler in list(logger.handlers):
-        if isinstance(handler, _CliLogHandler):
-            logger.removeHandler(handler)
+    root = logging.getLogger()
+    for owner in (logger, root):
+        for handler in list(owner.handlers):
+            if isinstance(handler, _CliLogHandler):
+                owner.removeHandler(handler)
     handler = _CliLogHandler()
     handler.console = console
-    handler.setFormatter(logging.Formatter(_SERVICE_FORMAT) if service else _CliFormatter())
-    logger.addHandler(handler)
+    if service:
+        from lich.logcontext import AdmissionFilter, ServiceFormatter
+
+        handler.setFormatter(ServiceFormatter())
+        handler.addFilter(AdmissionFilter())
+        root.addHandler(handler)
+    else:
+        handler.setFormatter(_CliFormatter())
+        logger.addHandler(handler)
     logger.setLevel(_LEVELS.get((level or "info").lower(), logging.INFO))
 
 

@@ -13,6 +13,8 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from lich.logcontext import current_admission
+
 __all__ = [
     "conversation_session_id",
     "flatten_line",
@@ -201,13 +203,19 @@ def log_event(
 ) -> None:
     """Log one structured line: ``gateway event=<event> key=value ...`` (logfmt).
 
-    ``None`` values are left out; values with spaces or quotes are quoted.
+    ``None`` values are left out; values with spaces or quotes are quoted. While
+    a message is handled (:mod:`lich.logcontext`) its ``admission`` is one of
+    the fields, unless the caller gave one.
     """
     if not logger.isEnabledFor(level):
         return
     parts = [f"event={_logfmt_value(event)}"]
     parts.extend(f"{k}={_logfmt_value(v)}" for k, v in fields.items() if v is not None)
-    logger.log(level, "gateway %s", " ".join(parts))
+    if "admission" not in fields:
+        admission = current_admission()
+        if admission is not None:
+            parts.append(f"admission={_logfmt_value(admission)}")
+    logger.log(level, "gateway %s", " ".join(parts), extra={"logfmt": True})
 
 
 def parse_logfmt(line: str) -> Mapping[str, str]:

@@ -66,15 +66,22 @@ __all__ = [
     "BUDGET_TEXT",
     "BUSY_TEXT",
     "CLOSED_TEXT",
+    "MAX_PARKED",
     "NOT_ADMITTED",
+    "PENDING",
     "RESET_TEXT",
     "BusReply",
     "GatewayBus",
     "InboundMessage",
     "MessageBus",
+    "ParkedReply",
     "ReplyKind",
     "bus_kind",
     "cap_history",
+    "is_status_id",
+    "new_status_id",
+    "park_in",
+    "parked_in",
 ]
 
 log = logging.getLogger("lich.gateway")
@@ -96,6 +103,11 @@ ReplyKind: TypeAlias = Literal[
 ]
 NOT_ADMITTED: frozenset[ReplyKind] = frozenset({"busy", "closed", "unavailable"})
 """Reply kinds that mean the message was not taken: nothing will run for it."""
+#: What :meth:`MessageBus.parked` answers while the parked reply has not come yet.
+PENDING: Literal["pending"] = "pending"
+#: Replies an in-process bus keeps for their status ids; the oldest answered go first.
+MAX_PARKED = 10_000
+_STATUS_ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
 
 
@@ -141,6 +153,20 @@ class BusReply:
     def ok(self) -> bool:
         """Whether the agent ran and answered."""
         return self.kind in ("reply", "empty")
+
+
+ParkedReply: TypeAlias = BusReply | Literal["pending"] | None
+"""What :meth:`MessageBus.parked` answers: the reply, :data:`PENDING`, or ``None`` (unknown)."""
+
+
+def new_status_id() -> str:
+    """A fresh status id: unguessable (it names someone's reply), URL- and key-safe."""
+    return secrets.token_urlsafe(18)
+
+
+def is_status_id(value: str) -> bool:
+    """Whether ``value`` has the shape of an id :func:`new_status_id` makes."""
+    return _STATUS_ID.match(value) is not None
 
 
 def _utc_day(ts: float) -> str:
@@ -216,6 +242,26 @@ class MessageBus(Protocol):
         notify: Notify | None = None,
     ) -> BusReply:
         """:meth:`submit`, then wait for the reply (``on_event`` sees the run's events)."""
+        ...
+
+    async def park(self, pending: asyncio.Future[BusReply], session_id: str) -> str:
+        """Keep the reply ``pending`` will have, for a client to fetch later; return its id.
+
+        How the webhook's ``reply_timeout_s`` answers ``202`` with a status URL.
+        The id is unguessable (it names someone's reply). :meth:`parked` with it
+        answers in this process — and, for a bus spread over processes, in every
+        ingress of the install, so a status URL works behind a load balancer.
+        Never raises: a reply that cannot be shared is still kept here (logged).
+        """
+        ...
+
+    async def parked(self, status_id: str) -> ParkedReply:
+        """The reply parked under ``status_id``: the reply, :data:`PENDING`, or ``None``.
+
+        ``None`` for an id never given, or expired. A reply of kind ``closed`` when
+        the process that waited for it stopped first; ``unavailable`` when the
+        place parked replies are kept cannot be read now (ask again).
+        """
         ...
 
     def close(self) -> None:
@@ -360,6 +406,8 @@ class GatewayBus:
             n += 1
             name = f"gateway-approvals-{n}"
         agent.host.register_object(self.approvals, name)
+        # Replies fetched by status id (the webhook's reply_timeout_s), bounded.
+        self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
         #: Whether a conversation's history is kept in memory between its runs. A bus
         #: that spreads one conversation over several processes turns it off: each
         #: run then reads the transcript, which another process may have extended.
@@ -740,6 +788,18 @@ class GatewayBus:
         kind: ReplyKind = "reply" if result.text.strip() else "empty"
         return BusReply(kind, result.text, conv.session_id, result.usage, result.run_id)
 
+    async def park(self, pending: asyncio.Future[BusReply], session_id: str) -> str:
+        """Keep ``pending``'s reply in memory under a new status id (see :class:`MessageBus`).
+
+        At most :data:`MAX_PARKED` are kept: past that the oldest answered one goes
+        (only when none is answered, the oldest).
+        """
+        return park_in(self._parked, pending)
+
+    async def parked(self, status_id: str) -> ParkedReply:
+        """The reply parked here under ``status_id`` (see :class:`MessageBus`)."""
+        return parked_in(self._parked, status_id, CLOSED_TEXT)
+
     # --------------------------------------------------------------- shutdown
 
     def _enter(self) -> None:
@@ -792,3 +852,27 @@ class GatewayBus:
         self.cancel_runs()
         await self.wait_idle(cancel_timeout_s)
         return False
+
+
+def park_in(parked: OrderedDict[str, asyncio.Future[BusReply]],
+            pending: asyncio.Future[BusReply]) -> str:
+    """Put ``pending`` in ``parked`` under a new status id, keeping at most :data:`MAX_PARKED`."""
+    status_id = new_status_id()
+    parked[status_id] = pending
+    while len(parked) > MAX_PARKED:
+        victim = next((k for k, f in parked.items() if f.done()), next(iter(parked)))
+        del parked[victim]
+    return status_id
+
+
+def parked_in(parked: Mapping[str, asyncio.Future[BusReply]], status_id: str,
+              closed_text: str) -> ParkedReply:
+    """What ``parked`` holds under ``status_id``; a cancelled wait is a ``closed`` reply."""
+    pending = parked.get(status_id)
+    if pending is None:
+        return None
+    if not pending.done():
+        return PENDING
+    if pending.cancelled():
+        return BusReply("closed", closed_text, "")
+    return pending.result()

@@ -15,7 +15,9 @@ Routes:
 * With ``reply_timeout_s`` set, ``POST /message`` answers ``202 {"status":
   "accepted", "status_url"}`` when the reply takes longer; ``GET
   /message/status/<id>`` is ``202 {"status": "pending"}`` until it is there,
-  then the answer ``POST /message`` would have given.
+  then the answer ``POST /message`` would have given. The bus keeps the
+  parked replies (:meth:`~lich.gateway.bus.MessageBus.park`): on the nats bus
+  every ingress behind a load balancer answers any status URL.
 
 Safety: binds 127.0.0.1 by default and refuses any other address unless a
 token is set (``LICH_GATEWAY_TOKEN``), which clients send as ``x-lich-token``
@@ -42,16 +44,14 @@ import hmac
 import ipaddress
 import json
 import logging
-import secrets
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lich import serialization
 from lich.gateway._format import log_event
-from lich.gateway.bus import BusReply, InboundMessage
+from lich.gateway.bus import PENDING, BusReply, InboundMessage
 from lich.gateway.registry import AdapterContext, GatewayError
 
 if TYPE_CHECKING:
@@ -65,8 +65,6 @@ __all__ = ["ConnectionGuard", "HostPolicy", "WebhookAdapter", "is_loopback"]
 
 PLATFORM = "webhook"
 MAX_ID_CHARS = 256
-#: Replies kept for their status URL (``reply_timeout_s``); the oldest go first.
-MAX_PARKED = 10_000
 _STATUS_FOR_KIND = {"busy": 429, "closed": 503, "aborted": 503, "error": 502,
                     "unavailable": 503, "budget": 429}
 
@@ -310,8 +308,6 @@ class WebhookAdapter:
         )
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
-        # Replies that came after reply_timeout_s, by status id (bounded, oldest go).
-        self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
 
     # ------------------------------------------------------------------ app
 
@@ -338,23 +334,20 @@ class WebhookAdapter:
                 # Shielded: at the timeout the run goes on, and its reply is parked.
                 reply = await asyncio.wait_for(asyncio.shield(pending), timeout)
             except TimeoutError:
-                return self._accepted(inbound, pending)
+                return await self._accepted(inbound, pending)
             return self._reply_response(reply)
 
         async def status(request: Request) -> Response:
             if not self._authorized(request):
                 return self._error(request, 401, "unauthorized")
             self.guard.authenticated(request.scope.get("client"))
-            pending = self._parked.get(request.path_params["status_id"])
-            if pending is None:
+            parked = await self.context.bus.parked(request.path_params["status_id"])
+            if parked is None:
                 return self._error(request, 404, "unknown or expired status id")
-            if not pending.done():
+            if parked == PENDING:
                 return JSONResponse({"status": "pending"}, status_code=202,
                                     headers={"retry-after": "1"})
-            if pending.cancelled():
-                return JSONResponse({"error": "the gateway stopped before the reply"},
-                                    status_code=503)
-            return self._reply_response(pending.result())
+            return self._reply_response(parked)
 
         async def stream(request: Request) -> Response:
             try:
@@ -473,24 +466,20 @@ class WebhookAdapter:
             _idempotency_key(request.headers.get("idempotency-key")),
         )
 
-    def _accepted(self, inbound: InboundMessage,
-                  pending: asyncio.Future[BusReply]) -> Response:
+    async def _accepted(self, inbound: InboundMessage,
+                        pending: asyncio.Future[BusReply]) -> Response:
         """``202`` with the URL where the reply will be: the run goes on."""
         from starlette.responses import JSONResponse
 
-        status_id = secrets.token_urlsafe(18)  # unguessable: it names someone's reply
-        self._parked[status_id] = pending
-        while len(self._parked) > MAX_PARKED:
-            # The oldest answered one first; only when none is answered, the oldest.
-            victim = next((k for k, f in self._parked.items() if f.done()),
-                          next(iter(self._parked)))
-            del self._parked[victim]
+        bus = self.context.bus
+        session_id = bus.session_id_for(inbound.platform, inbound.chat_id)
+        # The bus keeps it (unguessable id): in every ingress, for a bus that spans them.
+        status_id = await bus.park(pending, session_id)
         url = f"/message/status/{status_id}"
         log_event(self.log, logging.INFO, "reply_parked", chat=inbound.chat_id,
                   timeout_s=self.settings.reply_timeout_s)
         return JSONResponse(
-            {"status": "accepted", "status_url": url,
-             "session_id": self.context.bus.session_id_for(inbound.platform, inbound.chat_id)},
+            {"status": "accepted", "status_url": url, "session_id": session_id},
             status_code=202, headers={"location": url})
 
     def _reply_response(self, reply: BusReply) -> Response:

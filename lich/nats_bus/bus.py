@@ -39,6 +39,13 @@ to the ingress, ``reply_sent`` is recorded once the ingress confirmed it, and
 only then is the message acknowledged (why this order: ``_process``). A run
 cancelled at shutdown is handed back (``nak``), with no ``turn_end``, to a
 consumer that continues it.
+
+Key-value buckets beside the stream: ``<stream>_LEASES`` (single-connection
+platforms, :mod:`lich.nats_bus.lease`), ``<stream>_REPLIES`` (replies parked
+for the webhook's status URLs, readable by every ingress: :meth:`NatsBus.park`)
+and ``<stream>_PROCESSES`` (each process's presence, renewed every quarter of
+``lease_ttl_s``, read by ``lich cluster status``). While a consumer handles a
+message, :mod:`lich.logcontext` carries its admission id onto every log line.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ import json
 import logging
 import os
 import secrets
+import socket
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -75,12 +84,18 @@ from lich.gateway.approvals import Notify
 from lich.gateway.bus import (
     BUSY_TEXT,
     CLOSED_TEXT,
+    PENDING,
     BusReply,
     GatewayBus,
     InboundMessage,
+    ParkedReply,
     ReplyKind,
+    is_status_id,
+    park_in,
+    parked_in,
 )
 from lich.gateway.registry import GatewayError
+from lich.logcontext import reset_admission, set_admission
 from lich.nats_bus.lease import NatsLease
 from lich.nats_bus.settings import (
     NatsBusSettings,
@@ -261,6 +276,20 @@ class NatsBus:
         self._drained = False
         #: In-progress signals sent for running turns (what keeps them past ack_wait).
         self.heartbeats = 0
+        # Replies parked for a status URL: this process's own, and the bucket that
+        # lets every ingress read them (made at the first park or read).
+        self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
+        self._parked_kv: KeyValue | None = None
+        self._parking: set[asyncio.Task[None]] = set()
+        # This process's entry in <stream>_PROCESSES (lich cluster status reads it).
+        self._announcer: asyncio.Task[None] | None = None
+        self._withdrawn = asyncio.Event()
+        self._processes_kv: KeyValue | None = None
+        self.started_at = time.time()
+        #: Whether the partition consumers are running (what readiness needs).
+        self.consuming = False
+        #: What this process is in ``lich cluster status``: ``lich worker`` says "worker".
+        self.role = "ingress+worker" if settings.consume else "ingress"
 
     # ----------------------------------------------------------------- state
 
@@ -295,6 +324,159 @@ class NatsBus:
         lease = NatsLease(self._leases_kv, name, self.ingress_id, self.settings.lease_ttl_s)
         self._leases.append(lease)
         return lease
+
+    async def _bucket(self, suffix: str, ttl_s: float) -> KeyValue:
+        """The key-value bucket ``<stream>_<suffix>``, made with ``ttl_s`` if it is new.
+
+        One made before with another ttl (a changed setting) is used as it is:
+        its entries expire after the old ttl until it is removed.
+        """
+        assert self._js is not None, "start() the bus first"
+        name = f"{self.settings.stream}_{suffix}"
+        try:
+            return await self._js.create_key_value(KeyValueConfig(
+                bucket=name, history=1, ttl=ttl_s))
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_EXISTS:
+                raise
+            log_event(log, logging.WARNING, "bucket_config_differs", bucket=name,
+                      ttl_s=ttl_s)
+            return await self._js.key_value(name)
+
+    # -------------------------------------------------------------- presence
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection to the broker is up now (not reconnecting, not closed)."""
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def running(self) -> int:
+        """Messages this process's consumers are running (or holding for a run slot)."""
+        return len(self._busy_partitions)
+
+    def presence(self) -> dict[str, Any]:
+        """What this process announces in ``<stream>_PROCESSES`` (``lich cluster status``)."""
+        return {
+            "id": self.ingress_id,
+            "role": self.role,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "concurrency": self.concurrency if self.settings.consume else None,
+            "in_flight": self.running,
+            "waiting_replies": len(self._waiters),
+            "draining": self._closed,
+            "started": self.started_at,
+            "last_seen": time.time(),
+        }
+
+    async def _announce(self) -> None:
+        """Keep this process's entry fresh: every quarter of ``lease_ttl_s``, the entry's ttl.
+
+        A process that dies stops renewing and its entry expires, so what
+        ``lich cluster status`` lists was alive within the last ``lease_ttl_s``.
+        """
+        every = self.settings.lease_ttl_s / 4
+        # Ended by _withdrawn, not only by cancelling: a cancellation that lands inside
+        # a nats-py request can come out of it as another error, caught below.
+        while not self._withdrawn.is_set():
+            try:
+                if self._processes_kv is None:
+                    self._processes_kv = await self._bucket("PROCESSES",
+                                                            self.settings.lease_ttl_s)
+                await self._processes_kv.put(self.ingress_id,
+                                             json.dumps(self.presence()).encode())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker is away: the next round tries again
+                log_event(log, logging.DEBUG, "announce_failed",
+                          error=f"{type(exc).__name__}: {exc}")
+            if await sleep_or_stop(every, self._withdrawn):
+                return
+
+    async def _withdraw(self) -> None:
+        """Stop announcing and remove this process's entry (it stopped; it did not die)."""
+        if self._announcer is None:
+            return
+        self._withdrawn.set()
+        self._announcer.cancel()
+        await asyncio.gather(self._announcer, return_exceptions=True)
+        self._announcer = None
+        if self._processes_kv is not None and self.connected:
+            # (Without a broker the entry simply expires: no wait for a timeout here.)
+            with contextlib.suppress(Exception):
+                await self._processes_kv.delete(self.ingress_id)
+
+    # --------------------------------------------------------- parked replies
+
+    async def park(self, pending: asyncio.Future[BusReply], session_id: str) -> str:
+        """Keep ``pending``'s reply for a status URL that every ingress answers.
+
+        Kept in this process's memory, and in the bucket ``<stream>_REPLIES``
+        (entries expire after ``status_ttl_s``): ``pending`` at once (before the
+        client is given the URL), the reply when it comes to this process, the
+        ingress that admitted the message. Replies cross the broker as messages
+        do; the id is unguessable. A bucket write that fails is logged: this
+        process still answers the URL.
+        """
+        status_id = park_in(self._parked, pending)
+        if self._js is None:
+            return status_id
+        # Awaited: the client may ask another ingress as soon as it has the URL. Failed
+        # (the broker is away), the reply is still written when it comes.
+        await self._write_parked(status_id, {"status": PENDING, "session_id": session_id})
+        task = asyncio.create_task(self._share_parked(status_id, pending, session_id),
+                                   name="lich-nats-park")
+        self._parking.add(task)
+        task.add_done_callback(self._parking.discard)
+        return status_id
+
+    async def parked(self, status_id: str) -> ParkedReply:
+        """The reply parked under ``status_id`` by this or any other ingress (see :meth:`park`)."""
+        local = parked_in(self._parked, status_id, CLOSED_TEXT)
+        if local is not None or self._js is None or not is_status_id(status_id):
+            return local
+        try:
+            if self._parked_kv is None:
+                self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
+            entry = await self._parked_kv.get(status_id)
+            data = json.loads(entry.value or b"{}")
+            if data.get("status") == PENDING:
+                return PENDING
+            return _reply_from_dict(data["reply"])
+        except nats.js.errors.NotFoundError:
+            return None  # never parked, or expired
+        except Exception as exc:  # the broker is away, or an entry no lich wrote
+            log_event(log, logging.WARNING, "parked_reply_unreadable",
+                      error=f"{type(exc).__name__}: {exc}")
+            return BusReply("unavailable", UNAVAILABLE_TEXT, "")
+
+    async def _write_parked(self, status_id: str, value: Mapping[str, Any]) -> bool:
+        try:
+            if self._parked_kv is None:
+                self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
+            await self._parked_kv.put(status_id, json.dumps(value, ensure_ascii=False).encode())
+        except Exception as exc:
+            log_event(log, logging.WARNING, "reply_park_failed",
+                      error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    async def _share_parked(self, status_id: str, pending: asyncio.Future[BusReply],
+                            session_id: str) -> None:
+        """Write the parked reply to the bucket once it came (again for a while if it fails)."""
+        await asyncio.wait([pending])
+        reply = (BusReply("closed", CLOSED_TEXT, session_id) if pending.cancelled()
+                 else pending.result())
+        value = {"status": "done", "reply": _reply_to_dict(reply)}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _REPLY_RETRY_S
+        delay = 0.1
+        while not await self._write_parked(status_id, value):
+            if loop.time() + delay > deadline or self._nc is None or self._nc.is_closed:
+                return  # logged; this process still answers the URL until it stops
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def _reply_subject(self, admission: str) -> str:
         return f"{self.settings.stream}.reply.{self.ingress_id}.{admission}"
@@ -341,9 +523,11 @@ class NatsBus:
                                      cb=self._on_reply)
             if self.settings.consume:
                 await self._start_consumers()
+                self.consuming = True
         except BaseException:
             await self._nc.close()
             raise
+        self._announcer = asyncio.create_task(self._announce(), name="lich-nats-announce")
         log_event(log, logging.INFO, "nats_bus_ready", stream=self.settings.stream,
                   partitions=self.settings.partitions, consume=self.settings.consume,
                   ingress=self.ingress_id)
@@ -464,8 +648,12 @@ class NatsBus:
             del self._waiters[admission]
             if not waiter.future.done():
                 waiter.future.set_result(BusReply("closed", CLOSED_TEXT, waiter.session_id))
+        if self._parking:
+            # The closed answers of the waiters just given up, for the other ingresses.
+            await asyncio.wait(set(self._parking), timeout=self.settings.publish_timeout_s)
         for lease in self._leases:
             await lease.release()  # a standby takes over now, not after the ttl
+        await self._withdraw()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.close()
@@ -675,6 +863,9 @@ class NatsBus:
                     return
                 continue
             for msg in msgs:
+                # Every line logged while it is handled (consumer, agent, plugins, tools,
+                # heartbeats) carries its admission id: its Nats-Msg-Id.
+                admission = set_admission((msg.headers or {}).get("Nats-Msg-Id"))
                 self._busy_partitions.add(partition)
                 # From receipt: a message that waits for a slot (another partition's
                 # fetch took the last one meanwhile) stays this consumer's.
@@ -687,6 +878,7 @@ class NatsBus:
                     heartbeat.cancel()
                     await asyncio.gather(heartbeat, return_exceptions=True)
                     self._busy_partitions.discard(partition)
+                    reset_admission(admission)
 
     async def _process(self, partition: int, msg: Msg) -> None:
         try:

@@ -57,7 +57,9 @@ def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
 
 @hookimpl
 def lich_register_commands(cli: click.Group) -> None:
-    """Add ``lich worker``, which runs the bus's messages in a process of its own."""
-    from lich.nats_bus.command import worker_command
+    """Add ``lich worker``, which runs the bus's messages in a process of its own, and
+    ``lich cluster status``, what the broker knows of the cluster."""
+    from lich.nats_bus.command import cluster_group, worker_command
 
     cli.add_command(worker_command)
+    cli.add_command(cluster_group)

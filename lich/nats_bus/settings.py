@@ -38,6 +38,7 @@ __all__ = [
     "NatsBusSettings",
     "admission_token",
     "conversation_token",
+    "parse_listen",
     "parse_nats_bus_settings",
     "partition_of",
 ]
@@ -60,6 +61,25 @@ def _stream_name(value: Any) -> None:
             f"expected letters, digits, '_' or '-' (at most 64), got {value!r}")
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9000`` for IPv6) as ``(host, port)``.
+
+    :raises ValueError: not that shape, or the port is not 0-65535.
+    """
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9090), got {value!r}")
+    return host, int(port)
+
+
+def _listen_address(value: Any) -> None:
+    if value is not None:
+        parse_listen(value)
+
+
 @frozen
 class NatsBusSettings:
     """``[bus]`` with ``kind = "nats"``.
@@ -76,12 +96,16 @@ class NatsBusSettings:
     worker dying or stalling) and it is given up: recorded in its
     conversation's transcript and answered with an error. ``duplicate_window_s``
     is how long the broker remembers a message id (a message admitted twice
-    within it runs once). ``consume = false`` makes this process only publish
-    (``lich worker`` processes run the messages); ``concurrency`` bounds the
-    runs of one consuming process (one per partition by default).
+    within it runs once). ``lich gateway`` only publishes (``lich worker``
+    processes run the messages) unless ``consume = true``, which makes it run
+    them too (one machine with the broker's durability); ``concurrency`` bounds
+    the runs of one consuming process (one per partition by default).
     ``lease_ttl_s`` is how long a dead ingress keeps the lease of a
     single-connection platform (Telegram polling, Discord, Twitch) before a
-    standby takes it over.
+    standby takes it over. ``status_ttl_s`` is how long a reply parked for the
+    webhook's status URL (``reply_timeout_s``) stays readable from every ingress.
+    ``health_listen`` (``HOST:PORT``) is where ``lich worker`` serves ``/livez``
+    and ``/readyz`` (``--health`` overrides it; none by default).
     """
 
     kind: str = setting("nats", check=one_of("nats"))
@@ -96,9 +120,11 @@ class NatsBusSettings:
     publish_timeout_s: float = setting(5.0, check=greater_than(0))
     connect_timeout_s: float = setting(5.0, check=greater_than(0))
     token_env: str = setting("LICH_NATS_TOKEN", check=non_empty)
-    consume: bool = True
+    consume: bool = False
     concurrency: int | None = setting(None, check=at_least(1))
     lease_ttl_s: float = setting(15.0, check=at_least(1))
+    status_ttl_s: float = setting(3600.0, check=at_least(1))
+    health_listen: str | None = setting(None, check=_listen_address)
 
     def __attrs_post_init__(self) -> None:
         if not self.servers:

@@ -4,7 +4,7 @@ It consumes every partition of ``[bus]`` (``consume`` is implied), runs each
 message with the gateway's agent (the ``[gateway]`` tools and limits) exactly
 as ``lich gateway`` would, and sends the replies back through the bus to the
 ingress that admitted them. The ingress (``lich gateway`` with ``[bus]
-consume = false``) holds the platform connections; any number of workers
+consume`` left false) holds the platform connections; any number of workers
 share the partitions, one message of a partition in flight across all of
 them. SIGINT or SIGTERM stops taking messages, lets runs finish within
 ``grace_s``, then cancels the rest; a second signal cancels at once.
@@ -25,6 +25,7 @@ from lich.gateway._signals import stop_on_signals
 if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.gateway.config import GatewayConfig
+    from lich.nats_bus.health import HealthServer
     from lich.plugins import PluginHost
     from lich.types import ChatFn
 
@@ -42,12 +43,15 @@ async def run_worker(
     chat: ChatFn | None = None,
     stop: asyncio.Event | None = None,
     install_signals: bool = True,
+    health: str | None = None,
 ) -> int:
     """Run messages from the nats bus until SIGINT/SIGTERM (or ``stop``); 0 after a clean stop.
 
     :param concurrency: runs at once in this process (``[bus] concurrency``, else one
         per partition).
     :param chat: a chat function instead of the configured providers (tests).
+    :param health: ``HOST:PORT`` of the liveness and readiness endpoints (``[bus]
+        health_listen`` by default; none when neither is set).
     :raises lich.config.ConfigError: ``[bus]`` is not the nats bus, or is wrong.
     :raises lich.gateway.GatewayError: the broker cannot be reached.
     """
@@ -66,12 +70,22 @@ async def run_worker(
             f"{kind!r} (set kind = \"nats\")"])
     settings = parse_nats_bus_settings(config.bus)
     settings = attrs.evolve(settings, consume=True,
-                            concurrency=concurrency or settings.concurrency)
+                            concurrency=concurrency or settings.concurrency,
+                            health_listen=health or settings.health_listen)
     gateway = gateway if gateway is not None else parse_gateway_config(config.gateway)
     host = host if host is not None else load_plugins(config)
     agent = Agent(gateway_agent_config(config, gateway), host=host, chat=chat)
+    probes: HealthServer | None = None
     try:
         bus = NatsBus(settings, GatewayBus.from_config(agent, gateway))
+        bus.role = "worker"
+        if settings.health_listen is not None:
+            # Before the broker: liveness answers (and readiness says why not) meanwhile.
+            from lich.nats_bus.health import HealthServer
+            from lich.nats_bus.settings import parse_listen
+
+            probes = HealthServer(bus, agent.sessions, *parse_listen(settings.health_listen))
+            await probes.start()
         await bus.start()
         log_event(log, logging.INFO, "worker_ready", pid=os.getpid(),
                   partitions=settings.partitions, concurrency=bus.concurrency,
@@ -85,4 +99,6 @@ async def run_worker(
         log_event(log, logging.INFO, "worker_stopped", clean=clean)
         return 0
     finally:
+        if probes is not None:
+            await probes.stop()
         await agent.aclose()

@@ -270,7 +270,8 @@ class PluginHost(PluginLoader, HookCaller):
                 ]) from exc
             if result is None:
                 continue
-            needed = ("submit", "handle", "start", "drain", "close", "cancel_runs")
+            needed = ("submit", "handle", "start", "drain", "close", "cancel_runs", "park",
+                      "parked")
             missing = [name for name in needed if not callable(getattr(result, name, None))]
             if missing:
                 # The gateway would fail at its first message, far from the cause.

@@ -10,15 +10,18 @@ from collections.abc import Iterator
 import pytest
 
 from lich.cli.common import setup_logging
+from lich.gateway._format import log_event
+from lich.logcontext import reset_admission, set_admission
 
 
 @pytest.fixture(autouse=True)
 def _restore_lich_logger() -> Iterator[None]:
-    logger = logging.getLogger("lich")
-    handlers, level = list(logger.handlers), logger.level
+    logger, root = logging.getLogger("lich"), logging.getLogger()
+    handlers, level, root_handlers = list(logger.handlers), logger.level, list(root.handlers)
     yield
     logger.handlers[:] = handlers
     logger.setLevel(level)
+    root.handlers[:] = root_handlers
 
 
 def _raise_and_log(logger: logging.Logger, level: int) -> None:
@@ -60,3 +63,27 @@ def test_a_second_setup_replaces_the_first(capsys: pytest.CaptureFixture[str]) -
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1
     assert lines[0].endswith("level=WARNING once")
+
+
+def test_service_lines_carry_the_admission_of_the_message_being_handled(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    setup_logging("info", service=True)
+    plugin_log = logging.getLogger("some_plugin.audit")  # a plugin's own logger
+    gateway_log = logging.getLogger("lich.gateway")
+    token = set_admission("m0123abcd")
+    try:
+        plugin_log.warning("the plugin saw a call")
+        log_event(gateway_log, logging.INFO, "run_end", chat="c1")
+        log_event(gateway_log, logging.INFO, "redelivered", admission="m0123abcd")
+        plugin_log.info("below the plugin's level: not written")
+    finally:
+        reset_admission(token)
+    plugin_log.warning("outside any message")
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" level=", 1)[1] for line in lines] == [
+        "WARNING admission=m0123abcd the plugin saw a call",
+        "INFO gateway event=run_end chat=c1 admission=m0123abcd",
+        "INFO gateway event=redelivered admission=m0123abcd",  # once, not twice
+        "WARNING outside any message",
+    ]

@@ -1,19 +1,26 @@
-"""A real NATS JetStream broker for each test, and nats buses on it."""
+"""A real NATS JetStream broker for each test, nats buses on it, and worker processes."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from attrs import define
 
 from lich.agent import Agent
 from lich.gateway.bus import GatewayBus
 from lich.nats_bus.bus import NatsBus
 from lich.nats_bus.settings import NatsBusSettings, partition_of
-from lich.testing import make_test_config
+from lich.testing import async_wait_for, make_test_config
 from lich.testing.nats import NatsServer
+
+#: How long a worker process may take to start consuming.
+WORKER_WAIT_S = 60.0
 
 
 @pytest.fixture
@@ -54,11 +61,13 @@ async def make_nats_bus(
     nats_server: NatsServer, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Any]]:
     """``await make_nats_bus(chat, queue_limit=5, **settings)``: a started nats bus whose
-    consumers run messages on an agent calling ``chat``; every bus is drained afterwards."""
+    consumers run messages on an agent calling ``chat`` (``consume=False``: an ingress
+    only); every bus is drained afterwards."""
     buses: list[NatsBus] = []
 
     async def make(chat: Any, *, queue_limit: int = 5, **settings: Any) -> NatsBus:
-        values: dict[str, Any] = {"servers": (nats_server.url,), "partitions": 4}
+        values: dict[str, Any] = {"servers": (nats_server.url,), "partitions": 4,
+                                  "consume": True}
         values.update(settings)
         local = GatewayBus(Agent(make_test_config(tmp_path), chat=chat),
                            queue_limit=queue_limit)
@@ -71,3 +80,53 @@ async def make_nats_bus(
     for bus in buses:
         await bus.drain(0)
         await bus.local.agent.aclose()
+
+
+@define
+class Worker:
+    """A ``lich worker`` process and the lines of its stderr so far."""
+
+    process: asyncio.subprocess.Process
+    lines: list[str]
+    reader: asyncio.Task[None]
+
+    def saw(self, fragment: str) -> bool:
+        return any(fragment in line for line in self.lines)
+
+
+@contextlib.asynccontextmanager
+async def workers(work: Path, env: dict[str, str], count: int,
+                  *args: str) -> AsyncIterator[list[Worker]]:
+    """``count`` ``lich worker ARGS`` processes (by default ``--concurrency 2 --grace 10``),
+    yielded once each consumes; stopped by pid."""
+    started: list[Worker] = []
+    try:
+        for _ in range(count):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "lich", "--work-dir", str(work), "worker",
+                *(args or ("--concurrency", "2", "--grace", "10")),
+                cwd=work, env=env, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            lines: list[str] = []
+
+            async def read(process: asyncio.subprocess.Process = process,
+                           lines: list[str] = lines) -> None:
+                assert process.stderr is not None
+                async for raw in process.stderr:
+                    lines.append(raw.decode(errors="replace").rstrip())
+
+            worker = Worker(process, lines, asyncio.create_task(read()))
+            started.append(worker)
+            # A worker that exits (a bad config) fails the test now, not at the timeout.
+            await async_wait_for(
+                lambda w=worker: w.saw("event=worker_ready") or w.process.returncode is not None,
+                WORKER_WAIT_S, lambda w=worker: f"the worker to consume; stderr: {w.lines}")
+            assert worker.saw("event=worker_ready"), f"the worker exited: {worker.lines}"
+        yield started
+    finally:
+        for worker in started:
+            if worker.process.returncode is None:
+                worker.process.kill()
+                await worker.process.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(worker.reader, 10)

@@ -40,7 +40,7 @@ async def main(url: str, work_dir: str, partitions: str, ack_wait_s: str, starte
     local = GatewayBus(Agent(make_test_config(Path(work_dir)),
                              chat=RecordingModel(Path(started))))
     bus = NatsBus(NatsBusSettings(servers=(url,), partitions=int(partitions),
-                                  ack_wait_s=float(ack_wait_s)), local)
+                                  ack_wait_s=float(ack_wait_s), consume=True), local)
     await bus.start()
     Path(started).with_suffix(".ready").write_text("ready", encoding="utf-8")
     await asyncio.Event().wait()

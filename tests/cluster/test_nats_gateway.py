@@ -37,14 +37,16 @@ WAIT_S = 30.0
 @pytest.fixture
 async def gateway(nats_server: NatsServer,
                   tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    """``await gateway(chat)``: a started gateway (webhook on a free port) on the nats bus."""
+    """``await gateway(chat)``: a started gateway (webhook on a free port) on the nats bus,
+    running its messages too (``consume = true``: one machine)."""
     runners: list[GatewayRunner] = []
 
     async def start(chat: Any, **bus: Any) -> tuple[GatewayRunner, str]:
         config = make_test_config(
             tmp_path, plugins=("gateway", "nats"),
             gateway={"platforms": ["webhook"], "webhook": {"port": 0}},
-            bus={"kind": "nats", "servers": [nats_server.url], "partitions": 4, **bus})
+            bus={"kind": "nats", "servers": [nats_server.url], "partitions": 4,
+                 "consume": True, **bus})
         runner = GatewayRunner(config, host=load_plugins(config), chat=chat, env={})
         await runner.start()
         runners.append(runner)
@@ -131,6 +133,9 @@ async def test_an_unreachable_broker_stops_the_gateway_at_start(tmp_path: Path):
     ({"ack_wait_s": 10, "heartbeat_s": 10}, "heartbeat_s: must be less than ack_wait_s (10)"),
     ({"max_deliver": 0}, "$.bus.max_deliver: must be between 1 and 1000, got 0"),
     ({"partition": 4}, "$.bus.partition: unknown key"),
+    ({"health_listen": "9090"}, "$.bus.health_listen: expected HOST:PORT (e.g. "),
+    ({"health_listen": "[::1]:70000"}, "$.bus.health_listen: expected HOST:PORT"),
+    ({"status_ttl_s": 0}, "$.bus.status_ttl_s: must be at least 1"),
 ])
 def test_bad_bus_settings_are_configuration_errors(tmp_path: Path, bus: dict[str, Any],
                                                    problem: str):
@@ -143,6 +148,7 @@ def test_the_defaults(tmp_path: Path):
     settings = parse_nats_bus_settings({"kind": "nats"})
     assert settings == NatsBusSettings()
     assert (settings.partitions, settings.ack_wait_s, settings.max_deliver) == (16, 30.0, 5)
+    assert settings.consume is False  # lich gateway only publishes; lich worker runs
     assert settings.heartbeat_every_s == 10.0
     assert settings.servers == ("nats://127.0.0.1:4222",)
     lich_check_config(make_test_config(tmp_path))  # another kind: not this plugin's table

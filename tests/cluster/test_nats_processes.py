@@ -7,21 +7,20 @@ stopped (or killed) by its pid.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-from attrs import define
 from gateway_process import gateway_process
 from lich_env import lich_env
 
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, Step, async_wait_for
 from lich.testing.contracts import contract_responder
 from lich.testing.nats import NatsServer
+
+from .conftest import workers
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -37,49 +36,6 @@ def responder(request: ScriptRequest) -> Step:
     return contract_responder(request)
 
 
-@define
-class Worker:
-    process: asyncio.subprocess.Process
-    lines: list[str]
-    reader: asyncio.Task[None]
-
-    def saw(self, fragment: str) -> bool:
-        return any(fragment in line for line in self.lines)
-
-
-@contextlib.asynccontextmanager
-async def workers(work: Path, env: dict[str, str], count: int) -> AsyncIterator[list[Worker]]:
-    """``count`` ``lich worker`` processes, yielded once each consumes; stopped by pid."""
-    started: list[Worker] = []
-    try:
-        for _ in range(count):
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "lich", "--work-dir", str(work), "worker",
-                "--concurrency", "2", "--grace", "10",
-                cwd=work, env=env, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE)
-            lines: list[str] = []
-
-            async def read(process: asyncio.subprocess.Process = process,
-                           lines: list[str] = lines) -> None:
-                assert process.stderr is not None
-                async for raw in process.stderr:
-                    lines.append(raw.decode(errors="replace").rstrip())
-
-            worker = Worker(process, lines, asyncio.create_task(read()))
-            started.append(worker)
-            await async_wait_for(lambda w=worker: w.saw("event=worker_ready"), WAIT_S,
-                                 lambda w=worker: f"the worker to consume; stderr: {w.lines}")
-        yield started
-    finally:
-        for worker in started:
-            if worker.process.returncode is None:
-                worker.process.kill()
-                await worker.process.wait()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(worker.reader, 10)
-
-
 async def test_an_ingress_and_two_workers_answer_in_order_and_survive_a_killed_worker(
     tmp_path: Path, nats_server: NatsServer,
 ):
@@ -93,7 +49,7 @@ async def test_an_ingress_and_two_workers_answer_in_order_and_survive_a_killed_w
             f'base_url = "{model.base_url}"\n'
             '[gateway]\nplatforms = ["webhook"]\n[gateway.webhook]\nport = 0\n'
             f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 4\n'
-            'ack_wait_s = 2\nconsume = false\n', encoding="utf-8")
+            'ack_wait_s = 2\n', encoding="utf-8")  # consume = false: the default
         env = lich_env(tmp_path)
         async with gateway_process(work, env) as ingress, workers(work, env, 2) as pool, \
                 httpx.AsyncClient(timeout=WAIT_S) as client:

@@ -47,7 +47,7 @@ async def telegram() -> AsyncIterator[FakeTelegram]:
 
 def bus_table(nats_server: NatsServer) -> dict[str, object]:
     return {"kind": "nats", "servers": [nats_server.url], "partitions": 2,
-            "lease_ttl_s": 2, "ack_wait_s": 2}
+            "lease_ttl_s": 2, "ack_wait_s": 2, "consume": True}
 
 
 async def test_a_standby_gateway_takes_the_telegram_poller_over_when_the_first_dies(
@@ -66,7 +66,7 @@ async def test_a_standby_gateway_takes_the_telegram_poller_over_when_the_first_d
             'poll_timeout_s = 1\nsend_interval_s = 0\nbackoff_min_s = 0.01\n'
             'backoff_max_s = 0.05\n'
             f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 2\n'
-            'lease_ttl_s = 2\nack_wait_s = 2\n', encoding="utf-8")
+            'lease_ttl_s = 2\nack_wait_s = 2\nconsume = true\n', encoding="utf-8")
         env = lich_env(tmp_path, LICH_TELEGRAM_BOT_TOKEN=TOKEN)
         async with gateway_process(first_work, env) as first:
             await async_wait_for(

@@ -14,7 +14,7 @@ import pytest
 from lich.agent import Agent, load_plugins
 from lich.events import EventHandler
 from lich.gateway.approvals import Notify
-from lich.gateway.bus import BusReply, GatewayBus, InboundMessage
+from lich.gateway.bus import BusReply, GatewayBus, InboundMessage, ParkedReply
 from lich.gateway.runner import GatewayRunner
 from lich.testing import Reply, ScriptedChat, ScriptRequest, Step, make_test_config
 from lich.testing.contracts import ContractModel
@@ -87,6 +87,12 @@ class ForwardingBus:
     async def handle(self, message: InboundMessage, *, on_event: EventHandler | None = None,
                      notify: Notify | None = None) -> BusReply:
         return await (await self.submit(message, on_event=on_event, notify=notify))
+
+    async def park(self, pending: asyncio.Future[BusReply], session_id: str) -> str:
+        return await self.local.park(pending, session_id)
+
+    async def parked(self, status_id: str) -> ParkedReply:
+        return await self.local.parked(status_id)
 
     def close(self) -> None:
         self.local.close()

@@ -180,6 +180,29 @@ class BusContract:
         again = await _reply(bus.handle(_message("again", "queued")))
         assert again.kind == "reply"
 
+    async def test_a_parked_reply_is_pending_then_answered_by_its_status_id(
+        self, bus: MessageBus, model: ContractModel
+    ) -> None:
+        from lich.gateway.bus import PENDING
+
+        pending = await bus.submit(_message("hold parked", "parking"))
+        session_id = bus.session_id_for("contract", "parking")
+        status_id = await bus.park(pending, session_id)
+        other = await bus.park(await bus.submit(_message("hi", "parking-2")), session_id)
+        assert status_id != other
+        assert len(status_id) >= 22  # unguessable: at least 128 random bits
+        assert await bus.parked(status_id) == PENDING
+        model.release("parked")
+        reply = await _reply(pending)
+
+        async def answered() -> bool:
+            return await bus.parked(status_id) == reply
+
+        await async_wait_for(answered, WAIT_S, "the parked reply")
+        assert reply.kind == "reply"
+        assert await bus.parked("x" * 24) is None
+        assert await bus.parked("not an id!") is None
+
     async def test_a_closed_bus_refuses_messages_and_finishes_those_it_took(
         self, bus: MessageBus, model: ContractModel
     ) -> None:
