@@ -107,7 +107,7 @@ async def cluster(nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: st
     ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
         Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=ingress_store),
         id_key=key))
-    consumer = NatsBus(NatsBusSettings(**settings), GatewayBus(
+    consumer = NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
         Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
               sessions=consumer_store), id_key=key))
     await ingress.start()
