@@ -130,10 +130,14 @@ _TAG = re.compile(r"c(\d\d) m(\d\d)")
 
 @define
 class Hold:
-    """Holds the model requests of one message: request ``n`` (1-based) waits, when
-    held, until released; ``entered[n]`` is set as it arrives."""
+    """Holds the model requests of one message: request ``n`` (1-based, counted per
+    message) waits, when in ``held``, until released; ``entered[n]`` is set as it
+    arrives. A released request in ``stale`` answers ``stale reply to <tag>`` (its
+    worker is dead or has lost the conversation by then); the others answer normally.
+    """
 
     held: frozenset[int]
+    stale: frozenset[int]
     entered: dict[int, threading.Event] = field(factory=dict)
     released: dict[int, threading.Event] = field(factory=dict)
 
@@ -151,8 +155,8 @@ class Script:
     """The responder: ``reply to <tag>`` after a short delay, a tool call first for the
     messages that use the tool; some requests held (see :class:`Hold`).
 
-    A held request that is released answers ``stale reply to <tag>``: its worker was
-    killed or lost its conversation meanwhile, so that text must reach no transcript.
+    A held request of a worker that was killed or lost its conversation meanwhile
+    answers ``stale reply to <tag>``: that text must reach no transcript and no user.
     """
 
     def __init__(self) -> None:
@@ -160,8 +164,8 @@ class Script:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def hold(self, text: str, *requests: int) -> Hold:
-        hold = self.holds[text] = Hold(frozenset(requests))
+    def hold(self, text: str, held: frozenset[int], stale: frozenset[int]) -> Hold:
+        hold = self.holds[text] = Hold(held, stale)
         return hold
 
     def release_all(self) -> None:
@@ -183,7 +187,8 @@ class Script:
             hold.entered[n].set()
             # In the server's handler thread: this request blocks, nothing else does.
             hold.released[n].wait(WAIT_S)
-            return Reply(f"stale reply to {text}")
+            if n in hold.stale:
+                return Reply(f"stale reply to {text}")
         delay = 0.01 * (1 + (c * 7 + i * 3) % 4)  # 10–40 ms, the same on every run
         if uses_tool(c, i) and not tool_done:
             return Reply(tool_calls=(ToolCall(call_id_of(text), TOOL, {"key": text}),),
@@ -595,8 +600,9 @@ async def test_three_workers_under_faults_answer_everything_once_in_order(
     tmp_path: Path, nats_server: NatsServer, postgres: PostgresCluster,
 ) -> None:
     script = Script()
-    script.hold(text_of(*BLOCKED_IN_MODEL), 1)
-    script.hold(text_of(*STOPPED), 1, 2)
+    script.hold(text_of(*BLOCKED_IN_MODEL), held=frozenset({1}), stale=frozenset({1}))
+    # The stopped worker's call (1), and the call of the worker that takes over (2).
+    script.hold(text_of(*STOPPED), held=frozenset({1, 2}), stale=frozenset({1}))
     probe_marks = {"hold": call_id_of(text_of(*IN_TOOL)),
                    "freeze": safe_name(text_of(*AFTER_TURN_END))}
     model = ScriptedServer(ScriptedModel(responder=script)).start()
@@ -629,6 +635,13 @@ async def test_three_workers_under_faults_answer_everything_once_in_order(
             await async_wait_for(lambda: _stream_empty(nats_server.url), WAIT_S,
                                  "the stream to be empty", interval=0.2)
             records, sessions = fetch_records(cluster.dsn)
+            # The evidence for a failure, next to the processes' logs.
+            (tmp_path / "logs").mkdir(exist_ok=True)
+            with (tmp_path / "logs" / "records.jsonl").open("w", encoding="utf-8") as out:
+                for sid, rows in records.items():
+                    for seq, epoch, _, record in rows:
+                        out.write(json.dumps({"session": sid, "seq": seq, "epoch": epoch,
+                                              "record": record}) + "\n")
             check(load.answers, records, sessions, cluster.probe, faults)
     finally:
         model.stop()
@@ -747,9 +760,17 @@ def check(answers: list[Answer], records: dict[str, list[tuple[int, int, str, di
     if len(effects.get(held, [])) != 1:
         problems.append(f"the held tool call {held} ran {len(effects.get(held, []))} times")
     unavailable = sum(a.unavailable for a in answers)
+    # What the consumers did with redelivered messages (docs/cluster.md, durable turns):
+    # a resent reply is the one place a user could see a reply twice.
+    events = Counter(found.group(1) for w in [*faults.cluster.workers, *faults.cluster.gone]
+                     for line in w.lines
+                     if (found := re.search(r"event=(redelivered|turn_resumed|reply_resent|"
+                                            r"reply_already_sent|turn_lost|handed_back)\b",
+                                            line)))
     summary = (f"system test: {len(answers)} answers, {duplicates} 'duplicate' answers, "
                f"{unavailable} POSTs refused while the broker was away, "
                f"{sum(len(p) for p in effects.values())} tool executions for "
-               f"{len(effects)} calls; faults: " + "; ".join(faults.log))
+               f"{len(effects)} calls; consumers: {dict(sorted(events.items()))}; faults: "
+               + "; ".join(faults.log))
     print(summary)
     assert not problems, summary + "\n" + "\n".join(problems)
