@@ -191,17 +191,17 @@ def test_b7_mcp() -> None:
         result["lich_per_call_s"]["median"] / result["direct_per_call_s"]["median"])
 
 
-def test_b8_cluster() -> None:
-    from bench.b8_cluster import BASELINE, SIDES
+def test_b9_cluster() -> None:
+    from bench.b9_cluster import BASELINE, SIDES
     from lich.testing.postgres import PostgresUnavailable, find_binaries
 
     try:
         find_binaries()
     except PostgresUnavailable as exc:
         pytest.skip(str(exc))
-    result, tables = run_one("b8", quick=True)
+    result, tables = run_one("b9", quick=True)
     _check_common(result, tables)
-    small = SUITE["b8"][2]
+    small = SUITE["b9"][2]
     k, m, reps = small["k"], small["m"], small["reps"]
     assert result["params"]["partitions"] == min(small["partitions"], k)
     assert list(result["sides"]) == list(SIDES)
@@ -241,9 +241,9 @@ def test_runner_writes_results_and_prints_tables(
 
 def test_runner_refuses_an_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        runner.main(["--only", "b9"])
+        runner.main(["--only", "b99"])
     assert exc.value.code == 2
-    assert "b9" in capsys.readouterr().err
+    assert "b99" in capsys.readouterr().err
 
 
 def test_common_helpers() -> None:

@@ -1,4 +1,4 @@
-"""B8 — cluster: the in-process gateway against an ingress with 1 and with 3 workers.
+"""B9 — cluster: the in-process gateway against an ingress with 1 and with 3 workers.
 
 The same load as B3's webhook side (K conversations at once, each posting M
 messages to ``/message`` one after the other; every message one call of the
@@ -162,7 +162,7 @@ def _config(work: Path, base_url: str, side: str, nats_url: str | None, partitio
         # One partition per conversation at most: P bounds the turns in flight (see
         # docs/cluster.md, choosing P), and the in-process bus runs all K at once.
         config["bus"] = {"kind": "nats", "servers": [nats_url], "partitions": partitions,
-                         "consume": False, "stream": "B8_" + re.sub(r"\W", "_", side)}
+                         "consume": False, "stream": "B9_" + re.sub(r"\W", "_", side)}
     path = work / "lich-bench.json"
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return path
@@ -250,7 +250,7 @@ async def _stream_depths(url: str, streams: Sequence[str]) -> dict[str, int]:
 
 
 def run(k: int = 50, m: int = 10, reps: int = 3, partitions: int = 64) -> dict[str, Any]:
-    """Run B8 (``reps`` alternating loads of K × M per side) and return its results.
+    """Run B9 (``reps`` alternating loads of K × M per side) and return its results.
 
     ``partitions`` is P of the cluster sides, at most K: one partition per
     conversation lets every conversation run at once, as the in-process bus does.
@@ -259,7 +259,7 @@ def run(k: int = 50, m: int = 10, reps: int = 3, partitions: int = 64) -> dict[s
     out: dict[str, Any] = {"params": {"k": k, "m": m, "reps": reps, "partitions": partitions,
                                       "history_cap": HISTORY_CAP, "cpus": os.cpu_count()},
                            "sides": {}, "checks": [], "targets": []}
-    with tempfile.TemporaryDirectory(prefix="lich-bench-b8-") as tmp, \
+    with tempfile.TemporaryDirectory(prefix="lich-bench-b9-") as tmp, \
             ModelServer(TOOL, [1]) as model:
         root = Path(tmp)
         started = time.perf_counter()
@@ -269,7 +269,7 @@ def run(k: int = 50, m: int = 10, reps: int = 3, partitions: int = 64) -> dict[s
         try:
             for n, side in enumerate(SIDES):
                 store = SIDES[side][1]
-                dsn = postgres.create_database(f"b8_{n}") if store == "postgres" else None
+                dsn = postgres.create_database(f"b9_{n}") if store == "postgres" else None
                 deployments[side] = Deployment(side, root, model.base_url(1), nats.url, dsn,
                                                partitions, k + 10).spawn()
             for deployment in deployments.values():
@@ -347,7 +347,7 @@ def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{thr['median']:.0f} ({thr['min']:.0f}–{thr['max']:.0f})", ratio,
                      fmt_ms(e["p50_s"]["median"], 1), fmt_ms(e["p99_s"]["median"], 1),
                      p50_ratio, f"{e['lich_cpu_ms_per_msg']['median']:.2f}"])
-    title = (f"B8 cluster — K = {p['k']} conversations × M = {p['m']} messages (one tool "
+    title = (f"B9 cluster — K = {p['k']} conversations × M = {p['m']} messages (one tool "
              f"turn each), P = {p['partitions']}, median (min–max) of {p['reps']} rotated "
              f"runs; " + NOTE.format(cpus=p["cpus"]))
     return [(title, markdown_table(head, body))]
