@@ -28,6 +28,8 @@ SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
            {"turns": 2, "reps": 1}),
     "b7": ("bench.b7_mcp", {"calls": 100, "reps": 5},
            {"calls": 3, "reps": 1}),
+    "b8": ("bench.b8_plugins", {"turns": 100, "reps": 21},
+           {"turns": 3, "reps": 2}),
     "b9": ("bench.b9_cluster", {"k": 50, "m": 10, "reps": 3},
            {"k": 2, "m": 2, "reps": 1, "partitions": 4}),
 }

@@ -56,9 +56,10 @@ class Variant:
 
 
 # Builtin plugins that do nothing until configured, loaded without their config ("lich
-# idle plugins"): what being installed and enabled but unused costs per turn. Adding one
-# (MCP with no servers, the cluster plugins) is one more name here.
-IDLE_PLUGINS: tuple[str, ...] = ("budgets",)
+# idle plugins"): what being installed and enabled but unused costs per turn — budgets
+# with no budget, MCP with no servers, the postgres store without a DSN, the gateway, the
+# nats bus. Adding one is one more name here.
+IDLE_PLUGINS: tuple[str, ...] = ("budgets", "mcp", "postgres", "gateway", "nats")
 
 
 def _otel_in_memory() -> list[tuple[str, Any]]:
@@ -242,6 +243,10 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                     config = LichConfig(**values)
                     objects = [("bench_tool", _tool_plugin), *(v.objects() if v.objects else [])]
                     agents[n, name] = Agent(config, plugins=objects)
+                    failed = [r.entry for r in agents[n, name].host.reports
+                              if r.status != "loaded"]
+                    if failed:  # a variant without its plugins would measure nothing
+                        checks.append(f"{name} N={n}: plugins not loaded: {', '.join(failed)}")
                 prompt = default_system_prompt(str(work))
                 raws[n] = RawLoop(raw_client, server.base_url(n), prompt, tool_schemas())
                 sync_raws[n] = SyncRawLoop(sync_client, server.base_url(n), prompt,

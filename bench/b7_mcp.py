@@ -62,7 +62,8 @@ async def _through_lich(calls: int, reps: int, work: Path) -> tuple[list[float],
     agent = Agent(config, chat=ScriptedChat([]))
     try:
         runner = HookedToolRunner(agent.executor, agent.host,
-                                  RunInfo("bench", "bench", "", str(work), config))
+                                  RunInfo("bench", "bench", "", str(work), config,
+                                          tools=agent.tools))
         warm = await runner(ToolCall("w", "mcp__bench__echo", {"text": "warm"}), None)
         if warm.result.output != "warm":
             checks.append(f"lich: the warm-up call answered {warm.result!r}")

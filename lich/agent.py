@@ -14,7 +14,7 @@ import logging
 import platform
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
@@ -49,6 +49,7 @@ from lich.loop import (
     LoopDeps,
     LoopOutcome,
     LoopParams,
+    continue_conversation,
     last_assistant,
     run_conversation,
     seed_system_prompt,
@@ -64,17 +65,21 @@ from lich.providers import (
 )
 from lich.sessions import (
     SessionStore,
+    SessionWriter,
     StaleWriter,
     TranscriptStore,
     TranscriptWriter,
     open_session_store,
 )
 from lich.tools import ToolRegistry
+from lich.turns import INTERRUPTED_ERROR, TOOL_START, TURN_START, DurableTurn
 from lich.types import (
     ChatFn,
     ChatResult,
     Message,
     Provider,
+    ToolCall,
+    ToolResult,
     Usage,
     UserMessage,
 )
@@ -111,6 +116,11 @@ def default_system_prompt(work_dir: str, *, today: datetime.date | None = None) 
             f"Working directory: {work_dir}\n"
             f"Operating system: {system}\n"
             f"Today's date: {day.isoformat()}")
+
+#: A durable turn's call of a tool that is not idempotent, whose ``tool_start`` could not be
+#: stored: it is not run, since after a crash it could not be told from one that never ran.
+NOT_RECORDED_ERROR = ("not_recorded: the start of this call could not be recorded (the "
+                      "transcript store failed), so it was not run")
 
 # Events that go into the transcript besides the messages themselves.
 _RECORDED_EVENTS = (
@@ -301,6 +311,8 @@ class Agent:
         session_id: str | None = None,
         cancel: CancelToken | None = None,
         on_event: EventHandler | None = None,
+        *,
+        turn: DurableTurn | None = None,
     ) -> RunResult:
         """Run one conversation turn from ``input`` to a final answer, the budget or a cancel.
 
@@ -310,6 +322,11 @@ class Agent:
         :param cancel: cancel the run from anywhere; the run then ends
             ``aborted`` with a valid transcript.
         :param on_event: called with every event envelope of this run.
+        :param turn: record the run as a durable turn (:mod:`lich.turns`):
+            ``turn_start`` is stored before the first model call and ``tool_start``
+            before every call of a tool that is not idempotent, through this run's
+            writer, which ``turn`` keeps for the caller's ``turn_end`` and
+            ``reply_sent``. Nothing is recorded without ``persist_sessions``.
 
         A model failure re-raises its :class:`~lich.types.ProviderError` after
         ``lich_run_end`` has been called with ``stopped_reason="error"``. A
@@ -318,13 +335,67 @@ class Agent:
         then cancelled and :class:`lich.sessions.StaleWriter` raised after
         ``lich_run_end`` (``stopped_reason="aborted"``).
         """
-        config = self.config
-        run_id = uuid.uuid4().hex[:12]
         resumed = False
         if session_id is not None:
             resumed, stored = await self._load_session(session_id, history is None)
             if stored is not None:
                 history = stored
+        return await self._run(input, list(history or ()), session_id, resumed, cancel,
+                               on_event, turn)
+
+    async def continue_turn(
+        self,
+        history: Sequence[Message],
+        session_id: str,
+        cancel: CancelToken | None = None,
+        on_event: EventHandler | None = None,
+        *,
+        interrupted: Collection[str] | None = None,
+        turn: DurableTurn | None = None,
+    ) -> RunResult:
+        """Finish a turn that an earlier run of ``session_id`` began and did not end
+        (its process died, or it was cancelled), without asking it again.
+
+        ``history`` is the conversation as recorded (not repaired: a tool call
+        may lack its result), ending inside the unfinished turn; its last user
+        message is the turn's input, and no new one is added. The calls of the
+        last assistant message that have no result are settled first: a call of
+        an :attr:`~lich.tools.Tool.idempotent` tool runs (again), and so does one
+        that never started; a call that may have started (its id in
+        ``interrupted``; every call of a tool that is not idempotent when
+        ``interrupted`` is ``None``) is not run twice: it gets the result
+        :data:`lich.turns.INTERRUPTED_ERROR`, which tells the model it may or may
+        not have taken effect. A history that already ends in an answer is the
+        turn's answer (no model call); otherwise the loop goes on from it.
+
+        :param turn: the durable turn being continued (no second ``turn_start``
+            is written; ``tool_start`` is, as in :meth:`run`).
+        :raises ValueError: ``history`` holds no user message (no turn to continue).
+
+        Otherwise as :meth:`run` (the transcript gets a ``run_start`` with
+        ``continued: true`` and the records of what this run adds).
+        """
+        last_user = next((m for m in reversed(history) if isinstance(m, UserMessage)), None)
+        if last_user is None:
+            raise ValueError("there is no turn to continue: the history holds no user message")
+        return await self._run(last_user.content, list(history), session_id, True, cancel,
+                               on_event, turn, continuing=True, interrupted=interrupted)
+
+    async def _run(
+        self,
+        input: str,
+        prior: list[Message],
+        session_id: str | None,
+        resumed: bool,
+        cancel: CancelToken | None,
+        on_event: EventHandler | None,
+        turn: DurableTurn | None,
+        *,
+        continuing: bool = False,
+        interrupted: Collection[str] | None = None,
+    ) -> RunResult:
+        config = self.config
+        run_id = uuid.uuid4().hex[:12]
         session_id = session_id or self.sessions.new_id()
         writer: _RunWriter | None = None
         if config.persist_sessions:
@@ -335,25 +406,32 @@ class Agent:
             writer = _RunWriter(self.sessions.open(session_id),
                                 cancel.cancel if cancel is not None else None)
         emitter = RunEmitter(run_id, session_id)
-        spent = _UsageMeter(0.0 if self.host.has_impls("lich_price_call") else None)
+        # The per-turn hooks this run calls: those a plugin implements and needs for this
+        # config (a plugin loaded but not configured declares itself idle: needed_when).
+        pricing = self.host.needs("lich_price_call", config)
+        spent = _UsageMeter(0.0 if pricing else None)
         emitter.subscribe(spent)
         if on_event is not None:
             emitter.subscribe(on_event)
-        if self.host.has_impls("lich_event"):
+        if self.host.needs("lich_event", config):
             emitter.subscribe(self.host.event)
         if writer is not None:
             emitter.subscribe(_event_recorder(writer))
-        run = RunInfo(run_id, session_id, input, config.work_dir, config)
+        run = RunInfo(run_id, session_id, input, config.work_dir, config, tools=self.tools)
         system_prompt = config.system_prompt or default_system_prompt(
             config.work_dir, today=self._today())
-        prior = list(history or ())
-        seeded = seed_system_prompt([*prior, UserMessage(input)], system_prompt)
+        seeded = seed_system_prompt(prior if continuing else [*prior, UserMessage(input)],
+                                    system_prompt)
         transcript: list[Message] = list(seeded)
 
         if writer is not None:
+            start = {"continued": True} if continuing else {}
             writer.append("meta", event="run_start", run_id=run_id, input=input,
-                          model=self.model, work_dir=config.work_dir)
-            if not resumed:
+                          model=self.model, work_dir=config.work_dir, **start)
+            if continuing:
+                if seeded != prior:  # the system prompt changed since: record it as it is
+                    writer.compact(seeded)
+            elif not resumed:
                 for message in seeded:
                     writer.message(message)
             elif list(seeded[:-1]) == prior:
@@ -362,6 +440,13 @@ class Agent:
                 # The system prompt was prepended or replaced: appending it would leave it
                 # after the earlier turns in the file. Record the history as it now is.
                 writer.compact(seeded)
+        durable = turn if writer is not None else None
+        if durable is not None:
+            assert writer is not None
+            durable.attach(writer, run_id)
+            if not continuing:
+                writer.append("meta", event=TURN_START, admission=durable.admission,
+                              run_id=run_id)
         emitter.emit(RunStart(input, config.work_dir, self.model))
 
         def on_message(message: Message) -> None:
@@ -384,18 +469,34 @@ class Agent:
             stop, plugin = answer
             return BudgetStop(stop.budget or plugin, stop.reason, plugin)
 
+        async def tool_starting(call: ToolCall) -> ToolResult | None:
+            # A durable turn: a call that cannot be told apart from one that never ran,
+            # after a crash, is announced (and stored) before it runs.
+            assert durable is not None
+            assert writer is not None
+            tool = self.tools.get(call.name)
+            if tool is None or tool.idempotent or call.args_error is not None:
+                return None
+            writer.append("meta", event=TOOL_START, admission=durable.admission,
+                          call_id=call.id, tool=call.name)
+            if await writer.flush():
+                return None
+            return ToolResult.failure(NOT_RECORDED_ERROR)
+
         deps = LoopDeps(
             # Provider errors are redacted where they enter the run: an error body
             # quoting the key must not reach an event, the transcript or a log.
             chat=redacting_chat(self.chat, self.executor.secret_env_names),
             tools=HookedToolRunner(self.executor, self.host, run, emit=emit,
-                                   grants=self.approval_grants),
+                                   grants=self.approval_grants,
+                                   before_execute=tool_starting if durable else None),
             definitions=self.tools.definitions,
             emit=emit,
             on_message=on_message,
             on_compact=on_compact,
-            price=self._price if self.host.has_impls("lich_price_call") else None,
-            before_call=before_call if self.host.has_impls("lich_before_model_call") else None,
+            price=self._price if pricing else None,
+            before_call=(before_call if self.host.needs("lich_before_model_call", config)
+                         else None),
         )
         params = LoopParams(
             max_turns=config.max_turns,
@@ -411,7 +512,15 @@ class Agent:
         try:
             # Inside the try: lich_run_end must follow even if the task is cancelled here.
             await self.host.run_start(run)
-            outcome = await run_conversation(deps, seeded, params)
+            if durable is not None and writer is not None:
+                await writer.flush()  # turn_start is stored before the first model call
+            if continuing:
+                outcome = await continue_conversation(
+                    deps, seeded, params, interrupted_result=ToolResult.failure(
+                        INTERRUPTED_ERROR),
+                    rerun=lambda call: self._may_rerun(call, interrupted))
+            else:
+                outcome = await run_conversation(deps, seeded, params)
         except asyncio.CancelledError:
             # The task itself was cancelled (e.g. Ctrl-C): record an aborted run, then let the
             # cancellation continue.
@@ -434,6 +543,14 @@ class Agent:
             outcome=outcome,
             usage=outcome.usage,
         )
+
+    def _may_rerun(self, call: ToolCall, interrupted: Collection[str] | None) -> bool:
+        """Whether a call a dead run left without a result may run now: its tool is
+        idempotent, or the call is known never to have started."""
+        tool = self.tools.get(call.name)
+        if tool is None or tool.idempotent:
+            return True  # an unknown tool runs nothing: the executor answers unknown_tool
+        return interrupted is not None and call.id not in interrupted
 
     async def _load_session(self, session_id: str,
                             want_history: bool) -> tuple[bool, list[Message] | None]:
@@ -581,6 +698,19 @@ class _RunWriter:
 
     def compact(self, messages: Sequence[Message]) -> None:
         self.append("compact", messages=[serialization.message_to_dict(m) for m in messages])
+
+    async def flush(self) -> bool:
+        """Wait until every record so far is stored; whether they all were."""
+        if self.failed:
+            return False
+        try:
+            if isinstance(self.inner, SessionWriter):
+                self.inner.flush()  # a file's flush: nothing to wait for off the loop
+            else:
+                await self.inner.aclose()  # stores it all; the writer stays usable
+        except OSError as exc:
+            self._failure(exc)
+        return not self.failed
 
     async def aclose(self) -> None:
         try:

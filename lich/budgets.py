@@ -14,14 +14,27 @@ reason saying so, rather than running on with a limit nobody checks.
 
 from __future__ import annotations
 
-from lich.hooks import RunInfo, Stop, hookimpl
+from typing import TYPE_CHECKING
+
+from lich.hooks import RunInfo, Stop, hookimpl, needed_when
 from lich.money import format_usd
 from lich.types import Usage
 
-__all__ = ["lich_before_model_call"]
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+
+__all__ = ["has_budget", "lich_before_model_call"]
+
+
+def has_budget(config: LichConfig) -> bool:
+    """Whether ``config`` sets a budget this plugin enforces. Without one its hook is
+    idle, and runs do not call it (it is among the default plugins: a run without a
+    budget pays nothing for it)."""
+    return config.max_total_tokens is not None or config.max_cost_usd is not None
 
 
 @hookimpl
+@needed_when(has_budget)
 async def lich_before_model_call(
     run: RunInfo, usage: Usage, cost_usd: float | None
 ) -> Stop | None:

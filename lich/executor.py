@@ -15,7 +15,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +180,10 @@ class HookedToolRunner:
     :param emit: receives the ``approval_requested`` / ``approval_resolved`` events.
     :param grants: what ``session``/``always`` approvals granted (shared by the runs
         of an agent, kept per session); a fresh one by default.
+    :param before_execute: awaited with the call right before the executor runs it
+        (after every hook and approval): returning a result stops the call there,
+        with that result. A durable turn records ``tool_start`` in it
+        (:mod:`lich.turns`).
     """
 
     def __init__(
@@ -190,18 +194,21 @@ class HookedToolRunner:
         *,
         emit: Callable[[Event], None] | None = None,
         grants: ApprovalGrants | None = None,
+        before_execute: Callable[[ToolCall], Awaitable[ToolResult | None]] | None = None,
     ) -> None:
         self.executor = executor
+        self.before_execute = before_execute
         self.host = host
         self.run = run
         self.emit = emit or (lambda _event: None)
         self.grants = grants if grants is not None else ApprovalGrants()
         timeout = run.config.approval_timeout_s if run.config is not None else 300.0
         self.approval_timeout_s: float | None = timeout or None  # 0: wait for ever
-        self._before = host.has_impls("lich_before_tool_call") or host.has_impls(
-            "lich_check_tool_call"
+        # The tool hooks this run needs (lich.hooks.needed_when): none, no hook call.
+        self._before = host.needs("lich_before_tool_call", run.config) or host.needs(
+            "lich_check_tool_call", run.config
         )
-        self._after = host.has_impls("lich_after_tool_call")
+        self._after = host.needs("lich_after_tool_call", run.config)
 
     async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
         rewritten_by: tuple[str, ...] = ()
@@ -222,6 +229,10 @@ class HookedToolRunner:
                 if isinstance(approved, ToolOutcome):
                     return evolve(approved, rewritten_by=rewritten_by)
                 call = approved
+        if self.before_execute is not None:
+            stopped = await self.before_execute(call)
+            if stopped is not None:
+                return ToolOutcome(call, stopped, rewritten_by)
         result = await self.executor.execute(call, run=self.run, cancel=cancel)
         replaced_by = None
         if self._after:

@@ -9,8 +9,8 @@ approver (``lich_request_approval``) is shown and :class:`Approval` its answer;
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import pluggy
 from attrs import field, frozen
@@ -20,7 +20,7 @@ from lich.types import AssistantMessage, ToolCall, Usage
 if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import StoppedReason
-    from lich.tools import Tool
+    from lich.tools import Tool, ToolRegistry
 
 __all__ = [
     "PROJECT",
@@ -35,6 +35,7 @@ __all__ = [
     "Stop",
     "hookimpl",
     "hookspec",
+    "needed_when",
 ]
 
 PROJECT = "lich"
@@ -44,6 +45,37 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 
 hookimpl = pluggy.HookimplMarker(PROJECT)
 """Marks a plugin's hook implementation: ``@hookimpl`` above a ``lich_*`` function."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+#: The attribute :func:`needed_when` sets on a hook implementation.
+NEEDED_WHEN_ATTR = "lich_needed_when"
+
+
+def needed_when(predicate: Callable[[LichConfig], bool]) -> Callable[[_F], _F]:
+    """Declare that a per-turn hook implementation does nothing unless ``predicate(config)``.
+
+    For the hooks lich calls on every model call, tool call or event of a run
+    (``lich_before_model_call``, ``lich_price_call``, ``lich_before_tool_call``,
+    ``lich_check_tool_call``, ``lich_after_tool_call``, ``lich_event``): when
+    every implementation of such a hook is declared idle for a run's config, the
+    run does not call the hook at all — as if no plugin implemented it. A
+    plugin that is loaded but not configured then costs its runs nothing::
+
+        @hookimpl
+        @needed_when(lambda config: config.max_total_tokens is not None)
+        async def lich_before_model_call(run, usage, cost_usd): ...
+
+    It is a promise, not a filter: when another plugin's implementation is
+    needed, this one is called too and must answer as it would (``None``).
+    ``predicate`` is asked once per run (so it must be cheap and pure); one that
+    raises counts as needed.
+    """
+
+    def mark(function: _F) -> _F:
+        setattr(function, NEEDED_WHEN_ATTR, predicate)
+        return function
+
+    return mark
 
 
 @frozen
@@ -171,6 +203,13 @@ class RunInfo:
 
     ``config`` is the effective :class:`~lich.config.LichConfig`; a plugin
     finds its own settings in ``config.plugin_settings.get("<plugin name>")``.
+
+    ``tools`` is the :class:`~lich.tools.ToolRegistry` the run's calls are looked
+    up in — the very registry the executor runs them from, so
+    :meth:`tool` (``run.tool(call.name)``) is the :class:`~lich.tools.Tool` a call
+    will run, with its declarations (``read_only``, ``requires_approval``, its
+    schema). A hook reads it and must not change it. ``None`` where whoever built
+    the ``RunInfo`` gave none (code constructing one by hand).
     """
 
     run_id: str
@@ -178,12 +217,18 @@ class RunInfo:
     input: str
     work_dir: str
     config: LichConfig | None = field(default=None, eq=False, repr=False)
+    tools: ToolRegistry | None = field(default=None, eq=False, repr=False, kw_only=True)
 
     def settings_for(self, plugin_name: str) -> Mapping[str, Any]:
         """The ``[plugin_settings.<plugin_name>]`` table, or an empty mapping."""
         if self.config is None:
             return {}
         return self.config.plugin_settings.get(plugin_name, {})
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool registered as ``name`` in the run's :attr:`tools`, or ``None``
+        (no such tool, or no registry given)."""
+        return self.tools.get(name) if self.tools is not None else None
 
 
 @frozen

@@ -219,7 +219,8 @@ def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
 def lich_run_start(run: RunInfo) -> None:
     """A run begins: before the first model call.
 
-    :param run: run id, session id, the input, the work dir and the config.
+    :param run: run id, session id, the input, the work dir, the config and the
+        run's tool registry (``run.tools``).
 
     Observers: every implementation is called; one that raises or exceeds
     ``hook_timeout_s`` is logged and skipped.
@@ -293,7 +294,8 @@ def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | Rewrite
     or block it.
 
     :param call: the call, with the arguments as rewritten by earlier hooks.
-    :param run: the run it belongs to.
+    :param run: the run it belongs to; ``run.tool(call.name)`` is the tool the call
+        runs (``None`` if no tool has that name).
     :return: ``None`` to allow, :class:`lich.Rewrite` ``(args)`` to replace the
         arguments, :class:`lich.Ask` ``(reason)`` to run it only if a person
         approves, or :class:`lich.Block` ``(reason)`` to refuse.
@@ -336,7 +338,8 @@ def lich_request_approval(
     """Ask a person whether ``call`` may run: the front end's approver.
 
     :param call: the call, with the arguments the tool would receive.
-    :param run: the run it belongs to.
+    :param run: the run it belongs to; ``run.tool(call.name)`` is the tool the call
+        runs (``None`` if no tool has that name).
     :param reason: why approval is needed (the ``Ask`` reasons, joined).
     :param request: everything to show: the tool, a preview (a diff for a file
         write), the rules a ``session``/``always`` approval grants, the request's
@@ -372,7 +375,8 @@ def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
 
     :param call: the call with its final arguments, after every
         ``lich_before_tool_call`` rewrite.
-    :param run: the run it belongs to.
+    :param run: the run it belongs to; ``run.tool(call.name)`` is the tool the call
+        runs (``None`` if no tool has that name).
     :return: ``None`` to allow, :class:`lich.Ask` ``(reason)`` to run it only if a
         person approves, or :class:`lich.Block` ``(reason)`` to refuse.
 
@@ -406,7 +410,8 @@ def lich_after_tool_call(call: ToolCall, result: ToolResult, run: RunInfo) -> To
 
     :param call: the call with the arguments the tool actually received.
     :param result: the result so far (possibly replaced by an earlier hook).
-    :param run: the run it belongs to.
+    :param run: the run it belongs to; ``run.tool(call.name)`` is the tool the call
+        runs (``None`` if no tool has that name).
     :return: ``None`` to keep the result, or a :class:`lich.ToolResult` to
         replace it for the model and for later hooks.
 

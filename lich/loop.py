@@ -60,7 +60,9 @@ __all__ = [
     "LoopParams",
     "ToolOutcome",
     "ToolRunner",
+    "continue_conversation",
     "last_assistant",
+    "pending_tool_calls",
     "run_conversation",
     "seed_system_prompt",
     "unless_cancelled",
@@ -434,3 +436,68 @@ async def run_conversation(
                          f"max_turns: all {turns} turn{'s' if turns != 1 else ''} used"))
     emit(TurnEnd(params.max_turns))
     return outcome("budget", params.max_turns)
+
+
+def pending_tool_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """The tool calls of the last assistant message that have no result after it.
+
+    What a run that died in the middle of its tools leaves (the loop runs them in
+    order, so the calls without a result are the last ones).
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage):
+            answered = {m.tool_call_id for m in messages[index + 1:]
+                        if isinstance(m, ToolMessage)}
+            return [c for c in message.tool_calls if c.id not in answered]
+        if not isinstance(message, ToolMessage):
+            return []
+    return []
+
+
+async def continue_conversation(
+    deps: LoopDeps,
+    messages: Sequence[Message],
+    params: LoopParams,
+    *,
+    rerun: Callable[[ToolCall], bool],
+    interrupted_result: ToolResult,
+) -> LoopOutcome:
+    """Finish a turn an earlier run began and did not end, then run the loop on.
+
+    ``messages`` is the conversation as recorded, ending inside the turn. First
+    the calls of its last assistant message that have no result are settled, in
+    order, as turn 0: a call ``rerun`` allows runs (through ``deps.tools``, as
+    the loop would run it); any other gets ``interrupted_result``, without
+    running. Then, when the history already ends in an answer without tool
+    calls, that answer is the turn's: the outcome is ``final`` with no model
+    call. Otherwise :func:`run_conversation` goes on from there (with a fresh
+    ``max_turns``).
+    """
+    history = seed_system_prompt(messages, params.system_prompt)
+    cancel = params.cancel
+    pending = pending_tool_calls(history)
+    for call in pending:
+        deps.emit(ToolCallStart(0, call))
+        started = time.perf_counter()
+        if cancel is not None and cancel.cancelled:
+            ran = ToolOutcome(call, ToolResult.failure("cancelled"))
+        elif rerun(call):
+            ran = await deps.tools(call, cancel)
+        else:
+            ran = ToolOutcome(call, interrupted_result)
+        result_msg = ToolMessage(call.id, call.name, ran.result.to_content(), not ran.result.ok)
+        history.append(result_msg)
+        deps.on_message(result_msg)
+        deps.emit(ToolCallEnd(
+            0, ran.call, ran.result, duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            rewritten_by=ran.rewritten_by, blocked_by=ran.blocked_by, replaced_by=ran.replaced_by))
+    if cancel is not None and cancel.cancelled:
+        return LoopOutcome(tuple(history), last_assistant(history), None, 0, "aborted",
+                           Usage(), 0.0 if deps.price is not None else None)
+    last = history[-1] if history else None
+    if not pending and isinstance(last, AssistantMessage) and not last.tool_calls:
+        # The answer was recorded before the run stopped: it is the turn's answer.
+        return LoopOutcome(tuple(history), last, None, 0, "final", Usage(),
+                           0.0 if deps.price is not None else None)
+    return await run_conversation(deps, history, params)

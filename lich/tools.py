@@ -15,12 +15,13 @@ from __future__ import annotations
 import builtins
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 import attrs
-from attrs import field, frozen
+from attrs import Factory, field, frozen
 
 from lich import _schema
 from lich._lazy import lazy_exports
@@ -106,6 +107,14 @@ class Tool:
       follows its name (``command`` → shell, ``path``/``file`` → path, ``url`` →
       url, anything else text).
     * ``preview`` — a :data:`PreviewFn` showing the approver what the call does.
+
+    What a durable turn needs to know (``docs/tools.md``, ``docs/cluster.md``):
+
+    * ``idempotent`` — running the call again with the same arguments has no
+      effect beyond the first run's (reading, writing a whole file). A turn
+      resumed after its process died runs such a call again; a call of any other
+      tool that may have started is not run twice, and the model is told so.
+      Default: ``read_only``.
     """
 
     name: str
@@ -120,6 +129,8 @@ class Tool:
     primary_arg: str | None = field(default=None)
     primary_kind: PrimaryKind | None = None
     preview: PreviewFn | None = field(default=None, eq=False, repr=False)
+    # After read_only: its default is read_only's value.
+    idempotent: bool = field(default=Factory(lambda self: self.read_only, takes_self=True))
     is_async: bool = field(init=False, eq=False, repr=False)
 
     @primary_arg.validator
@@ -164,6 +175,7 @@ def tool(
     primary_arg: str | None = None,
     primary_kind: PrimaryKind | None = None,
     preview: PreviewFn | None = None,
+    idempotent: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -180,6 +192,7 @@ def tool(
     primary_arg: str | None = None,
     primary_kind: PrimaryKind | None = None,
     preview: PreviewFn | None = None,
+    idempotent: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
@@ -201,7 +214,8 @@ def tool(
     (the output), a :class:`ToolResult`, or anything JSON-able.
 
     ``read_only``, ``requires_approval``, ``primary_arg``, ``primary_kind`` and
-    ``preview`` are the :class:`Tool` fields approvals read. Usable bare
+    ``preview`` are the :class:`Tool` fields approvals read; ``idempotent`` (default:
+    ``read_only``) is what a resumed turn reads. Usable bare
     (``@tool``) or with options (``@tool(timeout_s=5, read_only=True)``)."""
 
     def build(func: Callable[..., Any]) -> Tool:
@@ -240,6 +254,7 @@ def tool(
             primary_arg=primary_arg,
             primary_kind=primary_kind,
             preview=preview,
+            idempotent=read_only if idempotent is None else idempotent,
         )
 
     return build(fn) if fn is not None else build
@@ -273,9 +288,18 @@ class ToolRegistry(Registry[Tool]):
         self._definitions: tuple[ToolDefinition, ...] | None = None
         self._filter: tuple[frozenset[str] | None, frozenset[str]] = (None, frozenset())
         self._refreshers: builtins.list[Callable[[], None]] = []
+        self._listeners: dict[object, Callable[[], None]] = {}
 
     def _changed(self) -> None:
         self._definitions = None
+        self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
+        for listener in list(self._listeners.values()):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not fail a registration
+                logging.getLogger("lich.tools").exception("a tool registry listener failed")
 
     def register(self, item: Tool) -> None:
         """Add ``item``; raises :class:`DuplicateToolError` if its name is taken."""
@@ -298,8 +322,7 @@ class ToolRegistry(Registry[Tool]):
         The loop asks before every model call, so a plugin's :meth:`add_refresher`
         callbacks run first: a tool list that changed since the last turn is in place
         before the model sees it."""
-        for refresh in self._refreshers:
-            refresh()
+        self.refresh()
         if self._definitions is None:
             self._definitions = tuple(t.definition() for t in self._items.values())
         return self._definitions
@@ -316,6 +339,35 @@ class ToolRegistry(Registry[Tool]):
         announcing a new list on another thread) applies the change with
         :meth:`replace_plugin`. It must be quick and must not raise."""
         self._refreshers.append(refresh)
+
+    def refresh(self) -> None:
+        """Run the :meth:`add_refresher` callbacks now, on the calling thread:
+        :meth:`definitions` does before every model call; a holder that serves the
+        tools without asking for definitions (``lich mcp serve``) does when
+        :meth:`refresh_wanted` tells it to."""
+        for refresh in self._refreshers:
+            refresh()
+
+    def refresh_wanted(self) -> None:
+        """Say, from any thread, that a refresher has a change to apply (an MCP server
+        announced a new tool list): every :meth:`add_listener` callback is called, so
+        a holder that does not call :meth:`definitions` by itself knows to call
+        :meth:`refresh`."""
+        self._tell_listeners()
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change of the tools (a registration, a
+        removal, :meth:`filter`, :meth:`replace_plugin`: once per change, on the
+        thread that made it) and at every :meth:`refresh_wanted` (on the thread that
+        called it). It must be quick, safe from any thread, and must not change the
+        registry; one that raises is logged. Returns the call that removes it."""
+        token = object()
+        self._listeners[token] = listener
+
+        def remove() -> None:
+            self._listeners.pop(token, None)
+
+        return remove
 
     def replace_plugin(self, plugin: str, tools: Iterable[Tool]) -> builtins.list[str]:
         """Replace everything ``plugin`` registered with ``tools``; returns the names

@@ -243,6 +243,8 @@ write_file_tool = Tool(
     primary_arg="path",
     primary_kind="path",
     preview=write_file_preview,
+    # The whole content each time: a second write of it leaves the file as the first did.
+    idempotent=True,
 )
 
 

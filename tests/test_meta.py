@@ -33,7 +33,7 @@ from lich import Block, ProviderConfig, Rewrite, ToolResult, hookspecs, tool
 from lich.config import BUILTIN_PLUGINS, ConfigError
 from lich.events import ToolCallEnd
 from lich.plugins import PluginHost
-from lich.testing import HookRecorder, Reply, ScriptedChat, ScriptRequest, make_test_config
+from lich.testing import HookRecorder, ScriptedChat, calls_responder, make_test_config
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -189,17 +189,6 @@ def test_lich_all_is_sorted_and_complete() -> None:
 # ===========================================================================
 
 
-def calls_then_answer(*calls: tuple[str, dict[str, Any]]) -> Callable[[ScriptRequest], Reply]:
-    def respond(request: ScriptRequest) -> Reply:
-        done = len(request.tool_results_since_user())
-        if done < len(calls):
-            name, args = calls[done]
-            return Reply(tool_calls=(ToolCall(f"c{done + 1}", name, args),))
-        return Reply("final answer")
-
-    return respond
-
-
 def tool_messages(messages: Sequence[Message]) -> list[ToolMessage]:
     return [m for m in messages if isinstance(m, ToolMessage)]
 
@@ -249,7 +238,7 @@ async def test_hook_lich_register_tools(tmp_path: Path) -> None:
 
     config = make_test_config(tmp_path, plugin_settings={"greeter": {"greeting": "hello"}},
                               tools_disabled=("wave",))
-    chat = ScriptedChat(responder=calls_then_answer(("greet", {"name": "ada"})))
+    chat = ScriptedChat(responder=calls_responder(("greet", {"name": "ada"})))
     agent = lich.Agent(config, plugins=[("greeter", Greeter()), ("broken", Broken())], chat=chat)
 
     assert seen == [{"greeting": "hello"}]
@@ -522,7 +511,7 @@ async def test_hook_lich_before_tool_call(tmp_path: Path) -> None:
                 raise ValueError("bug")
 
     events: list[ToolCallEnd] = []
-    chat = ScriptedChat(responder=calls_then_answer(
+    chat = ScriptedChat(responder=calls_responder(
         ("echo", {"text": "hi"}), ("echo", {"text": "stop"}), ("echo", {"text": "crash"})
     ))
     # Registered last = called first: crash, veto, upper... so register veto last of the two.
@@ -560,7 +549,7 @@ async def test_hook_lich_request_approval(tmp_path: Path) -> None:
             asked.append((reason, request.id, dict(call.args)))
             return lich.Approval(call.args["text"] != "no", message="not that")
 
-    chat = ScriptedChat(responder=calls_then_answer(
+    chat = ScriptedChat(responder=calls_responder(
         ("echo", {"text": "yes"}), ("echo", {"text": "no"})))
     agent = lich.Agent(make_test_config(tmp_path), chat=chat,
                        plugins=[("echo", Echo()), ("ask", Ask_()), ("person", Person())])
@@ -585,7 +574,7 @@ async def test_hook_lich_after_tool_call(tmp_path: Path) -> None:
             raise RuntimeError("observer bug")
 
     events: list[ToolCallEnd] = []
-    chat = ScriptedChat(responder=calls_then_answer(
+    chat = ScriptedChat(responder=calls_responder(
         ("echo", {"text": "my secret"}), ("echo", {"text": "plain"})
     ))
     agent = lich.Agent(
@@ -646,7 +635,7 @@ async def test_hook_lich_event(tmp_path: Path) -> None:
         def lich_event(self) -> None:
             raise RuntimeError("telemetry down")
 
-    chat = ScriptedChat(responder=calls_then_answer(("echo", {"text": "x"})))
+    chat = ScriptedChat(responder=calls_responder(("echo", {"text": "x"})))
     agent = lich.Agent(
         make_test_config(tmp_path),
         plugins=[("echo", Echo()), ("sync", SyncObserver()), ("async", AsyncObserver()),

@@ -19,16 +19,12 @@ get past a deny rule, and a rewrite cannot turn an allowed call into one that
 runs unasked.
 
 **Which tool a call is.** The rules read the tool's declarations (read-only,
-its primary argument), but hooks receive a call, not the tool. The plugin
-keeps the registry ``lich_register_tools`` hands it — the very object the
-agent's executor looks tools up in, final once the host has applied
-``tools_enabled``/``tools_disabled`` in place — under the config it was built
-for; a run's ``RunInfo.config`` is that config, so the call's name finds the
-tool the executor will run. Held weakly (an agent that is gone leaves nothing
-behind); a config shared by several agents is looked up in each of their
-registries, and where they disagree the stricter tool wins. A call whose tool
-is not found is judged by the rules and the mode alone (its primary argument
-guessed from the argument names, so that deny rules still apply).
+its primary argument), but hooks receive a call, not the tool: the plugin
+looks it up in the run's registry (``RunInfo.tool``), the very registry the
+executor runs the call from. A call whose tool is not found (or a ``RunInfo``
+built without a registry) is judged by the rules and the mode alone (its
+primary argument guessed from the argument names, so that deny rules still
+apply).
 """
 
 from __future__ import annotations
@@ -47,7 +43,6 @@ from lich.settings import each, one_of, setting, structure_settings
 if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.hooks import RunInfo
-    from lich.tools import Tool, ToolRegistry
     from lich.types import ToolCall
 
 __all__ = [
@@ -56,7 +51,6 @@ __all__ = [
     "lich_before_tool_call",
     "lich_check_config",
     "lich_check_tool_call",
-    "lich_register_tools",
 ]
 
 _RULES = each(parse_rule, what='an array of rules like "terminal(git status*)"')
@@ -91,29 +85,18 @@ def approval_settings(table: Mapping[str, Any] | None) -> ApprovalSettings:
 
 
 class _Known:
-    """What the plugin keeps for one config: its parsed settings and the registries
-    built for it (weakly)."""
+    """What the plugin keeps for one config: its parsed settings."""
 
     def __init__(self, settings: ApprovalSettings) -> None:
         self.settings = settings
-        self.registries: list[weakref.ref[ToolRegistry]] = []
-
-    def tool(self, name: str) -> Tool | None:
-        found: list[Tool] = []
-        for ref in self.registries:
-            registry = ref()
-            item = registry.get(name) if registry is not None else None
-            if item is not None and all(item is not f for f in found):
-                found.append(item)
-        if len(found) <= 1:
-            return found[0] if found else None
-        # Two agents on one config with different tools of this name: the strictest.
-        return min(found, key=lambda t: (not t.requires_approval, t.read_only))
+        # Built once: the RuleSet remembers which rules name which tool.
+        self.rules = settings.rules
 
 
 _lock = threading.Lock()
 _known: dict[int, tuple[weakref.ref[LichConfig], _Known]] = {}
 _DEFAULT = ApprovalSettings()
+_DEFAULT_RULES = _DEFAULT.rules
 
 
 def _forget(key: int) -> Any:
@@ -126,10 +109,11 @@ def _forget(key: int) -> Any:
 
 def _for_config(config: LichConfig) -> _Known:
     key = id(config)
-    with _lock:
-        entry = _known.get(key)
-        if entry is not None and entry[0]() is config:
-            return entry[1]
+    # Read without the lock (one dict lookup, atomic): this runs twice per tool call, and
+    # the lock only has to keep two writers from both inserting.
+    entry = _known.get(key)
+    if entry is not None and entry[0]() is config:
+        return entry[1]
     known = _Known(approval_settings(config.approvals))
     with _lock:
         entry = _known.get(key)
@@ -146,21 +130,19 @@ def lich_check_config(config: LichConfig) -> None:
     approval_settings(config.approvals)
 
 
-@hookimpl
-def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
-    """Register nothing: keep ``registry`` to know which tool a call is (see the module
-    docs)."""
-    known = _for_config(config)
-    with _lock:
-        known.registries = [r for r in known.registries if r() is not None]
-        known.registries.append(weakref.ref(registry))
-
-
-def _judge(run: RunInfo) -> tuple[ApprovalSettings, _Known | None]:
+def _answer(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+    """What both hooks answer: the rules of ``run``'s config applied to ``call``."""
     if run.config is None:
-        return _DEFAULT, None
-    known = _for_config(run.config)
-    return known.settings, known
+        rules, mode = _DEFAULT_RULES, _DEFAULT.mode
+    else:
+        known = _for_config(run.config)
+        rules, mode = known.rules, known.settings.mode
+    verdict = decide(rules, mode, call.name, call.args, run.tool(call.name), run.work_dir)
+    if verdict.action == "deny":
+        return Block(f"approval_rule: {verdict.reason}")
+    if verdict.action == "ask":
+        return Ask(verdict.reason)
+    return None
 
 
 @hookimpl
@@ -170,14 +152,7 @@ async def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | N
 
     ``async`` because it is quick and pure: on the event loop, not a worker thread.
     """
-    settings, known = _judge(run)
-    tool = known.tool(call.name) if known is not None else None
-    verdict = decide(settings.rules, settings.mode, call.name, call.args, tool, run.work_dir)
-    if verdict.action == "deny":
-        return Block(f"approval_rule: {verdict.reason}")
-    if verdict.action == "ask":
-        return Ask(verdict.reason)
-    return None
+    return _answer(call, run)
 
 
 @hookimpl
@@ -185,4 +160,4 @@ async def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | No
     """The rules again, on the final arguments: a later plugin's rewrite can get past
     neither a deny rule nor an ask (the same question in both phases is asked once).
     On arguments a person edited while approving, the core counts only the ``Block``."""
-    return await lich_before_tool_call(call, run)
+    return _answer(call, run)

@@ -350,6 +350,11 @@ def _covered(rules: Sequence[Rule], primary: Primary, subject: _Subject) -> Rule
 # --------------------------------------------------------------------- deciding
 
 
+# How many tool names a RuleSet remembers its rules for: the names of the tools an agent
+# has, and a few a model made up; past that, the rules are filtered on each call.
+_NAMES_CACHED = 256
+
+
 @frozen
 class RuleSet:
     """The ``[approvals]`` rules, parsed."""
@@ -357,6 +362,10 @@ class RuleSet:
     allow: tuple[Rule, ...] = ()
     ask: tuple[Rule, ...] = ()
     deny: tuple[Rule, ...] = ()
+    # tool name -> (deny, ask, allow) rules naming it: every call of a tool is judged
+    # with the same rules, so the glob matching of the names is done once per name.
+    _by_name: dict[str, tuple[tuple[Rule, ...], tuple[Rule, ...], tuple[Rule, ...]]] = field(
+        init=False, factory=dict, eq=False, repr=False)
 
     @classmethod
     def parse(cls, allow: Iterable[str] = (), ask: Iterable[str] = (),
@@ -364,6 +373,18 @@ class RuleSet:
         """Parse each list (:func:`parse_rule`; the first bad rule raises)."""
         return cls(tuple(map(parse_rule, allow)), tuple(map(parse_rule, ask)),
                    tuple(map(parse_rule, deny)))
+
+    def for_tool(self, name: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...], tuple[Rule, ...]]:
+        """The deny, ask and allow rules whose name matches ``name``, in order."""
+        found = self._by_name.get(name)
+        if found is None:
+            found = (tuple(_for_tool(self.deny, name)), tuple(_for_tool(self.ask, name)),
+                     tuple(_for_tool(self.allow, name)))
+            if len(self._by_name) < _NAMES_CACHED:
+                # A plain dict store: threads judging calls at once at worst compute the
+                # same entry twice.
+                self._by_name[name] = found
+        return found
 
 
 @frozen
@@ -383,7 +404,7 @@ def _for_tool(rules: Iterable[Rule], name: str) -> list[Rule]:
 def denying_rule(rules: RuleSet, name: str, args: Mapping[str, Any], tool: Tool | None,
                  work_dir: str) -> Rule | None:
     """The first deny rule that meets the call, or ``None``."""
-    deny = _for_tool(rules.deny, name)
+    deny = rules.for_tool(name)[0]
     if not deny:
         return None
     primary = primary_of(tool, args)
@@ -402,11 +423,13 @@ def decide(rules: RuleSet, mode: Mode, name: str, args: Mapping[str, Any],
     allow it. An explicit allow rule allows such a tool too: the declaration
     tightens the default, it does not override the person's rules.
     """
-    deny = _for_tool(rules.deny, name)
-    ask = _for_tool(rules.ask, name)
-    allow = _for_tool(rules.allow, name)
+    deny, ask, allow = rules.for_tool(name)
+    if not (deny or ask or allow):
+        # No rule names the tool: only its declarations and the mode decide, so its
+        # arguments are not read (no path resolved, no command line parsed).
+        return _default(mode, name, tool, "")
     primary = primary_of(tool, args)
-    subject = _subject(primary, args, work_dir) if deny or ask or allow else _Subject(None)
+    subject = _subject(primary, args, work_dir)
     for rule in deny:
         if _matches_any_part(rule, primary, subject):
             return Verdict("deny", f"denied by deny rule {rule}", rule)
@@ -416,9 +439,14 @@ def decide(rules: RuleSet, mode: Mode, name: str, args: Mapping[str, Any],
     covering = _covered(allow, primary, subject)
     if covering is not None:
         return Verdict("allow", f"allowed by rule {covering}", covering)
+    return _default(mode, name, tool, f"; {subject.problem}" if subject.problem and allow else "")
+
+
+def _default(mode: Mode, name: str, tool: Tool | None, unread: str) -> Verdict:
+    """The verdict for a call no rule meets (``unread``: why the allow rules could not
+    read its argument, for the reason)."""
     if tool is not None and tool.read_only:
         return Verdict("allow", f"{name} is read-only")
-    unread = f"; {subject.problem}" if subject.problem and allow else ""
     if mode == "deny-unlisted":
         return Verdict("deny", f"{name} is not allowed by any rule (mode deny-unlisted{unread})")
     if mode == "allow":

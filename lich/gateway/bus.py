@@ -58,8 +58,9 @@ from lich.gateway.approvals import ChatApprovals, Notify
 from lich.types import Message, SystemMessage, ToolMessage, Usage, UserMessage
 
 if TYPE_CHECKING:
-    from lich.agent import Agent
+    from lich.agent import Agent, RunResult
     from lich.gateway.config import GatewayConfig
+    from lich.turns import DurableTurn
 
 __all__ = [
     "BUDGET_TEXT",
@@ -477,6 +478,7 @@ class GatewayBus:
         *,
         on_event: EventHandler | None = None,
         notify: Notify | None = None,
+        turn: DurableTurn | None = None,
     ) -> BusReply:
         """Handle one message: wait for the conversation's turn, run the agent, answer.
 
@@ -484,6 +486,10 @@ class GatewayBus:
         :param notify: sends a message to the chat while the run goes on — how an
             approval request reaches the person; without it a call needing approval
             is denied (``approval_unavailable``).
+        :param turn: run it as a durable turn (:mod:`lich.turns`; a bus whose
+            messages outlive their process passes one). One with ``resume`` is
+            continued from its transcript: no command, budget check or new user
+            message, since all of that happened when it began.
 
         Never raises for a failed run (the reply is a sanitised ``error``);
         only cancellation of the calling task propagates.
@@ -491,7 +497,7 @@ class GatewayBus:
         admitted = self._admit(message)
         if isinstance(admitted, BusReply):
             return admitted
-        return await self._turn(admitted, message, on_event, notify)
+        return await self._turn(admitted, message, on_event, notify, turn)
 
     async def _turn(
         self,
@@ -499,13 +505,14 @@ class GatewayBus:
         message: InboundMessage,
         on_event: EventHandler | None,
         notify: Notify | None = None,
+        turn: DurableTurn | None = None,
     ) -> BusReply:
         """Run an admitted message in its conversation's turn (the pending count is released)."""
         try:
             async with conv.lock:
                 if self._closed:
                     return BusReply("closed", CLOSED_TEXT, conv.session_id)
-                return await self._handle_in_turn(conv, message, on_event, notify)
+                return await self._handle_in_turn(conv, message, on_event, notify, turn)
         except Exception as exc:  # e.g. the disk refused a reset: still a clean answer
             user_text, ref = sanitize_error(exc)
             log_event(log, logging.ERROR, "handle_failed", platform=message.platform,
@@ -521,15 +528,22 @@ class GatewayBus:
         message: InboundMessage,
         on_event: EventHandler | None,
         notify: Notify | None,
+        turn: DurableTurn | None = None,
     ) -> BusReply:
+        # The transcript as the durable turn's bus read it just before: not read again.
+        preloaded = turn.transcript if turn is not None else None
         if not conv.legacy_checked:
-            await asyncio.to_thread(self._adopt_legacy_transcript, conv)
+            if await asyncio.to_thread(self._adopt_legacy_transcript, conv):
+                preloaded = None
             conv.legacy_checked = True
+        if turn is not None and turn.resume is not None:
+            return await self._run(conv, message, message.text, on_event, notify, turn)
         text = message.text
         command = _COMMAND.match(text.strip())
         if command is not None:
             name, rest = command.group(1).lower(), (command.group(2) or "").strip()
             if name == "new":
+                preloaded = None
                 await self._reset(conv)
                 if not rest:
                     return BusReply("reset", RESET_TEXT, conv.session_id)
@@ -541,7 +555,7 @@ class GatewayBus:
                       chat=message.chat_id, session=conv.session_id, day=conv.spent_day,
                       spent=conv.spent_usd, limit=self.max_cost_usd_per_day)
             return BusReply("budget", BUDGET_TEXT, conv.session_id)
-        return await self._run(conv, message, text, on_event, notify)
+        return await self._run(conv, message, text, on_event, notify, turn, preloaded)
 
     async def _over_budget(self, conv: _Conversation) -> bool:
         """Whether the conversation has spent its budget for today (UTC)."""
@@ -590,8 +604,9 @@ class GatewayBus:
         conv.spent_usd = None if conv.spent_usd is None or cost is None else (
             conv.spent_usd + cost)
 
-    def _adopt_legacy_transcript(self, conv: _Conversation) -> None:
-        """Rename a transcript saved under the old, unkeyed id to the keyed one (once).
+    def _adopt_legacy_transcript(self, conv: _Conversation) -> bool:
+        """Rename a transcript saved under the old, unkeyed id to the keyed one (once);
+        whether it did.
 
         So a conversation started before ids were keyed resumes where it was;
         the guessable name disappears from the session directory.
@@ -600,20 +615,21 @@ class GatewayBus:
 
         sessions = self.agent.sessions
         if not isinstance(sessions, SessionStore):
-            return  # only JSONL files were ever written under the old names
+            return False  # only JSONL files were ever written under the old names
         old = sessions.path_for(legacy_session_id(*conv.key))
         new = sessions.path_for(conv.session_id)
         if not old.is_file() or new.exists():
-            return
+            return False
         try:
             # Runs of one conversation are serialised: nothing writes either name meanwhile.
             os.rename(old, new)
         except OSError as exc:
             log_event(log, logging.ERROR, "session_migration_failed", session=conv.session_id,
                       error=f"{type(exc).__name__}: {exc}")
-            return
+            return False
         log_event(log, logging.INFO, "session_migrated", platform=conv.key[0],
                   chat=conv.key[1], session=conv.session_id)
+        return True
 
     async def _reset(self, conv: _Conversation) -> None:
         conv.history = []
@@ -633,7 +649,8 @@ class GatewayBus:
         log_event(log, logging.INFO, "conversation_reset", platform=conv.key[0],
                   chat=conv.key[1], session=conv.session_id)
 
-    async def _load(self, conv: _Conversation) -> list[Message]:
+    async def _load(self, conv: _Conversation,
+                    preloaded: Sequence[Message] | None = None) -> list[Message]:
         sessions = self.agent.sessions
 
         def load() -> list[Message] | None:
@@ -642,12 +659,17 @@ class GatewayBus:
                 return None
             return sessions.history(conv.session_id)
 
-        try:
-            history = await asyncio.to_thread(load)
-        except (OSError, ValueError) as exc:
-            log_event(log, logging.ERROR, "session_unreadable", session=conv.session_id,
-                      error=f"{type(exc).__name__}: {exc}")
-            return []
+        if preloaded is not None:
+            from lich.sessions import repair_dangling_tool_calls
+
+            history = repair_dangling_tool_calls(preloaded) if preloaded else None
+        else:
+            try:
+                history = await asyncio.to_thread(load)
+            except (OSError, ValueError) as exc:
+                log_event(log, logging.ERROR, "session_unreadable", session=conv.session_id,
+                          error=f"{type(exc).__name__}: {exc}")
+                return []
         if history is None:
             return []
         log_event(log, logging.INFO, "conversation_resumed", platform=conv.key[0],
@@ -661,21 +683,35 @@ class GatewayBus:
         text: str,
         on_event: EventHandler | None,
         notify: Notify | None = None,
+        turn: DurableTurn | None = None,
+        preloaded: Sequence[Message] | None = None,
     ) -> BusReply:
-        if conv.history is None or not self.keep_history:
-            conv.history = await self._load(conv)
+        resume = turn.resume if turn is not None else None
+        if resume is not None:
+            # The unfinished turn as recorded (its tool calls without results kept: the
+            # agent settles them), capped like any history.
+            conv.history = cap_history(resume.messages, self.history_cap)
+        elif conv.history is None or not self.keep_history:
+            conv.history = await self._load(conv, preloaded)
         token = CancelToken()
         self._tokens.add(token)
         started = time.perf_counter()
         try:
             with self.approvals.conversation(conv.session_id, message, notify):
-                result = await self.agent.run(
-                    text,
-                    history=list(conv.history),
-                    session_id=conv.session_id,
-                    cancel=token,
-                    on_event=on_event,
-                )
+                result: RunResult
+                if resume is not None:
+                    result = await self.agent.continue_turn(
+                        conv.history, conv.session_id, token, on_event,
+                        interrupted=resume.started_calls, turn=turn)
+                else:
+                    result = await self.agent.run(
+                        text,
+                        history=list(conv.history),
+                        session_id=conv.session_id,
+                        cancel=token,
+                        on_event=on_event,
+                        turn=turn,
+                    )
         except Exception as exc:
             user_text, ref = sanitize_error(exc)
             log_event(log, logging.ERROR, "run_failed", platform=message.platform,

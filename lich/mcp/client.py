@@ -507,6 +507,9 @@ class McpRuntime:
         self.connections = {s.name: _Connection(s, self) for s in settings.enabled()}
         self._changed: set[str] = set()
         self._changed_lock = threading.Lock()
+        #: Called (on the runtime's loop) after a server's tool list changed: how the
+        #: registry holding these tools is told a refresh is wanted.
+        self.on_tools_changed: Callable[[], None] | None = None
         self._closed = False
         self._background: set[asyncio.Future[Any]] = set()
 
@@ -554,6 +557,8 @@ class McpRuntime:
         """A server's tool list changed (called on the runtime's loop)."""
         with self._changed_lock:
             self._changed.add(server)
+        if self.on_tools_changed is not None:
+            self.on_tools_changed()
 
     def take_changes(self) -> set[str]:
         """The servers whose tools changed since the last call (any thread)."""

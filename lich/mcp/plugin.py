@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from lich.hooks import hookimpl
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import click
 
     from lich.config import LichConfig
@@ -90,6 +92,19 @@ def lich_check_config(config: LichConfig) -> None:
     parse_mcp_settings(config.mcp)
 
 
+def _refresh_wanted_of(registry: ToolRegistry) -> Callable[[], None]:
+    """``registry.refresh_wanted``, holding the registry weakly: the runtime is kept
+    (in ``_RUNTIMES``) for as long as the registry lives, and must not keep it alive."""
+    ref = weakref.ref(registry)
+
+    def wanted() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.refresh_wanted()
+
+    return wanted
+
+
 @hookimpl
 def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
     """Start the configured servers and register their tools."""
@@ -111,6 +126,7 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
     toolset = McpToolset(runtime, registry, registry.current_plugin or "mcp")
     toolset.register()
     registry.add_refresher(toolset.refresh)
+    runtime.on_tools_changed = _refresh_wanted_of(registry)
     failed = [s for s in runtime.states() if s.status != "connected"]
     for state in failed:
         registry.warn(f"mcp server {state.name!r} is unavailable: {state.error}")

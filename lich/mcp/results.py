@@ -11,7 +11,9 @@
 And what a server's tool annotations mean for approvals: they come from an
 untrusted server, so they may only *tighten* — ``readOnlyHint`` never makes a
 tool ``read_only``, while a tool that is destructive (``destructiveHint``, or by
-the protocol's default when it says nothing) asks before every call.
+the protocol's default when it says nothing) asks before every call. ``idempotentHint``
+is taken as the tool's ``idempotent`` (a resumed turn runs such a call again rather
+than telling the model it was interrupted).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from lich.guards import truncate_text
 from lich.types import ToolResult
 
-__all__ = ["map_result", "requires_approval"]
+__all__ = ["is_idempotent", "map_result", "requires_approval"]
 
 
 def _size(data: str) -> str:
@@ -95,3 +97,14 @@ def requires_approval(tool: Any) -> bool:
     if notes.destructive_hint is True:
         return True
     return notes.destructive_hint is None and notes.read_only_hint is not True
+
+
+def is_idempotent(tool: Any) -> bool:
+    """Whether a server's tool is ``idempotent`` in lich: its ``idempotentHint`` is true.
+
+    Only the explicit hint counts (the protocol's default is ``false``; ``readOnlyHint``
+    alone does not imply it, as it does not make a tool ``read_only``): a tool wrongly
+    called idempotent could run twice when a turn is resumed after a crash.
+    """
+    notes = getattr(tool, "annotations", None)
+    return notes is not None and getattr(notes, "idempotent_hint", None) is True

@@ -9,7 +9,9 @@ approvals, the executor's limits, after-hooks — and is seen by ``lich_event``
 plugins as ``tool_call_start`` / ``tool_call_end``. No approver is registered,
 so a call a before-hook answers :class:`lich.Ask` for is denied, as in a
 one-shot run. Nothing is written to a transcript: the client keeps its own
-conversation.
+conversation. When the served tools change (a plugin replaces its tools; an
+MCP server of lich's own config re-lists its), the client is told
+(:class:`ToolListNotifier`).
 
 stdout carries the protocol and nothing else (:func:`protocol_streams`): the
 process's descriptors 0 and 1 are taken for the wire before any plugin is
@@ -24,6 +26,7 @@ Imports the MCP SDK (the ``mcp`` extra): imported only when the command runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -36,8 +39,9 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, cast
 
 import mcp_types as types
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from lich import __version__
 from lich._threads import run_in_daemon_thread
@@ -58,14 +62,17 @@ from lich.types import ProviderError, ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
+    from mcp.server.session import ServerSession
 
     from lich.agent import Agent
     from lich.tools import Tool
 
 __all__ = [
+    "NOTIFY_TOOL_CHANGES",
     "SERVER_NAME",
     "ServedTools",
     "ServingSession",
+    "ToolListNotifier",
     "build_server",
     "call_result",
     "mcp_tool",
@@ -103,7 +110,9 @@ class ServedTools:
         return sorted(self.names - {t.name for t in self.agent.tools.list()})
 
     def list(self) -> list[Tool]:
-        """The served tools, in registration order."""
+        """The served tools, in registration order, after the registry's refreshers
+        applied any change a plugin has waiting (as before a model call)."""
+        self.agent.tools.refresh()
         return [t for t in self.agent.tools.list() if self.names is None or t.name in self.names]
 
     def get(self, name: str) -> Tool | None:
@@ -125,7 +134,8 @@ def _plain(value: Any) -> Any:
 def mcp_tool(item: Tool) -> types.Tool:
     """The MCP definition of a lich tool: name, description, input schema and the
     hints clients show (``readOnlyHint``; ``destructiveHint`` for a tool that is not
-    read-only, since lich cannot tell an additive one from a destructive one)."""
+    read-only, since lich cannot tell an additive one from a destructive one;
+    ``idempotentHint`` from :attr:`~lich.tools.Tool.idempotent`)."""
     schema = _plain(item.parameters)
     if not isinstance(schema, dict):
         schema = {}
@@ -138,6 +148,7 @@ def mcp_tool(item: Tool) -> types.Tool:
         annotations=types.ToolAnnotations(
             read_only_hint=item.read_only,
             destructive_hint=None if item.read_only else True,
+            idempotent_hint=item.idempotent,
         ),
     )
 
@@ -159,6 +170,86 @@ def call_result(result: ToolResult) -> types.CallToolResult:
     return types.CallToolResult(content=blocks, is_error=True)
 
 
+# ------------------------------------------------------- tool-list changes
+
+
+class ToolListNotifier:
+    """Tells the client when the served tools change (the ``tools.listChanged``
+    capability).
+
+    :meth:`run` listens to the agent's registry (:meth:`ToolRegistry.add_listener
+    <lich.tools.ToolRegistry.add_listener>`): a plugin replacing its tools, or one
+    saying a change is waiting (an MCP server of lich's own config that re-listed
+    its tools, :meth:`~lich.tools.ToolRegistry.refresh_wanted`). Each time, it
+    refreshes the registry and compares the served definitions with what the client
+    was last given; when they differ the client is told, once per change, the way
+    its protocol era hears of it: ``notifications/tools/list_changed`` on the
+    connection (the initialize handshake; sent once the client made a request, which
+    is what gives the server the connection's channel), and a ``ToolsListChanged``
+    event on the ``subscriptions/listen`` streams it opened (2026-07-28).
+    """
+
+    def __init__(self, tools: ServedTools) -> None:
+        self.tools = tools
+        self.bus = InMemorySubscriptionBus()
+        #: The ``subscriptions/listen`` handler the server serves.
+        self.listen = ListenHandler(self.bus)
+        self._session: ServerSession | None = None
+        self._known = self.definitions()
+
+    def definitions(self) -> list[types.Tool]:
+        """The served tools' MCP definitions, as ``tools/list`` answers them."""
+        return [mcp_tool(t) for t in self.tools.list()]
+
+    def seen(self, ctx: ServerRequestContext[Any],
+             listed: list[types.Tool] | None = None) -> None:
+        """A request came (``listed``: a ``tools/list`` answered with these): keep its
+        connection's channel for the notification; the client knows ``listed``."""
+        self._session = ctx.session
+        if listed is not None:
+            self._known = listed
+
+    async def run(self) -> None:
+        """Notify on every change until cancelled."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def changed() -> None:  # any thread: the registry's or an MCP runtime's
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:
+                pass  # the loop is closed: serving is over
+
+        remove = self.tools.agent.tools.add_listener(changed)
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                try:
+                    await self._compare()
+                except Exception:  # a bug here must not end the serving; the next change retries
+                    log.exception("checking whether the served tools changed failed")
+        finally:
+            remove()
+
+    async def _compare(self) -> None:
+        # A replace_plugin is many changes in a row: their wake-ups came before this
+        # task runs, so they are one comparison (and one notification).
+        current = self.definitions()
+        if current == self._known:
+            return
+        self._known = current
+        log.info("the served tools changed (%d now): telling the client", len(current))
+        await self.bus.publish(ToolsListChanged())
+        if self._session is not None:
+            # On a 2026-07-28 connection the SDK drops this one (its clients hear of
+            # changes on their listen streams only).
+            try:
+                await self._session.send_tool_list_changed()
+            except Exception as exc:  # the client is gone: nothing to tell
+                log.info("could not tell the client its tools changed: %s", exc)
+
+
 # ---------------------------------------------------------------- a session
 
 
@@ -175,7 +266,7 @@ class ServingSession:
         self.tools = tools
         config = agent.config
         self.run = RunInfo(uuid.uuid4().hex[:12], agent.sessions.new_id(), "",
-                           config.work_dir, config)
+                           config.work_dir, config, tools=agent.tools)
         self.cancel = CancelToken()
         self.emitter = RunEmitter(self.run.run_id, self.run.session_id)
         if agent.host.has_impls("lich_event"):
@@ -248,18 +339,26 @@ class ServingSession:
         await self.agent.host.drain_events()
 
 
-def build_server(session: ServingSession) -> Server[Any]:
+def build_server(session: ServingSession,
+                 notifier: ToolListNotifier | None = None) -> Server[Any]:
     """The low-level MCP server answering ``tools/list`` and ``tools/call`` for
-    ``session``."""
+    ``session``; with ``notifier``, ``subscriptions/listen`` too (see
+    :class:`ToolListNotifier`; start it with :data:`NOTIFY_TOOL_CHANGES`)."""
 
     async def list_tools(
-        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[mcp_tool(t) for t in session.tools.list()])
+        if notifier is None:
+            return types.ListToolsResult(tools=[mcp_tool(t) for t in session.tools.list()])
+        tools = notifier.definitions()
+        notifier.seen(ctx, tools)
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(
-        _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if notifier is not None:
+            notifier.seen(ctx)
         return call_result(await session.call(params.name, params.arguments))
 
     return Server(
@@ -268,7 +367,14 @@ def build_server(session: ServingSession) -> Server[Any]:
         instructions="lich's tools, run in lich's work dir through its plugins' hooks.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_subscriptions_listen=notifier.listen if notifier is not None else None,
     )
+
+
+#: The initialization options' notification flags of a server with a notifier: the
+#: ``tools.listChanged`` capability of the initialize handshake (on 2026-07-28
+#: connections the SDK derives it from ``subscriptions/listen`` being served).
+NOTIFY_TOOL_CHANGES = NotificationOptions(tools_changed=True)
 
 
 # ------------------------------------------------------------ the wire
@@ -449,7 +555,8 @@ async def serve_stdio(agent: Agent, tools: ServedTools, reader: IO[bytes],
         client closed the connection.
     """
     session = ServingSession(agent, tools)
-    server = build_server(session)
+    notifier = ToolListNotifier(tools)
+    server = build_server(session, notifier)
     requests = _WireReader(reader)
     responses = _WireWriter(writer, on_gone=requests.stop)
     stopped_by: list[str] = []
@@ -458,15 +565,23 @@ async def serve_stdio(agent: Agent, tools: ServedTools, reader: IO[bytes],
         log.info("%s: stopping the MCP server", name)
         stopped_by.append(name)
         session.cancel.cancel()
+        notifier.listen.close()  # the listen streams end gracefully, not mid-event
         requests.stop()
 
     restore = _on_signals(stop)
     error: str | None = None
     try:
         await session.start()
-        async with stdio_server(stdin=cast("Any", requests),
-                                stdout=cast("Any", responses)) as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        watching = asyncio.ensure_future(notifier.run())
+        try:
+            async with stdio_server(stdin=cast("Any", requests),
+                                    stdout=cast("Any", responses)) as (read, write):
+                await server.run(read, write,
+                                 server.create_initialization_options(NOTIFY_TOOL_CHANGES))
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         raise

@@ -19,7 +19,7 @@ from lich.context import schema_tokens
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS
 from lich.mcp.client import McpRuntime, ServerState
 from lich.mcp.naming import mcp_tool_name
-from lich.mcp.results import requires_approval
+from lich.mcp.results import is_idempotent, requires_approval
 from lich.tools import Tool, ToolContext, ToolRegistry
 from lich.types import ToolResult
 
@@ -95,6 +95,7 @@ def build_entries(runtime: McpRuntime, states: list[ServerState]
                 # Annotations come from the server: they may ask for approval, never
                 # waive it (readOnlyHint is not trusted to mean read_only).
                 requires_approval=requires_approval(remote),
+                idempotent=is_idempotent(remote),
             )))
     return entries, problems
 

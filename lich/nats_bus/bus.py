@@ -28,9 +28,17 @@ conversation's transcript, answered with an error, and acknowledged. The turn
 itself is the in-process bus's (``local``): the transcript, ``/new``, the
 history cap and sanitised errors are exactly the single-process gateway's.
 
-A turn is acknowledged before its reply is sent, so a consumer dying between
-the two loses that reply (the turn is in the transcript); one dying during a
-turn has the message run again by another consumer, from the start.
+Turns are durable (:mod:`lich.turns`) when transcripts are kept: before
+running a message the consumer reads its conversation's transcript for the
+message's admission id. A turn that ended is not run again — its recorded
+reply is sent (unless ``reply_sent`` says it was); one that started is
+continued from the transcript (:meth:`lich.Agent.continue_turn`). Each turn
+records ``turn_start`` before its first model call, ``tool_start`` before a
+call that is not idempotent, ``turn_end`` with the reply, then the reply goes
+to the ingress, ``reply_sent`` is recorded once the ingress confirmed it, and
+only then is the message acknowledged (why this order: ``_process``). A run
+cancelled at shutdown is handed back (``nak``), with no ``turn_end``, to a
+consumer that continues it.
 """
 
 from __future__ import annotations
@@ -80,6 +88,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
+from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
 
 if TYPE_CHECKING:
@@ -120,6 +129,9 @@ _RECENT_REPLIES = 1024
 _REPLY_GRACE_S = 10.0
 #: How long a reply is sent again while its ingress does not answer (reconnecting).
 _REPLY_RETRY_S = 60.0
+#: How much of that the partition waits for (then the message is acknowledged, and the
+#: retries go on in the background).
+_REPLY_INLINE_S = 10.0
 
 
 class _Waiter:
@@ -242,6 +254,8 @@ class NatsBus:
         self._slots = asyncio.Semaphore(self.concurrency)
         self._slot_freed = asyncio.Event()
         self._replies: set[asyncio.Task[None]] = set()
+        #: Ingresses that did not answer a reply in time, and until when they count as away.
+        self._unreachable: dict[str, float] = {}
         self._leases_kv: KeyValue | None = None
         self._leases: list[NatsLease] = []
         self._drained = False
@@ -421,11 +435,14 @@ class NatsBus:
     async def drain(self, grace_s: float) -> bool:
         """Close, let runs finish within ``grace_s``, cancel the rest, disconnect.
 
-        A run cancelled here ends ``aborted`` as in the in-process bus (its message is
-        acknowledged and the user told). Messages waiting in the stream stay there for
-        the next consumer. Replies this process waits for from other consumers get
-        what is left of ``grace_s``; those still missing then are answered ``closed``
-        (their messages stay in the stream and run later).
+        A run cancelled here is handed back (``nak``, no ``turn_end``): the next
+        consumer continues it from its transcript and answers its ingress. One this
+        process admitted itself ends ``aborted`` as in the in-process bus (recorded,
+        acknowledged and the user told): no one could answer it here afterwards.
+        Messages waiting in the stream stay there for the next consumer. Replies this
+        process waits for from other consumers get what is left of ``grace_s``; those
+        still missing then are answered ``closed`` (their messages stay in the stream
+        and run later).
         """
         self.close()
         if self._drained:
@@ -697,6 +714,24 @@ class NatsBus:
         # broker: the single-process nats gateway pays no reply round trip.
         waiter = (self._waiters.get(admission)
                   if reply_to == self._reply_subject(admission) else None)
+        session_id = self.session_id_for(inbound.platform, inbound.chat_id)
+        turn: DurableTurn | None = None
+        if self._durable:
+            state = await self._read_turn(session_id, admission, fields)
+            if state is None:
+                # The transcript cannot be read (the store is away): running blind could
+                # run the turn twice. Hand it back; after max_deliver it is given up.
+                await self._nak(msg, self.settings.heartbeat_every_s)
+                return
+            if state.state in ("answered", "ended"):
+                await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
+                return
+            if state.state == "running":
+                log_event(log, logging.WARNING, "turn_resumed", **fields,
+                          started_calls=len(state.started_calls))
+                turn = DurableTurn(admission, resume=state)
+            else:
+                turn = DurableTurn(admission, transcript=state.messages)
         forwarder: _EventForwarder | None = None
         on_event: EventHandler | None = None
         if waiter is not None:
@@ -709,21 +744,153 @@ class NatsBus:
         elif data.get("events") and self._nc is not None:
             forwarder = on_event = _EventForwarder(self._nc, reply_to)
         try:
-            reply = await self.local.handle(inbound, on_event=on_event)
+            reply = await self.local.handle(inbound, on_event=on_event, turn=turn)
         finally:
             if forwarder is not None:
                 await forwarder.close()
-        if reply.kind == "closed":
-            # This process stopped before the turn began: hand it back, at once, to
-            # the next consumer (another worker, or this one's successor).
-            with contextlib.suppress(Exception):
-                await msg.nak()
+        if reply.kind == "closed" or (reply.kind == "aborted" and waiter is None):
+            # This process stopped before the turn began ("closed"), or while it ran
+            # (cancelled at shutdown: "aborted", no turn_end written): hand it back, at
+            # once, to the next consumer, which continues it from its transcript and
+            # answers the ingress that waits for it. A message this process admitted
+            # itself has nobody left to answer once it stops: that turn ends "aborted"
+            # (recorded and answered below), as in the single-process gateway.
+            log_event(log, logging.INFO, "handed_back", **fields, reply=reply.kind)
+            await self._nak(msg)
             return
+        # The order that loses nothing and duplicates least (docs/cluster.md, "Durable
+        # turns"): turn_end is stored before the reply leaves, so a consumer dying after it
+        # has the reply resent, not the turn run again; reply_sent is stored once the
+        # ingress confirmed it has the reply, and only then is the message acknowledged, so
+        # a consumer dying before the ack has nothing sent again. What remains: dying
+        # between the ingress's confirmation and reply_sent resends a reply the ingress
+        # already has (it answers each admission once, so the user does not see it twice).
+        if turn is not None and turn.started:
+            await turn.end(reply.kind, reply.text)
+            if turn.stale:
+                # Another consumer claimed the conversation (this one stalled past
+                # ack_wait; found by a write during the run or by turn_end's): the message
+                # is the other one's now. Nothing is sent or acknowledged from here.
+                log_event(log, logging.WARNING, "turn_lost", **fields)
+                return
+        delivered = await self._deliver(admission, reply_to, reply, waiter, fields)
+        if delivered and turn is not None and turn.started:
+            await turn.reply_sent()
         await self._ack(msg, fields)
+
+    @property
+    def _durable(self) -> bool:
+        """Whether turns are durable: there is a transcript to record them in."""
+        return self.local.agent.config.persist_sessions
+
+    async def _read_turn(self, session_id: str, admission: str,
+                         fields: Mapping[str, Any]) -> TurnRecords | None:
+        """What the conversation's transcript says of ``admission`` (``None``: unreadable)."""
+        sessions = self.local.agent.sessions
+
+        def read() -> TurnRecords:
+            if not sessions.exists(session_id):
+                return find_turn((), admission)
+            contents = sessions.read(session_id)
+            return find_turn(contents.records, admission, contents.messages)
+
+        try:
+            return await asyncio.to_thread(read)
+        except (OSError, ValueError) as exc:
+            log_event(log, logging.ERROR, "session_unreadable", **fields, session=session_id,
+                      error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def _finish_recorded(self, msg: Msg, state: TurnRecords, session_id: str,
+                               reply_to: str, waiter: _Waiter | None,
+                               fields: Mapping[str, Any]) -> None:
+        """A message whose turn ended already (a redelivery, or the same message admitted
+        again): its recorded reply is sent when it may not have been, never run again."""
+        assert state.reply is not None
+        if state.reply_sent:
+            # Answered before. Nothing for the user (no text: platforms send nothing);
+            # an ingress that admitted this copy anew stops waiting for it, and one that
+            # does not wait (a redelivery of what it answered) drops it.
+            log_event(log, logging.INFO, "reply_already_sent", **fields)
+            await self._ack(msg, fields)
+            await self._deliver(state.admission, reply_to,
+                                BusReply("duplicate", "", session_id), waiter, fields)
+            return
+        run_id = state.reply.get("run_id")
+        reply = BusReply(str(state.reply["kind"]), str(state.reply.get("text", "")),  # type: ignore[arg-type]
+                         session_id, None, run_id if isinstance(run_id, str) else None)
+        log_event(log, logging.WARNING, "reply_resent", **fields, reply=reply.kind)
+        if await self._deliver(state.admission, reply_to, reply, waiter, fields):
+            await self._record_reply_sent(session_id, state.admission, fields)
+        await self._ack(msg, fields)
+
+    async def _record_reply_sent(self, session_id: str, admission: str,
+                                 fields: Mapping[str, Any]) -> None:
+        """``reply_sent`` for a reply resent without a run (a writer of its own)."""
+        sessions = self.local.agent.sessions
+
+        def record() -> None:
+            writer = sessions.open(session_id)
+            try:
+                writer.append("meta", event=REPLY_SENT, admission=admission)
+            finally:
+                writer.close()
+
+        try:
+            await asyncio.to_thread(record)
+        except OSError as exc:
+            log_event(log, logging.ERROR, "reply_sent_unrecorded", **fields,
+                      error=f"{type(exc).__name__}: {exc}")
+
+    async def _deliver(self, admission: str, reply_to: str, reply: BusReply,
+                       waiter: _Waiter | None, fields: Mapping[str, Any]) -> bool:
+        """Hand ``reply`` to the ingress that admitted its message; whether it confirmed.
+
+        A waiter of this process is answered directly. Another ingress gets a request it
+        answers, sent again while it does not, for up to ``_REPLY_INLINE_S`` while the
+        partition waits; an ingress still silent then (gone, or reconnecting) gets the
+        rest of ``_REPLY_RETRY_S`` in the background — and for a while, replies to it go
+        there at once, so a dead ingress does not hold up a partition per message.
+        """
         if waiter is not None:
             self._resolve(admission, reply)
-        else:
-            await self._send_reply(reply_to, reply, fields)
+            return True
+        nc = self._nc
+        if nc is None:
+            return False
+        body = json.dumps({"type": "reply", "reply": _reply_to_dict(reply)},
+                          ensure_ascii=False).encode()
+        loop = asyncio.get_running_loop()
+        ingress = reply_to.rsplit(".", 2)[-2] if reply_to.count(".") >= 2 else reply_to
+        now = loop.time()
+        if self._unreachable.get(ingress, 0.0) <= now:
+            if await self._request_reply(nc, reply_to, body, now + _REPLY_INLINE_S):
+                self._unreachable.pop(ingress, None)
+                return True
+            self._unreachable[ingress] = loop.time() + _REPLY_RETRY_S
+            while len(self._unreachable) > _RECENT_REPLIES:
+                self._unreachable.pop(next(iter(self._unreachable)))
+        task = asyncio.create_task(self._deliver_reply(nc, reply_to, body, fields),
+                                   name="lich-nats-reply")
+        self._replies.add(task)
+        task.add_done_callback(self._replies.discard)
+        return False
+
+    async def _request_reply(self, nc: Client, reply_to: str, body: bytes,
+                             deadline: float) -> bool:
+        """Send the reply until the ingress answers or ``deadline``; whether it answered."""
+        loop = asyncio.get_running_loop()
+        delay = 0.1
+        while True:
+            try:
+                await nc.request(reply_to, body, timeout=min(
+                    self.settings.publish_timeout_s, max(0.1, deadline - loop.time())))
+                return True
+            except Exception:  # no responder yet, timeout, reconnecting
+                if loop.time() + delay > deadline or nc.is_closed:
+                    return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def _heartbeat(self, msg: Msg, fields: Mapping[str, Any]) -> None:
         """Tell the broker the turn is alive, so it keeps the message past ``ack_wait``."""
@@ -736,6 +903,20 @@ class NatsBus:
                 log_event(log, logging.WARNING, "heartbeat_failed", **fields,
                           error=f"{type(exc).__name__}: {exc}")
 
+    async def _nak(self, msg: Msg, delay: float | None = None) -> None:
+        """Hand the message back to the next consumer (``delay``: not before then).
+
+        Flushed: a stopping process closes its connection next, and a nak still in
+        its buffer then would leave the message to ``ack_wait`` instead.
+        """
+        try:
+            await msg.nak(delay=delay)
+            if self._nc is not None:
+                await self._nc.flush(timeout=max(1, round(self.settings.publish_timeout_s)))
+        except Exception as exc:  # the broker redelivers it after ack_wait all the same
+            log_event(log, logging.WARNING, "nak_failed",
+                      error=f"{type(exc).__name__}: {exc}")
+
     async def _ack(self, msg: Msg, fields: Mapping[str, Any]) -> None:
         try:
             # Confirmed: the broker has removed the message before its reply goes out.
@@ -745,64 +926,48 @@ class NatsBus:
             log_event(log, logging.ERROR, "ack_failed", **fields,
                       error=f"{type(exc).__name__}: {exc}")
 
-    async def _send_reply(self, reply_to: str, reply: BusReply,
-                          fields: Mapping[str, Any]) -> None:
-        """Send the reply to the ingress that admitted the message, in the background.
-
-        Sent as a request that the ingress answers, and sent again until it does (up
-        to ``_REPLY_RETRY_S``): a reply published while that ingress is reconnecting
-        (the broker restarted) would otherwise be lost. The partition does not wait.
-        """
-        if self._nc is None:
-            return
-        body = json.dumps({"type": "reply", "reply": _reply_to_dict(reply)},
-                          ensure_ascii=False).encode()
-        task = asyncio.create_task(self._deliver_reply(self._nc, reply_to, body, fields),
-                                   name="lich-nats-reply")
-        self._replies.add(task)
-        task.add_done_callback(self._replies.discard)
-
     async def _deliver_reply(self, nc: Client, reply_to: str, body: bytes,
                              fields: Mapping[str, Any]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _REPLY_RETRY_S
-        delay = 0.1
-        while True:
-            try:
-                await nc.request(reply_to, body, timeout=self.settings.publish_timeout_s)
-                return
-            except Exception as exc:  # no responder yet, timeout, reconnecting
-                if loop.time() + delay > deadline or nc.is_closed:
-                    log_event(log, logging.ERROR, "reply_failed", **fields,
-                              error=f"{type(exc).__name__}: {exc}")
-                    return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        """The rest of a reply's retries, in the background (the partition moved on)."""
+        deadline = asyncio.get_running_loop().time() + _REPLY_RETRY_S - _REPLY_INLINE_S
+        if not await self._request_reply(nc, reply_to, body, deadline):
+            log_event(log, logging.ERROR, "reply_failed", **fields,
+                      error=f"the ingress did not answer within {_REPLY_RETRY_S:g} s")
 
     async def _give_up(self, msg: Msg, inbound: InboundMessage, reply_to: str,
                        admission: str, fields: Mapping[str, Any]) -> None:
-        """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop."""
+        """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop.
+
+        Its turn ends there: ``delivery_failed`` and a ``turn_end`` with the error reply
+        are recorded (a copy admitted again gets that reply, not another attempt), then
+        the reply, ``reply_sent`` and the ack follow in the order of any turn.
+        """
         session_id = self.session_id_for(inbound.platform, inbound.chat_id)
         log_event(log, logging.ERROR, "delivery_failed", **fields, session=session_id,
                   max_deliver=self.settings.max_deliver)
+        reply = BusReply("error", GAVE_UP_TEXT.format(n=self.settings.max_deliver), session_id)
         agent = self.local.agent
+        recorded = False
         if agent.config.persist_sessions:
             def record() -> None:
                 writer = agent.sessions.open(session_id)
                 try:
                     writer.append("meta", event="delivery_failed", source="gateway",
                                   admission=admission, deliveries=fields["delivery"])
+                    writer.append("meta", event=TURN_END, admission=admission,
+                                  reply={"kind": reply.kind, "text": reply.text,
+                                         "run_id": None})
                 finally:
                     writer.close()
 
             try:
                 await asyncio.to_thread(record)
+                recorded = True
             except Exception as exc:
                 log_event(log, logging.ERROR, "delivery_failure_unrecorded", **fields,
                           error=f"{type(exc).__name__}: {exc}")
+        waiter = (self._waiters.get(admission)
+                  if reply_to == self._reply_subject(admission) else None)
+        if await self._deliver(admission, reply_to, reply, waiter, fields) and recorded:
+            await self._record_reply_sent(session_id, admission, fields)
         await self._ack(msg, fields)
-        reply = BusReply("error", GAVE_UP_TEXT.format(n=self.settings.max_deliver), session_id)
-        if reply_to == self._reply_subject(admission):
-            self._resolve(admission, reply)
-        else:
-            await self._send_reply(reply_to, reply, fields)

@@ -222,7 +222,11 @@ class Tracing:
         run.attached.append((span, token))
 
     def _leave(self, run: _Run, span: Span) -> None:
-        if not any(s is span for s, _ in run.attached):
+        attached = run.attached
+        if attached and attached[-1][0] is span:  # the usual case: the innermost span
+            otel_context.detach(attached.pop()[1])  # type: ignore[arg-type]
+            return
+        if not any(s is span for s, _ in attached):
             return
         while run.attached:
             held, token = run.attached.pop()

@@ -47,7 +47,7 @@ from urllib.parse import unquote, urlsplit
 
 from attrs import frozen
 
-from lich.hooks import hookimpl
+from lich.hooks import hookimpl, needed_when
 from lich.otel._plan import ExportPlan, RunStartInfo
 from lich.settings import ConfigError, between, non_empty, one_of, setting, structure_settings, url
 
@@ -277,21 +277,25 @@ class OtelPlugin:
         with self._lock:
             if self._tracing is not None or self._off:
                 return self._tracing
-            from opentelemetry import trace
-
-            from lich.otel._tracing import Tracing, build_provider
-
             if self._given is not None:
+                from lich.otel._tracing import Tracing
+
                 self._tracing = Tracing(self._given, flush_timeout_s=settings.flush_timeout_s)
                 return self._tracing
             # The first run's settings set up the export for the process (one config
-            # per process is the rule; /model keeps the config's [otel]).
+            # per process is the rule; /model keeps the config's [otel]). Decided before
+            # anything of OpenTelemetry is imported: switched off (exporter "none",
+            # OTEL_SDK_DISABLED), the plugin never loads the SDK.
             plan, problems = export_plan(settings, self.environ)
             if problems:
                 raise ConfigError(problems)
             if not plan.exporters:
                 self._off = True
                 return None
+            from opentelemetry import trace
+
+            from lich.otel._tracing import Tracing, build_provider
+
             provider = build_provider(plan)
             if self._install_global and isinstance(trace.get_tracer_provider(),
                                                    trace.ProxyTracerProvider):
@@ -299,6 +303,17 @@ class OtelPlugin:
             self._tracing = Tracing(provider, flush_timeout_s=plan.flush_timeout_s)
             self._tracing.shutdown_at_exit()
             return self._tracing
+
+    def records(self, config: LichConfig) -> bool:
+        """Whether runs on ``config`` get spans: ``False`` when the export is switched
+        off (exporter ``"none"``, ``OTEL_SDK_DISABLED``), so that they need no event
+        hook (see :func:`lich.hooks.needed_when`)."""
+        if self._given is not None or self._tracing is not None:
+            return True
+        if self._off:
+            return False
+        plan, problems = export_plan(load_settings(config), self.environ)
+        return bool(plan.exporters or problems)
 
     @hookimpl
     def lich_run_start(self, run: RunInfo) -> None:
@@ -376,6 +391,7 @@ def lich_run_start(run: RunInfo) -> None:
 
 
 @hookimpl
+@needed_when(_PLUGIN.records)
 def lich_event(event: Envelope) -> None:
-    """Turn the run's events into spans."""
+    """Turn the run's events into spans (not called when the export is switched off)."""
     _PLUGIN.lich_event(event)

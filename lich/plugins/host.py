@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import logging
 import os
 import weakref
 from collections.abc import Callable, Collection, Mapping
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from lich.hooks import NEEDED_WHEN_ATTR
 from lich.plugins.calling import HookCaller
 from lich.plugins.loading import PluginLoader
 
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
     from lich.types import ChatFn, Provider
 
 __all__ = ["PluginHost"]
+
+# The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
+log = logging.getLogger("lich.plugins")
 
 
 class PluginHost(PluginLoader, HookCaller):
@@ -95,6 +100,26 @@ class PluginHost(PluginLoader, HookCaller):
         if all(ref() != undo for ref in live):
             live.append(weakref.WeakMethod(undo))
         self._undo = live
+
+    def needs(self, hook_name: str, config: LichConfig | None) -> bool:
+        """Whether a run on ``config`` must call ``hook_name``: some plugin implements it
+        and has not declared itself idle for ``config`` (:func:`lich.hooks.needed_when`).
+
+        Asked once per run for each per-turn hook; a declaration that raises counts
+        as needed (the hook is called, and answers for itself).
+        """
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            predicate = getattr(impl.function, NEEDED_WHEN_ATTR, None)
+            if predicate is None or config is None:
+                return True
+            try:
+                if predicate(config):
+                    return True
+            except Exception as exc:
+                log.warning("the needed_when of %s of plugin %s failed (it is called): %s",
+                            hook_name, impl.plugin_name, self._describe(exc))
+                return True
+        return False
 
     def register_tools(self, registry: ToolRegistry, config: LichConfig) -> None:
         """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole."""

@@ -59,6 +59,53 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         )
         """,
     )),
+    (2, (
+        # What `lich sessions list` shows as the cost, kept by every run_end append as
+        # the JSONL listing sums it (lich.sessions.session_cost): the sum of the runs'
+        # cost_usd, unknown (NULL) before the first run_end and for good once one run's
+        # cost was unknown.
+        """
+        ALTER TABLE lich_sessions
+            ADD COLUMN cost_usd     double precision,
+            ADD COLUMN cost_unknown boolean NOT NULL DEFAULT false
+        """,
+        # The sessions recorded before: summed from their run_end records, in seq order
+        # (the same float sum as the JSONL store's). A record that is not valid JSON, or
+        # whose cost no double holds, is skipped, as the JSONL listing skips a torn line.
+        """
+        DO $$
+        DECLARE
+            r    record;
+            doc  jsonb;
+            cost double precision;
+        BEGIN
+            FOR r IN SELECT session_id, record FROM lich_records
+                      WHERE kind = 'meta' AND record LIKE '%run_end%'
+                      ORDER BY session_id, seq
+            LOOP
+                BEGIN
+                    doc := r.record::jsonb;
+                    IF jsonb_typeof(doc) <> 'object' OR doc->>'event' IS DISTINCT FROM 'run_end'
+                    THEN
+                        CONTINUE;
+                    END IF;
+                    cost := CASE WHEN jsonb_typeof(doc->'cost_usd') = 'number'
+                                 THEN (doc->>'cost_usd')::double precision END;
+                EXCEPTION WHEN others THEN
+                    CONTINUE;
+                END;
+                IF cost IS NULL OR cost < 0 THEN
+                    UPDATE lich_sessions SET cost_unknown = true
+                     WHERE session_id = r.session_id;
+                ELSE
+                    UPDATE lich_sessions SET cost_usd = coalesce(cost_usd, 0) + cost
+                     WHERE session_id = r.session_id;
+                END IF;
+            END LOOP;
+        END
+        $$
+        """,
+    )),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -66,6 +66,7 @@ from lich.sessions import (
     encode_record,
     is_valid_session_id,
     repair_dangling_tool_calls,
+    run_cost,
     sanitize,
 )
 from lich.types import Message
@@ -135,7 +136,11 @@ _APPEND = """
                size = size + %(size)s,
                title = coalesce(title, %(title)s::text),
                status = coalesce(%(status)s::text, status),
-               answered = CASE WHEN %(reset)s THEN false ELSE answered OR %(answered)s END
+               answered = CASE WHEN %(reset)s THEN false ELSE answered OR %(answered)s END,
+               cost_usd = CASE WHEN %(ended)s
+                               THEN coalesce(cost_usd, 0) + coalesce(%(cost)s::float8, 0)
+                               ELSE cost_usd END,
+               cost_unknown = cost_unknown OR (%(ended)s AND %(cost)s::float8 IS NULL)
          WHERE session_id = %(sid)s AND epoch = %(epoch)s AND next_seq = %(seq)s
      RETURNING session_id
     )
@@ -149,9 +154,9 @@ _APPEND = """
 
 def _summary(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """What an append changes in the session row, as :func:`lich.sessions` derives the
-    title and the last run's status from a file."""
-    title = status = None
-    reset = answered = False
+    title, the last run's status and the runs' cost from a file."""
+    title = status = cost = None
+    reset = answered = ended = False
     if kind == "message":
         message = fields.get("message")
         role = message.get("role") if isinstance(message, dict) else None
@@ -167,7 +172,9 @@ def _summary(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
             status, reset = "open", True
         elif fields.get("event") == "run_end":
             status = str(fields.get("stopped_reason") or "")
-    return {"title": title, "status": status, "reset": reset, "answered": answered}
+            ended, cost = True, run_cost(fields)
+    return {"title": title, "status": status, "reset": reset, "answered": answered,
+            "ended": ended, "cost": cost}
 
 
 class _Op:
@@ -362,12 +369,13 @@ class PostgresStore:
     def list(self) -> builtins.list[SessionInfo]:
         """Every session with records, newest first (one row each; no record is read)."""
         rows = self.run("listing sessions", lambda conn, _r: conn.execute(
-            "SELECT session_id, coalesce(title, ''), modified, size, status, answered "
+            "SELECT session_id, coalesce(title, ''), modified, size, status, answered, "
+            "CASE WHEN cost_unknown THEN NULL ELSE cost_usd END "
             "FROM lich_sessions WHERE next_seq > 1 "
             "ORDER BY modified DESC, session_id DESC").fetchall())
-        return [SessionInfo(sid, None, title, modified, size, status, answered,
+        return [SessionInfo(sid, None, title, modified, size, status, answered, cost,
                             location=self.location(sid))
-                for sid, title, modified, size, status, answered in rows]
+                for sid, title, modified, size, status, answered, cost in rows]
 
     def resolve(self, ref: str) -> str:
         """An id, ``latest``, or the start of exactly one id."""

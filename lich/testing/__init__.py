@@ -8,6 +8,8 @@ use it on installs without the test extra). What it gives you:
   (OpenAI, Anthropic and Ollama wire dialects, streaming or not), for
   end-to-end runs through a real provider;
 * :class:`HookRecorder` — a plugin that records every run-time hook call;
+* :class:`AskFor` / :class:`ScriptedApprover` — an approval policy and a scripted
+  approver, to test either side of an approval;
 * :func:`make_test_config` — a config rooted in a temporary directory;
 * :func:`child_venv` — a virtualenv that sees the running one's packages, to
   install a plugin distribution into;
@@ -18,10 +20,12 @@ The pytest fixtures (``lich_scripted_server``, ``lich_agent_factory``,
 ``lich_hook_recorder``) are in :mod:`lich.testing.plugin`, which pytest
 loads by itself. The modules: :mod:`~lich.testing.scripted` (steps, the model,
 responders), :mod:`~lich.testing.dialects` (wire formats),
-:mod:`~lich.testing.server` (HTTP), :mod:`~lich.testing.helpers`. See
+:mod:`~lich.testing.server` (HTTP), :mod:`~lich.testing.helpers`,
+:mod:`~lich.testing.approvals`. See
 ``docs/testing.md``.
 """
 
+from lich.testing.approvals import AskFor, ScriptedApprover
 from lich.testing.dialects import DIALECTS, Dialect
 from lich.testing.helpers import HookRecorder, child_venv, make_test_config
 from lich.testing.scripted import (
@@ -32,6 +36,7 @@ from lich.testing.scripted import (
     ScriptedModel,
     ScriptRequest,
     Step,
+    calls_responder,
     demo_responder,
     echo_responder,
     tool_loop_responder,
@@ -42,18 +47,21 @@ from lich.testing.wait import DEFAULT_TIMEOUT_S, WaitTimeout, async_wait_for, wa
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "DIALECTS",
+    "AskFor",
     "Dialect",
     "Fail",
     "HookRecorder",
     "Reply",
     "Responder",
     "ScriptRequest",
+    "ScriptedApprover",
     "ScriptedChat",
     "ScriptedModel",
     "ScriptedServer",
     "Step",
     "WaitTimeout",
     "async_wait_for",
+    "calls_responder",
     "child_venv",
     "demo_responder",
     "echo_responder",

@@ -266,6 +266,26 @@ def tool_loop_responder(
     return respond
 
 
+def calls_responder(*calls: tuple[str, Mapping[str, Any]], final: str = "final answer"
+                    ) -> Responder:
+    """Per conversation: the ``(tool, args)`` calls, one per reply, in order; then
+    ``final``.
+
+    Like :func:`tool_loop_responder`, stateless (it counts the tool results since the
+    latest user message): each new user message starts the calls again.
+    """
+    script = [(name, dict(args)) for name, args in calls]
+
+    def respond(request: ScriptRequest) -> Step:
+        done = len(request.tool_results_since_user())
+        if done < len(script):
+            name, args = script[done]
+            return Reply(tool_calls=(ToolCall(f"c{done + 1}", name, dict(args)),))
+        return Reply(final)
+
+    return respond
+
+
 def echo_responder(prefix: str = "You said: ") -> Responder:
     """Answer every request with ``prefix`` and the latest user message.
 

@@ -148,7 +148,7 @@ def test_mode_deny_unlisted_denies_what_no_rule_allows(tmp_path: Path) -> None:
 def test_the_hook_answers_ask_with_the_reason(tmp_path: Path) -> None:
     config = _config(tmp_path, mode="allow", ask=["read_file(private/*)"])
     agent = Agent(config, chat=ScriptedChat(["x"]), plugins=[("markers", _Tools(tmp_path))])
-    run = RunInfo("r", "s", "go", str(tmp_path), agent.config)
+    run = RunInfo("r", "s", "go", str(tmp_path), agent.config, tools=agent.tools)
 
     async def answer(name: str, args: dict[str, Any]) -> Any:
         return await approvals.lich_before_tool_call(ToolCall("c", name, args), run)
@@ -168,18 +168,22 @@ def test_the_hook_answers_ask_with_the_reason(tmp_path: Path) -> None:
 
 
 class _RewriteLate:
-    """Rewrites every terminal command after the approvals plugin judged it."""
+    """Rewrites every terminal command to ``command`` after the approvals plugin
+    judged it (``trylast``: the last before-hook)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
 
     @hookimpl(trylast=True)
     def lich_before_tool_call(self, call: ToolCall) -> Rewrite | None:
         if call.name == "terminal":
-            return Rewrite({"command": "touch denied"})
+            return Rewrite({"command": self.command})
         return None
 
 
 def test_a_deny_rule_holds_against_a_later_rewrite(tmp_path: Path) -> None:
     config = _config(tmp_path, allow=["terminal"], deny=["terminal(touch denied*)"])
-    results = _run(config, [_term("touch fine")], plugins=[("late", _RewriteLate())])
+    results = _run(config, [_term("touch fine")], plugins=[("late", _RewriteLate("touch denied"))])
     assert not (tmp_path / "denied").exists()
     assert not (tmp_path / "fine").exists()
     assert "approval_rule: denied by deny rule terminal(touch denied*)" in results[0].content
@@ -191,8 +195,8 @@ def test_the_check_hook_judges_the_final_arguments_as_the_before_hook_does(
     import asyncio
 
     config = _config(tmp_path, deny=["write_file(.github/*)"], allow=["write_file(src/*)"])
-    Agent(config, chat=ScriptedChat(["x"]))
-    run = RunInfo("r", "s", "go", str(tmp_path), config)
+    agent = Agent(config, chat=ScriptedChat(["x"]))
+    run = RunInfo("r", "s", "go", str(tmp_path), config, tools=agent.tools)
 
     def check(name: str, args: dict[str, Any]) -> Block | Ask | None:
         return asyncio.run(approvals.lich_check_tool_call(ToolCall("c", name, args), run))
@@ -203,21 +207,11 @@ def test_the_check_hook_judges_the_final_arguments_as_the_before_hook_does(
     assert check("terminal", {"command": "rm -rf /"}) == Ask("terminal needs approval (mode ask)")
 
 
-class _RewriteToUnlisted:
-    """After the approvals plugin allowed ``git status``, makes it something else."""
-
-    @hookimpl(trylast=True)
-    def lich_before_tool_call(self, call: ToolCall) -> Rewrite | None:
-        if call.name == "terminal":
-            return Rewrite({"command": "touch sneaky"})
-        return None
-
-
 def test_a_later_rewrite_cannot_make_an_allowed_call_run_unasked(tmp_path: Path) -> None:
     """The before-hook allowed ``git status``; a ``trylast`` plugin rewrote it after; the
     check-hook asks about what will really run — and with no one to ask, it does not."""
     config = _config(tmp_path, allow=["terminal(git status*)"])
-    results = _run(config, [_term("git status")], plugins=[("late", _RewriteToUnlisted())])
+    results = _run(config, [_term("git status")], plugins=[("late", _RewriteLate("touch sneaky"))])
     assert not (tmp_path / "sneaky").exists()
     assert "approval_unavailable" in results[0].content
 
@@ -254,13 +248,15 @@ def test_the_gateway_defaults_to_deny_unlisted(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-def test_tools_are_found_in_the_registry_of_their_agent(tmp_path: Path) -> None:
-    """Two agents on one config with different tools of one name: the stricter one
-    decides; an agent that is gone leaves nothing behind."""
+def test_the_tool_of_a_call_is_the_one_in_the_runs_registry(tmp_path: Path) -> None:
+    """Two agents on one config with different tools of one name: each run is judged by
+    the tool its own agent would run; a RunInfo without a registry by the mode alone."""
     loose = Tool("twin", "t", {"type": "object", "properties": {}},
                  lambda a, c: ToolResult.success(""))
     strict = Tool("twin", "t", {"type": "object", "properties": {}},
                   lambda a, c: ToolResult.success(""), requires_approval=True)
+    watched = Tool("twin", "t", {"type": "object", "properties": {}},
+                   lambda a, c: ToolResult.success(""), read_only=True)
 
     class Offer:
         def __init__(self, item: Tool) -> None:
@@ -270,17 +266,32 @@ def test_tools_are_found_in_the_registry_of_their_agent(tmp_path: Path) -> None:
         def lich_register_tools(self, registry: Any) -> None:
             registry.register(self.item)
 
-    config = _config(tmp_path, mode="allow")
-    run = RunInfo("r", "s", "go", str(tmp_path), config)
-    first = Agent(config, chat=ScriptedChat(["x"]), plugins=[("offer", Offer(loose))])
     import asyncio
 
-    call = ToolCall("c", "twin", {})
-    assert asyncio.run(approvals.lich_before_tool_call(call, run)) is None
-    second = Agent(config, chat=ScriptedChat(["x"]), plugins=[("offer", Offer(strict))])
-    assert isinstance(asyncio.run(approvals.lich_before_tool_call(call, run)), Ask)
-    del first, second, run
+    def judge(config: LichConfig, item: Tool | None) -> Block | Ask | None:
+        tools = None
+        if item is not None:
+            tools = Agent(config, chat=ScriptedChat(["x"]), plugins=[("offer", Offer(item))]).tools
+        run = RunInfo("r", "s", "go", str(tmp_path), config, tools=tools)
+        return asyncio.run(approvals.lich_before_tool_call(ToolCall("c", "twin", {}), run))
+
+    allow = _config(tmp_path, mode="allow")
+    assert judge(allow, loose) is None
+    assert judge(allow, strict) == Ask("twin needs approval (the tool requires approval)")
+    assert judge(allow, loose) is None  # the strict agent on this config changed nothing
+    ask = _config(tmp_path)
+    assert judge(ask, watched) is None  # read-only: allowed in mode ask
+    assert judge(ask, None) == Ask("twin needs approval (mode ask)")  # not found: the mode
+
+
+def test_the_plugin_keeps_nothing_of_a_config_that_is_gone(tmp_path: Path) -> None:
+    import asyncio
+
+    config = _config(tmp_path, mode="allow")
+    run = RunInfo("r", "s", "go", str(tmp_path), config)
+    asyncio.run(approvals.lich_before_tool_call(ToolCall("c", "twin", {}), run))
     key = id(config)
-    del config
+    assert key in approvals._known
+    del config, run
     gc.collect()
     assert key not in approvals._known

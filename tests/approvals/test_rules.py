@@ -419,6 +419,22 @@ def test_names_glob(server: str, tool: str, deleting: bool) -> None:
     assert not parse_rule("mcp__*").names(f"x{name}")
 
 
+def test_one_rule_set_judges_many_names_the_same_as_a_fresh_one() -> None:
+    # A RuleSet remembers which of its rules name a tool; the answers stay those of a
+    # fresh set for every name, also past the names it remembers and on a second look.
+    rules = RuleSet.parse(allow=["mcp__*"], ask=["mcp__*__write_*"], deny=["mcp__*__delete_*"])
+    names = [f"mcp__s{i}__{verb}_x" for i in range(200) for verb in ("read", "write", "delete")]
+    expected = {"read": "allow", "write": "ask", "delete": "deny"}
+    for _ in range(2):
+        for name in names:
+            fresh = RuleSet.parse(allow=["mcp__*"], ask=["mcp__*__write_*"],
+                                  deny=["mcp__*__delete_*"])
+            got = decide(rules, "deny-unlisted", name, {}, None, "/w")
+            assert got == decide(fresh, "deny-unlisted", name, {}, None, "/w")
+            assert got.action == expected[name.split("__")[2].split("_")[0]]
+    assert decide(rules, "deny-unlisted", "other", {}, None, "/w").action == "deny"
+
+
 # ---------------------------------------------------------------- suggestions
 
 

@@ -191,6 +191,32 @@ def test_b7_mcp() -> None:
         result["lich_per_call_s"]["median"] / result["direct_per_call_s"]["median"])
 
 
+def test_b8_plugins() -> None:
+    from bench.b8_plugins import PER_TURN_HOOKS, VARIANTS
+
+    result, tables = run_one("b8", quick=True)
+    _check_common(result, tables)
+    reps, turns = SUITE["b8"][2]["reps"], SUITE["b8"][2]["turns"]
+    runs = result["runs"]
+    assert set(runs) == set(VARIANTS)
+    for name, e in runs.items():
+        assert len(e["cpu_samples_s"]) == reps
+        assert all(_positive(x) for x in e["cpu_samples_s"])
+        _check_summary(e["cpu_per_turn_s"], reps)
+        assert set(e["hooks"]) <= set(PER_TURN_HOOKS)
+        if name != "plain":
+            extra = [(a - b) / turns for a, b in zip(e["cpu_samples_s"],
+                                                      runs["plain"]["cpu_samples_s"], strict=True)]
+            assert e["cpu_extra_per_turn_s"]["median"] == pytest.approx(statistics.median(extra))
+    # What each variant calls per turn: nothing for the plugins that are not configured.
+    assert runs["plain"]["hooks"] == runs["idle plugins"]["hooks"] == []
+    assert runs["approvals"]["hooks"] == ["lich_before_tool_call", "lich_check_tool_call"]
+    assert runs["prices+budget"]["hooks"] == ["lich_before_model_call", "lich_price_call"]
+    assert runs["otel+prices"]["hooks"] == ["lich_price_call", "lich_event"]
+    assert {t["name"].split(":")[0] for t in result["targets"]} == {
+        "B8 approvals", "B8 otel+prices"}
+
+
 def test_b9_cluster() -> None:
     from bench.b9_cluster import BASELINE, SIDES
     from lich.testing.postgres import PostgresUnavailable, find_binaries

@@ -12,12 +12,11 @@ import struct
 import subprocess
 import termios
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lich.testing import Reply, ScriptRequest, wait_for
-from lich.types import ToolCall
+from lich.testing import ScriptRequest, wait_for
 
 from .conftest import lich_command
 
@@ -73,20 +72,6 @@ def write_plugin(work: Path) -> Path:
     path = work / "asking.py"
     path.write_text(PLUGIN, encoding="utf-8")
     return path
-
-
-def calls_then_answer(*calls: tuple[str, dict[str, Any]],
-                      answer: str = "all done") -> Callable[[ScriptRequest], Reply]:
-    """Each user message: the ``calls`` one after the other, then ``answer``."""
-
-    def respond(request: ScriptRequest) -> Reply:
-        done = len(request.tool_results_since_user())
-        if done < len(calls):
-            name, args = calls[done]
-            return Reply(tool_calls=(ToolCall(f"c{done + 1}", name, args),))
-        return Reply(answer)
-
-    return respond
 
 
 def tool_results(requests: Sequence[ScriptRequest]) -> list[str]:

@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 from lich.sessions import SessionStore
-from lich.testing import Reply, ScriptRequest, wait_for
+from lich.testing import Reply, ScriptRequest, calls_responder, wait_for
 from lich.types import ToolCall
 
 from .approval_terminal import (
     Terminal,
-    calls_then_answer,
     terminal_env,
     tool_results,
     write_plugin,
@@ -52,7 +51,7 @@ def terminals() -> Iterator[Any]:
 def setup(work: Path, scripted: Any, *calls: tuple[str, dict[str, Any]],
           extra: str = "", answer: str = "all done") -> Any:
     plugin = write_plugin(work)
-    server = scripted(responder=calls_then_answer(*calls, answer=answer))
+    server = scripted(responder=calls_responder(*calls, final=answer))
     write_config(work, server.base_url, plugins=["openai_compat", str(plugin)], extra=extra)
     return server
 
@@ -360,8 +359,8 @@ def test_the_default_plugins_ask_before_write_file_and_show_its_diff(
 ) -> None:
     """No test plugin: the builtin approvals plugin asks, the builtin tool previews."""
     (work / "notes.md").write_text("first\nsecond\n", encoding="utf-8")
-    server = scripted(responder=calls_then_answer(
-        ("write_file", {"path": "notes.md", "content": "first\nchanged\n"})))
+    server = scripted(responder=calls_responder(
+        ("write_file", {"path": "notes.md", "content": "first\nchanged\n"}), final="all done"))
     write_config(work, server.base_url)  # the default plugins
 
     term = terminals("edit the notes", cwd=work)

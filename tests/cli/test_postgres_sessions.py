@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lich.postgres.schema import SCHEMA_VERSION
 from lich.testing.postgres import PostgresCluster
 
 from .conftest import run_lich, write_config
@@ -98,9 +99,9 @@ def test_a_run_and_migrate_as_real_processes(pg_work: Path, scripted: Any,
     listed = run_lich("sessions", "list", "--json", cwd=pg_work, env=env)
 
     assert migrated.returncode == 0, migrated.stderr
-    assert "schema migrated from version 0 to 1" in migrated.stdout
+    assert f"schema migrated from version 0 to {SCHEMA_VERSION}" in migrated.stdout
     assert again.returncode == 0
-    assert "schema version 1, up to date" in again.stdout
+    assert f"schema version {SCHEMA_VERSION}, up to date" in again.stdout
     assert ran.returncode == 0, ran.stderr
     assert "hello from the model" in ran.stdout
     assert [s["title"] for s in json.loads(listed.stdout)] == ["say hello"]
@@ -174,3 +175,25 @@ def test_config_show_masks_a_dsn_and_validate_checks_the_store(
     extra = lich("config", "validate")
     assert extra.exit_code == 2
     assert "$.session_store.directory: the jsonl store takes no settings" in extra.stderr
+
+
+def test_sessions_list_shows_the_cost_as_for_session_files(
+        pg_work: Path, lich: Any, scripted: Any) -> None:
+    """Priced runs in one postgres session: `sessions list` and its `--json` show their
+    summed cost, as they do for the JSONL store (tests/cli/test_cost.py)."""
+    from .test_cost import priced_config, tool_then_answer
+
+    server = scripted(responder=tool_then_answer)
+    priced_config(pg_work, server.base_url, extra=STORE)
+    first = lich("look around")
+    assert first.exit_code == 0, first.stderr
+    sid = json.loads(lich("sessions", "list", "--json").stdout)[0]["session_id"]
+    again = lich("--resume", sid, "again")
+    assert again.exit_code == 0, again.stderr
+
+    listed = lich("sessions", "list")
+    assert listed.exit_code == 0, listed.stderr
+    assert "$0.1600" in listed.stdout
+    (entry,) = json.loads(lich("sessions", "list", "--json").stdout)
+    assert entry["cost_usd"] == pytest.approx(0.16)
+    assert not list((pg_work / ".lich" / "sessions").glob("*.jsonl"))

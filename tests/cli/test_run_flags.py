@@ -13,8 +13,9 @@ import jsonschema
 import pytest
 
 from lich.executor import APPROVAL_UNAVAILABLE
+from lich.testing import calls_responder
 
-from .approval_terminal import calls_then_answer, tool_results, write_plugin
+from .approval_terminal import tool_results, write_plugin
 from .conftest import SCHEMA_PATH, json_lines, lich_command, write_config
 
 NOTE_A = ("note", {"path": "a.txt", "text": "new line"})
@@ -23,7 +24,7 @@ LOCKED = ("note", {"path": "locked.txt", "text": "x"})
 
 def setup(work: Path, scripted: Any, *calls: tuple[str, dict[str, Any]]) -> Any:
     plugin = write_plugin(work)
-    server = scripted(responder=calls_then_answer(*calls))
+    server = scripted(responder=calls_responder(*calls))
     write_config(work, server.base_url, plugins=["openai_compat", str(plugin)])
     return server
 
@@ -166,7 +167,7 @@ def test_tools_can_enable_a_tool_the_config_leaves_out(
     work: Path, scripted: Any, lich: Any
 ) -> None:
     plugin = write_plugin(work)
-    server = scripted(responder=calls_then_answer())
+    server = scripted(responder=calls_responder())
     write_config(work, server.base_url, plugins=["openai_compat", str(plugin)],
                  extra='tools_enabled = ["peek"]\ntools_disabled = ["note"]')
 
@@ -246,7 +247,7 @@ def test_sessions_show_displays_a_denial_and_edited_arguments(work: Path, lich: 
 
 def test_yes_never_overrides_a_deny_rule(work: Path, scripted: Any, lich: Any) -> None:
     """The default plugins: --yes approves the write that asks, a deny rule still wins."""
-    server = scripted(responder=calls_then_answer(
+    server = scripted(responder=calls_responder(
         ("write_file", {"path": "ok.txt", "content": "fine"}),
         ("write_file", {"path": "secret.txt", "content": "no"})))
     write_config(work, server.base_url, extra='[approvals]\ndeny = ["write_file(secret*)"]')

@@ -1,4 +1,5 @@
-"""Start-up stays cheap: `lich --version` and `lich --help` import nothing heavy."""
+"""Start-up stays cheap: `lich --version` and `lich --help` import nothing heavy, and a plain
+run loads no library of a plugin that is not configured."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from lich import __version__
+from lich.testing import tool_loop_responder
 
-from .conftest import run_lich
+from .conftest import Server, run_lich, write_config
 
 # Modules that must never be imported just to print the version or the help.
 HEAVY = ("httpx", "httpcore", "anyio", "textual", "websockets", "uvicorn", "starlette",
@@ -93,3 +96,57 @@ def test_bare_lich_without_a_terminal_or_input_prints_usage(work: Path) -> None:
 
     assert proc.returncode == 2
     assert "no task" in proc.stderr
+
+
+# The optional dependencies of builtin plugins that do nothing until configured.
+IDLE_DEPENDENCIES = ("nats", "psycopg", "psycopg_pool", "mcp", "opentelemetry", "genai_prices")
+# The hooks lich calls on every model call, tool call or event of a run.
+PER_TURN_HOOKS = ("lich_before_model_call", "lich_price_call", "lich_before_tool_call",
+                  "lich_check_tool_call", "lich_request_approval", "lich_after_tool_call",
+                  "lich_event")
+
+
+def test_a_plain_run_imports_no_dependency_of_an_idle_plugin(
+    work: Path, scripted: Callable[..., Server]
+) -> None:
+    """The default plugins (MCP with no servers, postgres without a DSN, the gateway) and
+    the nats bus, enabled and unconfigured: a run with tool calls loads none of their
+    libraries."""
+    from lich.config import BUILTIN_PLUGINS
+
+    (work / "notes.txt").write_text("a note\n", encoding="utf-8")
+    server = scripted(responder=tool_loop_responder(2, "read_file", {"path": "notes.txt"}))
+    config = write_config(work, server.base_url, plugins=[*BUILTIN_PLUGINS, "nats"])
+    modules = _modules_after(["--config", str(config), "--no-stream", "read the notes"], work)
+
+    assert len(server.requests) == 3  # two tool turns and the answer: the run happened
+    assert "lich_providers.openai_compat" in modules
+    assert _heavy(modules, IDLE_DEPENDENCIES) == []
+
+
+def test_unconfigured_plugins_need_no_per_turn_hook(tmp_path: Path) -> None:
+    """What a run with the default plugins (and the nats bus) calls per turn: the
+    approvals rules only — nothing of MCP, postgres, the gateway or nats, and the
+    budgets check only when a budget is set."""
+    from lich.config import BUILTIN_PLUGINS, LichConfig
+    from lich.plugins import PluginHost
+
+    host = PluginHost(work_dir=tmp_path)
+    reports = host.load([*BUILTIN_PLUGINS, "nats"])
+    assert [r.entry for r in reports if r.status != "loaded"] == []
+
+    def needed(config: LichConfig) -> set[str]:
+        return {hook for hook in PER_TURN_HOOKS if host.needs(hook, config)}
+
+    plain = LichConfig(work_dir=str(tmp_path))
+    assert needed(plain) == {"lich_before_tool_call", "lich_check_tool_call"}
+    implementers = {hook: sorted(i.plugin_name for i in getattr(host.pm.hook, hook).get_hookimpls())
+                    for hook in PER_TURN_HOOKS}
+    assert {hook: names for hook, names in implementers.items() if names} == {
+        "lich_before_model_call": ["budgets"],  # idle without a budget (needed_when)
+        "lich_before_tool_call": ["approvals"],
+        "lich_check_tool_call": ["approvals"],
+    }
+    for budget in ({"max_cost_usd": 1.0}, {"max_total_tokens": 1000}):
+        with_budget = LichConfig(work_dir=str(tmp_path), **budget)  # type: ignore[arg-type]
+        assert needed(with_budget) == needed(plain) | {"lich_before_model_call"}

@@ -179,6 +179,16 @@ async def test_a_message_that_kills_its_consumers_is_given_up_recorded_and_answe
     failed = [r for r in records if r.get("event") == "delivery_failed"]
     assert len(failed) == 1
     assert failed[0]["deliveries"] == 2
+    # Its turn ends there (the first try's turn_start, then the give-up's turn_end and,
+    # once the ingress has the error, reply_sent).
+    poison = failed[0]["admission"]
+
+    def turn() -> list[str]:
+        return [r["event"] for r in worker.local.agent.sessions.read(reply.session_id).records
+                if r.get("admission") == poison and r.get("event") != "delivery_failed"]
+
+    await async_wait_for(lambda: turn()[-1:] == ["reply_sent"], WAIT_S, lambda: turn())
+    assert turn() == ["turn_start", "turn_end", "reply_sent"]
 
 
 async def test_heartbeats_keep_a_long_turn_past_ack_wait(

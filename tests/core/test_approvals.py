@@ -11,11 +11,12 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from approval_tools import Tools
 
 import lich
 from lich import Approval, ApprovalRequest, Ask, Block, Rewrite, ToolCall, hookimpl, tool
@@ -23,73 +24,15 @@ from lich.cancel import CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Envelope, ToolCallEnd
 from lich.executor import APPROVAL_UNAVAILABLE
 from lich.sessions import SessionStore
-from lich.testing import Reply, ScriptedChat, ScriptRequest, async_wait_for, make_test_config
+from lich.testing import (
+    AskFor,
+    ScriptedApprover,
+    ScriptedChat,
+    async_wait_for,
+    calls_responder,
+    make_test_config,
+)
 from lich.types import ToolMessage
-
-
-def calls_then_answer(*calls: tuple[str, dict[str, Any]]) -> Callable[[ScriptRequest], Reply]:
-    def respond(request: ScriptRequest) -> Reply:
-        done = len(request.tool_results_since_user())
-        if done < len(calls):
-            name, args = calls[done]
-            return Reply(tool_calls=(ToolCall(f"c{done + 1}", name, args),))
-        return Reply("final answer")
-
-    return respond
-
-
-class Tools:
-    """``echo(text)`` and ``note(path, text)``; records what actually ran."""
-
-    def __init__(self) -> None:
-        self.ran: list[tuple[str, dict[str, Any]]] = []
-
-    @hookimpl
-    def lich_register_tools(self, registry: Any) -> None:
-        ran = self.ran
-
-        @tool
-        def echo(text: str) -> str:
-            """Echo."""
-            ran.append(("echo", {"text": text}))
-            return f"echo: {text}"
-
-        def preview(args: Any, work_dir: Path) -> str:
-            return f"would write {len(args['text'])} chars to {work_dir / args['path']}"
-
-        @tool(preview=preview)
-        def note(path: str, text: str) -> str:
-            """Write a note (records only)."""
-            ran.append(("note", {"path": path, "text": text}))
-            return "noted"
-
-        registry.register(echo)
-        registry.register(note)
-
-
-class AskFor:
-    """Answers ``Ask`` for the named tools."""
-
-    def __init__(self, *names: str, reason: str = "needs a human") -> None:
-        self.names = names
-        self.reason = reason
-
-    @hookimpl
-    def lich_before_tool_call(self, call: ToolCall) -> Ask | None:
-        return Ask(self.reason) if call.name in self.names else None
-
-
-class Approver:
-    """A scripted approver: answers with ``answer(request)``, records every request."""
-
-    def __init__(self, answer: Callable[[ApprovalRequest], Approval | None]) -> None:
-        self.answer = answer
-        self.requests: list[ApprovalRequest] = []
-
-    @hookimpl
-    async def lich_request_approval(self, request: ApprovalRequest) -> Approval | None:
-        self.requests.append(request)
-        return self.answer(request)
 
 
 def tool_contents(messages: Sequence[Any]) -> list[str]:
@@ -108,7 +51,7 @@ async def run_agent(
 ) -> tuple[lich.RunResult, list[Envelope]]:
     events: list[Envelope] = []
     agent = lich.Agent(make_test_config(work, **config), plugins=plugins,
-                       chat=ScriptedChat(responder=calls_then_answer(*calls)))
+                       chat=ScriptedChat(responder=calls_responder(*calls)))
     result = await agent.run("go", on_event=events.append)
     return result, events
 
@@ -124,7 +67,7 @@ def of_type(events: list[Envelope], cls: type[Any]) -> list[Any]:
 
 async def test_an_approved_call_runs_and_both_events_are_emitted(tmp_path: Path) -> None:
     tools = Tools()
-    approver = Approver(lambda _r: Approval(True, approver="tester"))
+    approver = ScriptedApprover(lambda _r: Approval(True, approver="tester"))
     result, events = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
         ("echo", {"text": "hi"}))
@@ -149,7 +92,7 @@ async def test_an_approved_call_runs_and_both_events_are_emitted(tmp_path: Path)
 
 async def test_a_denial_tells_the_model_the_persons_message(tmp_path: Path) -> None:
     tools = Tools()
-    approver = Approver(lambda _r: Approval(False, message="not on a Friday"))
+    approver = ScriptedApprover(lambda _r: Approval(False, message="not on a Friday"))
     result, events = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
         ("echo", {"text": "hi"}))
@@ -164,7 +107,7 @@ async def test_a_denial_tells_the_model_the_persons_message(tmp_path: Path) -> N
 async def test_a_denial_without_message_says_the_user_denied(tmp_path: Path) -> None:
     result, _ = await run_agent(
         tmp_path, [("tools", Tools()), ("ask", AskFor("echo")),
-                   ("ui", Approver(lambda _r: Approval(False)))],
+                   ("ui", ScriptedApprover(lambda _r: Approval(False)))],
         ("echo", {"text": "hi"}))
     assert error_of(tool_contents(result.messages)[0]) == (
         "approval_denied: the user denied this call")
@@ -172,7 +115,7 @@ async def test_a_denial_without_message_says_the_user_denied(tmp_path: Path) -> 
 
 async def test_no_approver_denies_with_the_documented_reason(tmp_path: Path) -> None:
     tools = Tools()
-    declining = Approver(lambda _r: None)  # present, but cannot ask (no terminal)
+    declining = ScriptedApprover(lambda _r: None)  # present, but cannot ask (no terminal)
     result, events = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", declining)],
         ("echo", {"text": "hi"}))
@@ -192,9 +135,9 @@ async def test_no_approver_denies_with_the_documented_reason(tmp_path: Path) -> 
 
 async def test_the_first_approver_that_answers_decides(tmp_path: Path) -> None:
     tools = Tools()
-    first = Approver(lambda _r: None)
-    second = Approver(lambda _r: Approval(True, approver="second"))
-    third = Approver(lambda _r: Approval(False))
+    first = ScriptedApprover(lambda _r: None)
+    second = ScriptedApprover(lambda _r: Approval(True, approver="second"))
+    third = ScriptedApprover(lambda _r: Approval(False))
     # Registered last = asked first: first, then second; third is never asked.
     _, events = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("third", third),
@@ -263,7 +206,7 @@ async def test_a_block_wins_over_an_ask_whatever_the_order(
     tmp_path: Path, order: tuple[str, ...]
 ) -> None:
     made = {"ask": AskFor("echo"), "rewrite": Rewriter(), "block": Blocker()}
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     tools = Tools()
     # The plugins list is registration order; pluggy calls the last registered first,
     # so reverse it to make `order` the calling order.
@@ -278,7 +221,7 @@ async def test_a_block_wins_over_an_ask_whatever_the_order(
 
 
 async def test_the_person_is_asked_about_the_rewritten_arguments(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     tools = Tools()
     # Calling order: ask (sees "hi"), then rewrite: the person sees "HI", what will run.
     _, events = await run_agent(
@@ -291,7 +234,7 @@ async def test_the_person_is_asked_about_the_rewritten_arguments(tmp_path: Path)
 
 
 async def test_several_asks_ask_once_with_every_reason(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     await run_agent(
         tmp_path, [("tools", Tools()), ("ui", approver),
                    ("a1", AskFor("echo", reason="first")),
@@ -308,7 +251,7 @@ async def test_a_check_hook_refuses_before_anyone_is_asked(tmp_path: Path) -> No
         def lich_check_tool_call(self, call: ToolCall) -> Block | None:
             return Block("guarded") if call.args.get("text") == "secret" else None
 
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     result, _ = await run_agent(
         tmp_path, [("tools", Tools()), ("ui", approver), ("ask", AskFor("echo")),
                    ("guard", Guard())],
@@ -324,7 +267,7 @@ async def test_a_check_hook_refuses_before_anyone_is_asked(tmp_path: Path) -> No
 
 async def test_edited_arguments_run_and_are_recorded(tmp_path: Path) -> None:
     tools = Tools()
-    approver = Approver(lambda r: Approval(True, args={**r.call.args, "text": "edited"}))
+    approver = ScriptedApprover(lambda r: Approval(True, args={**r.call.args, "text": "edited"}))
     result, events = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
         ("echo", {"text": "hi"}))
@@ -344,7 +287,7 @@ async def test_edited_arguments_are_checked_against_the_schema(
     tmp_path: Path, edited: dict[str, Any], problem: str
 ) -> None:
     tools = Tools()
-    approver = Approver(lambda _r: Approval(True, args=edited))
+    approver = ScriptedApprover(lambda _r: Approval(True, args=edited))
     result, _ = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver)],
         ("echo", {"text": "hi"}))
@@ -364,7 +307,7 @@ async def test_edited_arguments_go_through_the_check_hooks_again(tmp_path: Path)
             return Block("no secrets") if call.args.get("text") == "secret" else None
 
     tools = Tools()
-    approver = Approver(lambda _r: Approval(True, args={"text": "secret"}))
+    approver = ScriptedApprover(lambda _r: Approval(True, args={"text": "secret"}))
     result, events = await run_agent(
         tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", approver),
                    ("guard", Guard())],
@@ -461,7 +404,7 @@ async def test_cancelling_the_run_stops_waiting_for_the_person(tmp_path: Path) -
     agent = lich.Agent(
         make_test_config(tmp_path, approval_timeout_s=0),
         plugins=[("tools", tools), ("ask", AskFor("echo")), ("ui", Waiting())],
-        chat=ScriptedChat(responder=calls_then_answer(("echo", {"text": "hi"}))))
+        chat=ScriptedChat(responder=calls_responder(("echo", {"text": "hi"}))))
     task = asyncio.create_task(agent.run("go", cancel=cancel, on_event=events.append))
     await asyncio.wait_for(waiting.wait(), 10)
     cancel.cancel()
@@ -478,7 +421,7 @@ async def test_cancelling_the_run_stops_waiting_for_the_person(tmp_path: Path) -
 
 
 async def test_the_request_carries_the_tools_preview(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("note")), ("ui", approver)],
                     ("note", {"path": "a.txt", "text": "hello"}))
     (request,) = approver.requests
@@ -501,7 +444,7 @@ async def test_a_failing_preview_is_left_out(tmp_path: Path) -> None:
 
             registry.register(risky)
 
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     result, _ = await run_agent(
         tmp_path, [("p", Plugin()), ("ask", AskFor("risky")), ("ui", approver)],
         ("risky", {"x": "1"}))
@@ -524,7 +467,7 @@ async def test_pending_requests_have_distinct_ids(tmp_path: Path) -> None:
     agent = lich.Agent(
         make_test_config(tmp_path),
         plugins=[("tools", Tools()), ("ask", AskFor("echo")), ("ui", Gate())],
-        chat=ScriptedChat(responder=calls_then_answer(("echo", {"text": "hi"}))))
+        chat=ScriptedChat(responder=calls_responder(("echo", {"text": "hi"}))))
     runs = [asyncio.create_task(agent.run("go")) for _ in range(20)]
     await async_wait_for(lambda: len(seen) == 20, timeout=30)
     assert len(set(seen)) == 20
@@ -542,9 +485,9 @@ async def test_the_transcript_records_each_request_and_resolution(tmp_path: Path
     agent = lich.Agent(
         make_test_config(tmp_path),
         plugins=[("tools", Tools()), ("ask", AskFor("echo")),
-                 ("ui", Approver(lambda _r: Approval(True, args={"text": "b"},
+                 ("ui", ScriptedApprover(lambda _r: Approval(True, args={"text": "b"},
                                                      approver="alice")))],
-        chat=ScriptedChat(responder=calls_then_answer(("echo", {"text": "a"}))))
+        chat=ScriptedChat(responder=calls_responder(("echo", {"text": "a"}))))
     result = await agent.run("go")
     assert result.session_path is not None
     text = await asyncio.to_thread(Path(result.session_path).read_text)
@@ -569,7 +512,7 @@ async def test_the_transcript_records_each_request_and_resolution(tmp_path: Path
 
 
 async def test_a_once_approval_covers_only_that_call(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     _, events = await run_agent(
         tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
         ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
@@ -581,12 +524,12 @@ async def test_a_once_approval_covers_only_that_call(tmp_path: Path) -> None:
 async def test_a_session_approval_covers_the_same_call_for_the_rest_of_the_session(
     tmp_path: Path, scope: str
 ) -> None:
-    approver = Approver(lambda _r: Approval(True, scope=scope))  # type: ignore[arg-type]
+    approver = ScriptedApprover(lambda _r: Approval(True, scope=scope))  # type: ignore[arg-type]
     tools = Tools()
     agent = lich.Agent(
         make_test_config(tmp_path),
         plugins=[("tools", tools), ("ask", AskFor("echo", "note")), ("ui", approver)],
-        chat=ScriptedChat(responder=calls_then_answer(
+        chat=ScriptedChat(responder=calls_responder(
             ("echo", {"text": "hi"}), ("echo", {"text": "hi"}),
             ("note", {"path": "a", "text": "t"}))))
     events: list[Envelope] = []
@@ -606,7 +549,7 @@ async def test_a_session_approval_covers_the_same_call_for_the_rest_of_the_sessi
 
 
 async def test_a_session_denial_grants_nothing(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(False, scope="session"))
+    approver = ScriptedApprover(lambda _r: Approval(False, scope="session"))
     await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
                     ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
     assert len(approver.requests) == 2
@@ -617,13 +560,13 @@ async def test_a_model_switch_keeps_the_sessions_approvals(tmp_path: Path) -> No
     from lich.config import ProviderConfig
     from lich.testing import ScriptedModel, ScriptedServer
 
-    model = ScriptedModel(responder=calls_then_answer(("echo", {"text": "hi"})))
+    model = ScriptedModel(responder=calls_responder(("echo", {"text": "hi"})))
     with ScriptedServer(model) as server:
         config = make_test_config(
             tmp_path, plugins=("openai_compat",),
             providers=(ProviderConfig(kind="openai_compat", name="s", model="m1",
                                       base_url=server.base_url),))
-        approver = Approver(lambda _r: Approval(True, scope="session"))
+        approver = ScriptedApprover(lambda _r: Approval(True, scope="session"))
         first = lich.Agent(config, plugins=[("tools", Tools()), ("ask", AskFor("echo")),
                                             ("ui", approver)])
         done = await first.run("go")
@@ -654,7 +597,7 @@ class CheckAsk:
 
 
 async def test_a_check_hook_ask_judges_the_final_arguments(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     check = CheckAsk()
     await run_agent(tmp_path, [("tools", Tools()), ("ui", approver), ("check", check)],
                     ("echo", {"text": "final"}))
@@ -672,7 +615,7 @@ async def test_the_same_question_in_both_phases_is_asked_once(tmp_path: Path) ->
         def lich_check_tool_call(self, call: ToolCall) -> Ask:
             return Ask("echo needs a yes")
 
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     await run_agent(tmp_path, [("tools", Tools()), ("ui", approver), ("both", Both())],
                     ("echo", {"text": "hi"}))
     (request,) = approver.requests
@@ -683,7 +626,7 @@ async def test_edited_arguments_are_not_asked_about_again(tmp_path: Path) -> Non
     """The person said yes to the edited arguments: a check-hook Ask on them does not
     ask again (nor loop); only a Block would refuse them."""
     check = CheckAsk()
-    approver = Approver(lambda _r: Approval(True, args={"text": "final"}))
+    approver = ScriptedApprover(lambda _r: Approval(True, args={"text": "final"}))
     tools = Tools()
     await run_agent(tmp_path, [("tools", tools), ("ui", approver), ("ask", AskFor("echo")),
                                ("check", check)],
@@ -694,7 +637,7 @@ async def test_edited_arguments_are_not_asked_about_again(tmp_path: Path) -> Non
 
 
 async def test_a_call_to_an_unknown_tool_is_not_asked_about(tmp_path: Path) -> None:
-    approver = Approver(lambda _r: Approval(True))
+    approver = ScriptedApprover(lambda _r: Approval(True))
     result, events = await run_agent(
         tmp_path, [("tools", Tools()), ("ask", AskFor("nope")), ("ui", approver)],
         ("nope", {"x": 1}))

@@ -14,7 +14,7 @@ import pytest
 from lich import Block, Rewrite, ToolResult, hookimpl, hookspecs, tool
 from lich.agent import Agent, RunResult
 from lich.events import Envelope, ToolCallEnd
-from lich.hooks import RunInfo, RunOutcome
+from lich.hooks import RunInfo, RunOutcome, needed_when
 from lich.plugins import PluginHost
 from lich.testing import HookRecorder, Reply, ScriptedChat, async_wait_for, make_test_config
 from lich.tools import ToolRegistry
@@ -136,6 +136,41 @@ def test_run_info_hands_a_plugin_its_settings(tmp_path: Path) -> None:
     assert info.settings_for("audit") == {"level": "loud"}
     assert info.settings_for("other") == {}
     assert RunInfo("r", "s", "in", str(tmp_path)).settings_for("audit") == {}
+
+
+def test_run_info_gives_hooks_the_tool_the_executor_will_run(tmp_path: Path) -> None:
+    """``run.tool(name)`` in a before-hook is the agent's registered Tool, with its
+    declarations; a RunInfo built by hand (positionally, as before) has no registry."""
+    seen: list[tuple[str, Any]] = []
+
+    class Look:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            @tool(read_only=True)
+            def peek(path: str) -> str:
+                """Look."""
+                return f"peeked {path}"
+
+            registry.register(peek)
+
+        @hookimpl
+        def lich_before_tool_call(self, call: ToolCall, run: RunInfo) -> None:
+            seen.append((call.name, run.tool(call.name)))
+
+    script = [Reply(tool_calls=(ToolCall("c1", "peek", {"path": "a"}),
+                                ToolCall("c2", "nothing", {}))), Reply("done")]
+    agent = Agent(make_test_config(tmp_path), plugins=[("look", Look())],
+                  chat=ScriptedChat(script))
+    asyncio.run(agent.run("go"))
+    (peek_name, peek), (missing_name, missing) = seen
+    assert (peek_name, missing_name, missing) == ("peek", "nothing", None)
+    assert peek is agent.tools.get("peek")
+    assert peek is not None
+    assert peek.read_only
+    assert peek.plugin == "look"
+    bare = RunInfo("r", "s", "in", str(tmp_path), make_test_config(tmp_path))
+    assert bare.tools is None
+    assert bare.tool("peek") is None
 
 
 # ------------------------------------------------------------------ before-hooks
@@ -770,3 +805,96 @@ def test_hook_check_config(tmp_path: Path) -> None:
         Agent(config, plugins=[("picky", Picky())], chat=chat)
     assert info.value.problems == ["$.plugin_settings.picky.level: got 7"]
     assert chat.requests == []
+
+
+class Idle:
+    """Every per-turn hook, declared idle unless the config's max_turns is 9."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    @hookimpl
+    @needed_when(lambda config: config.max_turns == 9)
+    async def lich_before_model_call(self) -> None:
+        self.calls.append("before_model_call")
+
+    @hookimpl
+    @needed_when(lambda config: config.max_turns == 9)
+    def lich_price_call(self) -> None:
+        self.calls.append("price_call")
+
+    @hookimpl
+    @needed_when(lambda config: config.max_turns == 9)
+    async def lich_before_tool_call(self) -> None:
+        self.calls.append("before_tool_call")
+
+    @hookimpl
+    @needed_when(lambda config: config.max_turns == 9)
+    async def lich_check_tool_call(self) -> None:
+        self.calls.append("check_tool_call")
+
+    @hookimpl
+    @needed_when(lambda config: config.max_turns == 9)
+    async def lich_after_tool_call(self) -> None:
+        self.calls.append("after_tool_call")
+
+    @hookimpl
+    @needed_when(lambda config: config.max_turns == 9)
+    def lich_event(self, event: Envelope) -> None:
+        self.calls.append(f"event {event.event.type}")
+
+
+async def test_a_hook_declared_idle_for_the_config_is_not_called(tmp_path: Path) -> None:
+    idle = Idle()
+    call = ToolCall("c1", "record", {"note": "x"})
+    result = await agent_with(tmp_path, ("idle", idle), calls=[call]).run("go")
+
+    assert result.text == "done"
+    assert idle.calls == []
+    assert result.cost_usd is None  # no pricing hook ran: the cost is unknown, not 0
+
+    needed = agent_with(tmp_path, ("idle", (busy := Idle())), calls=[call], max_turns=9)
+    assert (await needed.run("go")).text == "done"
+    assert {c for c in busy.calls if not c.startswith("event ")} == {
+        "before_model_call", "price_call", "before_tool_call", "check_tool_call",
+        "after_tool_call"}
+    assert "event tool_call_end" in busy.calls
+
+
+async def test_an_idle_hook_is_called_when_another_plugin_needs_the_hook(tmp_path: Path) -> None:
+    class Counts:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @hookimpl
+        async def lich_before_model_call(self) -> None:
+            self.calls += 1
+
+    idle, counts = Idle(), Counts()
+    agent = agent_with(tmp_path, ("idle", idle), ("counts", counts),
+                       calls=[ToolCall("c1", "record", {})])
+    assert (await agent.run("go")).text == "done"
+    # The promise is "nothing to do", not a filter: with the hook called, so is the idle one.
+    assert counts.calls == 2
+    assert idle.calls.count("before_model_call") == 2
+    assert "before_tool_call" not in idle.calls  # that hook nobody needs: not called
+
+
+async def test_a_needed_when_that_raises_counts_as_needed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @hookimpl
+        @needed_when(lambda config: 1 // 0 == 0)
+        async def lich_before_model_call(self) -> None:
+            self.calls += 1
+
+    broken = Broken()
+    agent = agent_with(tmp_path, ("broken", broken), calls=[ToolCall("c1", "record", {})])
+    with caplog.at_level("WARNING", logger="lich.plugins"):
+        assert (await agent.run("go")).text == "done"
+    assert broken.calls == 2
+    assert "needed_when of lich_before_model_call of plugin broken failed" in caplog.text

@@ -545,3 +545,19 @@ async def test_abort_during_compression() -> None:
     assert out.stopped_reason == "aborted"
     assert [e.type for e in events] == ["turn_start", "compress_start", "compress_end"]
     assert list(out.messages) == _padded_history()
+
+
+def test_pending_tool_calls_are_the_last_answers_calls_without_a_result() -> None:
+    from lich.loop import pending_tool_calls
+
+    calls = (ToolCall("a", "t", {}), ToolCall("b", "t", {}), ToolCall("c", "t", {}))
+    asked = [UserMessage("go"), AssistantMessage("", calls)]
+    assert [c.id for c in pending_tool_calls(asked)] == ["a", "b", "c"]
+    one = [*asked, ToolMessage("a", "t", "ok")]
+    assert [c.id for c in pending_tool_calls(one)] == ["b", "c"]
+    done = [*one, ToolMessage("b", "t", "ok"), ToolMessage("c", "t", "ok")]
+    assert pending_tool_calls(done) == []
+    # A turn waiting for the model, or one already answered, has nothing pending.
+    assert pending_tool_calls([UserMessage("go")]) == []
+    assert pending_tool_calls([*done, AssistantMessage("final")]) == []
+    assert pending_tool_calls([*asked, UserMessage("next")]) == []

@@ -32,6 +32,34 @@ HANG_S = 60
 # ------------------------------------------------------------------ @tool
 
 
+def test_idempotent_defaults_to_read_only_and_may_be_set() -> None:
+    def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.success("")
+
+    schema: dict[str, Any] = {"type": "object"}
+    assert Tool("r", "reads", schema, run, read_only=True).idempotent
+    assert not Tool("w", "writes", schema, run).idempotent
+    assert Tool("p", "puts", schema, run, idempotent=True).idempotent
+    assert not Tool("r2", "reads", schema, run, read_only=True, idempotent=False).idempotent
+
+    @tool(read_only=True)
+    def peek() -> str:
+        """Look."""
+        return ""
+
+    @tool(idempotent=True)
+    def put(key: str) -> str:
+        """Set a key."""
+        return key
+
+    @tool
+    def bump() -> str:
+        """Add one."""
+        return ""
+
+    assert (peek.idempotent, put.idempotent, bump.idempotent) == (True, True, False)
+
+
 def test_tool_decorator_builds_name_description_and_schema() -> None:
     @tool
     def search(query: str, limit: int = 5, exact: bool = False, tags: list[str] | None = None,

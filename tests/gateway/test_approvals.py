@@ -12,20 +12,16 @@ from typing import Any
 import httpx
 import pytest
 
-from lich import Ask, ToolCall, hookimpl
 from lich.gateway.bus import APPROVAL_CLOSED_TEXT, GatewayBus, InboundMessage
 from lich.gateway.runner import GatewayRunner
-from lich.testing import async_wait_for
+from lich.testing import AskFor, async_wait_for
 
 from .conftest import NOTES
 
 
-class AskForReads:
-    """Every ``read_file`` call needs a person."""
-
-    @hookimpl
-    def lich_before_tool_call(self, call: ToolCall) -> Ask | None:
-        return Ask("reading needs a yes") if call.name == "read_file" else None
+def ask_for_reads() -> AskFor:
+    """A plugin: every ``read_file`` call needs a person."""
+    return AskFor("read_file", reason="reading needs a yes")
 
 
 class Stream:
@@ -67,7 +63,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 async def _webhook(start_gateway: Callable[..., Any], **config: Any) -> tuple[GatewayRunner, str]:
     runner = await start_gateway(["webhook"], {"webhook": {"port": 0}},
-                                 objects=[("ask", AskForReads())], **config)
+                                 objects=[("ask", ask_for_reads())], **config)
     return runner, f"http://127.0.0.1:{runner.adapter('webhook').port}"
 
 
@@ -181,7 +177,7 @@ async def test_a_stopping_gateway_denies_what_waits_and_tells_the_model(
     make_agent: Callable[..., Any],
 ) -> None:
     agent = make_agent()
-    agent.host.register_object(AskForReads(), "ask")
+    agent.host.register_object(ask_for_reads(), "ask")
     bus = GatewayBus(agent)
     sent: list[str] = []
 
@@ -225,7 +221,7 @@ async def test_telegram_asks_in_the_chat_and_the_sender_answers_there(
         await start_gateway([], {"platforms": ["telegram"], "telegram": {
             "base_url": fake.url, "allowed_users": [alice, bob], "poll_timeout_s": 1,
             "send_interval_s": 0, "backoff_min_s": 0.01, "backoff_max_s": 0.05,
-        }}, env={"LICH_TELEGRAM_BOT_TOKEN": token}, objects=[("ask", AskForReads())])
+        }}, env={"LICH_TELEGRAM_BOT_TOKEN": token}, objects=[("ask", ask_for_reads())])
         fake.push(group, alice, "read notes.txt")
         await async_wait_for(lambda: any("/approve" in t for t in fake.texts_to(group)),
                              timeout=30, what="the approval request in the chat")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lich.gateway.bus import GatewayBus, InboundMessage
+from lich.postgres.schema import SCHEMA_VERSION
 
 DSN_VAR = "LICH_TEST_POSTGRES_DSN"
 
@@ -66,7 +67,8 @@ async def test_the_gateway_migrates_the_store_at_start(
     assert runner.agent is not None
     # Before any message: the schema is there.
     with psycopg.connect(lich_postgres_dsn) as conn:
-        assert conn.execute("SELECT max(version) FROM lich_schema_version").fetchone() == (1,)
+        assert conn.execute("SELECT max(version) FROM lich_schema_version").fetchone() == (
+            SCHEMA_VERSION,)
 
 
 async def test_the_gateway_does_not_start_on_an_unreachable_store(

@@ -105,6 +105,49 @@ def test_refreshers_run_before_the_definitions_are_given() -> None:
     assert [d.name for d in registry.definitions()] == ["late"]
 
 
+def test_listeners_hear_every_change_and_every_wanted_refresh() -> None:
+    """What ``lich mcp serve`` relies on to tell its client: a listener is called after
+    each change and for ``refresh_wanted`` from another thread; ``refresh`` applies
+    what a refresher has waiting; a failing listener is logged, not raised; removed,
+    it hears nothing more."""
+    import threading
+
+    registry = ToolRegistry()
+    heard: list[str] = []
+    pending: list[list[Tool]] = []
+
+    def refresh() -> None:
+        if pending:
+            registry.replace_plugin("dyn", pending.pop())
+
+    registry.add_refresher(refresh)
+    remove = registry.add_listener(lambda: heard.append(threading.current_thread().name))
+
+    def broken() -> None:
+        raise RuntimeError("a listener's bug")
+
+    registry.add_listener(broken)
+    registry.current_plugin = "dyn"
+    registry.register(_named("a"))
+    registry.current_plugin = None
+    assert heard == ["MainThread"]
+
+    pending.append([_named("a"), _named("b")])
+    other = threading.Thread(target=registry.refresh_wanted, name="mcp-loop")
+    other.start()
+    other.join()
+    assert heard == ["MainThread", "mcp-loop"]
+    assert registry.names() == ["a"]  # wanted, not yet applied
+    registry.refresh()
+    assert registry.names() == ["a", "b"]
+    assert heard[2:] == ["MainThread", "MainThread", "MainThread"]  # removed a, added a, b
+
+    remove()
+    registry.replace_plugin("dyn", [])
+    registry.refresh_wanted()
+    assert len(heard) == 5
+
+
 def test_without_servers_the_sdk_is_never_imported(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -11,7 +11,7 @@ import pytest
 from lich.config import ConfigError
 from lich.mcp.config import expand_vars, parse_mcp_settings
 from lich.mcp.naming import MAX_TOOL_NAME, mcp_tool_name
-from lich.mcp.results import map_result, requires_approval
+from lich.mcp.results import is_idempotent, map_result, requires_approval
 from lich.types import ToolResult
 
 
@@ -112,3 +112,16 @@ def test_annotations_only_ever_ask_for_approval() -> None:
     assert requires_approval(tool(title="no hints"))  # the protocol's default: destructive
     assert not requires_approval(tool(read_only_hint=True))
     assert not requires_approval(tool(destructive_hint=False))
+
+
+def test_only_an_explicit_idempotent_hint_makes_a_tool_idempotent() -> None:
+    def tool(**notes: object) -> types.Tool:
+        annotations = types.ToolAnnotations(**notes) if notes else None  # type: ignore[arg-type]
+        return types.Tool(name="t", input_schema={"type": "object"}, annotations=annotations)
+
+    assert is_idempotent(tool(idempotent_hint=True))
+    assert is_idempotent(tool(idempotent_hint=True, destructive_hint=True))
+    assert not is_idempotent(tool())
+    assert not is_idempotent(tool(idempotent_hint=False))
+    # A read-only claim alone is not trusted to mean "safe to run twice".
+    assert not is_idempotent(tool(read_only_hint=True))

@@ -1,8 +1,8 @@
 """``lich mcp serve``: a real ``lich`` subprocess driven over stdio by the MCP SDK's
 own client (and, where the bytes on the wire are the point, by a raw JSON-RPC
-driver): the tool list and ``--tools``, calls through the plugins' hooks, the
-executor's limits and confinement, an ``ask`` denied, stdout carrying only the
-protocol, and how the process ends."""
+driver): the tool list and ``--tools``, the client told when the tools change,
+calls through the plugins' hooks, the executor's limits and confinement, an ``ask``
+denied, stdout carrying only the protocol, and how the process ends."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 from lich_env import lich_env
 
-from lich.testing import wait_for
+from lich.testing import async_wait_for, wait_for
 
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed")
 import mcp_types  # noqa: E402  (after the skip: installed with the SDK)
@@ -211,15 +211,17 @@ def serve_env(home: Path, hook_log: Path) -> dict[str, str]:
 
 @asynccontextmanager
 async def served(work: Path, home: Path, hook_log: Path, *extra: str,
-                 stderr: IO[str], mode: str = "legacy") -> AsyncIterator[Client]:
+                 stderr: IO[str], mode: str = "legacy",
+                 message_handler: Any = None) -> AsyncIterator[Client]:
     """An SDK client connected to ``lich mcp serve`` started as a subprocess.
 
     ``legacy`` is the initialize handshake today's clients use; ``auto`` lets the
-    SDK discover the newest protocol era the server speaks."""
+    SDK discover the newest protocol era the server speaks. ``message_handler`` gets
+    the server's notifications."""
     params = StdioServerParameters(command=sys.executable, args=serve_args(work, *extra),
                                    env=serve_env(home, hook_log), cwd=str(work))
     async with Client(stdio_client(params, errlog=stderr), read_timeout_seconds=BOUND_S,
-                      mode=mode) as client:
+                      mode=mode, message_handler=message_handler) as client:
         yield client
 
 
@@ -232,6 +234,14 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def log_once_ended(path: Path) -> list[dict[str, Any]]:
+    """The hook log once its last record is ``lich_run_end`` (the client left)."""
+    records: list[dict[str, Any]] = wait_for(
+        lambda: (r := read_log(path)) and r[-1]["hook"] == "run_end" and r,
+        timeout=BOUND_S, what="lich_run_end after the client left")
+    return records
 
 
 def lich_tools_json(work: Path, home: Path, *extra: str) -> list[dict[str, Any]]:
@@ -272,6 +282,9 @@ async def test_lists_every_enabled_tool_with_its_schema_and_hints(
     assert by_name["boom"].annotations is not None
     assert by_name["boom"].annotations.read_only_hint is False
     assert by_name["boom"].annotations.destructive_hint is True
+    # idempotentHint follows Tool.idempotent (by default its read_only).
+    assert by_name["peek"].annotations.idempotent_hint is True
+    assert by_name["boom"].annotations.idempotent_hint is False
     assert "read_file" in by_name
 
 
@@ -304,6 +317,153 @@ def test_tools_option_naming_no_enabled_tool_is_a_usage_error(
     assert proc.stdout == ""
     assert "--tools: no enabled tool named nosuch_tool" in proc.stderr
     assert "read_file" in proc.stderr.split("enabled:")[1]  # what could be named instead
+
+
+# ----------------------------------------------------------- tool-list changes
+
+# A plugin whose tool replaces the plugin's tools with a new set, through the registry
+# it was given: what a plugin whose tools change at run time does.
+CHANGING_PLUGIN = '''
+from lich import hookimpl, tool
+
+_registry = []
+
+
+@tool(read_only=True)
+def first() -> str:
+    """The tool there from the start."""
+    return "first"
+
+
+@tool(read_only=True)
+def second() -> str:
+    """The tool added later."""
+    return "second"
+
+
+def _offer_all():
+    registry = _registry[0]
+    registry.replace_plugin(registry.plugin_of("first"), [first, add_second, same_again,
+                                                          second])
+
+
+@tool(read_only=True)
+async def add_second() -> str:
+    """Offer `second` as well."""
+    _offer_all()
+    return "added"
+
+
+@tool(read_only=True)
+async def same_again() -> str:
+    """Replace the tools with the very same ones (after add_second): nothing changed."""
+    _offer_all()
+    return "same"
+
+
+@hookimpl
+def lich_register_tools(registry, config):
+    _registry.append(registry)
+    for item in (first, add_second, same_again):
+        registry.register(item)
+'''
+
+UPSTREAM = Path(__file__).parent.parent / "mcp_client" / "fixture_server.py"
+
+
+class Notifications:
+    """What the server sent the client besides answers: its tools/list_changed count."""
+
+    def __init__(self) -> None:
+        self.tools_changed = 0
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.tools_changed += 1
+
+
+async def names(client: Client) -> list[str]:
+    return [t.name for t in (await client.list_tools()).tools]
+
+
+async def changed_tools(client: Client, mode: str, seen: Notifications,
+                        change: Any) -> list[str]:
+    """Run ``change()`` and wait for the client to hear the tools changed, in its era's
+    way: the notification on the connection (handshake), a listen stream's event
+    (2026-07-28). Then what a re-list shows."""
+    import anyio
+
+    if mode == "legacy":
+        await change()
+        await async_wait_for(lambda: seen.tools_changed == 1, timeout=BOUND_S,
+                             what="notifications/tools/list_changed")
+        return await names(client)
+    async with client.listen(tools_list_changed=True) as subscription:
+        await change()
+        with anyio.fail_after(BOUND_S):
+            event = await subscription.__anext__()
+    assert isinstance(event, mcp.server.subscriptions.ToolsListChanged)
+    return await names(client)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_plugin_replacing_its_tools_is_announced_and_the_relist_shows_them(
+    work: Path, home: Path, hook_log: Path, stderr: IO[str], mode: str
+) -> None:
+    (work / "changing.py").write_text(CHANGING_PLUGIN, encoding="utf-8")
+    seen = Notifications()
+    async with served(work, home, hook_log, "--plugin", "changing.py", stderr=stderr,
+                      mode=mode, message_handler=seen) as client:
+        capabilities = client.server_capabilities
+        before = await names(client)
+
+        async def add() -> None:
+            assert text_of(await client.call_tool("add_second", {})) == "added"
+
+        after = await changed_tools(client, mode, seen, add)
+        # The same tools again: no change, so nothing to announce; the next real one is.
+        assert text_of(await client.call_tool("same_again", {})) == "same"
+        called = await client.call_tool("second", {})
+
+    assert capabilities.tools is not None
+    assert capabilities.tools.list_changed is True
+    assert {"first", "add_second", "same_again"} <= set(before)
+    assert "second" not in before
+    assert sorted(after) == sorted([*before, "second"])
+    assert text_of(called) == "second"
+    # One announcement (on a 2026-07-28 connection the listen stream's notification
+    # reaches the message handler too): none for the replacement that changed nothing,
+    # which would have come before the answer to the call after it.
+    assert seen.tools_changed == 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_mcp_server_of_the_config_relisting_its_tools_is_passed_on(
+    work: Path, home: Path, hook_log: Path, stderr: IO[str], mode: str
+) -> None:
+    """lich serves the tools of an MCP server it is a client of: when that server
+    announces a new tool, lich's own client is told, and sees it."""
+    (work / ".lich" / "config.toml").write_text(
+        '[approvals]\nallow = ["mcp__up__grow", "mcp__up__sprout"]\n'
+        f'[mcp.servers.up]\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = [{json.dumps(str(UPSTREAM))}]\nstartup_timeout_s = {BOUND_S}\n',
+        encoding="utf-8")
+    seen = Notifications()
+    async with served(work, home, hook_log, stderr=stderr, mode=mode,
+                      message_handler=seen) as client:
+        before = await names(client)
+
+        async def grow() -> None:
+            grown = await client.call_tool("mcp__up__grow", {"name": "sprout"})
+            assert text_of(grown) == "added sprout"
+
+        after = await changed_tools(client, mode, seen, grow)
+        sprouted = await client.call_tool("mcp__up__sprout", {})
+
+    assert "mcp__up__grow" in before
+    assert "mcp__up__sprout" not in before
+    assert set(after) == {*before, "mcp__up__sprout"}
+    assert text_of(sprouted) == "I am sprout"
 
 
 # ---------------------------------------------------------------------- calls
@@ -340,8 +500,7 @@ async def test_calls_pass_through_before_and_after_hooks_in_one_session(
     assert "the secret" not in text_of(blocked)
 
     # The client closed the connection: the session ends with lich_run_end.
-    records = wait_for(lambda: (r := read_log(hook_log)) and r[-1]["hook"] == "run_end" and r,
-                       timeout=BOUND_S, what="lich_run_end after the client left")
+    records = log_once_ended(hook_log)
     hooks = [r["hook"] for r in records if r["hook"] != "event"]
     assert hooks == ["run_start", "before", "before", "run_end"]
     assert records[-1]["reason"] == "final"
@@ -369,8 +528,7 @@ async def test_a_call_a_hook_asks_approval_for_is_denied_without_an_approver(
     assert result.is_error is True
     assert not target.exists()
     assert text_of(result).startswith("approval_unavailable: ")
-    records = wait_for(lambda: (r := read_log(hook_log)) and r[-1]["hook"] == "run_end" and r,
-                       timeout=BOUND_S, what="lich_run_end after the client left")
+    records = log_once_ended(hook_log)
     events = [r["type"] for r in records if r["hook"] == "event"]
     assert events == ["run_start", "tool_call_start", "approval_requested",
                       "approval_resolved", "tool_call_end", "run_end"]
@@ -403,6 +561,12 @@ async def test_a_failing_tool_is_an_error_result_with_its_error_text(
 
 
 # ------------------------------------------------------------------- the wire
+
+
+#: The raw client's handshake request (a client of the 2025-06-18 protocol).
+INITIALIZE: dict[str, Any] = {"id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw-test", "version": "1"}}}
 
 
 class RawClient:
@@ -438,9 +602,7 @@ class RawClient:
                 return message
 
     def initialize(self) -> dict[str, Any]:
-        self.send({"id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw-test", "version": "1"}}})
+        self.send(INITIALIZE)
         answer = self.response(1)
         self.send({"method": "notifications/initialized"})
         return answer
@@ -468,25 +630,36 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def test_stdout_carries_only_the_protocol_whatever_a_plugin_prints(
-    work: Path, home: Path, hook_log: Path, tmp_path: Path
-) -> None:
+@contextmanager
+def raw_served(work: Path, home: Path, hook_log: Path, tmp_path: Path, *extra: str
+               ) -> Iterator[tuple[subprocess.Popen[bytes], RawClient, Path]]:
+    """``lich mcp serve EXTRA...`` driven by the raw client, past the handshake: the
+    process, the client, and the file its stderr goes to. Killed on the way out if it
+    is still running."""
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "wb") as err_file:
-        proc = start_raw(work, home, hook_log, err_file, "--plugin", "noisy.py")
+        proc = start_raw(work, home, hook_log, err_file, *extra)
         try:
             raw = RawClient(proc)
             raw.initialize()
-            raw.send({"id": 2, "method": "tools/list"})
-            listed = raw.response(2)
-            raw.send({"id": 3, "method": "tools/call",
-                      "params": {"name": "noisy", "arguments": {}}})
-            called = raw.response(3)
-            assert proc.stdin is not None
-            proc.stdin.close()  # the client leaves
-            code = proc.wait(timeout=BOUND_S)
+            yield proc, raw, err_path
         finally:
             stop(proc)
+
+
+def test_stdout_carries_only_the_protocol_whatever_a_plugin_prints(
+    work: Path, home: Path, hook_log: Path, tmp_path: Path
+) -> None:
+    with raw_served(work, home, hook_log, tmp_path, "--plugin", "noisy.py") as (
+            proc, raw, err_path):
+        raw.send({"id": 2, "method": "tools/list"})
+        listed = raw.response(2)
+        raw.send({"id": 3, "method": "tools/call",
+                  "params": {"name": "noisy", "arguments": {}}})
+        called = raw.response(3)
+        assert proc.stdin is not None
+        proc.stdin.close()  # the client leaves
+        code = proc.wait(timeout=BOUND_S)
 
     assert "noisy" in [t["name"] for t in listed["result"]["tools"]]
     assert called["result"]["isError"] is False
@@ -508,17 +681,11 @@ def test_stdout_carries_only_the_protocol_whatever_a_plugin_prints(
 def test_sigterm_ends_the_session_and_exits_143(
     work: Path, home: Path, hook_log: Path, tmp_path: Path
 ) -> None:
-    err_path = tmp_path / "stderr.txt"
-    with open(err_path, "wb") as err_file:
-        proc = start_raw(work, home, hook_log, err_file, "--plugin", "./guard.py")
-        try:
-            raw = RawClient(proc)
-            raw.initialize()
-            # The client keeps stdin open: only the signal can end the server.
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=BOUND_S)
-        finally:
-            stop(proc)
+    with raw_served(work, home, hook_log, tmp_path, "--plugin", "./guard.py") as (
+            proc, _raw, err_path):
+        # The client keeps stdin open: only the signal can end the server.
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=BOUND_S)
 
     err = err_path.read_text(encoding="utf-8")
     assert code == 143, err
@@ -531,22 +698,15 @@ def test_sigterm_ends_the_session_and_exits_143(
 def test_sigterm_mid_call_stops_the_tool_and_records_the_call(
     work: Path, home: Path, hook_log: Path, tmp_path: Path
 ) -> None:
-    err_path = tmp_path / "stderr.txt"
-    with open(err_path, "wb") as err_file:
-        proc = start_raw(work, home, hook_log, err_file, "--plugin", "./guard.py",
-                         "--plugin", "tools_plugin.py")
-        try:
-            raw = RawClient(proc)
-            raw.initialize()
-            raw.send({"id": 2, "method": "tools/call", "params": {"name": "hang", "arguments": {}}})
-            # The tool itself running, not only its before-hook: the check-hooks and the
-            # executor come between, and a SIGTERM there stops a call that never started.
-            wait_for(lambda: (work / "hang-started.txt").exists(),
-                     timeout=BOUND_S, what="the hanging tool to be running")
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=BOUND_S)
-        finally:
-            stop(proc)
+    with raw_served(work, home, hook_log, tmp_path, "--plugin", "./guard.py",
+                    "--plugin", "tools_plugin.py") as (proc, raw, err_path):
+        raw.send({"id": 2, "method": "tools/call", "params": {"name": "hang", "arguments": {}}})
+        # The tool itself running, not only its before-hook: the check-hooks and the
+        # executor come between, and a SIGTERM there stops a call that never started.
+        wait_for(lambda: (work / "hang-started.txt").exists(),
+                 timeout=BOUND_S, what="the hanging tool to be running")
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=BOUND_S)
 
     err = err_path.read_text(encoding="utf-8")
     assert code == 143, err
@@ -661,10 +821,7 @@ def test_a_client_that_stops_reading_ends_the_session_cleanly(
             proc.stdout.close()  # nobody reads the answers any more; stdin stays open
             wait_for(lambda: any(r["hook"] == "run_start" for r in read_log(hook_log)),
                      timeout=BOUND_S, what="the server to be serving")
-            proc.stdin.write(json.dumps({
-                "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "1"}}}).encode() + b"\n")
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **INITIALIZE}).encode() + b"\n")
             proc.stdin.flush()
             code = proc.wait(timeout=BOUND_S)
         finally:

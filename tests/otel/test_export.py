@@ -267,6 +267,39 @@ async def test_exporter_none_records_nothing(
     assert plugin.tracing is None
 
 
+@pytest.mark.parametrize(("otel", "environ"), [
+    ({"exporter": "none"}, {}),
+    ({}, {"OTEL_SDK_DISABLED": "true"}),
+], ids=["exporter-none", "sdk-disabled"])
+def test_a_run_with_the_plugin_switched_off_imports_no_opentelemetry(
+    tmp_path: Path, otel: dict[str, str], environ: dict[str, str]
+) -> None:
+    code = textwrap.dedent(f"""
+        import asyncio, json, sys
+        from lich.agent import Agent
+        from lich.config import LichConfig
+        from lich.testing import ScriptedChat
+
+        config = LichConfig(work_dir={str(tmp_path)!r}, plugins=("otel",), otel={otel!r},
+                            persist_sessions=False)
+        agent = Agent(config, chat=ScriptedChat(["hi", "again"]))
+        assert [r.status for r in agent.host.reports] == ["loaded"]
+        assert not agent.host.needs("lich_event", config)  # no event hook call per event
+        for task in ("hello", "more"):
+            assert asyncio.run(agent.run(task)).text in ("hi", "again")
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry.")
+                                and not m.startswith("opentelemetry.exporter"))))
+    """)
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LICH_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**env, **environ}, check=False)
+    assert done.returncode == 0, done.stderr
+    # What importing the plugin finds (see above), and nothing of the API or the SDK.
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["opentelemetry.sdk"]
+
+
 def test_lich_config_validate_checks_the_plugin(tmp_path: Path) -> None:
     """The settings and the variables are checked by ``lich config validate`` as by a run."""
     import os

@@ -28,6 +28,13 @@ def test_only_the_four_tools_that_change_things_need_approval() -> None:
     assert {n for n, t in tools.items() if t.requires_approval} == ASKING
 
 
+def test_read_only_tools_and_write_file_are_idempotent() -> None:
+    # What a resumed gateway turn may run again (docs/tools.md#idempotent-tools).
+    tools = _tools()
+    assert {n for n, t in tools.items() if not t.idempotent} == {
+        "terminal", "edit_file", "http_request"}
+
+
 @pytest.mark.parametrize(("name", "arg", "kind"), [
     ("terminal", "command", "shell"), ("write_file", "path", "path"),
     ("edit_file", "path", "path"), ("http_request", "url", "url"), ("fetch_url", "url", "url"),

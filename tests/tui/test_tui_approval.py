@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from approval_tools import Tools, diff_preview
 from textual.content import Content
 from textual.visual import visualize
 from textual.widgets import Input, OptionList, Static
 from tui_support import wait_for
 
-from lich import Approval, ApprovalRequest, Ask, ToolCall, hookimpl, tool
+from lich import Approval, ApprovalRequest, ToolCall
 from lich.agent import Agent
 from lich.approvals.present import describe, describe_sections
 from lich.config import ConfigLocation
 from lich.events import ApprovalRequested, ApprovalResolved, ToolCallStart
-from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
+from lich.testing import AskFor, ScriptedChat, calls_responder, make_test_config
 from lich.tui import state as st
 from lich.tui.app import LichApp
 from lich.tui.approval import PLUGIN_NAME
@@ -36,65 +36,12 @@ from lich.types import ToolMessage
 SIZE = (100, 32)
 
 
-class Tools:
-    """``echo(text)`` and ``note(path, text)`` (which previews a diff); records runs."""
-
-    def __init__(self) -> None:
-        self.ran: list[tuple[str, dict[str, Any]]] = []
-
-    @hookimpl
-    def lich_register_tools(self, registry: Any) -> None:
-        ran = self.ran
-
-        @tool
-        def echo(text: str) -> str:
-            """Echo."""
-            ran.append(("echo", {"text": text}))
-            return f"echo: {text}"
-
-        def preview(args: Any, work_dir: Path) -> str:
-            return (f"--- a/{args['path']}\n+++ b/{args['path']}\n@@ -1 +1 @@\n"
-                    f"-old line\n+{args['text']}")
-
-        @tool(preview=preview)
-        def note(path: str, text: str) -> str:
-            """Write a note (records only)."""
-            ran.append(("note", {"path": path, "text": text}))
-            return "noted"
-
-        registry.register(echo)
-        registry.register(note)
-
-
-class AskFor:
-    """A before-hook answering ``Ask`` for the named tools."""
-
-    def __init__(self, *names: str) -> None:
-        self.names = names
-
-    @hookimpl
-    def lich_before_tool_call(self, call: ToolCall) -> Ask | None:
-        return Ask("needs a human") if call.name in self.names else None
-
-
-def calls_then_answer(*calls: tuple[str, dict[str, Any]]) -> Callable[[ScriptRequest], Reply]:
-    """One tool call per turn, then a final answer."""
-    def respond(request: ScriptRequest) -> Reply:
-        done = len(request.tool_results_since_user())
-        if done < len(calls):
-            name, args = calls[done]
-            return Reply(tool_calls=(ToolCall(f"c{done + 1}", name, args),))
-        return Reply("final answer")
-
-    return respond
-
-
 def make_app(work: Path, *calls: tuple[str, dict[str, Any]],
              ask: tuple[str, ...] = ("echo", "note"), **config: Any) -> tuple[LichApp, Tools]:
-    tools = Tools()
+    tools = Tools(preview=diff_preview)
     agent = Agent(make_test_config(work, **config),
                   plugins=[("tools", tools), ("ask", AskFor(*ask))],
-                  chat=ScriptedChat(responder=calls_then_answer(*calls)))
+                  chat=ScriptedChat(responder=calls_responder(*calls)))
     return LichApp(agent), tools
 
 
@@ -407,7 +354,7 @@ async def test_write_file_on_an_existing_file_shows_its_diff(tmp_path: Path) -> 
     (tmp_path / "notes.txt").write_text("first\nsecond\n")
     agent = Agent(
         make_test_config(tmp_path, plugins=("builtin_tools", "approvals")),
-        chat=ScriptedChat(responder=calls_then_answer(
+        chat=ScriptedChat(responder=calls_responder(
             ("write_file", {"path": "notes.txt", "content": "first\nchanged\n"}))))
     app = LichApp(agent)
     async with app.run_test(size=SIZE) as pilot:

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,13 +47,14 @@ __all__ = ["SessionStoreContract"]
 
 
 def _write_run(writer: TranscriptWriter, question: str, answer: str, *,
-               reason: str = "final") -> None:
+               reason: str = "final", close: bool = True, **end: Any) -> None:
     writer.append("meta", event="run_start", run_id="r", input=question)
     writer.message(UserMessage(question))
     if answer:
         writer.message(AssistantMessage(answer))
-    writer.append("meta", event="run_end", run_id="r", stopped_reason=reason)
-    writer.close()
+    writer.append("meta", event="run_end", run_id="r", stopped_reason=reason, **end)
+    if close:
+        writer.close()
 
 
 def _later(store: TranscriptStore) -> None:
@@ -215,6 +217,31 @@ class SessionStoreContract:
         (info,) = store.list()
         assert info.failed_unanswered
 
+    def test_list_sums_the_runs_costs_and_an_unknown_cost_makes_it_unknown(
+            self, store: TranscriptStore) -> None:
+        priced = store.open("priced")
+        for cost in (0.1, 0.2, 0.0):
+            _write_run(priced, "q", "a", close=False, cost_usd=cost)
+        priced.close()
+        unpriced = store.open("unpriced")
+        _write_run(unpriced, "q", "a", close=False, cost_usd=0.5)
+        _write_run(unpriced, "q", "a", close=False)  # no pricing plugin: no cost_usd
+        _write_run(unpriced, "q", "a", close=False, cost_usd=0.25)
+        unpriced.close()
+        bad = store.open("bad")
+        _write_run(bad, "q", "a", close=False, cost_usd=0.5)
+        _write_run(bad, "q", "a", close=False, cost_usd=-1)  # not a cost: unknown
+        bad.close()
+        running = store.open("running")
+        running.append("meta", event="run_start", run_id="r", input="q")
+        running.message(UserMessage("q"))
+        running.close()
+
+        by_id = {s.session_id: s.cost_usd for s in store.list()}
+        # The same float sum as the runs', in their order: exact, not approximate.
+        assert by_id == {"priced": 0.1 + 0.2 + 0.0, "unpriced": None, "bad": None,
+                         "running": None}
+
     # ------------------------------------------------------------ resolve / resume
 
     def test_resolve_ids_prefixes_and_latest(self, store: TranscriptStore) -> None:
@@ -352,4 +379,5 @@ class SessionStoreContract:
             "be brief", "first question", "first answer", "second question", "second answer"]
         (info,) = store.list()
         assert (info.title, info.status, info.answered) == ("first question", "final", True)
+        assert info.cost_usd is None  # no pricing plugin, no price: unknown, not 0
 

@@ -1,0 +1,192 @@
+"""Durable turns: the transcript records that let a turn outlive the process running it.
+
+A bus whose messages survive a dead consumer (the ``nats`` one) runs each
+message as a *durable turn*. The run's own session writer — so, with a fenced
+store, under the run's epoch — adds ``meta`` records to the conversation's
+transcript, each naming the message's admission id:
+
+* ``turn_start`` (``admission``, ``run_id``) before the first model call;
+* ``tool_start`` (``admission``, ``call_id``, ``tool``) before a call of a tool
+  that is not :attr:`~lich.tools.Tool.idempotent` runs;
+* ``turn_end`` (``admission``, ``reply``: ``{"kind", "text", "run_id"}``) once the
+  run is over and its reply decided;
+* ``reply_sent`` (``admission``) once whoever delivers the reply confirmed it has it.
+
+Each is stored before the step it announces goes on (the writer is flushed),
+so a process that reads them after a crash (:func:`find_turn`) knows how far
+the turn got: not started (run it), started (continue it from the transcript:
+:meth:`lich.Agent.continue_turn`), ended (send the recorded reply, do not run
+again), or answered (nothing to do).
+
+The agent writes ``turn_start`` and ``tool_start`` when it is handed a
+:class:`DurableTurn`; ``turn_end`` and ``reply_sent`` are the caller's
+(:meth:`DurableTurn.end`, :meth:`DurableTurn.reply_sent`), since only it knows
+the reply and when it was delivered. Without a :class:`DurableTurn` (the
+single-process gateway, the CLI) none of this is written or read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+from attrs import frozen
+
+from lich.types import Message
+
+__all__ = [
+    "INTERRUPTED_ERROR",
+    "REPLY_SENT",
+    "TOOL_START",
+    "TURN_END",
+    "TURN_START",
+    "DurableTurn",
+    "TurnRecords",
+    "find_turn",
+]
+
+TURN_START = "turn_start"
+TOOL_START = "tool_start"
+TURN_END = "turn_end"
+REPLY_SENT = "reply_sent"
+
+#: The result a resumed turn gives a call that may have run before its process died.
+INTERRUPTED_ERROR = (
+    "interrupted: this call was started, but the process running it stopped before its "
+    "result was recorded; it may or may not have taken effect, and it was not run again. "
+    "Check its effect before you repeat it."
+)
+
+
+class _Writer(Protocol):
+    """What a :class:`DurableTurn` uses of the run's writer (the agent's)."""
+
+    @property
+    def failed(self) -> bool: ...
+
+    @property
+    def stale(self) -> BaseException | None: ...
+
+    def append(self, kind: str, **fields: Any) -> None: ...
+
+    async def flush(self) -> bool: ...
+
+
+@frozen
+class TurnRecords:
+    """What a transcript says of the turn of one admission (see :func:`find_turn`).
+
+    ``reply`` is the recorded reply (``turn_end``'s), ``started_calls`` the call ids
+    that have a ``tool_start``, ``messages`` the conversation as recorded (compacts
+    applied, dangling tool calls left as they are).
+    """
+
+    admission: str
+    started: bool = False
+    reply: Mapping[str, Any] | None = None
+    reply_sent: bool = False
+    started_calls: frozenset[str] = frozenset()
+    messages: tuple[Message, ...] = ()
+
+    @property
+    def state(self) -> Literal["new", "running", "ended", "answered"]:
+        """``new`` (nothing recorded), ``running`` (started, not ended), ``ended``
+        (a reply recorded, not known to be delivered) or ``answered``."""
+        if self.reply is not None:
+            return "answered" if self.reply_sent else "ended"
+        return "running" if self.started else "new"
+
+
+def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
+              messages: Iterable[Message] = ()) -> TurnRecords:
+    """The durable-turn records of ``admission`` among a transcript's ``records``.
+
+    ``messages`` (the transcript's conversation, as its store read it) is kept
+    on the result for a turn that must be continued.
+    """
+    started = sent = False
+    reply: Mapping[str, Any] | None = None
+    calls: set[str] = set()
+    for record in records:
+        if record.get("kind") != "meta" or record.get("admission") != admission:
+            continue
+        event = record.get("event")
+        if event == TURN_START:
+            started = True
+        elif event == TOOL_START:
+            call_id = record.get("call_id")
+            if isinstance(call_id, str):
+                calls.add(call_id)
+        elif event == TURN_END:
+            recorded = record.get("reply")
+            if isinstance(recorded, Mapping) and isinstance(recorded.get("kind"), str):
+                reply = recorded
+        elif event == REPLY_SENT:
+            sent = True
+    return TurnRecords(admission, started or reply is not None, reply, sent,
+                       frozenset(calls), tuple(messages))
+
+
+class DurableTurn:
+    """One message's turn, recorded so that another process can finish it.
+
+    Hand it to :meth:`lich.Agent.run` (a new turn: it writes ``turn_start``) or
+    :meth:`lich.Agent.continue_turn` (a turn a dead process began: nothing is
+    written again); the agent then writes ``tool_start`` before every call of a
+    tool that is not idempotent, and leaves its writer to this turn, so that
+    :meth:`end` and :meth:`reply_sent` are written under the run's own epoch.
+
+    :param admission: the message's admission id (unique per message; what the
+        records are found by).
+    :param resume: what the transcript says of this turn when it is continued
+        (:func:`find_turn`); ``None`` for a new turn.
+    :param transcript: the conversation as just read from the store, for a new
+        turn (so that whoever runs it need not read it again); ``None``: unknown.
+    """
+
+    def __init__(self, admission: str, resume: TurnRecords | None = None, *,
+                 transcript: Sequence[Message] | None = None) -> None:
+        self.admission = admission
+        self.resume = resume
+        self.transcript = transcript
+        self.run_id: str | None = None
+        self._writer: _Writer | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether an agent run took this turn (and its writer is attached)."""
+        return self._writer is not None
+
+    @property
+    def stale(self) -> bool:
+        """Whether the run's writer lost the session to another one: the turn is
+        someone else's now, and nothing more of it may be written or sent."""
+        return self._writer is not None and self._writer.stale is not None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether every record of this turn so far was stored (no writer failure)."""
+        return self._writer is not None and not self._writer.failed
+
+    def attach(self, writer: _Writer, run_id: str) -> None:
+        """Called by the agent when its run takes this turn."""
+        self._writer = writer
+        self.run_id = run_id
+
+    async def end(self, kind: str, text: str) -> bool:
+        """Record ``turn_end`` with the reply, and wait until it is stored.
+
+        Returns whether it was (``False``: no run took the turn, or its writer failed).
+        """
+        if self._writer is None:
+            return False
+        self._writer.append("meta", event=TURN_END, admission=self.admission,
+                            reply={"kind": kind, "text": text, "run_id": self.run_id})
+        return await self._writer.flush()
+
+    async def reply_sent(self) -> bool:
+        """Record ``reply_sent``, and wait until it is stored; whether it was."""
+        if self._writer is None:
+            return False
+        self._writer.append("meta", event=REPLY_SENT, admission=self.admission)
+        return await self._writer.flush()

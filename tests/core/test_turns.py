@@ -1,0 +1,234 @@
+"""Durable turns on the JSONL store: the records a turn writes, and continuing a turn a
+dead run left unfinished (``Agent.continue_turn``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich import hookimpl, tool
+from lich.agent import Agent
+from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
+from lich.tools import ToolRegistry
+from lich.turns import INTERRUPTED_ERROR, DurableTurn, find_turn
+from lich.types import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+
+#: What each tool saw of the transcript when it ran: (tool, the meta events recorded so far).
+RAN: list[tuple[str, list[str]]] = []
+SESSION: dict[str, Agent] = {}
+
+
+def _meta_events(agent: Agent, session_id: str) -> list[str]:
+    records = agent.sessions.read(session_id).records
+    return [str(r.get("event")) for r in records if r.get("kind") == "meta"]
+
+
+def _saw(name: str) -> None:
+    agent = SESSION["agent"]
+    RAN.append((name, _meta_events(agent, "s1") if agent.sessions.exists("s1") else []))
+
+
+@tool
+def charge(amount: int) -> str:
+    """Charge a card (not idempotent)."""
+    _saw("charge")
+    return f"charged {amount}"
+
+
+@tool(idempotent=True)
+def put(key: str) -> str:
+    """Set a key (idempotent)."""
+    _saw("put")
+    return f"set {key}"
+
+
+class Tools:
+    @hookimpl
+    def lich_register_tools(self, registry: ToolRegistry) -> None:
+        registry.register(charge)
+        registry.register(put)
+
+
+def make_agent(tmp_path: Path, chat: Any) -> Agent:
+    RAN.clear()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat)
+    SESSION["agent"] = agent
+    return agent
+
+
+def turn_records(agent: Agent, session_id: str = "s1") -> list[dict[str, Any]]:
+    return [r for r in agent.sessions.read(session_id).records
+            if r.get("kind") == "meta" and "admission" in r]
+
+
+async def test_a_durable_turn_records_its_start_tool_starts_end_and_reply_in_order(
+    tmp_path: Path,
+) -> None:
+    seen: list[list[str]] = []
+
+    def responder(request: ScriptRequest) -> Reply:
+        # What the transcript holds when the model is called.
+        seen.append(_meta_events(SESSION["agent"], "s1"))
+        if not request.tool_results_since_user():
+            return Reply(tool_calls=[ToolCall("c1", "put", {"key": "k"}),
+                                     ToolCall("c2", "charge", {"amount": 5})])
+        return Reply("paid")
+
+    agent = make_agent(tmp_path, ScriptedChat(responder=responder))
+    turn = DurableTurn("adm-1")
+    result = await agent.run("pay", session_id="s1", turn=turn)
+    assert result.text == "paid"
+    assert turn.started
+    assert turn.recorded
+    assert not turn.stale
+    assert await turn.end("reply", result.text)
+    assert await turn.reply_sent()
+
+    # turn_start is stored before the first model call; tool_start before the tool that
+    # is not idempotent runs, and only for it.
+    assert seen[0] == ["run_start", "turn_start"]
+    assert RAN == [("put", ["run_start", "turn_start"]),
+                   ("charge", ["run_start", "turn_start", "tool_start"])]
+    records = turn_records(agent)
+    assert [r["event"] for r in records] == ["turn_start", "tool_start", "turn_end", "reply_sent"]
+    assert records[0]["run_id"] == result.run_id
+    assert (records[1]["call_id"], records[1]["tool"]) == ("c2", "charge")
+    assert records[2]["reply"] == {"kind": "reply", "text": "paid", "run_id": result.run_id}
+    # turn_end and reply_sent come after the run's own end.
+    events = _meta_events(agent, "s1")
+    assert events.index("run_end") < events.index("turn_end")
+
+    found = find_turn(agent.sessions.read("s1").records, "adm-1")
+    assert found.state == "answered"
+    assert found.reply is not None
+    assert found.reply["text"] == "paid"
+    assert found.started_calls == {"c2"}
+    assert find_turn(agent.sessions.read("s1").records, "other").state == "new"
+    await agent.aclose()
+
+
+async def test_without_a_durable_turn_nothing_is_recorded(tmp_path: Path) -> None:
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "charge", {"amount": 1})]), "ok"])
+    agent = make_agent(tmp_path, chat)
+    await agent.run("pay", session_id="s1")
+    assert turn_records(agent) == []
+    assert RAN == [("charge", ["run_start"])]
+    await agent.aclose()
+
+
+async def test_find_turn_tells_the_states_apart() -> None:
+    def meta(event: str, **fields: Any) -> dict[str, Any]:
+        return {"v": 2, "kind": "meta", "event": event, "admission": "a", **fields}
+
+    started = [meta("turn_start", run_id="r")]
+    assert find_turn([], "a").state == "new"
+    assert find_turn(started, "a").state == "running"
+    ended = [*started, meta("turn_end", reply={"kind": "reply", "text": "x"})]
+    assert find_turn(ended, "a").state == "ended"
+    assert find_turn([*ended, meta("reply_sent")], "a").state == "answered"
+    # Another admission's records, and a malformed reply, are not this turn's end.
+    assert find_turn([*started, meta("turn_end", reply="x")], "a").state == "running"
+    assert find_turn(ended, "b").state == "new"
+
+
+def _interrupted_session(tmp_path: Path, calls: list[ToolCall],
+                         results: list[ToolMessage]) -> tuple[Agent, list[Message]]:
+    """A session whose run died after the model asked for ``calls`` (with ``results``
+    recorded), written as the dead run's writer left it."""
+    chat = ScriptedChat(responder=lambda request: Reply(
+        f"after {[m.content for m in request.tool_results_since_user()]}"))
+    agent = make_agent(tmp_path, chat)
+    writer = agent.sessions.open("s1")
+    history: list[Message] = [UserMessage("earlier"), AssistantMessage("earlier answer"),
+                              UserMessage("do it"), AssistantMessage("", tuple(calls)), *results]
+    writer.append("meta", event="run_start", run_id="dead", input="do it")
+    for message in history:
+        writer.message(message)
+    writer.append("meta", event="turn_start", admission="adm", run_id="dead")
+    for call in calls:
+        if call.name == "charge":
+            writer.append("meta", event="tool_start", admission="adm", call_id=call.id,
+                          tool="charge")
+    writer.close()
+    return agent, history
+
+
+async def test_continue_turn_reruns_idempotent_calls_and_never_reruns_a_started_one(
+    tmp_path: Path,
+) -> None:
+    calls = [ToolCall("c1", "put", {"key": "a"}), ToolCall("c2", "charge", {"amount": 9}),
+             ToolCall("c3", "put", {"key": "b"})]
+    done = ToolMessage("c1", "put", "set a")
+    agent, _ = _interrupted_session(tmp_path, calls, [done])
+    contents = agent.sessions.read("s1")
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert state.state == "running"
+    assert state.started_calls == {"c2"}
+
+    turn = DurableTurn("adm", resume=state)
+    result = await agent.continue_turn(list(state.messages), "s1",
+                                       interrupted=state.started_calls, turn=turn)
+    # c1 had its result; c2 (not idempotent, started) is not run again; c3 is.
+    assert [name for name, _ in RAN] == ["put"]
+    chat = agent.chat
+    assert isinstance(chat, ScriptedChat)
+    assert len(chat.requests) == 1
+    told = chat.requests[0].tool_results_since_user()
+    assert [m.tool_call_id for m in told] == ["c1", "c2", "c3"]
+    assert INTERRUPTED_ERROR in told[1].content
+    assert told[1].is_error
+    assert result.text.startswith("after ")
+    # No second user message, no second turn_start; the run says it continued.
+    after = agent.sessions.read("s1")
+    users = [m for m in after.messages if isinstance(m, UserMessage)]
+    assert [m.content for m in users] == ["earlier", "do it"]
+    assert [r["event"] for r in turn_records(agent)] == ["turn_start", "tool_start"]
+    starts = [r for r in after.records if r.get("event") == "run_start"]
+    assert starts[-1].get("continued") is True
+    assert starts[-1]["input"] == "do it"
+    assert turn.started
+    assert await turn.end("reply", result.text)
+    assert find_turn(agent.sessions.read("s1").records, "adm").state == "ended"
+    await agent.aclose()
+
+
+async def test_continue_turn_runs_a_call_that_never_started(tmp_path: Path) -> None:
+    # A charge without a tool_start never ran (tool_start is stored before it runs).
+    agent, history = _interrupted_session(tmp_path, [ToolCall("c9", "put", {"key": "z"})], [])
+    agent2 = make_agent(tmp_path, agent.chat)
+    history[-1] = AssistantMessage("", (ToolCall("c9", "charge", {"amount": 1}),))
+    result = await agent2.continue_turn(history, "s1", interrupted=set())
+    assert [name for name, _ in RAN] == ["charge"]
+    assert "charged 1" in result.text
+    # Without knowing what started, every call of a tool that is not idempotent counts
+    # as maybe started.
+    RAN.clear()
+    result = await agent2.continue_turn(history, "s1")
+    assert RAN == []
+    assert "interrupted" in result.text
+    await agent.aclose()
+    await agent2.aclose()
+
+
+async def test_continue_turn_with_a_recorded_answer_makes_no_model_call(tmp_path: Path) -> None:
+    chat = ScriptedChat(["must not be asked"])
+    agent = make_agent(tmp_path, chat)
+    history: list[Message] = [UserMessage("hi"), AssistantMessage("hello there")]
+    result = await agent.continue_turn(history, "s1")
+    assert result.text == "hello there"
+    assert result.stopped_reason == "final"
+    assert chat.requests == []
+    # The turn waiting on the model's first answer calls it, once.
+    result = await agent.continue_turn([UserMessage("again")], "s2")
+    assert result.text == "must not be asked"
+    assert len(chat.requests) == 1
+    await agent.aclose()
+
+
+async def test_continue_turn_needs_a_turn(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, ScriptedChat())
+    with pytest.raises(ValueError, match="no user message"):
+        await agent.continue_turn([AssistantMessage("x")], "s1")
+    await agent.aclose()
