@@ -19,6 +19,10 @@ writes and reads — the processes share nothing else with the test:
   acknowledged nor answered, while the record itself goes to the database on the
   store's writer threads ("a worker killed after turn_end, before reply_sent").
   It marks ``frozen/<tag>`` (its pid) first, and freezes once per tag.
+* The same store holds the first read of a session after ``hold-read/<session
+  id>`` appears: it reads, marks ``read-held/<session id>`` (its pid), and returns
+  what it read only once ``release/<session id>`` exists ("a consumer stalled
+  between reading a transcript and writing to it").
 
 A held call or a frozen process waits at most :data:`HOLD_S`, so a test that
 fails before killing it cannot leave it hanging.
@@ -89,7 +93,8 @@ def make_effect_tool(probe: Path) -> Tool:
             _wait_for_file(probe / "release" / name)
         return f"effect {key} done"
 
-    return tool(name=TOOL)(systest_effect)
+    # Declared, not left to the default (``read_only``): this is what the test is about.
+    return tool(name=TOOL, idempotent=False)(systest_effect)
 
 
 @hookimpl
@@ -199,7 +204,25 @@ class _FreezingStore:
         return str(self._inner.resolve(ref))
 
     def read(self, ref: str) -> Any:
-        return self._inner.read(ref)
+        contents = self._inner.read(ref)
+        self._maybe_hold_after_read(ref)
+        return contents
+
+    def _maybe_hold_after_read(self, ref: str) -> None:
+        # What was read is returned only after the release: a reader that is stopped
+        # meanwhile acts, when it continues, on the transcript as it was before.
+        name = safe_name(ref)
+        if not (self._probe / "hold-read" / name).exists():
+            return
+        held = self._probe / "read-held" / name
+        held.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(held, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return  # held once already
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(str(os.getpid()))
+        _wait_for_file(self._probe / "release" / name)
 
     def history(self, ref: str) -> Any:
         return self._inner.history(ref)

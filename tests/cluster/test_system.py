@@ -62,11 +62,6 @@ pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
     # A bound on a hang, far above what the test takes (see docs/testing.md).
     pytest.mark.timeout(400),
-    # Until the durable turns of issue 19 point 5 land: there are no turn_start,
-    # turn_end or tool_start records yet, a turn interrupted in a tool runs it again, and
-    # a worker whose write failed as stale still acknowledges and answers its message.
-    pytest.mark.xfail(strict=True, reason="needs the durable turn records and resume "
-                      "(issue 19 point 5)"),
 ]
 
 CONVERSATIONS = 20
@@ -359,7 +354,7 @@ class Load:
     def replied(self) -> int:
         return len(self.answers)
 
-    async def _admit(self, c: int, i: int) -> tuple[httpx.Response, int]:
+    async def admit(self, c: int, i: int) -> tuple[httpx.Response, int]:
         """POST until admitted: a 503 (the broker away) is sent again, as a platform does."""
         unavailable = 0
         while True:
@@ -371,7 +366,7 @@ class Load:
             unavailable += 1
             await asyncio.sleep(0.2)  # the client's retry pace
 
-    async def _settle(self, c: int, i: int, copy: int, response: httpx.Response,
+    async def settle(self, c: int, i: int, copy: int, response: httpx.Response,
                       unavailable: int) -> None:
         body = response.json()
         while response.status_code == 202 and body.get("status") == "accepted":
@@ -390,10 +385,10 @@ class Load:
             if gate is not None:
                 await gate.wait()
             for copy in range(2):
-                response, unavailable = await self._admit(c, i)
+                response, unavailable = await self.admit(c, i)
                 admitted.append((i, copy, response, unavailable))
         for i, copy, response, unavailable in admitted:
-            await self._settle(c, i, copy, response, unavailable)
+            await self.settle(c, i, copy, response, unavailable)
 
     async def run(self) -> None:
         await asyncio.gather(*(self.conversation(c) for c in range(CONVERSATIONS)))
@@ -774,3 +769,88 @@ def check(answers: list[Answer], records: dict[str, list[tuple[int, int, str, di
                + "; ".join(faults.log))
     print(summary)
     assert not problems, summary + "\n" + "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------- read, then stall
+
+#: The conversation and messages of the next test: a plain one, then one with the tool.
+STALLED_READ = (19, 0, 2)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a consumer decides from a transcript it read before claiming the session: stalled "
+    "between the read and its first write, it runs the turn again when it wakes (a second "
+    "turn_start and turn_end, the non-idempotent tool twice); see the test's docstring"))
+async def test_a_consumer_stalled_between_its_read_and_its_claim_runs_nothing_again(
+    tmp_path: Path, nats_server: NatsServer, postgres: PostgresCluster,
+) -> None:
+    """A consumer reads the transcript to decide what to do with a message (run it,
+    continue it, resend its reply), then stalls (SIGSTOP) past ``ack_wait_s`` before
+    its first write. Another consumer takes the message and runs the whole turn. When
+    the first continues, it must not act on what it read: the turn is the other one's.
+
+    Today it does: its run's writer claims the session only at its first record, after
+    the read, so the claim succeeds (the other consumer's epoch is superseded rather
+    than this one's being stale) and the turn runs a second time from the transcript
+    as it was before — a second ``turn_start`` and ``turn_end``, and the tool that must
+    not run twice runs twice. The same race happens without a stop whenever a
+    redelivered copy is read while the first consumer has not written yet (a loaded
+    machine: the system test above saw it). Claiming the session before reading it
+    would make the stalled consumer's writes fail as stale.
+    """
+    c, first, second = STALLED_READ
+    model = ScriptedServer(ScriptedModel(responder=Script())).start()
+    try:
+        async with running_cluster(tmp_path, nats_server, postgres, model) as (cluster, ingress), \
+                httpx.AsyncClient(timeout=WAIT_S) as client:
+            assert uses_tool(c, second)
+            assert not uses_tool(c, first)
+            load = Load(client, f"http://127.0.0.1:{ingress.port}")
+            await load.settle(c, first, 0, *(await load.admit(c, first)))
+            session = load.answers[0].body["session_id"]
+            (cluster.probe / "hold-read").mkdir()
+            (cluster.probe / "hold-read" / safe_name(session)).write_text("", encoding="utf-8")
+            # The first reader of the session holds what it read: stop it right there.
+            reply = asyncio.create_task(load.admit(c, second))
+            pid = await async_wait_for(
+                lambda: file_pid(cluster.probe / "read-held" / safe_name(session)), WAIT_S,
+                "a worker to read the transcript for the message")
+            stalled = cluster.by_pid(pid)
+            stalled.process.send_signal(signal.SIGSTOP)
+            (cluster.probe / "release").mkdir()
+            (cluster.probe / "release" / safe_name(session)).write_text("", encoding="utf-8")
+            # Past ack_wait_s another worker runs the turn; the ingress gets its reply.
+            await load.settle(c, second, 0, *(await asyncio.wait_for(reply, WAIT_S)))
+            admission = admission_of(c, second)
+            await async_wait_for(lambda: meta_rows(cluster.dsn, "reply_sent",
+                                                   admission=admission), WAIT_S,
+                                 "the other worker's reply_sent")
+            since = len(stalled.lines)
+            stalled.process.send_signal(signal.SIGCONT)
+
+            def done_with_it() -> bool:
+                """Whether the continued worker is done with the message, whatever it did:
+                gave it up as lost, found it answered, or ran it (and acknowledged)."""
+                return any(f"admission={admission}" in line and re.search(
+                    r"event=(turn_lost|reply_already_sent|reply_resent|ack_failed)\b", line)
+                    for line in stalled.lines[since:]) or any(
+                    f"chat={chat_of(c)} " in line and re.search(r"event=run_(end|failed)\b",
+                                                                line)
+                    for line in stalled.lines[since:])
+
+            await async_wait_for(done_with_it, WAIT_S, lambda: (
+                f"the continued worker to finish; its last lines: {stalled.lines[-8:]}"))
+            await async_wait_for(lambda: _stream_empty(nats_server.url), WAIT_S,
+                                 "the stream to be empty", interval=0.2)
+            answer = load.answers[1]
+            assert (answer.status, answer.body.get("reply")) == (
+                200, expected_reply(text_of(c, second)))
+            starts = meta_rows(cluster.dsn, "turn_start", admission=admission)
+            ends = meta_rows(cluster.dsn, "turn_end", admission=admission)
+            effects = (cluster.probe / "effects" / call_id_of(text_of(c, second))
+                       ).read_text(encoding="utf-8").split()
+            assert (len(starts), len(ends), len(effects)) == (1, 1, 1), (
+                f"turn_start at (session, seq, epoch) {starts}, turn_end at {ends}, the tool "
+                f"ran in pids {effects} (the stalled worker is {pid})")
+    finally:
+        model.stop()
