@@ -14,18 +14,19 @@ as each is admitted (``reply_timeout_s`` is short, so ``POST /message`` answers
 Meanwhile, one after the other:
 
 * the broker is killed (SIGKILL) and restarted on its store;
+* PostgreSQL is restarted (``-m immediate``, as a crash);
 * a worker blocked in a model call is killed;
 * a worker inside the non-idempotent tool is killed (once its ``tool_start``
   record is in the database);
 * a worker that wrote a ``turn_end`` record and has not answered is killed;
 * a worker in a model call is stopped (SIGSTOP) past ``ack_wait_s`` until another
-  worker took its conversation, then continued (SIGCONT): its writes must fail;
-* PostgreSQL is restarted (``-m immediate``, as a crash).
+  worker took its conversation, then continued (SIGCONT): its writes must fail.
 
 Killed workers are replaced, so three stay up. The fault points are reached by
 polling the scripted server's requests, the database and the plugin's probe files
-(:func:`lich.testing.async_wait_for`), never by sleeping. Then the assertions, from
-the database and from the answers the clients got.
+(:func:`lich.testing.async_wait_for`), never by sleeping; a victim message is sent
+only when its fault begins, so an earlier fault cannot disturb it first. Then the
+assertions, from the database and from the answers the clients got (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ WAIT_S = 90.0
 #: How long the whole load may take (a hang bound, not a speed claim).
 LOAD_S = 240.0
 
-# The faults' victims, (conversation, message): far enough into their conversations
-# that the load is running, in different conversations.
+# The faults' victims, (conversation, message), in different conversations; each is
+# sent when its fault begins (Load.gates), after its conversation's earlier messages.
 BLOCKED_IN_MODEL = (2, 2)
 IN_TOOL = (5, 3)
 AFTER_TURN_END = (7, 4)
