@@ -30,6 +30,8 @@ SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
            {"calls": 3, "reps": 1}),
     "b8": ("bench.b8_plugins", {"turns": 100, "reps": 21},
            {"turns": 3, "reps": 2}),
+    "b9": ("bench.b9_cluster", {"k": 50, "m": 10, "reps": 3},
+           {"k": 2, "m": 2, "reps": 1, "partitions": 4}),
 }
 
 

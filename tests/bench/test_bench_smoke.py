@@ -217,6 +217,41 @@ def test_b8_plugins() -> None:
         "B8 approvals", "B8 otel+prices"}
 
 
+def test_b9_cluster() -> None:
+    from bench.b9_cluster import BASELINE, SIDES
+    from lich.testing.postgres import PostgresUnavailable, find_binaries
+
+    try:
+        find_binaries()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    result, tables = run_one("b9", quick=True)
+    _check_common(result, tables)
+    small = SUITE["b9"][2]
+    k, m, reps = small["k"], small["m"], small["reps"]
+    assert result["params"]["partitions"] == min(small["partitions"], k)
+    assert list(result["sides"]) == list(SIDES)
+    for side, e in result["sides"].items():
+        # Every process of every deployment stopped cleanly on SIGTERM.
+        assert e["exit_codes"] == [0] * (SIDES[side][0] + 1)
+        assert len(e["runs"]) == reps
+        for run in e["runs"]:
+            assert run["messages"] == k * m
+            assert run["problem_count"] == 0
+            assert run["p50_s"] <= run["p99_s"]
+            assert _positive(run["msgs_per_s"])
+        _check_summary(e["msgs_per_s"], reps)
+        _check_summary(e["ratio"], reps)
+        base = result["sides"][BASELINE]["runs"]
+        assert e["ratio"]["median"] == pytest.approx(statistics.median(
+            [r["msgs_per_s"] / b["msgs_per_s"] for r, b in zip(e["runs"], base, strict=True)]))
+    assert result["sides"][BASELINE]["ratio"]["median"] == pytest.approx(1.0)
+    assert all(n == 0 for n in result["stream_depths_at_end"].values())
+    assert len(result["stream_depths_at_end"]) == 2  # the two cluster deployments
+    # The report says why the ratio, not the number of workers, is what counts here.
+    assert "more workers cannot add throughput" in tables[0][0]
+
+
 def test_runner_writes_results_and_prints_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -232,9 +267,9 @@ def test_runner_writes_results_and_prints_tables(
 
 def test_runner_refuses_an_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        runner.main(["--only", "b9"])
+        runner.main(["--only", "b99"])
     assert exc.value.code == 2
-    assert "b9" in capsys.readouterr().err
+    assert "b99" in capsys.readouterr().err
 
 
 def test_common_helpers() -> None:
