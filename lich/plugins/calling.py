@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 from attrs import evolve, frozen
 
+from lich._eager import start_eagerly
 from lich._threads import run_in_daemon_thread
 from lich.hooks import (
     Approval,
@@ -162,17 +163,43 @@ class HookCaller:
         call). Here the wait ends at the deadline whatever the hook does; the
         cancelled task finishes in the background, kept referenced until then
         and its outcome collected so it is neither garbage-collected while
-        pending nor reported as an unretrieved exception.
+        pending nor reported as an unretrieved exception. A cancelled caller
+        abandons the hook the same way.
+
+        A coroutine runs as a task of its own whose first step is taken at once
+        (:func:`lich._eager.start_eagerly`): a hook that answers without waiting —
+        most do — is done before this returns to the loop, with no wait at all.
+        Otherwise the wait is one future woken by the task's end or by one timer
+        at the deadline (not ``asyncio.wait``: no set, no extra future per call).
         """
-        task = asyncio.ensure_future(awaitable)
-        timeout = (None if deadline is None
-                   else max(0.0, deadline - asyncio.get_running_loop().time()))
+        if inspect.iscoroutine(awaitable):
+            task: asyncio.Future[Any] = start_eagerly(awaitable)
+            if task.done():
+                return task.result()
+        else:
+            task = asyncio.ensure_future(awaitable)
+        loop = asyncio.get_running_loop()
+        if deadline is not None and deadline <= loop.time():
+            self._abandon(task)
+            raise TimeoutError("timed out")
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        task.add_done_callback(wake)
+        timer = None if deadline is None else loop.call_at(deadline, wake)
         try:
-            done, _ = await asyncio.wait({task}, timeout=timeout)
+            await waiter
         except BaseException:  # the caller was cancelled: the hook goes too
             self._abandon(task)
             raise
-        if not done:
+        finally:
+            if timer is not None:
+                timer.cancel()
+            task.remove_done_callback(wake)
+        if not task.done():
             self._abandon(task)
             raise TimeoutError("timed out")
         return task.result()
