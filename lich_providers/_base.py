@@ -13,7 +13,7 @@ import json
 import os
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -29,7 +29,7 @@ from lich.types import (
     ToolDefinition,
     json_type_name,
 )
-from lich_providers._http import HttpClient, SseEvent, WholeAnswer, cut, iter_sse
+from lich_providers._http import HttpClient, SseEvent, SseParser, WholeAnswer, cut
 
 if TYPE_CHECKING:
     import httpx
@@ -307,16 +307,29 @@ def _forget(cache: dict[int, tuple[weakref.ref[Any], Any]], key: int, ref: Any) 
         del cache[key]
 
 
-async def sse_events(provider: HttpProvider, lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """The server-sent events of a streamed answer.
+async def sse_events(
+    provider: HttpProvider, lines: AsyncIterator[str]
+) -> AsyncGenerator[SseEvent, None]:
+    """The server-sent events of a streamed answer. A consumer that may stop before the
+    end iterates it under :func:`contextlib.aclosing` (closed where it stops, not by the
+    event loop in a task of its own).
 
     A body without a single event is no stream (whatever its content type said):
     one JSON document is the whole answer (:class:`WholeAnswer`), anything else is
     ``bad_request`` — not a broken stream, retried in vain.
     """
     stray: list[str] = []
+    parser = SseParser(stray)
     seen = False
-    async for event in iter_sse(lines, stray):
+    # The lines are parsed here, not through iter_sse: one async generator less between
+    # the socket and the provider, for every line of every streamed answer.
+    async for line in lines:
+        event = parser.line(line)
+        if event is not None:
+            seen = True
+            yield event
+    event = parser.end()
+    if event is not None:
         seen = True
         yield event
     text = "\n".join(stray)
