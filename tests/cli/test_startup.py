@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lich import __version__
 
-from .conftest import run_lich
+from .conftest import Server, run_lich, write_config
 
 # Modules that must never be imported just to print the version or the help.
 HEAVY = ("httpx", "httpcore", "anyio", "textual", "websockets", "uvicorn", "starlette",
          "prompt_toolkit", "rich", "lich.agent", "lich.loop", "lich.tui")
 
 
-def _modules_after(args: list[str], cwd: Path) -> list[str]:
+def _modules_after(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> list[str]:
     code = textwrap.dedent(f'''
         import json, sys
         from lich.cli import main
@@ -30,7 +32,7 @@ def _modules_after(args: list[str], cwd: Path) -> list[str]:
         print(json.dumps(sorted(sys.modules)), file=sys.stderr)
     ''')
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     return list(json.loads(proc.stderr.strip().splitlines()[-1]))
 
@@ -93,3 +95,25 @@ def test_bare_lich_without_a_terminal_or_input_prints_usage(work: Path) -> None:
 
     assert proc.returncode == 2
     assert "no task" in proc.stderr
+
+
+def test_a_run_with_stderr_not_a_terminal_never_imports_rich(
+    work: Path, scripted: Any
+) -> None:
+    # Its progress lines are plain `[lich] …` lines written without rich (B2-cold in
+    # docs/performance.md); rich is imported once something needs its console.
+    server: Server = scripted(["hello there"])
+    write_config(work, server.base_url)
+    modules = _modules_after(["say hello"], work)
+    assert "lich.agent" in modules  # it did run
+    assert _heavy(modules, ("rich",)) == []
+
+
+def test_rich_decides_when_the_environment_makes_stderr_a_terminal(
+    work: Path, scripted: Any
+) -> None:
+    server: Server = scripted(["hello there"])
+    write_config(work, server.base_url)
+    env = {**os.environ, "FORCE_COLOR": "1"}
+    modules = _modules_after(["say hello"], work, env=env)
+    assert "rich.console" in modules
