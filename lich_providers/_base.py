@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
 import re
 import weakref
@@ -166,6 +167,10 @@ class HttpProvider:
         )
         # id(message) -> (weak reference to it, its wire form); see wire_of().
         self._wire_cache: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        # The last wire_list(): weak references to its messages, in order, and their wire
+        # forms (Nones left out). The messages are not kept alive; their wire forms are,
+        # until the next request replaces them (one conversation's, at most).
+        self._last_wire: tuple[tuple[weakref.ref[Any], ...], list[Any]] = ((), [])
 
     def wire_of(self, message: _M, build: Callable[[_M], _T]) -> _T:
         """``build(message)``, computed once per message object and then reused.
@@ -191,6 +196,33 @@ class HttpProvider:
             return item
         cache[key] = (ref, item)
         return item
+
+    def wire_list(self, messages: Sequence[_M], build: Callable[[_M], _T | None]) -> list[_T]:
+        """``[wire_of(m, build) for m in messages]`` without the ``None`` items: a new list.
+
+        A conversation's next request is its previous one plus a few messages (the
+        same objects, in the same order), so when the previous call's messages are a
+        prefix of ``messages`` its list is reused and only the new messages are looked
+        up — the prefix is checked by identity, in C, not message by message in Python
+        (B1 in docs/performance.md). Anything else (another conversation on this
+        provider, a compressed history) takes the per-message path. The same wire
+        forms either way: messages are immutable and :meth:`wire_of` caches by
+        identity too.
+        """
+        refs, wire = self._last_wire
+        done = len(refs)
+        if not (done and len(messages) >= done
+                and all(map(operator.is_, map(operator.call, refs), messages))):
+            refs, wire, done = (), [], 0
+        new = messages[done:]
+        try:
+            new_refs = tuple(map(weakref.ref, new))
+        except TypeError:  # a message type without weakref support: never reused
+            self._last_wire = ((), [])
+            return [*wire, *(w for m in new if (w := self.wire_of(m, build)) is not None)]
+        wire = [*wire, *(w for m in new if (w := self.wire_of(m, build)) is not None)]
+        self._last_wire = (refs + new_refs, wire)
+        return list(wire)
 
     @property
     def name(self) -> str:

@@ -75,6 +75,27 @@ def test_openai_wire_cache_matches_a_fresh_provider_and_equal_messages() -> None
     assert again == fresh
 
 
+def test_openai_wire_list_reuse_gives_the_bodies_a_fresh_provider_gives() -> None:
+    # The previous request's list is reused only when its messages are a prefix (by
+    # identity) of the next request's: a grown history, another conversation on the
+    # same provider, a replaced (compressed) history and an equal-but-new message in
+    # the middle must all give exactly the body a provider without history gives.
+    provider = _provider()
+    history = _history()
+    other = [SystemMessage("other"), UserMessage("hi")]
+    replaced = [history[0], SystemMessage("summary"), *history[2:]]
+    copied = [*history[:2], AssistantMessage("", (ToolCall("c1", "echo", {"text": "é"}),)),
+              *history[3:]]
+    grown = [*history, AssistantMessage("done")]
+    for messages in (history, grown, other, grown, replaced, copied, history, history[:2],
+                     grown):
+        body = provider.build_body(messages, [], ChatOptions())
+        assert body == _provider().build_body(messages, [], ChatOptions())
+    first = provider.build_body(grown, [], ChatOptions())
+    first["messages"].append("mutated by a caller")
+    assert "mutated by a caller" not in provider.build_body(grown, [], ChatOptions())["messages"]
+
+
 def test_openai_wire_cache_forgets_collected_messages() -> None:
     provider = _provider()
     history = _history()
