@@ -158,6 +158,10 @@ class _Output:
         return True
 
 
+# json.dumps(..., separators=...) builds an encoder per call; one for every event line.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 class JsonRenderer(_Output):
     """Every event as one JSON line (schema ``lich/schemas/events.schema.json``)."""
 
@@ -165,7 +169,7 @@ class JsonRenderer(_Output):
         from lich.serialization import envelope_to_dict
 
         # ASCII escapes keep every line writable whatever the terminal's encoding.
-        self.send(json.dumps(envelope_to_dict(envelope), separators=(",", ":")) + "\n")
+        self.send(_COMPACT_JSON.encode(envelope_to_dict(envelope)) + "\n")
 
 
 class HumanRenderer(_Output):
