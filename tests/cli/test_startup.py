@@ -32,7 +32,7 @@ def _modules_after(args: list[str], cwd: Path, env: dict[str, str] | None = None
         print(json.dumps(sorted(sys.modules)), file=sys.stderr)
     ''')
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=env)
+                          timeout=60, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     return list(json.loads(proc.stderr.strip().splitlines()[-1]))
 
