@@ -31,7 +31,7 @@ import pluggy
 from attrs import evolve, frozen
 
 from lich._eager import start_eagerly
-from lich._threads import run_in_daemon_thread
+from lich._threads import _plugin_error, run_in_daemon_thread
 from lich.hooks import (
     Approval,
     ApprovalRequest,
@@ -93,6 +93,25 @@ def _changed(copied: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
         return bool(copied != original)
     except Exception:
         return True
+
+
+def _outcome(task: asyncio.Future[Any]) -> Any:
+    """A finished hook's answer, or what it raised.
+
+    Only the hook caller ever cancels a hook's task, and then it never asks for the
+    result (:meth:`HookCaller._until` gives up on it). So a ``CancelledError`` here is
+    the hook's own — raised, or its code cancelled its own task — and so is a
+    ``GeneratorExit``: a failure of the hook, handed on as a ``RuntimeError`` that
+    blocks the call like any other (fail closed). Re-raised as they are, they would
+    reach the run as if *it* had been cancelled and end it. ``KeyboardInterrupt`` and
+    ``SystemExit`` stay as they are: asyncio ends the event loop with them.
+    """
+    try:
+        return task.result()
+    except (Exception, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        raise _plugin_error(exc) from exc
 
 
 class HookCaller:
@@ -175,7 +194,7 @@ class HookCaller:
         if inspect.iscoroutine(awaitable):
             task: asyncio.Future[Any] = start_eagerly(awaitable)
             if task.done():
-                return task.result()
+                return _outcome(task)
         else:
             task = asyncio.ensure_future(awaitable)
         loop = asyncio.get_running_loop()
@@ -202,7 +221,7 @@ class HookCaller:
         if not task.done():
             self._abandon(task)
             raise TimeoutError("timed out")
-        return task.result()
+        return _outcome(task)
 
     def _abandon(self, task: asyncio.Future[Any]) -> None:
         task.cancel()

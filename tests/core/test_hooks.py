@@ -863,3 +863,42 @@ async def test_cancelling_the_run_abandons_a_waiting_hook_which_gets_the_cancell
     assert result.stopped_reason == "aborted"
     assert RAN == []
     await async_wait_for(lambda: seen == ["cancelled"], timeout=10)
+
+
+@pytest.mark.parametrize("where", ["at once", "after a wait"])
+@pytest.mark.parametrize("how", ["raises CancelledError", "cancels its own task",
+                                 "raises GeneratorExit"])
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+async def test_a_hook_that_cancels_itself_blocks_and_the_run_goes_on(
+    tmp_path: Path, phase: str, how: str, where: str,
+) -> None:
+    # Nobody cancelled the run: a CancelledError (or a GeneratorExit) out of the hook's
+    # own code is the hook failing, which blocks the call like any failure. Handed on
+    # as it is, it would end the run as if the run had been cancelled.
+    async def judge(call: ToolCall) -> None:
+        if where == "after a wait":
+            await asyncio.sleep(0)
+        if how == "raises CancelledError":
+            raise asyncio.CancelledError
+        if how == "raises GeneratorExit":
+            raise GeneratorExit
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    async def hook(self: object, call: ToolCall) -> None:
+        await judge(call)
+
+    plugin = type("SelfCancelling", (), {phase: hookimpl(specname=phase)(hook)})
+    agent = agent_with(tmp_path, ("selfish", plugin()),
+                       calls=[ToolCall("c1", "danger", {}), ToolCall("c2", "record", {})])
+    result, events = await asyncio.wait_for(run_collecting(agent), 30)
+    assert result.stopped_reason == "final"
+    assert RAN == []
+    ends = tool_ends(events)
+    assert [e.blocked_by for e in ends] == ["selfish", "selfish"]
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error.startswith("blocked_by_plugin: hook_error (selfish): ")
+    name = "GeneratorExit" if how == "raises GeneratorExit" else "CancelledError"
+    assert name in error
