@@ -114,6 +114,13 @@ def _outcome(task: asyncio.Future[Any]) -> Any:
         raise _plugin_error(exc) from exc
 
 
+def _collect(task: asyncio.Future[Any]) -> None:
+    """Take the outcome of a finished hook whose answer no longer counts (it timed
+    out), so that a failure is logged here and not as never retrieved."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a timed-out hook failed after its deadline: %s", task.exception())
+
+
 class HookCaller:
     """Calls the run-time hooks of the plugins registered in a pluggy manager.
 
@@ -190,17 +197,28 @@ class HookCaller:
         most do — is done before this returns to the loop, with no wait at all.
         Otherwise the wait is one future woken by the task's end or by one timer
         at the deadline (not ``asyncio.wait``: no set, no extra future per call).
+        A first step that held the loop past the deadline (synchronous code, which
+        nothing can interrupt) times out, whatever it answered.
         """
+        loop = asyncio.get_running_loop()
         if inspect.iscoroutine(awaitable):
             task: asyncio.Future[Any] = start_eagerly(awaitable)
+            if deadline is not None and deadline <= loop.time():
+                # The first step held the loop past the deadline (synchronous code:
+                # nothing could interrupt it). Its answer came late, so it does not
+                # count, as a late one would not after a wait.
+                if task.done():
+                    _collect(task)
+                else:
+                    self._abandon(task)
+                raise TimeoutError("timed out")
             if task.done():
                 return _outcome(task)
         else:
             task = asyncio.ensure_future(awaitable)
-        loop = asyncio.get_running_loop()
-        if deadline is not None and deadline <= loop.time():
-            self._abandon(task)
-            raise TimeoutError("timed out")
+            if deadline is not None and deadline <= loop.time():
+                self._abandon(task)
+                raise TimeoutError("timed out")
         waiter: asyncio.Future[None] = loop.create_future()
 
         def wake(_: object = None) -> None:
@@ -230,8 +248,7 @@ class HookCaller:
 
     def _abandoned_done(self, task: asyncio.Future[Any]) -> None:
         self._abandoned.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("a timed-out hook failed after its deadline: %s", task.exception())
+        _collect(task)
 
     async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:
         for impl in self._impls(hook_name):

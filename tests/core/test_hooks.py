@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -902,3 +903,23 @@ async def test_a_hook_that_cancels_itself_blocks_and_the_run_goes_on(
     assert error.startswith("blocked_by_plugin: hook_error (selfish): ")
     name = "GeneratorExit" if how == "raises GeneratorExit" else "CancelledError"
     assert name in error
+
+
+async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
+    tmp_path: Path,
+) -> None:
+    # Its first step blocks synchronously (nothing can interrupt that) past
+    # hook_timeout_s, then allows: an answer in hand only after the deadline is a
+    # timed-out hook's, and blocks the call, as when it waits past it.
+    class Frozen:
+        @hookimpl
+        async def lich_check_tool_call(self, call: ToolCall) -> None:
+            time.sleep(0.3)  # noqa: ASYNC251 (the attack: it blocks the loop)
+
+    agent = agent_with(tmp_path, ("frozen", Frozen()), calls=[ToolCall("c1", "danger", {})],
+                       hook_timeout_s=0.1)
+    result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    assert RAN == []
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        "blocked_by_plugin: hook_error (frozen): timed out after 0.1s"
+    )
