@@ -25,9 +25,9 @@ swapped back. The task drives a :class:`_Resumed` wrapper that hands the task
 what the first step yielded (the future the coroutine waits for) on the task's
 own first step, and after that passes every ``send`` / ``throw`` through, so
 from then on the task runs the coroutine as any task does. A task cancelled
-before its own first step cancels the awaited future and throws the
-cancellation into the coroutine at its await, as a running task's cancellation
-does.
+before its own first step cancels the awaited future and waits for it, as a
+running task's cancellation does: an awaited child task ends first, and the
+coroutine's await gives what it ended with.
 """
 
 from __future__ import annotations
@@ -50,12 +50,14 @@ _FINISHED = 2  # the coroutine ended in the first step: the task just ends
 class _Resumed(Coroutine[Any, Any, Any]):
     """What a 3.11 task drives when the coroutine's first step already ran."""
 
-    __slots__ = ("_coro", "_first", "_state")
+    __slots__ = ("_coro", "_first", "_loop", "_state", "_task")
 
     def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
         self._coro = coro
         self._first: Any = None
         self._state = _NOT_STARTED
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     def send(self, value: Any) -> Any:
         if self._state == _RUNNING:
@@ -72,13 +74,20 @@ class _Resumed(Coroutine[Any, Any, Any]):
         if self._state == _FINISHED:
             raise StopIteration
         if self._state == _NOT_STARTED:
-            # Cancelled before the task's first step: a running task would have
-            # cancelled the future it waits for; do the same (an awaited child task
-            # goes down with it), then deliver the exception at the coroutine's await.
+            # Cancelled before the task's first step. A running task would cancel the
+            # future it waits for and go on waiting for it: an awaited child task ends
+            # first (its clean-up may wait too), and the await then gives what the
+            # child ended with. Do the same by handing the task that future, as the
+            # first step would have. A future that could not be cancelled (done, or
+            # not one the task could wait for: another loop's, the task itself) gets
+            # the exception at the coroutine's await, as a running task's pending
+            # cancellation does.
             self._state = _RUNNING
             first, self._first = self._first, None
-            if isinstance(first, asyncio.Future) and not first.done():
-                first.cancel()
+            if (isinstance(typ, asyncio.CancelledError) and isinstance(first, asyncio.Future)
+                    and first is not self._task and first.get_loop() is self._loop
+                    and first.cancel(msg=typ.args[0] if typ.args and typ.args[0] else None)):
+                return first
         if val is None and tb is None:
             return self._coro.throw(typ)
         return self._coro.throw(typ, val, tb)  # pragma: no cover (asyncio passes one)
@@ -100,6 +109,7 @@ class _Resumed(Coroutine[Any, Any, Any]):
                    context: contextvars.Context) -> asyncio.Future[Any] | None:
         """Run the coroutine's first step as ``task``; a done future with its outcome
         if it ended there, else ``None`` (the task goes on from where it stopped)."""
+        self._loop, self._task = loop, task
         caller = asyncio.current_task(loop)
         if caller is not None:
             asyncio.tasks._leave_task(loop, caller)

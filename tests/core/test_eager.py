@@ -12,6 +12,8 @@ import asyncio
 import contextvars
 import gc
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -227,3 +229,53 @@ def test_keyboard_interrupt_in_the_first_step_reaches_the_caller_with_its_task_r
 
     with caplog.at_level(logging.ERROR):
         assert asyncio.run(main()) is True
+
+
+async def _started_plainly(coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+    task = asyncio.ensure_future(coro)
+    await asyncio.sleep(0)  # its first step: it now waits at its first await
+    return task
+
+
+@pytest.mark.parametrize("start", ["eagerly", "plainly"])
+@pytest.mark.parametrize("child_ends", ["cancelled", "failing in its clean-up"])
+async def test_cancelled_before_its_first_step_it_waits_for_its_child_as_a_running_task_does(
+    start: str, child_ends: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A running task cancelled while it awaits a child task cancels the child and
+    # waits for it to end: the child's clean-up comes first, and what the child ends
+    # with (its cancellation, or an error its clean-up raised) is what the await gives
+    # the parent. Cancelled before its own first step, the eager task must behave the
+    # same ("plainly" is the reference: an ordinary task cancelled at the same await).
+    order: list[str] = []
+
+    async def child_body() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0)  # a clean-up that waits
+            order.append("child cleaned up")
+            if child_ends == "failing in its clean-up":
+                raise ValueError("clean-up failed") from None
+            raise
+
+    child = [asyncio.ensure_future(child_body())]  # (a list: dropped at the end)
+    await asyncio.sleep(0)  # the child waits in its sleep
+
+    async def parent() -> None:
+        try:
+            await child[0]
+        except BaseException as exc:
+            order.append(f"parent got {type(exc).__name__}")
+            raise
+
+    fut = start_eagerly(parent()) if start == "eagerly" else await _started_plainly(parent())
+    fut.cancel()
+    expected = (asyncio.CancelledError if child_ends == "cancelled" else ValueError)
+    with pytest.raises(expected):
+        await asyncio.wait_for(fut, 10)
+    assert order == ["child cleaned up", f"parent got {expected.__name__}"]
+    del fut
+    child.clear()
+    gc.collect()
+    assert "never retrieved" not in caplog.text
