@@ -28,6 +28,10 @@ from then on the task runs the coroutine as any task does. A task cancelled
 before its own first step cancels the awaited future and waits for it, as a
 running task's cancellation does: an awaited child task ends first, and the
 coroutine's await gives what it ended with.
+
+A loop with a task factory gets its task from the factory on either version,
+started the ordinary way: a factory may run the coroutine inside one of its own,
+and a coroutine whose first step already ran is no longer one it can await.
 """
 
 from __future__ import annotations
@@ -153,16 +157,17 @@ else:
 
     def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """A task running ``coro``, its first step already taken as that task; a done
-        future with the outcome instead if that step finished it."""
+        future with the outcome instead if that step finished it. A loop with a task
+        factory gets a task from it (not eager), as on 3.12."""
         loop = asyncio.get_running_loop()
+        if loop.get_task_factory() is not None:
+            # The factory may run the coroutine inside one of its own (tracing): it
+            # must get the coroutine itself, which a half-run one no longer is.
+            return loop.create_task(coro)
         context = contextvars.copy_context()
         resumed = _Resumed(coro)
-        # The Task class itself, not loop.create_task, unless the loop has a task
-        # factory (which then gets the wrapper, a collections.abc.Coroutine): the
-        # shorter path is a good part of what this saves per hook call.
-        task: asyncio.Task[T] = (
-            asyncio.Task(resumed, loop=loop, context=context)
-            if loop.get_task_factory() is None
-            else loop.create_task(resumed, context=context))
+        # The Task class itself, not loop.create_task: the shorter path is a good part
+        # of what this saves per hook call.
+        task: asyncio.Task[T] = asyncio.Task(resumed, loop=loop, context=context)
         outcome = resumed.first_step(loop, task, context)
         return task if outcome is None else outcome

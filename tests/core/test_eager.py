@@ -279,3 +279,39 @@ async def test_cancelled_before_its_first_step_it_waits_for_its_child_as_a_runni
     child.clear()
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+async def test_a_loop_whose_task_factory_wraps_coroutines_still_runs_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A task factory may run each coroutine inside one of its own (tracing, metrics):
+    # the coroutine must reach it as a coroutine, not as a half-run one only a task
+    # can drive. Such a loop gets an ordinary task from its factory.
+    wrapped: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any],
+                **kwargs: Any) -> asyncio.Task[Any]:
+        async def traced() -> Any:
+            wrapped.append("traced")
+            return await coro
+
+        return asyncio.Task(traced(), loop=loop, **kwargs)
+
+    async def at_once() -> str:
+        return "at once"
+
+    async def after_a_wait() -> str:
+        await asyncio.sleep(0)
+        return "after a wait"
+
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(factory)
+    try:
+        answers = [await asyncio.wait_for(start_eagerly(make()), 10)
+                   for make in (at_once, after_a_wait)]
+    finally:
+        loop.set_task_factory(None)
+    assert answers == ["at once", "after a wait"]
+    assert wrapped == ["traced", "traced"]
+    gc.collect()
+    assert "never retrieved" not in caplog.text
