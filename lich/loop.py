@@ -103,9 +103,13 @@ async def unless_cancelled(
         # ended the registration is removed, so there is nothing left to cancel.
         nonlocal fired
         fired = True
-        if on_cancel is not None:
-            on_cancel()
-        task.cancel()
+        try:
+            if on_cancel is not None:
+                on_cancel()
+        finally:
+            # Even when on_cancel raised (its error goes to the loop's exception
+            # handler): uncancel below counts on this cancel having been made.
+            task.cancel()
 
     registration = token.on_cancel(fire)
     try:

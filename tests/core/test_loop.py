@@ -545,3 +545,43 @@ async def test_abort_during_compression() -> None:
     assert out.stopped_reason == "aborted"
     assert [e.type for e in events] == ["turn_start", "compress_start", "compress_end"]
     assert list(out.messages) == _padded_history()
+
+
+async def test_unless_cancelled_cancels_the_work_even_when_its_on_cancel_raises() -> None:
+    # on_cancel runs first when the token fires; one that raises must not leave the
+    # work running on (a hung tool would then hang the cancelled run). Its error goes
+    # to the event loop's exception handler, as any failing loop callback's does.
+    from lich.cancel import Cancelled
+    from lich.loop import unless_cancelled
+
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException | None] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
+    token = CancelToken()
+    seen: list[str] = []
+
+    def failing_on_cancel() -> None:
+        raise RuntimeError("on_cancel failed")
+
+    async def hangs() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("work cancelled")
+            raise
+
+    try:
+        call = asyncio.ensure_future(unless_cancelled(hangs(), token, failing_on_cancel))
+        await asyncio.sleep(0)
+        token.cancel()
+        # (Not wait_for: its own cancellation at the bound would end the call too.)
+        done, _ = await asyncio.wait({call}, timeout=10)
+        assert done, "the work went on after the token fired"
+        with pytest.raises(Cancelled):
+            call.result()
+    finally:
+        call.cancel()
+        loop.set_exception_handler(previous)
+    assert seen == ["work cancelled"]
+    assert [str(exc) for exc in reported] == ["on_cancel failed"]
