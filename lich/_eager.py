@@ -106,8 +106,15 @@ class _Resumed(Coroutine[Any, Any, Any]):
     def __getattr__(self, name: str) -> Any:
         # cr_frame, cr_running, cr_suspended, __qualname__, ...: inspect.getcoroutinestate
         # (anyio asks it about a task's coroutine before cancelling the task) and task
-        # names describe the real coroutine.
+        # names describe the real coroutine. Its own slots are never delegated: unset
+        # (an instance made without __init__), they would recurse here for ever.
+        if name in _Resumed.__slots__:
+            raise AttributeError(name)
         return getattr(self._coro, name)
+
+    def __reduce__(self) -> Any:
+        # Copied or pickled, a coroutine raises TypeError; so does what stands for one.
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
 
     def first_step(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
                    context: contextvars.Context) -> asyncio.Future[Any] | None:

@@ -305,7 +305,7 @@ async def test_a_loop_whose_task_factory_wraps_coroutines_still_runs_them(
         return "after a wait"
 
     loop = asyncio.get_running_loop()
-    loop.set_task_factory(factory)
+    loop.set_task_factory(factory)  # type: ignore[arg-type]  # (typeshed: no **kwargs)
     try:
         answers = [await asyncio.wait_for(start_eagerly(make()), 10)
                    for make in (at_once, after_a_wait)]
@@ -315,3 +315,24 @@ async def test_a_loop_whose_task_factory_wraps_coroutines_still_runs_them(
     assert wrapped == ["traced", "traced"]
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+async def test_the_started_coroutine_refuses_to_be_copied_as_a_coroutine_does() -> None:
+    # What the task drives on 3.11 is a wrapper that describes the real coroutine
+    # (its frame, state and name). Copying or pickling it must fail as for the
+    # coroutine itself (a TypeError), not recurse through that delegation.
+    import copy
+    import inspect
+    import pickle
+
+    async def waits() -> None:
+        await asyncio.sleep(0)
+
+    fut = start_eagerly(waits())
+    assert isinstance(fut, asyncio.Task)
+    coro = fut.get_coro()
+    assert inspect.getcoroutinestate(coro) == inspect.CORO_SUSPENDED  # type: ignore[arg-type]
+    for attempt in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError):
+            attempt(coro)
+    await fut
