@@ -585,3 +585,38 @@ async def test_unless_cancelled_cancels_the_work_even_when_its_on_cancel_raises(
         loop.set_exception_handler(previous)
     assert seen == ["work cancelled"]
     assert [str(exc) for exc in reported] == ["on_cancel failed"]
+
+
+@pytest.mark.parametrize("first", ["token", "outsider"])
+async def test_unless_cancelled_never_takes_a_cancellation_from_elsewhere_for_the_tokens(
+    first: str,
+) -> None:
+    # The token fires and someone else cancels the same task in the same loop round,
+    # in either order: the outsider's cancellation must reach the caller as a
+    # CancelledError (it is not the token's to swallow), still counted on the task.
+    from lich.loop import unless_cancelled
+
+    token = CancelToken()
+    outcome: list[str] = []
+
+    async def caller() -> None:
+        try:
+            await unless_cancelled(asyncio.Event().wait(), token)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            assert task is not None
+            outcome.append(f"CancelledError, cancelling={task.cancelling()}")
+            raise
+
+    call = asyncio.ensure_future(caller())
+    await asyncio.sleep(0)  # it waits under the token now
+    if first == "token":
+        token.cancel()
+        call.cancel()
+    else:
+        call.cancel()
+        token.cancel()
+    done, _ = await asyncio.wait({call}, timeout=10)
+    assert done
+    assert call.cancelled()
+    assert outcome == ["CancelledError, cancelling=1"]
