@@ -74,8 +74,11 @@ class CancelToken:
         with self._lock:
             if not self._flag.is_set():
                 self._callbacks.add(registration)
-                return registration
-        registration._schedule()
+        # Checked again after registering, as in wait(): a cancel() that ran in between
+        # (a signal handler can interrupt anywhere, and the lock is reentrant) swapped
+        # the set out before the add. Scheduled twice, the callback still runs once.
+        if self._flag.is_set():
+            registration._schedule()
         return registration
 
     async def wait(self) -> None:

@@ -157,3 +157,24 @@ async def test_exceptions_of_the_work_pass_through() -> None:
 
     with pytest.raises(KeyError):
         await race(work(), CancelToken())
+
+
+async def test_on_cancel_is_not_missed_when_cancel_interrupts_the_registration() -> None:
+    # A Python signal handler runs between any two bytecodes of the main thread, and
+    # the token's lock is reentrant: cancel() may run inside on_cancel(), after it saw
+    # the token not cancelled and before its callback is in the set cancel() swaps
+    # out. Made to happen exactly there: the set's add() cancels first, as such a
+    # handler would.
+    token = CancelToken()
+
+    class InterruptedSet(set[object]):
+        def add(self, item: object) -> None:
+            token.cancel()  # the "signal handler": it swaps this set out and fires it
+            super().add(item)
+
+    token._callbacks = InterruptedSet()  # type: ignore[assignment]
+    called: list[str] = []
+    token.on_cancel(lambda: called.append("called"))
+    await async_wait_for(lambda: called == ["called"], timeout=10)
+    await asyncio.sleep(0.01)
+    assert called == ["called"]  # once
