@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from attrs import field, frozen
 
@@ -80,9 +80,10 @@ async def unless_cancelled(
     ``CancelledError`` at its await and may clean up (a tool kills its process group)
     — and :class:`~lich.cancel.Cancelled` is raised. Without a token, a plain await.
 
-    :func:`lich.cancel.race` with the same outcome and one task instead of two plus an
+    :func:`lich.cancel.race` with the same outcome and no task instead of two plus an
     ``asyncio.wait`` for every model call, tool call and hook the loop makes (B1 in
-    docs/performance.md): one task waits for the token, the work runs where it is
+    docs/performance.md): a callback registered on the token
+    (:meth:`~lich.cancel.CancelToken.on_cancel`) waits for it, the work runs where it is
     awaited, and the cancellation is made as :func:`asyncio.timeout` makes its own
     (counted with ``uncancel``), so a cancellation from elsewhere — the caller's, a
     deadline's around this — is never taken for the token's, nor swallowed.
@@ -97,30 +98,31 @@ async def unless_cancelled(
         raise Cancelled
     task = asyncio.current_task()
     assert task is not None
-    state: dict[str, Any] = {"fired": False, "done": False}
+    fired = False
 
-    def fire(waiter: asyncio.Future[None]) -> None:
+    def fire() -> None:
         # Runs from the event loop, never while the awaited code runs; once it has
-        # ended (its result taken) there is nothing left to cancel.
-        if state["done"] or waiter.cancelled():
-            return
-        state["fired"] = True
-        if on_cancel is not None:
-            on_cancel()
-        task.cancel()
+        # ended the registration is removed, so there is nothing left to cancel.
+        nonlocal fired
+        fired = True
+        try:
+            if on_cancel is not None:
+                on_cancel()
+        finally:
+            # Even when on_cancel raised (its error goes to the loop's exception
+            # handler): uncancel below counts on this cancel having been made.
+            task.cancel()
 
-    waiter = asyncio.ensure_future(token.wait())
-    waiter.add_done_callback(fire)
+    registration = token.on_cancel(fire)
     try:
         result = await awaitable
     except asyncio.CancelledError:
-        if state["fired"] and task.uncancel() == 0:
+        if fired and task.uncancel() == 0:
             raise Cancelled from None
         raise
     finally:
-        state["done"] = True
-        waiter.cancel()
-    if state["fired"]:
+        registration.remove()
+    if fired:
         # The awaited code caught the cancellation and returned anyway: the token still
         # won, as with race (which discards such a result too).
         task.uncancel()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -29,7 +30,7 @@ from lich.types import (
     ToolDefinition,
     json_type_name,
 )
-from lich_providers._http import HttpClient, SseEvent, WholeAnswer, cut, iter_sse
+from lich_providers._http import HttpClient, SseEvent, SseParser, WholeAnswer, cut
 
 if TYPE_CHECKING:
     import httpx
@@ -166,6 +167,10 @@ class HttpProvider:
         )
         # id(message) -> (weak reference to it, its wire form); see wire_of().
         self._wire_cache: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        # The last wire_list(): weak references to its messages, in order, and their wire
+        # forms (Nones left out). The messages are not kept alive; their wire forms are,
+        # until the next request replaces them (one conversation's, at most).
+        self._last_wire: tuple[tuple[weakref.ref[Any], ...], list[Any]] = ((), [])
 
     def wire_of(self, message: _M, build: Callable[[_M], _T]) -> _T:
         """``build(message)``, computed once per message object and then reused.
@@ -191,6 +196,33 @@ class HttpProvider:
             return item
         cache[key] = (ref, item)
         return item
+
+    def wire_list(self, messages: Sequence[_M], build: Callable[[_M], _T | None]) -> list[_T]:
+        """``[wire_of(m, build) for m in messages]`` without the ``None`` items: a new list.
+
+        A conversation's next request is its previous one plus a few messages (the
+        same objects, in the same order), so when the previous call's messages are a
+        prefix of ``messages`` its list is reused and only the new messages are looked
+        up — the prefix is checked by identity, in C, not message by message in Python
+        (B1 in docs/performance.md). Anything else (another conversation on this
+        provider, a compressed history) takes the per-message path. The same wire
+        forms either way: messages are immutable and :meth:`wire_of` caches by
+        identity too.
+        """
+        refs, wire = self._last_wire
+        done = len(refs)
+        if not (done and len(messages) >= done
+                and all(map(operator.is_, map(operator.call, refs), messages))):
+            refs, wire, done = (), [], 0
+        new = messages[done:]
+        try:
+            new_refs = tuple(map(weakref.ref, new))
+        except TypeError:  # a message type without weakref support: never reused
+            self._last_wire = ((), [])
+            return [*wire, *(w for m in new if (w := self.wire_of(m, build)) is not None)]
+        wire = [*wire, *(w for m in new if (w := self.wire_of(m, build)) is not None)]
+        self._last_wire = (refs + new_refs, wire)
+        return list(wire)
 
     @property
     def name(self) -> str:
@@ -307,16 +339,29 @@ def _forget(cache: dict[int, tuple[weakref.ref[Any], Any]], key: int, ref: Any) 
         del cache[key]
 
 
-async def sse_events(provider: HttpProvider, lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """The server-sent events of a streamed answer.
+async def sse_events(
+    provider: HttpProvider, lines: AsyncIterator[str]
+) -> AsyncGenerator[SseEvent, None]:
+    """The server-sent events of a streamed answer. A consumer that may stop before the
+    end iterates it under :func:`contextlib.aclosing` (closed where it stops, not by the
+    event loop in a task of its own).
 
     A body without a single event is no stream (whatever its content type said):
     one JSON document is the whole answer (:class:`WholeAnswer`), anything else is
     ``bad_request`` — not a broken stream, retried in vain.
     """
     stray: list[str] = []
+    parser = SseParser(stray)
     seen = False
-    async for event in iter_sse(lines, stray):
+    # The lines are parsed here, not through iter_sse: one async generator less between
+    # the socket and the provider, for every line of every streamed answer.
+    async for line in lines:
+        event = parser.line(line)
+        if event is not None:
+            seen = True
+            yield event
+    event = parser.end()
+    if event is not None:
         seen = True
         yield event
     text = "\n".join(stray)

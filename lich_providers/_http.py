@@ -63,6 +63,7 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "HttpClient",
     "SseEvent",
+    "SseParser",
     "WholeAnswer",
     "cut",
     "encode_body",
@@ -245,39 +246,66 @@ class SseEvent:
     data: str
 
 
-async def iter_sse(
-    lines: AsyncIterator[str], stray: list[str] | None = None
-) -> AsyncIterator[SseEvent]:
-    """Server-sent events from a stream of lines (the ``text/event-stream`` format).
+class SseParser:
+    """The ``text/event-stream`` format, one line at a time (no I/O, no generator).
 
-    Multi-line ``data`` is joined with ``\\n``; comments (``:``) and unknown
-    fields are ignored; an event still open when the stream ends is delivered.
-    Lines that are no SSE field at all, until the first event, are appended to
-    ``stray`` when given (to tell a body that is not a stream from a broken one).
+    Multi-line ``data`` is joined with ``\\n``; comments (``:``) and unknown fields
+    are ignored. Lines that are no SSE field at all, until the first event, are
+    appended to ``stray`` when given (to tell a body that is not a stream from a
+    broken one). A plain object rather than one more async generator per stream:
+    each layer of those costs every line a resumption, and one left unfinished (a
+    consumer that stops at the answer's last event) is finalised by the event loop
+    in a task of its own.
     """
-    event = ""
-    data: list[str] = []
-    seen = False
-    async for line in lines:
+
+    __slots__ = ("_data", "_event", "_seen", "_stray")
+
+    def __init__(self, stray: list[str] | None = None) -> None:
+        self._event = ""
+        self._data: list[str] = []
+        self._seen = False
+        self._stray = stray
+
+    def line(self, line: str) -> SseEvent | None:
+        """Take one line (without its newline); the event it completes, if any."""
         if not line:
+            data, self._data, event, self._event = self._data, [], self._event, ""
             if data:
-                seen = True
-                yield SseEvent(event, "\n".join(data))
-            event, data = "", []
-            continue
+                self._seen = True
+                return SseEvent(event, "\n".join(data))
+            return None
         if line.startswith(":"):
-            continue
+            return None
         name, _, value = line.partition(":")
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
-            data.append(value)
+            self._data.append(value)
         elif name == "event":
-            event = value
-        elif stray is not None and not seen and name not in ("id", "retry"):
-            stray.append(line)
-    if data:
-        yield SseEvent(event, "\n".join(data))
+            self._event = value
+        elif self._stray is not None and not self._seen and name not in ("id", "retry"):
+            self._stray.append(line)
+        return None
+
+    def end(self) -> SseEvent | None:
+        """The stream ended: the event still open, if any (it is delivered)."""
+        data, self._data = self._data, []
+        return SseEvent(self._event, "\n".join(data)) if data else None
+
+
+async def iter_sse(
+    lines: AsyncIterator[str], stray: list[str] | None = None
+) -> AsyncIterator[SseEvent]:
+    """Server-sent events from a stream of lines (see :class:`SseParser`; an event still
+    open when the stream ends is delivered)."""
+    parser = SseParser(stray)
+    async for line in lines:
+        event = parser.line(line)
+        if event is not None:
+            yield event
+    event = parser.end()
+    if event is not None:
+        yield event
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

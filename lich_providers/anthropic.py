@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from lich.hooks import hookimpl
@@ -45,7 +46,7 @@ from lich_providers._base import (
     read_key,
     sse_events,
 )
-from lich_providers._http import cut, kind_for_status
+from lich_providers._http import SseEvent, cut, kind_for_status
 
 if TYPE_CHECKING:
     from lich.providers import ProviderRegistry
@@ -245,7 +246,13 @@ class _AnthropicStream(StreamAssembler):
         self.text(piece)
 
     async def consume(self, lines: AsyncIterator[str]) -> None:
-        async for event in sse_events(self.provider, lines):
+        # Closed here when the answer's last event comes before the body's end (it does:
+        # the loop stops there), instead of by the event loop in a task of its own.
+        async with aclosing(sse_events(self.provider, lines)) as events:
+            await self._consume(events)
+
+    async def _consume(self, events: AsyncIterator[SseEvent]) -> None:
+        async for event in events:
             data = loads_event(self.provider, event.data)
             if not isinstance(data, dict):
                 raise self.provider.http.bad_stream("stream event is not an object", event.data)

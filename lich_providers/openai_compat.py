@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from lich.hooks import hookimpl
@@ -42,7 +43,7 @@ from lich_providers._base import (
     read_key,
     sse_events,
 )
-from lich_providers._http import cut, kind_for_status
+from lich_providers._http import SseEvent, cut, kind_for_status
 
 if TYPE_CHECKING:
     from lich.providers import ProviderRegistry
@@ -134,9 +135,7 @@ class OpenAICompatProvider(HttpProvider):
         options: ChatOptions,
     ) -> dict[str, Any]:
         """The chat-completions request body."""
-        wire = [
-            item for m in messages if (item := self.wire_of(m, _wire_message)) is not None
-        ]
+        wire = self.wire_list(messages, _wire_message)
         body: dict[str, Any] = {"model": self.model, "messages": wire}
         if tools:
             body["tools"] = [
@@ -224,7 +223,13 @@ class _OpenAIStream(StreamAssembler):
         return self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
 
     async def consume(self, lines: AsyncIterator[str]) -> None:
-        async for event in sse_events(self.provider, lines):
+        # Closed here when the answer's last event comes before the body's end (it does:
+        # the loop stops there), instead of by the event loop in a task of its own.
+        async with aclosing(sse_events(self.provider, lines)) as events:
+            await self._consume(events)
+
+    async def _consume(self, events: AsyncIterator[SseEvent]) -> None:
+        async for event in events:
             if event.data.strip() == "[DONE]":
                 return
             chunk = loads_event(self.provider, event.data)

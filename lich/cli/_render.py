@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from lich.guards import truncate_text
 
@@ -34,10 +35,70 @@ __all__ = ["HumanRenderer", "JsonRenderer", "args_preview", "error_preview", "ma
 
 
 def make_err_console() -> Console:
-    """The stderr console: colours and a spinner on a terminal, plain text otherwise."""
-    from rich.console import Console
+    """The stderr console: colours and a spinner on a terminal, plain text otherwise.
 
-    return Console(stderr=True, highlight=False)
+    Built on first use (:class:`_LazyConsole`): a run whose stderr is no terminal
+    writes its progress lines without rich, and then does not import it at all.
+    """
+    return _LazyConsole()  # type: ignore[return-value]
+
+
+# What rich reads to decide that a console is a terminal whatever isatty() says.
+_RICH_TERMINAL_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE")
+
+
+class _LazyConsole:
+    """``Console(stderr=True, highlight=False)``, made when something needs more of it
+    than :attr:`is_terminal`, :attr:`quiet` and :attr:`file`.
+
+    Those three are answered without rich only when rich's own answer is certain:
+    stderr says it is no terminal and none of ``FORCE_COLOR`` / ``TTY_COMPATIBLE`` is
+    set (rich would then say ``is_terminal`` False; ``quiet`` is False until someone
+    sets it, which makes the console). Anything else — an attribute, a call, a
+    setting — makes the real console and goes to it, so the behaviour is rich's.
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_console", None)
+
+    def _real(self) -> Console:
+        console: Console | None = self.__dict__["_console"]
+        if console is None:
+            from rich.console import Console
+
+            console = Console(stderr=True, highlight=False)
+            object.__setattr__(self, "_console", console)
+        return console
+
+    def _plain(self) -> bool:
+        if self.__dict__["_console"] is not None:
+            return False
+        if any(name in os.environ for name in _RICH_TERMINAL_ENV):
+            return False
+        isatty = getattr(sys.stderr, "isatty", None)
+        try:
+            return isatty is not None and not isatty()
+        except ValueError:  # a closed stderr: rich says "no terminal" too, but ask it
+            return False
+
+    @property
+    def is_terminal(self) -> bool:
+        return False if self._plain() else self._real().is_terminal
+
+    @property
+    def quiet(self) -> bool:
+        return False if self._plain() else self._real().quiet
+
+    @property
+    def file(self) -> IO[str]:
+        # rich's stderr console writes to sys.stderr as it is at the time of writing.
+        return sys.stderr if self._plain() else self._real().file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._real(), name, value)
 
 
 def _short(value: Any, limit: int) -> str:
@@ -97,6 +158,10 @@ class _Output:
         return True
 
 
+# json.dumps(..., separators=...) builds an encoder per call; one for every event line.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 class JsonRenderer(_Output):
     """Every event as one JSON line (schema ``lich/schemas/events.schema.json``)."""
 
@@ -104,7 +169,7 @@ class JsonRenderer(_Output):
         from lich.serialization import envelope_to_dict
 
         # ASCII escapes keep every line writable whatever the terminal's encoding.
-        self.send(json.dumps(envelope_to_dict(envelope), separators=(",", ":")) + "\n")
+        self.send(_COMPACT_JSON.encode(envelope_to_dict(envelope)) + "\n")
 
 
 class HumanRenderer(_Output):

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 from attrs import evolve, frozen
 
-from lich._threads import run_in_daemon_thread
+from lich._eager import start_eagerly
+from lich._threads import _plugin_error, run_in_daemon_thread
 from lich.hooks import (
     Approval,
     ApprovalRequest,
@@ -92,6 +93,32 @@ def _changed(copied: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
         return bool(copied != original)
     except Exception:
         return True
+
+
+def _outcome(task: asyncio.Future[Any]) -> Any:
+    """A finished hook's answer, or what it raised.
+
+    Only the hook caller ever cancels a hook's task, and then it never asks for the
+    result (:meth:`HookCaller._until` gives up on it). So a ``CancelledError`` here is
+    the hook's own — raised, or its code cancelled its own task — and so is a
+    ``GeneratorExit``: a failure of the hook, handed on as a ``RuntimeError`` that
+    blocks the call like any other (fail closed). Re-raised as they are, they would
+    reach the run as if *it* had been cancelled and end it. ``KeyboardInterrupt`` and
+    ``SystemExit`` stay as they are: asyncio ends the event loop with them.
+    """
+    try:
+        return task.result()
+    except (Exception, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        raise _plugin_error(exc) from exc
+
+
+def _collect(task: asyncio.Future[Any]) -> None:
+    """Take the outcome of a finished hook whose answer no longer counts (it timed
+    out), so that a failure is logged here and not as never retrieved."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a timed-out hook failed after its deadline: %s", task.exception())
 
 
 class HookCaller:
@@ -162,20 +189,57 @@ class HookCaller:
         call). Here the wait ends at the deadline whatever the hook does; the
         cancelled task finishes in the background, kept referenced until then
         and its outcome collected so it is neither garbage-collected while
-        pending nor reported as an unretrieved exception.
+        pending nor reported as an unretrieved exception. A cancelled caller
+        abandons the hook the same way.
+
+        A coroutine runs as a task of its own whose first step is taken at once
+        (:func:`lich._eager.start_eagerly`): a hook that answers without waiting —
+        most do — is done before this returns to the loop, with no wait at all.
+        Otherwise the wait is one future woken by the task's end or by one timer
+        at the deadline (not ``asyncio.wait``: no set, no extra future per call).
+        A first step that held the loop past the deadline (synchronous code, which
+        nothing can interrupt) times out, whatever it answered.
         """
-        task = asyncio.ensure_future(awaitable)
-        timeout = (None if deadline is None
-                   else max(0.0, deadline - asyncio.get_running_loop().time()))
+        loop = asyncio.get_running_loop()
+        if inspect.iscoroutine(awaitable):
+            task: asyncio.Future[Any] = start_eagerly(awaitable)
+            if deadline is not None and deadline <= loop.time():
+                # The first step held the loop past the deadline (synchronous code:
+                # nothing could interrupt it). Its answer came late, so it does not
+                # count, as a late one would not after a wait.
+                if task.done():
+                    _collect(task)
+                else:
+                    self._abandon(task)
+                raise TimeoutError("timed out")
+            if task.done():
+                return _outcome(task)
+        else:
+            task = asyncio.ensure_future(awaitable)
+            if deadline is not None and deadline <= loop.time():
+                self._abandon(task)
+                raise TimeoutError("timed out")
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        task.add_done_callback(wake)
+        timer = None if deadline is None else loop.call_at(deadline, wake)
         try:
-            done, _ = await asyncio.wait({task}, timeout=timeout)
+            await waiter
         except BaseException:  # the caller was cancelled: the hook goes too
             self._abandon(task)
             raise
-        if not done:
+        finally:
+            if timer is not None:
+                timer.cancel()
+            task.remove_done_callback(wake)
+        if not task.done():
             self._abandon(task)
             raise TimeoutError("timed out")
-        return task.result()
+        return _outcome(task)
 
     def _abandon(self, task: asyncio.Future[Any]) -> None:
         task.cancel()
@@ -184,8 +248,7 @@ class HookCaller:
 
     def _abandoned_done(self, task: asyncio.Future[Any]) -> None:
         self._abandoned.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("a timed-out hook failed after its deadline: %s", task.exception())
+        _collect(task)
 
     async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:
         for impl in self._impls(hook_name):

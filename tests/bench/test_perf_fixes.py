@@ -75,6 +75,27 @@ def test_openai_wire_cache_matches_a_fresh_provider_and_equal_messages() -> None
     assert again == fresh
 
 
+def test_openai_wire_list_reuse_gives_the_bodies_a_fresh_provider_gives() -> None:
+    # The previous request's list is reused only when its messages are a prefix (by
+    # identity) of the next request's: a grown history, another conversation on the
+    # same provider, a replaced (compressed) history and an equal-but-new message in
+    # the middle must all give exactly the body a provider without history gives.
+    provider = _provider()
+    history = _history()
+    other = [SystemMessage("other"), UserMessage("hi")]
+    replaced = [history[0], SystemMessage("summary"), *history[2:]]
+    copied = [*history[:2], AssistantMessage("", (ToolCall("c1", "echo", {"text": "é"}),)),
+              *history[3:]]
+    grown = [*history, AssistantMessage("done")]
+    for messages in (history, grown, other, grown, replaced, copied, history, history[:2],
+                     grown):
+        body = provider.build_body(messages, [], ChatOptions())
+        assert body == _provider().build_body(messages, [], ChatOptions())
+    first = provider.build_body(grown, [], ChatOptions())
+    first["messages"].append("mutated by a caller")
+    assert "mutated by a caller" not in provider.build_body(grown, [], ChatOptions())["messages"]
+
+
 def test_openai_wire_cache_forgets_collected_messages() -> None:
     provider = _provider()
     history = _history()
@@ -543,3 +564,47 @@ async def test_a_tool_that_swallows_the_cancellation_is_still_cancelled(tmp_path
         return task.cancelling()  # nothing left pending on the task
 
     assert await asyncio.ensure_future(after()) == 0
+
+
+@pytest.mark.parametrize("kind", ["openai_compat", "anthropic"])
+async def test_a_streamed_answer_leaves_no_generator_for_the_event_loop_to_close(
+    kind: str,
+) -> None:
+    # The providers stop reading at the answer's last event ([DONE], message_stop),
+    # before the body ends. A generator left unfinished there is closed by the event
+    # loop's finaliser hook, in a task of its own, per generator and call; each one is
+    # closed where the provider stops instead.
+    from lich.testing import Reply, ScriptedModel, ScriptedServer
+    from lich_providers.anthropic import AnthropicProvider
+
+    finalised: list[str] = []
+    hooks = sys.get_asyncgen_hooks()
+
+    def finalizer(agen: Any) -> None:
+        finalised.append(agen.__qualname__)
+        assert hooks.finalizer is not None
+        hooks.finalizer(agen)
+
+    model = ScriptedModel([Reply("hello", tool_calls=[ToolCall("c1", "echo", {"text": "x"})]),
+                           Reply("done")])
+    with ScriptedServer(model, dialects=("openai", "anthropic")) as server:
+        root = server.root_url
+        provider = (
+            OpenAICompatProvider(ProviderConfig(kind=kind, name="p", model="m",
+                                                base_url=server.base_url))
+            if kind == "openai_compat" else
+            AnthropicProvider(ProviderConfig(kind=kind, name="p", model="m", base_url=root),
+                              env={"ANTHROPIC_API_KEY": "sk-test"}))
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+        try:
+            texts = []
+            for _ in range(2):
+                result = await provider.chat([UserMessage("go")], [], ChatOptions(stream=True))
+                texts.append(result.message.content)
+            gc.collect()
+            await asyncio.sleep(0)
+        finally:
+            sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+            await provider.aclose()
+    assert texts == ["hello", "done"]
+    assert finalised == []

@@ -175,3 +175,40 @@ def test_json_renderer_writes_one_ascii_line_per_event() -> None:
     assert line.count("\n") == 1
     assert line.isascii()
     assert json.loads(line)["text"] == "naïve ✓"
+
+
+def test_the_stderr_console_is_rich_s_own_once_anything_more_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lich.cli._render import make_err_console
+
+    err = io.StringIO()  # no terminal
+    monkeypatch.setattr("sys.stderr", err)
+    console: Any = make_err_console()
+    assert (console.is_terminal, console.quiet, console.file) == (False, False, err)
+    renderer = HumanRenderer(console, io.StringIO())
+    renderer.note("tool echo(text=\"x\")")
+    assert err.getvalue() == '[lich] tool echo(text="x")\n'
+    assert console.__dict__["_console"] is None  # rich was not needed for that
+    console.quiet = True  # a setting goes to a real console, which then answers
+    assert console.__dict__["_console"] is not None
+    assert console.quiet is True
+    assert console.width == Console(stderr=True).width
+    renderer.note("not shown")
+    assert err.getvalue() == '[lich] tool echo(text="x")\n'
+
+
+@pytest.mark.parametrize(("env", "terminal"), [({"FORCE_COLOR": "1"}, True),
+                                               ({"TTY_COMPATIBLE": "1"}, True),
+                                               ({"TTY_COMPATIBLE": "0"}, False)])
+def test_the_stderr_console_asks_rich_when_the_environment_decides(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], terminal: bool,
+) -> None:
+    from lich.cli._render import make_err_console
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    console: Any = make_err_console()
+    assert console.is_terminal is terminal
+    assert console.is_terminal is Console(stderr=True).is_terminal

@@ -4,11 +4,13 @@ run loads no library of a plugin that is not configured."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,7 @@ HEAVY = ("httpx", "httpcore", "anyio", "textual", "websockets", "uvicorn", "star
          "prompt_toolkit", "rich", "lich.agent", "lich.loop", "lich.tui")
 
 
-def _modules_after(args: list[str], cwd: Path) -> list[str]:
+def _modules_after(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> list[str]:
     code = textwrap.dedent(f'''
         import json, sys
         from lich.cli import main
@@ -33,7 +35,7 @@ def _modules_after(args: list[str], cwd: Path) -> list[str]:
         print(json.dumps(sorted(sys.modules)), file=sys.stderr)
     ''')
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     return list(json.loads(proc.stderr.strip().splitlines()[-1]))
 
@@ -150,3 +152,23 @@ def test_unconfigured_plugins_need_no_per_turn_hook(tmp_path: Path) -> None:
     for budget in ({"max_cost_usd": 1.0}, {"max_total_tokens": 1000}):
         with_budget = LichConfig(work_dir=str(tmp_path), **budget)  # type: ignore[arg-type]
         assert needed(with_budget) == needed(plain) | {"lich_before_model_call"}
+def test_a_run_with_stderr_not_a_terminal_never_imports_rich(
+    work: Path, scripted: Any
+) -> None:
+    # Its progress lines are plain `[lich] …` lines written without rich (B2-cold in
+    # docs/performance.md); rich is imported once something needs its console.
+    server: Server = scripted(["hello there"])
+    write_config(work, server.base_url)
+    modules = _modules_after(["say hello"], work)
+    assert "lich.agent" in modules  # it did run
+    assert _heavy(modules, ("rich",)) == []
+
+
+def test_rich_decides_when_the_environment_makes_stderr_a_terminal(
+    work: Path, scripted: Any
+) -> None:
+    server: Server = scripted(["hello there"])
+    write_config(work, server.base_url)
+    env = {**os.environ, "FORCE_COLOR": "1"}
+    modules = _modules_after(["say hello"], work, env=env)
+    assert "rich.console" in modules

@@ -644,3 +644,26 @@ async def test_a_call_to_an_unknown_tool_is_not_asked_about(tmp_path: Path) -> N
     assert approver.requests == []
     assert of_type(events, ApprovalRequested) == []
     assert error_of(tool_contents(result.messages)[0]) == "unknown_tool: nope"
+
+
+async def test_an_async_approver_that_holds_the_loop_past_the_timeout_is_denied(
+    tmp_path: Path,
+) -> None:
+    # Synchronous code cannot be interrupted: this approver freezes the event loop
+    # (a bug in it) and answers yes only after approval_timeout_s. A yes in hand only
+    # after the deadline does not count.
+    class Frozen:
+        @hookimpl
+        async def lich_request_approval(self) -> Approval:
+            time.sleep(0.3)  # noqa: ASYNC251 (the attack: it blocks the loop)
+            return Approval(True)
+
+    tools = Tools()
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", Frozen())],
+        ("echo", {"text": "hi"}), approval_timeout_s=0.1)
+    assert tools.ran == []
+    error = error_of(tool_contents(result.messages)[0])
+    assert error == "approval_timeout: no answer within 0.1s; the call was not run"
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert resolved.approved is False

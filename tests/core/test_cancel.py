@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from lich.cancel import Cancelled, CancelToken, race
+from lich.testing import async_wait_for
 
 HANG_S = 60
 
@@ -27,6 +28,44 @@ async def test_wait_returns_when_another_thread_cancels() -> None:
     threading.Thread(target=token.cancel).start()
     await asyncio.wait_for(waiter, 10)
     await asyncio.wait_for(token.wait(), 30)  # already cancelled: returns at once
+
+
+async def test_on_cancel_calls_back_on_the_loop_when_another_thread_cancels() -> None:
+    token = CancelToken()
+    loop_thread = threading.get_ident()
+    called: list[int] = []
+    token.on_cancel(lambda: called.append(threading.get_ident()))
+    worker = threading.Thread(target=token.cancel)
+    worker.start()
+    worker.join(10)
+    await async_wait_for(lambda: called == [loop_thread], timeout=10)
+    await asyncio.sleep(0.01)
+    assert called == [loop_thread]  # once
+
+
+async def test_on_cancel_on_a_cancelled_token_calls_back_soon_not_at_once() -> None:
+    token = CancelToken()
+    token.cancel()
+    called: list[str] = []
+    token.on_cancel(lambda: called.append("called"))
+    assert called == []  # never from inside on_cancel itself
+    await async_wait_for(lambda: called == ["called"], timeout=10)
+
+
+async def test_a_removed_callback_is_never_called_even_once_cancel_scheduled_it() -> None:
+    token = CancelToken()
+    called: list[str] = []
+    before = token.on_cancel(lambda: called.append("before"))
+    before.remove()
+    late = token.on_cancel(lambda: called.append("late"))
+    token.on_cancel(lambda: called.append("kept"))
+    token.cancel()  # both calls are now on their way to the loop
+    late.remove()
+    late.remove()
+    await async_wait_for(lambda: called == ["kept"], timeout=10)
+    await asyncio.sleep(0.01)
+    assert called == ["kept"]
+    assert not token._callbacks  # nothing kept once fired or removed
 
 
 def test_cancel_from_a_signal_handler_interrupting_the_lock_holder() -> None:
@@ -118,3 +157,24 @@ async def test_exceptions_of_the_work_pass_through() -> None:
 
     with pytest.raises(KeyError):
         await race(work(), CancelToken())
+
+
+async def test_on_cancel_is_not_missed_when_cancel_interrupts_the_registration() -> None:
+    # A Python signal handler runs between any two bytecodes of the main thread, and
+    # the token's lock is reentrant: cancel() may run inside on_cancel(), after it saw
+    # the token not cancelled and before its callback is in the set cancel() swaps
+    # out. Made to happen exactly there: the set's add() cancels first, as such a
+    # handler would.
+    token = CancelToken()
+
+    class InterruptedSet(set[object]):
+        def add(self, item: object) -> None:
+            token.cancel()  # the "signal handler": it swaps this set out and fires it
+            super().add(item)
+
+    token._callbacks = InterruptedSet()  # type: ignore[assignment]
+    called: list[str] = []
+    token.on_cancel(lambda: called.append("called"))
+    await async_wait_for(lambda: called == ["called"], timeout=10)
+    await asyncio.sleep(0.01)
+    assert called == ["called"]  # once

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -898,3 +899,153 @@ async def test_a_needed_when_that_raises_counts_as_needed(
         assert (await agent.run("go")).text == "done"
     assert broken.calls == 2
     assert "needed_when of lich_before_model_call of plugin broken failed" in caplog.text
+async def test_a_hook_bounding_its_own_waits_gets_its_own_timeouts_not_the_runs(
+    tmp_path: Path,
+) -> None:
+    # An asyncio.timeout and an anyio cancel scope entered before the hook's first
+    # wait must belong to the hook's own task: bound to the runner's task instead
+    # (the hook's first step run inline), their expiry would cancel the run itself.
+    anyio = pytest.importorskip("anyio")
+    seen: list[str] = []
+
+    class SelfBounded:
+        @hookimpl
+        async def lich_before_tool_call(self, call: ToolCall) -> Block | None:
+            try:
+                async with asyncio.timeout(0.01):
+                    await asyncio.sleep(30)
+            except TimeoutError:
+                seen.append("own asyncio.timeout")
+            with anyio.move_on_after(0.01) as scope:
+                await anyio.sleep(30)
+            if scope.cancelled_caught:
+                seen.append("own anyio scope")
+            return Block("bounded") if call.name == "danger" else None
+
+    agent = agent_with(
+        tmp_path, ("bounded", SelfBounded()),
+        calls=[ToolCall("c1", "danger", {}), ToolCall("c2", "record", {"note": "x"})],
+        hook_timeout_s=20,
+    )
+    result, events = await asyncio.wait_for(run_collecting(agent), 30)
+    assert seen == ["own asyncio.timeout", "own anyio scope"] * 2
+    assert RAN == []
+    assert [e.result.ok for e in tool_ends(events)] == [False, True]
+    assert json.loads(tool_messages(result)[0].content)["error"] == "blocked_by_plugin: bounded"
+    assert result.stopped_reason == "final"
+
+
+async def test_a_hook_that_answers_at_once_still_runs_as_its_own_task(tmp_path: Path) -> None:
+    runner_tasks: list[object] = []
+    hook_tasks: list[object] = []
+
+    class Where:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            @tool
+            async def whoami() -> str:
+                """Record the task tools run in."""
+                runner_tasks.append(asyncio.current_task())
+                return "ok"
+
+            registry.register(whoami)
+
+        @hookimpl
+        async def lich_check_tool_call(self, call: ToolCall) -> None:
+            hook_tasks.append(asyncio.current_task())
+
+    agent = agent_with(tmp_path, ("where", Where()), calls=[ToolCall("c1", "whoami", {})])
+    result, _ = await run_collecting(agent)
+    assert result.stopped_reason == "final"
+    assert len(hook_tasks) == len(runner_tasks) == 1
+    assert hook_tasks[0] is not None
+    assert hook_tasks[0] is not runner_tasks[0]
+
+
+async def test_cancelling_the_run_abandons_a_waiting_hook_which_gets_the_cancellation(
+    tmp_path: Path,
+) -> None:
+    from lich.cancel import CancelToken
+
+    entered = asyncio.Event()
+    seen: list[str] = []
+
+    class Waiting:
+        @hookimpl
+        async def lich_before_tool_call(self, call: ToolCall) -> None:
+            entered.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+
+    agent = agent_with(tmp_path, ("waiting", Waiting()), calls=[ToolCall("c1", "danger", {})],
+                       hook_timeout_s=20)
+    token = CancelToken()
+    run = asyncio.ensure_future(agent.run("go", cancel=token))
+    await asyncio.wait_for(entered.wait(), 10)
+    token.cancel()
+    result = await asyncio.wait_for(run, 10)
+    assert result.stopped_reason == "aborted"
+    assert RAN == []
+    await async_wait_for(lambda: seen == ["cancelled"], timeout=10)
+
+
+@pytest.mark.parametrize("where", ["at once", "after a wait"])
+@pytest.mark.parametrize("how", ["raises CancelledError", "cancels its own task",
+                                 "raises GeneratorExit"])
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+async def test_a_hook_that_cancels_itself_blocks_and_the_run_goes_on(
+    tmp_path: Path, phase: str, how: str, where: str,
+) -> None:
+    # Nobody cancelled the run: a CancelledError (or a GeneratorExit) out of the hook's
+    # own code is the hook failing, which blocks the call like any failure. Handed on
+    # as it is, it would end the run as if the run had been cancelled.
+    async def judge(call: ToolCall) -> None:
+        if where == "after a wait":
+            await asyncio.sleep(0)
+        if how == "raises CancelledError":
+            raise asyncio.CancelledError
+        if how == "raises GeneratorExit":
+            raise GeneratorExit
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    async def hook(self: object, call: ToolCall) -> None:
+        await judge(call)
+
+    plugin = type("SelfCancelling", (), {phase: hookimpl(specname=phase)(hook)})
+    agent = agent_with(tmp_path, ("selfish", plugin()),
+                       calls=[ToolCall("c1", "danger", {}), ToolCall("c2", "record", {})])
+    result, events = await asyncio.wait_for(run_collecting(agent), 30)
+    assert result.stopped_reason == "final"
+    assert RAN == []
+    ends = tool_ends(events)
+    assert [e.blocked_by for e in ends] == ["selfish", "selfish"]
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error.startswith("blocked_by_plugin: hook_error (selfish): ")
+    name = "GeneratorExit" if how == "raises GeneratorExit" else "CancelledError"
+    assert name in error
+
+
+async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
+    tmp_path: Path,
+) -> None:
+    # Its first step blocks synchronously (nothing can interrupt that) past
+    # hook_timeout_s, then allows: an answer in hand only after the deadline is a
+    # timed-out hook's, and blocks the call, as when it waits past it.
+    class Frozen:
+        @hookimpl
+        async def lich_check_tool_call(self, call: ToolCall) -> None:
+            time.sleep(0.3)  # noqa: ASYNC251 (the attack: it blocks the loop)
+
+    agent = agent_with(tmp_path, ("frozen", Frozen()), calls=[ToolCall("c1", "danger", {})],
+                       hook_timeout_s=0.1)
+    result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    assert RAN == []
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        "blocked_by_plugin: hook_error (frozen): timed out after 0.1s"
+    )

@@ -561,3 +561,76 @@ def test_pending_tool_calls_are_the_last_answers_calls_without_a_result() -> Non
     assert pending_tool_calls([UserMessage("go")]) == []
     assert pending_tool_calls([*done, AssistantMessage("final")]) == []
     assert pending_tool_calls([*asked, UserMessage("next")]) == []
+async def test_unless_cancelled_cancels_the_work_even_when_its_on_cancel_raises() -> None:
+    # on_cancel runs first when the token fires; one that raises must not leave the
+    # work running on (a hung tool would then hang the cancelled run). Its error goes
+    # to the event loop's exception handler, as any failing loop callback's does.
+    from lich.cancel import Cancelled
+    from lich.loop import unless_cancelled
+
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException | None] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
+    token = CancelToken()
+    seen: list[str] = []
+
+    def failing_on_cancel() -> None:
+        raise RuntimeError("on_cancel failed")
+
+    async def hangs() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("work cancelled")
+            raise
+
+    try:
+        call = asyncio.ensure_future(unless_cancelled(hangs(), token, failing_on_cancel))
+        await asyncio.sleep(0)
+        token.cancel()
+        # (Not wait_for: its own cancellation at the bound would end the call too.)
+        done, _ = await asyncio.wait({call}, timeout=10)
+        assert done, "the work went on after the token fired"
+        with pytest.raises(Cancelled):
+            call.result()
+    finally:
+        call.cancel()
+        loop.set_exception_handler(previous)
+    assert seen == ["work cancelled"]
+    assert [str(exc) for exc in reported] == ["on_cancel failed"]
+
+
+@pytest.mark.parametrize("first", ["token", "outsider"])
+async def test_unless_cancelled_never_takes_a_cancellation_from_elsewhere_for_the_tokens(
+    first: str,
+) -> None:
+    # The token fires and someone else cancels the same task in the same loop round,
+    # in either order: the outsider's cancellation must reach the caller as a
+    # CancelledError (it is not the token's to swallow), still counted on the task.
+    from lich.loop import unless_cancelled
+
+    token = CancelToken()
+    outcome: list[str] = []
+
+    async def caller() -> None:
+        try:
+            await unless_cancelled(asyncio.Event().wait(), token)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            assert task is not None
+            outcome.append(f"CancelledError, cancelling={task.cancelling()}")
+            raise
+
+    call = asyncio.ensure_future(caller())
+    await asyncio.sleep(0)  # it waits under the token now
+    if first == "token":
+        token.cancel()
+        call.cancel()
+    else:
+        call.cancel()
+        token.cancel()
+    done, _ = await asyncio.wait({call}, timeout=10)
+    assert done
+    assert call.cancelled()
+    assert outcome == ["CancelledError, cancelling=1"]

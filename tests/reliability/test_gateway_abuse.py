@@ -271,7 +271,10 @@ async def raw_exchange(port: int, data: bytes) -> bytes:
     try:
         writer.write(data)
         await writer.drain()
-        with contextlib.suppress(ConnectionError):
+        # The gateway may have refused the request and closed the connection already:
+        # then the half-close fails, with ENOTCONN (an OSError, no ConnectionError) when
+        # the peer's close came first. Either way the exchange is over.
+        with contextlib.suppress(OSError):
             writer.write_eof()
         return await asyncio.wait_for(reader.read(65536), 10)
     except (ConnectionError, TimeoutError):
