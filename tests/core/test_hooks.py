@@ -905,16 +905,27 @@ async def test_a_hook_that_cancels_itself_blocks_and_the_run_goes_on(
     assert name in error
 
 
+@pytest.mark.parametrize("then", ["allows at once", "waits, swallows the cancellation, allows"])
 async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
-    tmp_path: Path,
+    tmp_path: Path, then: str,
 ) -> None:
     # Its first step blocks synchronously (nothing can interrupt that) past
     # hook_timeout_s, then allows: an answer in hand only after the deadline is a
-    # timed-out hook's, and blocks the call, as when it waits past it.
+    # timed-out hook's, and blocks the call, as when it waits past it. So does one
+    # that then waits (its task is cancelled before its own first step) and answers
+    # anyway once cancelled.
+    finished: list[str] = []
+
     class Frozen:
         @hookimpl
         async def lich_check_tool_call(self, call: ToolCall) -> None:
             time.sleep(0.3)  # noqa: ASYNC251 (the attack: it blocks the loop)
+            if then != "allows at once":
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0)
+                    finished.append("allowed late")
 
     agent = agent_with(tmp_path, ("frozen", Frozen()), calls=[ToolCall("c1", "danger", {})],
                        hook_timeout_s=0.1)
@@ -923,3 +934,5 @@ async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
     assert json.loads(tool_messages(result)[0].content)["error"] == (
         "blocked_by_plugin: hook_error (frozen): timed out after 0.1s"
     )
+    if then != "allows at once":
+        await async_wait_for(lambda: finished == ["allowed late"], timeout=10)
