@@ -936,3 +936,55 @@ async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
     )
     if then != "allows at once":
         await async_wait_for(lambda: finished == ["allowed late"], timeout=10)
+
+
+class _BadYield:
+    def __await__(self) -> Any:
+        yield 5  # not a future: asyncio refuses it
+
+
+@pytest.mark.parametrize(("first_wait", "expected"), [
+    ("a done future", "blocked_by_plugin: odd waits"),
+    ("a bare yield", "blocked_by_plugin: odd waits"),
+    ("its own task", "blocked_by_plugin: hook_error (odd): RuntimeError: Task cannot await on "
+                     "itself"),
+    ("a bad yield", "blocked_by_plugin: hook_error (odd): RuntimeError: Task got bad yield: 5"),
+    ("another loop's future", "attached to a different loop"),
+])
+async def test_a_hooks_odd_first_wait_is_handled_as_any_tasks(
+    tmp_path: Path, first_wait: str, expected: str,
+) -> None:
+    # What the hook's first step waits for reaches its task only at the task's own
+    # first step (3.11: through the wrapper): asyncio's checks must still apply there,
+    # and a wait that is fine must go on to the hook's answer.
+    other = asyncio.new_event_loop()
+
+    class Odd:
+        @hookimpl
+        async def lich_check_tool_call(self, call: ToolCall) -> Block:
+            if first_wait == "a done future":
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                await done
+            elif first_wait == "a bare yield":
+                await asyncio.sleep(0)
+            elif first_wait == "its own task":
+                task = asyncio.current_task()
+                assert task is not None
+                await task
+            elif first_wait == "a bad yield":
+                await _BadYield()
+            else:
+                await other.create_future()
+            return Block("odd waits")
+
+    try:
+        agent = agent_with(tmp_path, ("odd", Odd()), calls=[ToolCall("c1", "danger", {})])
+        result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    finally:
+        other.close()
+    assert RAN == []
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error.startswith("blocked_by_plugin: ")
+    assert expected in error
+    assert result.stopped_reason == "final"
