@@ -67,8 +67,7 @@ async def test_the_first_step_runs_in_the_tasks_own_context() -> None:
     assert VAR.get() == "caller"  # the task's change stays in the task
 
 
-async def test_a_coroutine_that_ends_in_its_first_step_changes_no_context_var_of_the_caller(
-) -> None:
+async def test_a_coroutine_ending_in_its_first_step_leaks_no_context_var() -> None:
     VAR.set("caller")
 
     async def sets() -> str:
