@@ -667,3 +667,28 @@ async def test_an_async_approver_that_holds_the_loop_past_the_timeout_is_denied(
     assert error == "approval_timeout: no answer within 0.1s; the call was not run"
     (resolved,) = of_type(events, ApprovalResolved)
     assert resolved.approved is False
+
+
+async def test_an_approver_whose_own_wait_is_cancelled_denies_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    # The front end's answer future is cancelled by the front end itself (its dialog
+    # torn down), not by lich: the approver's await raises CancelledError. That is the
+    # approver failing — the call is denied — not the run being cancelled.
+    class TornDown:
+        @hookimpl
+        async def lich_request_approval(self) -> Approval:
+            answer: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(answer.cancel)
+            return await answer
+
+    tools = Tools()
+    result, events = await run_agent(
+        tmp_path, [("tools", tools), ("ask", AskFor("echo")), ("ui", TornDown())],
+        ("echo", {"text": "hi"}))
+    assert result.stopped_reason == "final"
+    assert tools.ran == []
+    assert error_of(tool_contents(result.messages)[0]) == (
+        "approval_error (ui): RuntimeError: CancelledError() raised in a plugin function")
+    (resolved,) = of_type(events, ApprovalResolved)
+    assert resolved.approved is False

@@ -67,6 +67,17 @@ async def test_the_first_step_runs_in_the_tasks_own_context() -> None:
     assert VAR.get() == "caller"  # the task's change stays in the task
 
 
+async def test_a_coroutine_ending_in_its_first_step_leaks_no_context_var() -> None:
+    VAR.set("caller")
+
+    async def sets() -> str:
+        VAR.set("hook")
+        return VAR.get()
+
+    assert start_eagerly(sets()).result() == "hook"
+    assert VAR.get() == "caller"
+
+
 async def test_an_exception_in_the_first_step_is_the_futures_and_logged_nowhere(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -1031,16 +1031,27 @@ async def test_a_hook_that_cancels_itself_blocks_and_the_run_goes_on(
     assert name in error
 
 
+@pytest.mark.parametrize("then", ["allows at once", "waits, swallows the cancellation, allows"])
 async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
-    tmp_path: Path,
+    tmp_path: Path, then: str,
 ) -> None:
     # Its first step blocks synchronously (nothing can interrupt that) past
     # hook_timeout_s, then allows: an answer in hand only after the deadline is a
-    # timed-out hook's, and blocks the call, as when it waits past it.
+    # timed-out hook's, and blocks the call, as when it waits past it. So does one
+    # that then waits (its task is cancelled before its own first step) and answers
+    # anyway once cancelled.
+    finished: list[str] = []
+
     class Frozen:
         @hookimpl
         async def lich_check_tool_call(self, call: ToolCall) -> None:
             time.sleep(0.3)  # noqa: ASYNC251 (the attack: it blocks the loop)
+            if then != "allows at once":
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0)
+                    finished.append("allowed late")
 
     agent = agent_with(tmp_path, ("frozen", Frozen()), calls=[ToolCall("c1", "danger", {})],
                        hook_timeout_s=0.1)
@@ -1049,3 +1060,57 @@ async def test_an_async_hook_that_holds_the_loop_past_its_timeout_blocks(
     assert json.loads(tool_messages(result)[0].content)["error"] == (
         "blocked_by_plugin: hook_error (frozen): timed out after 0.1s"
     )
+    if then != "allows at once":
+        await async_wait_for(lambda: finished == ["allowed late"], timeout=10)
+
+
+class _BadYield:
+    def __await__(self) -> Any:
+        yield 5  # not a future: asyncio refuses it
+
+
+@pytest.mark.parametrize(("first_wait", "expected"), [
+    ("a done future", "blocked_by_plugin: odd waits"),
+    ("a bare yield", "blocked_by_plugin: odd waits"),
+    ("its own task", "blocked_by_plugin: hook_error (odd): RuntimeError: Task cannot await on "
+                     "itself"),
+    ("a bad yield", "blocked_by_plugin: hook_error (odd): RuntimeError: Task got bad yield: 5"),
+    ("another loop's future", "attached to a different loop"),
+])
+async def test_a_hooks_odd_first_wait_is_handled_as_any_tasks(
+    tmp_path: Path, first_wait: str, expected: str,
+) -> None:
+    # What the hook's first step waits for reaches its task only at the task's own
+    # first step (3.11: through the wrapper): asyncio's checks must still apply there,
+    # and a wait that is fine must go on to the hook's answer.
+    other = asyncio.new_event_loop()
+
+    class Odd:
+        @hookimpl
+        async def lich_check_tool_call(self, call: ToolCall) -> Block:
+            if first_wait == "a done future":
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(None)
+                await done
+            elif first_wait == "a bare yield":
+                await asyncio.sleep(0)
+            elif first_wait == "its own task":
+                task = asyncio.current_task()
+                assert task is not None
+                await task
+            elif first_wait == "a bad yield":
+                await _BadYield()
+            else:
+                await other.create_future()
+            return Block("odd waits")
+
+    try:
+        agent = agent_with(tmp_path, ("odd", Odd()), calls=[ToolCall("c1", "danger", {})])
+        result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    finally:
+        other.close()
+    assert RAN == []
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error.startswith("blocked_by_plugin: ")
+    assert expected in error
+    assert result.stopped_reason == "final"

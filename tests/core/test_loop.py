@@ -634,3 +634,30 @@ async def test_unless_cancelled_never_takes_a_cancellation_from_elsewhere_for_th
     assert done
     assert call.cancelled()
     assert outcome == ["CancelledError, cancelling=1"]
+
+
+async def test_unless_cancelled_leaves_nothing_registered_on_the_token() -> None:
+    # A run's token lives as long as the run and sees every model call, tool call and
+    # hook: each awaited call's registration must go when the call ends, however.
+    from lich.loop import unless_cancelled
+
+    token = CancelToken()
+
+    async def answers() -> int:
+        return 1
+
+    async def waits_then_fails() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("failed")
+
+    for _ in range(200):
+        assert await unless_cancelled(answers(), token) == 1
+        with pytest.raises(ValueError, match="failed"):
+            await unless_cancelled(waits_then_fails(), token)
+    cancelled_from_outside = asyncio.ensure_future(
+        unless_cancelled(asyncio.Event().wait(), token))
+    await asyncio.sleep(0)
+    cancelled_from_outside.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled_from_outside
+    assert not token._callbacks
