@@ -280,6 +280,16 @@ def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
     return [*system, UserMessage(HISTORY_STUB), *rest[j:]]
 
 
+def _cap_before_turn(messages: Sequence[Message], cap: int) -> list[Message]:
+    """``messages`` ending inside a turn, with what precedes the turn's user message (its
+    last one) capped by :func:`cap_history`: what the run that began the turn was given,
+    plus the turn so far, whole."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], UserMessage):
+            return [*cap_history(messages[:i], cap), *messages[i:]]
+    return cap_history(messages, cap)
+
+
 class _Conversation:
     __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id",
                  "spent_day", "spent_usd")
@@ -689,8 +699,9 @@ class GatewayBus:
         resume = turn.resume if turn is not None else None
         if resume is not None:
             # The unfinished turn as recorded (its tool calls without results kept: the
-            # agent settles them), capped like any history.
-            conv.history = cap_history(resume.messages, self.history_cap)
+            # agent settles them), capped as the run that began it was: the turns before
+            # it, never the turn itself, which grows past the cap as its tools run.
+            conv.history = _cap_before_turn(resume.messages, self.history_cap)
         elif conv.history is None or not self.keep_history:
             conv.history = await self._load(conv, preloaded)
         token = CancelToken()

@@ -232,3 +232,49 @@ async def test_continue_turn_needs_a_turn(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no user message"):
         await agent.continue_turn([AssistantMessage("x")], "s1")
     await agent.aclose()
+
+
+async def test_a_resumed_turn_longer_than_the_history_cap_keeps_its_user_message(
+    tmp_path: Path,
+) -> None:
+    # The gateway caps the history it hands a run *before* the turn; the turn itself grows
+    # past the cap as its tools run. A resumed turn is capped the same way: the earlier
+    # turns are cut, never the turn's own user message (it would become the "earlier
+    # messages were left out" stub, and the model would no longer know what was asked).
+    from lich.gateway.bus import HISTORY_STUB, GatewayBus, InboundMessage
+
+    chat = ScriptedChat(responder=lambda request: Reply(f"answer to {request.last_user()}"))
+    agent = make_agent(tmp_path, chat)
+    bus = GatewayBus(agent, history_cap=2)
+    session = bus.session_id_for("webhook", "c1")
+    writer = agent.sessions.open(session)
+    writer.append("meta", event="run_start", run_id="dead", input="do it")
+    history: list[Message] = [UserMessage("first"), AssistantMessage("first answer"),
+                              UserMessage("second"), AssistantMessage("second answer"),
+                              UserMessage("do it")]
+    for n in range(3):  # three rounds of tools: the turn alone is over the cap
+        history += [AssistantMessage("", (ToolCall(f"c{n}", "put", {"key": str(n)}),)),
+                    ToolMessage(f"c{n}", "put", f"set {n}")]
+    for message in history[:5]:
+        writer.message(message)
+    writer.append("meta", event="turn_start", admission="adm", run_id="dead")
+    for message in history[5:]:
+        writer.message(message)
+    writer.close()
+    contents = agent.sessions.read(session)
+    state = find_turn(contents.records, "adm", contents.messages)
+    try:
+        reply = await bus.handle(InboundMessage("webhook", "c1", "u1", "do it", "m1"),
+                                 turn=DurableTurn("adm", resume=state))
+        assert (reply.kind, reply.text) == ("reply", "answer to do it")
+        [request] = chat.requests
+        users = [m.content for m in request.messages if isinstance(m, UserMessage)]
+        # The earlier turns are capped (to the last one), the turn's own message kept.
+        assert users == ["second", "do it"]
+        assert HISTORY_STUB not in users
+        # The whole turn so far is there, in order, after its user message.
+        assert [m.tool_call_id for m in request.messages if isinstance(m, ToolMessage)] == [
+            "c0", "c1", "c2"]
+    finally:
+        await bus.drain(0)
+        await agent.aclose()
