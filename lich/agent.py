@@ -403,8 +403,10 @@ class Agent:
                 # A writer that loses its session must be able to stop the run; a store
                 # that cannot lose one costs no token (nor the race on every call).
                 cancel = CancelToken()
-            writer = _RunWriter(self.sessions.open(session_id),
-                                cancel.cancel if cancel is not None else None)
+            inner = self.sessions.open(session_id)
+            if turn is not None:
+                turn.fence(inner)  # before its first record: the claim is made with it
+            writer = _RunWriter(inner, cancel.cancel if cancel is not None else None)
         emitter = RunEmitter(run_id, session_id)
         # The per-turn hooks this run calls: those a plugin implements and needs for this
         # config (a plugin loaded but not configured declares itself idle: needed_when).

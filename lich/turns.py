@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 
 from attrs import frozen
 
+from lich.sessions import ConditionalWriter
 from lich.types import Message
 
 __all__ = [
@@ -78,7 +79,9 @@ class TurnRecords:
 
     ``reply`` is the recorded reply (``turn_end``'s), ``started_calls`` the call ids
     that have a ``tool_start``, ``messages`` the conversation as recorded (compacts
-    applied, dangling tool calls left as they are).
+    applied, dangling tool calls left as they are), ``end`` the position of the last
+    record read (:attr:`lich.sessions.SessionContents.end`; ``None``: the store has
+    none to claim on).
     """
 
     admission: str
@@ -87,6 +90,7 @@ class TurnRecords:
     reply_sent: bool = False
     started_calls: frozenset[str] = frozenset()
     messages: tuple[Message, ...] = ()
+    end: int | None = None
 
     @property
     def state(self) -> Literal["new", "running", "ended", "answered"]:
@@ -98,11 +102,12 @@ class TurnRecords:
 
 
 def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
-              messages: Iterable[Message] = ()) -> TurnRecords:
+              messages: Iterable[Message] = (), end: int | None = None) -> TurnRecords:
     """The durable-turn records of ``admission`` among a transcript's ``records``.
 
     ``messages`` (the transcript's conversation, as its store read it) is kept
-    on the result for a turn that must be continued.
+    on the result for a turn that must be continued, and ``end`` (where the read
+    ended) for the run's writer to claim on.
     """
     started = sent = False
     reply: Mapping[str, Any] | None = None
@@ -124,7 +129,7 @@ def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
         elif event == REPLY_SENT:
             sent = True
     return TurnRecords(admission, started or reply is not None, reply, sent,
-                       frozenset(calls), tuple(messages))
+                       frozenset(calls), tuple(messages), end)
 
 
 class DurableTurn:
@@ -142,15 +147,25 @@ class DurableTurn:
         (:func:`find_turn`); ``None`` for a new turn.
     :param transcript: the conversation as just read from the store, for a new
         turn (so that whoever runs it need not read it again); ``None``: unknown.
+    :param read_end: where the read this turn was decided on ended
+        (:attr:`lich.sessions.SessionContents.end`). The writers of the turn then
+        claim the conversation only if nothing was added to it since
+        (:class:`lich.sessions.ConditionalWriter`): a process that stalled after
+        its read, while another took the turn over, finds its writer stale before
+        it writes, runs or sends anything. ``None``: claimed whatever the session
+        holds (a store without conditional claims).
     """
 
     def __init__(self, admission: str, resume: TurnRecords | None = None, *,
-                 transcript: Sequence[Message] | None = None) -> None:
+                 transcript: Sequence[Message] | None = None,
+                 read_end: int | None = None) -> None:
         self.admission = admission
         self.resume = resume
         self.transcript = transcript
+        self.read_end = read_end
         self.run_id: str | None = None
         self._writer: _Writer | None = None
+        self._lost: BaseException | None = None
 
     @property
     def started(self) -> bool:
@@ -159,9 +174,23 @@ class DurableTurn:
 
     @property
     def stale(self) -> bool:
-        """Whether the run's writer lost the session to another one: the turn is
-        someone else's now, and nothing more of it may be written or sent."""
-        return self._writer is not None and self._writer.stale is not None
+        """Whether the run's writer (or one of the caller's, :meth:`lose`) lost the
+        session to another one: the turn is someone else's now, and nothing more of
+        it may be written or sent."""
+        return self._lost is not None or (
+            self._writer is not None and self._writer.stale is not None)
+
+    def fence(self, writer: object) -> None:
+        """Make ``writer`` (just opened, nothing appended) claim the conversation only
+        if nothing was added since :attr:`read_end`, when it is known and the writer
+        can (:class:`lich.sessions.ConditionalWriter`)."""
+        if self.read_end is not None and isinstance(writer, ConditionalWriter):
+            writer.claim_after(self.read_end)
+
+    def lose(self, error: BaseException) -> None:
+        """Mark the turn lost to another process (a writer of the caller's went stale
+        before the run began): :attr:`stale` is then true."""
+        self._lost = error
 
     @property
     def recorded(self) -> bool:

@@ -554,7 +554,9 @@ class GatewayBus:
             name, rest = command.group(1).lower(), (command.group(2) or "").strip()
             if name == "new":
                 preloaded = None
-                await self._reset(conv)
+                await self._reset(conv, turn)
+                if turn is not None and turn.stale:
+                    return BusReply("closed", CLOSED_TEXT, conv.session_id)  # not ours now
                 if not rest:
                     return BusReply("reset", RESET_TEXT, conv.session_id)
                 text = rest
@@ -641,21 +643,40 @@ class GatewayBus:
                   chat=conv.key[1], session=conv.session_id)
         return True
 
-    async def _reset(self, conv: _Conversation) -> None:
+    async def _reset(self, conv: _Conversation, turn: DurableTurn | None = None) -> None:
+        """Start the conversation over. In a durable ``turn`` the reset's writer claims
+        the conversation only if it is as the turn's read left it (and the turn's run
+        then expects the reset's records too); a claim that finds it changed marks the
+        turn lost (:meth:`DurableTurn.lose`) and writes nothing."""
+        from lich.sessions import StaleWriter
+
         conv.history = []
         agent = self.agent
-        if agent.config.persist_sessions and agent.sessions.exists(conv.session_id):
+        if agent.config.persist_sessions:
             # The transcript keeps everything said so far; a compact record with no
             # messages makes a resumed conversation start empty, as /new promised.
-            def write() -> None:
+            def write() -> bool:
+                if not agent.sessions.exists(conv.session_id):
+                    return False
                 writer = agent.sessions.open(conv.session_id)
+                if turn is not None:
+                    turn.fence(writer)
                 try:
                     writer.append("meta", event="reset", source="gateway")
                     writer.compact([])
                 finally:
                     writer.close()
+                return True
 
-            await asyncio.to_thread(write)
+            try:
+                wrote = await asyncio.to_thread(write)
+            except StaleWriter as exc:
+                if turn is None:
+                    raise
+                turn.lose(exc)
+                return
+            if wrote and turn is not None and turn.read_end is not None:
+                turn.read_end += 2  # the reset's two records, right after the read's end
         log_event(log, logging.INFO, "conversation_reset", platform=conv.key[0],
                   chat=conv.key[1], session=conv.session_id)
 

@@ -726,12 +726,15 @@ class NatsBus:
             if state.state in ("answered", "ended"):
                 await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
                 return
+            # Every writer of the turn claims the conversation only if it is still as
+            # read: a consumer that stalled after this read while another took the
+            # message over finds itself stale before it writes, runs or sends anything.
             if state.state == "running":
                 log_event(log, logging.WARNING, "turn_resumed", **fields,
                           started_calls=len(state.started_calls))
-                turn = DurableTurn(admission, resume=state)
+                turn = DurableTurn(admission, resume=state, read_end=state.end)
             else:
-                turn = DurableTurn(admission, transcript=state.messages)
+                turn = DurableTurn(admission, transcript=state.messages, read_end=state.end)
         forwarder: _EventForwarder | None = None
         on_event: EventHandler | None = None
         if waiter is not None:
@@ -767,12 +770,12 @@ class NatsBus:
         # already has (it answers each admission once, so the user does not see it twice).
         if turn is not None and turn.started:
             await turn.end(reply.kind, reply.text)
-            if turn.stale:
-                # Another consumer claimed the conversation (this one stalled past
-                # ack_wait; found by a write during the run or by turn_end's): the message
-                # is the other one's now. Nothing is sent or acknowledged from here.
-                log_event(log, logging.WARNING, "turn_lost", **fields)
-                return
+        if turn is not None and turn.stale:
+            # Another consumer claimed the conversation (this one stalled past ack_wait;
+            # found by a claim, a write during the run or turn_end's): the message is the
+            # other one's now. Nothing is sent or acknowledged from here.
+            log_event(log, logging.WARNING, "turn_lost", **fields)
+            return
         delivered = await self._deliver(admission, reply_to, reply, waiter, fields)
         if delivered and turn is not None and turn.started:
             await turn.reply_sent()
@@ -790,9 +793,10 @@ class NatsBus:
 
         def read() -> TurnRecords:
             if not sessions.exists(session_id):
-                return find_turn((), admission)
+                # Nothing to read: a conditional claim then requires the session empty.
+                return find_turn((), admission, end=0 if sessions.fenced else None)
             contents = sessions.read(session_id)
-            return find_turn(contents.records, admission, contents.messages)
+            return find_turn(contents.records, admission, contents.messages, contents.end)
 
         try:
             return await asyncio.to_thread(read)
@@ -821,16 +825,20 @@ class NatsBus:
                          session_id, None, run_id if isinstance(run_id, str) else None)
         log_event(log, logging.WARNING, "reply_resent", **fields, reply=reply.kind)
         if await self._deliver(state.admission, reply_to, reply, waiter, fields):
-            await self._record_reply_sent(session_id, state.admission, fields)
+            await self._record_reply_sent(session_id, state.admission, fields, state.end)
         await self._ack(msg, fields)
 
     async def _record_reply_sent(self, session_id: str, admission: str,
-                                 fields: Mapping[str, Any]) -> None:
-        """``reply_sent`` for a reply resent without a run (a writer of its own)."""
+                                 fields: Mapping[str, Any], end: int | None = None) -> None:
+        """``reply_sent`` for a reply resent without a run (a writer of its own; with
+        ``end``, claiming the conversation only if nothing was added since it was read:
+        a consumer that stalled before this must not take it from the one running its
+        next message)."""
         sessions = self.local.agent.sessions
 
         def record() -> None:
             writer = sessions.open(session_id)
+            DurableTurn(admission, read_end=end).fence(writer)
             try:
                 writer.append("meta", event=REPLY_SENT, admission=admission)
             finally:

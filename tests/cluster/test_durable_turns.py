@@ -250,3 +250,30 @@ async def test_the_in_process_bus_writes_no_turn_records(tmp_path: Path) -> None
     finally:
         await bus.drain(0)
         await agent.aclose()
+
+
+async def test_a_new_conversation_command_with_text_runs_its_turn_once_after_the_reset(
+    cluster: Cluster,
+) -> None:
+    # `/new pay 3` resets the conversation (records of its own), then runs a durable turn
+    # whose writer claims the conversation only if it is as the consumer read it plus the
+    # reset: the reset is not taken for another consumer's writes.
+    first = await asyncio.wait_for(cluster.ingress.handle(message("hello", "m1")), WAIT_S)
+    assert first.text == "done: hello"
+    reply = await asyncio.wait_for(cluster.ingress.handle(message("/new pay 3", "m2")), WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "done: pay 3")
+    assert CHARGES == [3]
+    session = cluster.ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m2")
+    await async_wait_for(
+        lambda: [r["event"] for _, _, r in cluster.rows(session)
+                 if r.get("admission") == admission][-1:] == ["reply_sent"],
+        WAIT_S, lambda: f"m2's reply_sent: {cluster.turn_events(session)}")
+    rows = cluster.rows(session)
+    events = [r.get("event", r["kind"]) for _, _, r in rows if r["kind"] in ("meta", "compact")]
+    reset = events.index("reset")
+    assert events[reset:reset + 2] == ["reset", "compact"]
+    assert events.count("turn_start") == 2
+    # The model saw the reset conversation: only the new message.
+    assert [m.content for m in cluster.chat.requests[-1].messages
+            if isinstance(m, UserMessage)] == ["pay 3"]
