@@ -278,3 +278,37 @@ async def test_a_resumed_turn_longer_than_the_history_cap_keeps_its_user_message
     finally:
         await bus.drain(0)
         await agent.aclose()
+
+
+async def test_a_continued_turn_runs_its_calls_through_the_guard_hooks_again(
+    tmp_path: Path,
+) -> None:
+    # An idempotent call left without a result runs again on a continued turn: through
+    # the before/check hooks like any call (a guard says what it says on a resume too),
+    # and a blocked one does not run.
+    from lich import Block
+
+    checked: list[str] = []
+
+    class Guard:
+        @hookimpl
+        def lich_check_tool_call(self, call: ToolCall) -> Block | None:
+            checked.append(call.id)
+            return Block("not today") if call.args.get("key") == "blocked" else None
+
+    calls = [ToolCall("c1", "put", {"key": "blocked"}), ToolCall("c2", "put", {"key": "ok"})]
+    agent, history = _interrupted_session(tmp_path, calls, [])
+    await agent.aclose()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools()), ("guard", Guard())],
+                  chat=ScriptedChat(responder=lambda request: Reply(
+                      f"after {[m.content for m in request.tool_results_since_user()]}")))
+    SESSION["agent"] = agent
+    RAN.clear()
+    result = await agent.continue_turn(history, "s1", interrupted=set())
+    assert checked == ["c1", "c2"]
+    assert [name for name, _ in RAN] == ["put"]  # c2 only
+    told = result.messages[-3:-1]
+    assert [(m.tool_call_id, m.is_error) for m in told if isinstance(m, ToolMessage)] == [
+        ("c1", True), ("c2", False)]
+    assert "not today" in told[0].content
+    await agent.aclose()
