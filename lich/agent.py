@@ -430,23 +430,30 @@ class Agent:
             start = {"continued": True} if continuing else {}
             writer.append("meta", event="run_start", run_id=run_id, input=input,
                           model=self.model, work_dir=config.work_dir, **start)
+            # A durable turn's user message is recorded with its admission: the records
+            # are stored one by one, and a process killed after this one and before
+            # turn_start leaves a turn that must be continued, not given the message twice.
+            mark = {"admission": turn.admission} if turn is not None else {}
             if continuing:
                 if seeded != prior:  # the system prompt changed since: record it as it is
                     writer.compact(seeded)
             elif not resumed:
-                for message in seeded:
+                for message in seeded[:-1]:
                     writer.message(message)
+                writer.message(seeded[-1], **mark)
             elif list(seeded[:-1]) == prior:
-                writer.message(seeded[-1])  # a resumed session: only what is new
+                writer.message(seeded[-1], **mark)  # a resumed session: only what is new
             else:
                 # The system prompt was prepended or replaced: appending it would leave it
                 # after the earlier turns in the file. Record the history as it now is.
-                writer.compact(seeded)
+                writer.compact(seeded, **mark)
         durable = turn if writer is not None else None
         if durable is not None:
             assert writer is not None
             durable.attach(writer, run_id)
-            if not continuing:
+            if not continuing or (durable.resume is not None and not durable.resume.started):
+                # A continued turn whose first run died before its turn_start was stored
+                # (its user message was) gets the one turn_start now.
                 writer.append("meta", event=TURN_START, admission=durable.admission,
                               run_id=run_id)
         emitter.emit(RunStart(input, config.work_dir, self.model))
@@ -695,11 +702,12 @@ class _RunWriter:
         except OSError as exc:  # a file's, or a store's (StoreError)
             self._failure(exc)
 
-    def message(self, message: Message) -> None:
-        self.append("message", message=serialization.message_to_dict(message))
+    def message(self, message: Message, **extra: Any) -> None:
+        self.append("message", message=serialization.message_to_dict(message), **extra)
 
-    def compact(self, messages: Sequence[Message]) -> None:
-        self.append("compact", messages=[serialization.message_to_dict(m) for m in messages])
+    def compact(self, messages: Sequence[Message], **extra: Any) -> None:
+        self.append("compact", messages=[serialization.message_to_dict(m) for m in messages],
+                    **extra)
 
     async def flush(self) -> bool:
         """Wait until every record so far is stored; whether they all were."""

@@ -12,6 +12,12 @@ transcript, each naming the message's admission id:
   run is over and its reply decided;
 * ``reply_sent`` (``admission``) once whoever delivers the reply confirmed it has it.
 
+The record of the turn's user message (``message``, or ``compact`` when the system
+prompt changed) names the admission too, since records are stored one at a time:
+a process killed after it and before ``turn_start`` leaves a turn that is
+continued (with its one ``turn_start`` written then), not one whose message is
+added a second time.
+
 Each is stored before the step it announces goes on (the writer is flushed),
 so a process that reads them after a crash (:func:`find_turn`) knows how far
 the turn got: not started (run it), started (continue it from the transcript:
@@ -77,6 +83,9 @@ class _Writer(Protocol):
 class TurnRecords:
     """What a transcript says of the turn of one admission (see :func:`find_turn`).
 
+    ``started`` says a ``turn_start`` (or a ``turn_end``) was recorded, ``begun``
+    that the turn's user message was (a ``message`` or ``compact`` record naming the
+    admission: a run killed between it and its ``turn_start`` leaves only that);
     ``reply`` is the recorded reply (``turn_end``'s), ``started_calls`` the call ids
     that have a ``tool_start``, ``messages`` the conversation as recorded (compacts
     applied, dangling tool calls left as they are), ``end`` the position of the last
@@ -91,14 +100,15 @@ class TurnRecords:
     started_calls: frozenset[str] = frozenset()
     messages: tuple[Message, ...] = ()
     end: int | None = None
+    begun: bool = False
 
     @property
     def state(self) -> Literal["new", "running", "ended", "answered"]:
-        """``new`` (nothing recorded), ``running`` (started, not ended), ``ended``
-        (a reply recorded, not known to be delivered) or ``answered``."""
+        """``new`` (nothing recorded), ``running`` (started or begun, not ended),
+        ``ended`` (a reply recorded, not known to be delivered) or ``answered``."""
         if self.reply is not None:
             return "answered" if self.reply_sent else "ended"
-        return "running" if self.started else "new"
+        return "running" if self.started or self.begun else "new"
 
 
 def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
@@ -109,11 +119,14 @@ def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
     on the result for a turn that must be continued, and ``end`` (where the read
     ended) for the run's writer to claim on.
     """
-    started = sent = False
+    started = sent = begun = False
     reply: Mapping[str, Any] | None = None
     calls: set[str] = set()
     for record in records:
-        if record.get("kind") != "meta" or record.get("admission") != admission:
+        if record.get("admission") != admission:
+            continue
+        if record.get("kind") != "meta":
+            begun = begun or record.get("kind") in ("message", "compact")
             continue
         event = record.get("event")
         if event == TURN_START:
@@ -129,7 +142,7 @@ def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
         elif event == REPLY_SENT:
             sent = True
     return TurnRecords(admission, started or reply is not None, reply, sent,
-                       frozenset(calls), tuple(messages), end)
+                       frozenset(calls), tuple(messages), end, begun)
 
 
 class DurableTurn:

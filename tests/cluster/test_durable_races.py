@@ -191,7 +191,7 @@ async def test_a_consumer_stalled_between_its_read_and_its_claim_does_not_run_th
 
         def events() -> list[str]:
             return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r.get("admission") == admission]
+                    if r["kind"] == "meta" and r.get("admission") == admission]
 
         await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
         before = rows(lich_postgres_dsn, session)

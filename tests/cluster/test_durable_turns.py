@@ -267,7 +267,7 @@ async def test_a_new_conversation_command_with_text_runs_its_turn_once_after_the
     admission = admission_token("webhook", "c1", "m2")
     await async_wait_for(
         lambda: [r["event"] for _, _, r in cluster.rows(session)
-                 if r.get("admission") == admission][-1:] == ["reply_sent"],
+                 if r["kind"] == "meta" and r.get("admission") == admission][-1:] == ["reply_sent"],
         WAIT_S, lambda: f"m2's reply_sent: {cluster.turn_events(session)}")
     rows = cluster.rows(session)
     events = [r.get("event", r["kind"]) for _, _, r in rows if r["kind"] in ("meta", "compact")]
@@ -277,3 +277,55 @@ async def test_a_new_conversation_command_with_text_runs_its_turn_once_after_the
     # The model saw the reset conversation: only the new message.
     assert [m.content for m in cluster.chat.requests[-1].messages
             if isinstance(m, UserMessage)] == ["pay 3"]
+
+
+async def test_a_worker_killed_between_its_user_message_and_turn_start_is_continued_once(
+    cluster: Cluster, tmp_path: Path,
+) -> None:
+    # The records of a turn's start are stored one after another (a file line each, a
+    # statement each): a worker killed after its user message was stored and before its
+    # turn_start leaves the message without a turn_start. The next consumer must not add
+    # the message a second time: the model sees it once, and the turn has one turn_start.
+    session = cluster.ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m1")
+    first = await asyncio.wait_for(cluster.ingress.handle(message("hello", "m0")), WAIT_S)
+    assert first.text == "done: hello"
+    await async_wait_for(lambda: cluster.turn_events(session)[-1:] == ["reply_sent"], WAIT_S,
+                         lambda: f"m0's reply_sent: {cluster.turn_events(session)}")
+    # What the dead worker's run wrote, from a real run of the turn on the conversation
+    # as it is (on the JSONL store), cut where the kill came.
+    from lich.turns import DurableTurn
+
+    store = cluster.consumer.local.agent.sessions
+    history = store.history(session)
+    dead = Agent(make_test_config(tmp_path / "dead"), chat=ScriptedChat(["never stored"]))
+    before = dead.sessions.open("dead")
+    for old in history:
+        before.message(old)
+    before.close()
+    skip = len(dead.sessions.read("dead").records)
+    await dead.run("pay 5", history=history, session_id="dead",
+                   turn=DurableTurn(admission))
+    records = dead.sessions.read("dead").records[skip:]
+    await dead.aclose()
+    cut = next(i for i, r in enumerate(records) if r.get("event") == "turn_start")
+    writer = store.open(session)
+    for record in records[:cut]:
+        fields = {k: v for k, v in record.items() if k not in ("v", "ts", "kind")}
+        writer.append(str(record["kind"]), **fields)
+    writer.close()
+    assert [r.get("event") for r in records[:cut] if r["kind"] == "meta"] == ["run_start"]
+
+    reply = await asyncio.wait_for(cluster.ingress.handle(message("pay 5", "m1")), WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "done: pay 5")
+    assert CHARGES == [5]
+    users = [m.content for m in cluster.chat.requests[-1].messages
+             if isinstance(m, UserMessage)]
+    assert users == ["hello", "pay 5"]
+    await async_wait_for(
+        lambda: [r["event"] for _, _, r in cluster.rows(session)
+                 if r["kind"] == "meta" and r.get("admission") == admission][-1:] == ["reply_sent"],
+        WAIT_S, lambda: f"m1's reply_sent: {cluster.turn_events(session)}")
+    assert [r["event"] for _, _, r in cluster.rows(session)
+            if r.get("kind") == "meta" and r.get("admission") == admission].count(
+        "turn_start") == 1

@@ -131,6 +131,11 @@ async def test_find_turn_tells_the_states_apart() -> None:
     # Another admission's records, and a malformed reply, are not this turn's end.
     assert find_turn([*started, meta("turn_end", reply="x")], "a").state == "running"
     assert find_turn(ended, "b").state == "new"
+    # The turn's user message recorded (with its admission), its turn_start not yet: a
+    # turn to continue, not to start again.
+    begun = find_turn([{"v": 2, "kind": "message", "admission": "a",
+                        "message": {"role": "user", "content": "x"}}], "a")
+    assert (begun.state, begun.started, begun.begun) == ("running", False, True)
 
 
 def _interrupted_session(tmp_path: Path, calls: list[ToolCall],
