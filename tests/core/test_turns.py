@@ -317,3 +317,47 @@ async def test_a_continued_turn_runs_its_calls_through_the_guard_hooks_again(
         ("c1", True), ("c2", False)]
     assert "not today" in told[0].content
     await agent.aclose()
+
+
+async def test_a_turn_compacted_before_its_crash_is_continued_from_the_compacted_history(
+    tmp_path: Path,
+) -> None:
+    # Compression replaced the history mid-turn (a compact record after turn_start): the
+    # continued turn goes on from the compacted history, as the dead run would have,
+    # with no user message added (the summary stands for the earlier ones).
+    from lich.gateway.bus import GatewayBus, InboundMessage
+
+    chat = ScriptedChat(responder=lambda request: Reply(
+        f"after {[m.content for m in request.tool_results_since_user()]}"))
+    agent = make_agent(tmp_path, chat)
+    bus = GatewayBus(agent, history_cap=2)
+    session = bus.session_id_for("webhook", "c1")
+    summary = UserMessage("[summary of: earlier, do it, c0]")
+    writer = agent.sessions.open(session)
+    writer.append("meta", event="run_start", run_id="dead", input="do it")
+    for message in (UserMessage("earlier"), AssistantMessage("earlier answer")):
+        writer.message(message)
+    writer.append("message", message={"role": "user", "content": "do it"}, admission="adm")
+    writer.append("meta", event="turn_start", admission="adm", run_id="dead")
+    first = AssistantMessage("", (ToolCall("c0", "put", {"key": "0"}),))
+    writer.message(first)
+    writer.message(ToolMessage("c0", "put", "set 0"))
+    writer.compact([summary, first, ToolMessage("c0", "put", "set 0")])
+    writer.message(AssistantMessage("", (ToolCall("c1", "put", {"key": "1"}),)))
+    writer.close()
+    contents = agent.sessions.read(session)
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert state.state == "running"
+    try:
+        reply = await bus.handle(InboundMessage("webhook", "c1", "u1", "do it", "m1"),
+                                 turn=DurableTurn("adm", resume=state))
+        assert reply.text == "after ['set 0', 'set 1']"
+        [request] = chat.requests
+        assert [m.content for m in request.messages if isinstance(m, UserMessage)] == [
+            summary.content]
+        assert [name for name, _ in RAN] == ["put"]  # c1 only: c0 had its result
+        users = [m for m in agent.sessions.read(session).messages if isinstance(m, UserMessage)]
+        assert [m.content for m in users] == [summary.content]
+    finally:
+        await bus.drain(0)
+        await agent.aclose()
