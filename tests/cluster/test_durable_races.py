@@ -223,3 +223,74 @@ async def test_a_consumer_stalled_between_its_read_and_its_claim_does_not_run_th
             await live.local.agent.aclose()
         await ingress.drain(0)
         await ingress.local.agent.aclose()
+
+
+async def test_a_consumer_stalled_in_a_model_call_wakes_stale_before_its_tool_runs(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # The first consumer freezes inside its model call (turn_start stored); the other
+    # continues the turn, makes the charge and answers. When the first one wakes, its
+    # model answer asks for the charge: its tool_start cannot be stored (its epoch is
+    # stale), so the tool does not run, and it sends nothing.
+    key = secrets.token_bytes(32)
+    CHARGES.clear()
+    frozen, release = threading.Event(), threading.Event()
+
+    def freezing(request: ScriptRequest) -> Reply:
+        if not frozen.is_set():
+            frozen.set()
+            release.wait(WAIT_S * 2)  # the consumer's whole event loop stops here
+        return responder(request)
+
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(3)]
+    stores += made
+    frozen_chat, live_chat = ScriptedChat(responder=freezing), ScriptedChat(responder=responder)
+
+    def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
+                  sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    stalled = ThreadedConsumer(lambda: consumer(made[1], frozen_chat))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
+        await async_wait_for(frozen.is_set, WAIT_S, "the first consumer froze in its model call")
+        live = consumer(made[2], live_chat)
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "done: pay 7")
+        assert CHARGES == [7]
+        session = ingress.session_id_for("webhook", "c1")
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
+        # The live consumer continued the turn: one turn_start, its own tool_start.
+        assert events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
+        before = rows(lich_postgres_dsn, session)
+
+        release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert CHARGES == [7]
+        assert rows(lich_postgres_dsn, session) == before
+        replies = [s for s in watcher if s["subject"].endswith("." + admission)]
+        assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
+    finally:
+        release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
