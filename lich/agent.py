@@ -49,6 +49,8 @@ from lich.loop import (
     LoopDeps,
     LoopOutcome,
     LoopParams,
+    ToolOutcome,
+    ToolRunner,
     continue_conversation,
     last_assistant,
     run_conversation,
@@ -72,7 +74,13 @@ from lich.sessions import (
     open_session_store,
 )
 from lich.tools import ToolRegistry
-from lich.turns import INTERRUPTED_ERROR, TOOL_START, TURN_START, DurableTurn
+from lich.turns import (
+    CANCELLED_RUNNING_ERROR,
+    INTERRUPTED_ERROR,
+    TOOL_START,
+    TURN_START,
+    DurableTurn,
+)
 from lich.types import (
     ChatFn,
     ChatResult,
@@ -489,16 +497,36 @@ class Agent:
             writer.append("meta", event=TOOL_START, admission=durable.admission,
                           call_id=call.id, tool=call.name)
             if await writer.flush():
+                announced.add(call.id)
                 return None
             return ToolResult.failure(NOT_RECORDED_ERROR)
+
+        tools: ToolRunner = HookedToolRunner(
+            self.executor, self.host, run, emit=emit, grants=self.approval_grants,
+            before_execute=tool_starting if durable else None)
+        if durable is not None:
+            hooked, announced = tools, set[str]()
+
+            async def durable_tools(call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
+                # A started call of a tool that is not idempotent, cancelled while it ran
+                # (a stopping worker hands the turn on): it may have taken effect, and the
+                # model that continues the turn is told so, not just "cancelled".
+                try:
+                    ran = await hooked(call, cancel)
+                finally:
+                    started = call.id in announced
+                    announced.discard(call.id)
+                if started and cancel is not None and cancel.cancelled and not ran.result.ok:
+                    return attrs.evolve(ran, result=ToolResult.failure(CANCELLED_RUNNING_ERROR))
+                return ran
+
+            tools = durable_tools
 
         deps = LoopDeps(
             # Provider errors are redacted where they enter the run: an error body
             # quoting the key must not reach an event, the transcript or a log.
             chat=redacting_chat(self.chat, self.executor.secret_env_names),
-            tools=HookedToolRunner(self.executor, self.host, run, emit=emit,
-                                   grants=self.approval_grants,
-                                   before_execute=tool_starting if durable else None),
+            tools=tools,
             definitions=self.tools.definitions,
             emit=emit,
             on_message=on_message,

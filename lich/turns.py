@@ -42,6 +42,7 @@ from lich.sessions import ConditionalWriter
 from lich.types import Message
 
 __all__ = [
+    "CANCELLED_RUNNING_ERROR",
     "INTERRUPTED_ERROR",
     "REPLY_SENT",
     "TOOL_START",
@@ -62,6 +63,15 @@ INTERRUPTED_ERROR = (
     "interrupted: this call was started, but the process running it stopped before its "
     "result was recorded; it may or may not have taken effect, and it was not run again. "
     "Check its effect before you repeat it."
+)
+
+
+#: The result a durable turn records for a call of a tool that is not idempotent, cancelled
+#: while it ran (its process was stopping: the turn is handed to another): what the model
+#: of whoever continues the turn is told, rather than a plain "cancelled".
+CANCELLED_RUNNING_ERROR = (
+    "interrupted: this call was cancelled while it ran (the process running it was "
+    "stopping); it may or may not have taken effect. Check its effect before you repeat it."
 )
 
 

@@ -12,7 +12,7 @@ from lich import hookimpl, tool
 from lich.agent import Agent
 from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.tools import ToolRegistry
-from lich.turns import INTERRUPTED_ERROR, DurableTurn, find_turn
+from lich.turns import CANCELLED_RUNNING_ERROR, INTERRUPTED_ERROR, DurableTurn, find_turn
 from lich.types import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 
 #: What each tool saw of the transcript when it ran: (tool, the meta events recorded so far).
@@ -361,3 +361,51 @@ async def test_a_turn_compacted_before_its_crash_is_continued_from_the_compacted
     finally:
         await bus.drain(0)
         await agent.aclose()
+
+
+async def test_a_call_cancelled_while_it_ran_in_a_durable_turn_is_recorded_as_interrupted(
+    tmp_path: Path,
+) -> None:
+    # A worker stopping past its grace period cancels its runs and hands them back. A
+    # call of a tool that is not idempotent, cancelled while it ran, may have taken
+    # effect: the result recorded (what the next worker's model sees) must say so, not
+    # "cancelled", after which a model would simply make the call again.
+    import asyncio
+
+    from lich.cancel import CancelToken
+
+    running = asyncio.Event()
+    paid: list[int] = []
+
+    @tool
+    async def slow_charge(amount: int) -> str:
+        """Charge a card, slowly (not idempotent)."""
+        paid.append(amount)
+        running.set()
+        await asyncio.sleep(60)
+        return "charged"
+
+    class Slow:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(slow_charge)
+
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "slow_charge", {"amount": 4})]),
+                         "not asked"])
+    agent = Agent(make_test_config(tmp_path), plugins=[("slow", Slow())], chat=chat)
+    token = CancelToken()
+    run = asyncio.ensure_future(agent.run("pay", session_id="s1", cancel=token,
+                                          turn=DurableTurn("adm")))
+    await asyncio.wait_for(running.wait(), 30)
+    token.cancel()
+    result = await asyncio.wait_for(run, 30)
+    assert result.stopped_reason == "aborted"
+    assert paid == [4]
+    contents = agent.sessions.read("s1")
+    [told] = [m for m in contents.messages if isinstance(m, ToolMessage)]
+    assert told.is_error
+    assert CANCELLED_RUNNING_ERROR in told.content
+    # The next worker continues the turn and the model is told so: no second charge.
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert state.state == "running"
+    await agent.aclose()
