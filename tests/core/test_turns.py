@@ -409,3 +409,68 @@ async def test_a_call_cancelled_while_it_ran_in_a_durable_turn_is_recorded_as_in
     state = find_turn(contents.records, "adm", contents.messages)
     assert state.state == "running"
     await agent.aclose()
+
+
+async def test_a_turn_resumed_twice_runs_no_started_call_again(tmp_path: Path) -> None:
+    # A died after c1's tool_start; B continues (c1: interrupted), its model asks for c2,
+    # B dies while c2 runs (its task killed: nothing after the tool_start is recorded);
+    # C continues: neither c1 nor c2 runs again, and the turn still has one turn_start.
+    import asyncio
+
+    running = asyncio.Event()
+    paid: list[str] = []
+
+    @tool
+    async def pay(ref: str) -> str:
+        """Pay (not idempotent)."""
+        paid.append(ref)
+        running.set()
+        await asyncio.sleep(60)
+        return f"paid {ref}"
+
+    class Pay:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(pay)
+
+    def agent_with(chat: ScriptedChat) -> Agent:
+        return Agent(make_test_config(tmp_path), plugins=[("pay", Pay())], chat=chat)
+
+    dead = agent_with(ScriptedChat())
+    writer = dead.sessions.open("s1")
+    writer.append("meta", event="run_start", run_id="a", input="pay twice")
+    writer.append("message", message={"role": "user", "content": "pay twice"}, admission="adm")
+    writer.append("meta", event="turn_start", admission="adm", run_id="a")
+    writer.message(AssistantMessage("", (ToolCall("c1", "pay", {"ref": "one"}),)))
+    writer.append("meta", event="tool_start", admission="adm", call_id="c1", tool="pay")
+    writer.close()
+    await dead.aclose()
+
+    async def resume(agent: Agent) -> asyncio.Future[Any]:
+        contents = agent.sessions.read("s1")
+        state = find_turn(contents.records, "adm", contents.messages)
+        assert state.state == "running"
+        return asyncio.ensure_future(agent.continue_turn(
+            list(state.messages), "s1", interrupted=state.started_calls,
+            turn=DurableTurn("adm", resume=state)))
+
+    b = agent_with(ScriptedChat([Reply(tool_calls=[ToolCall("c2", "pay", {"ref": "two"})])]))
+    b_run = await resume(b)
+    await asyncio.wait_for(running.wait(), 30)
+    b_run.cancel()  # B dies while c2 runs
+    with pytest.raises(asyncio.CancelledError):
+        await b_run
+    await b.aclose()
+    assert paid == ["two"]
+
+    c_chat = ScriptedChat(responder=lambda request: Reply(
+        f"after {[m.content for m in request.tool_results_since_user()]}"))
+    c = agent_with(c_chat)
+    result = await asyncio.wait_for(await resume(c), 30)
+    assert paid == ["two"]  # c1 (A's) and c2 (B's) never ran again
+    told = c_chat.requests[0].tool_results_since_user()
+    assert [m.tool_call_id for m in told] == ["c1", "c2"]
+    assert all(INTERRUPTED_ERROR in m.content for m in told)
+    assert result.stopped_reason == "final"
+    assert [r["event"] for r in turn_records(c)] == ["turn_start", "tool_start", "tool_start"]
+    await c.aclose()
