@@ -474,3 +474,50 @@ async def test_a_turn_resumed_twice_runs_no_started_call_again(tmp_path: Path) -
     assert result.stopped_reason == "final"
     assert [r["event"] for r in turn_records(c)] == ["turn_start", "tool_start", "tool_start"]
     await c.aclose()
+
+
+async def test_a_call_whose_tool_start_was_written_but_not_confirmed_does_not_run(
+    tmp_path: Path,
+) -> None:
+    # The tool_start reached the disk, but the write reported a failure (a full disk, a
+    # database answer lost): the call cannot be told from one that ran, so it does not
+    # run now, and a later resume, which finds the tool_start, does not run it either.
+    from lich.agent import NOT_RECORDED_ERROR
+    from lich.sessions import SessionStore, SessionWriter
+
+    class FailingWriter(SessionWriter):
+        def append(self, kind: str, **fields: Any) -> None:
+            super().append(kind, **fields)
+            if fields.get("event") == "tool_start":
+                raise OSError("No space left on device")
+
+    class FailingStore(SessionStore):
+        def open(self, session_id: str | None = None) -> SessionWriter:
+            plain = super().open(session_id)
+            return FailingWriter(plain.session_id, plain.path)
+
+    store = FailingStore(tmp_path / "sessions")
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "charge", {"amount": 2})]),
+                         "could not pay"])
+    RAN.clear()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
+                  sessions=store)
+    SESSION["agent"] = agent
+    turn = DurableTurn("adm")
+    result = await agent.run("pay", session_id="s1", turn=turn)
+    assert RAN == []
+    assert NOT_RECORDED_ERROR in chat.requests[1].tool_results_since_user()[0].content
+    assert result.text == "could not pay"
+    assert not turn.recorded
+    assert not await turn.end("reply", result.text)  # nothing more is written
+    contents = store.read("s1")
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert (state.state, state.started_calls) == ("running", {"c1"})
+    again = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
+                  chat=ScriptedChat(["told"]), sessions=SessionStore(tmp_path / "sessions"))
+    SESSION["agent"] = again
+    await again.continue_turn(list(state.messages), "s1", interrupted=state.started_calls,
+                              turn=DurableTurn("adm", resume=state))
+    assert RAN == []
+    await agent.aclose()
+    await again.aclose()
