@@ -705,9 +705,6 @@ class NatsBus:
         deliveries = msg.metadata.num_delivered
         fields = {"platform": inbound.platform, "chat": inbound.chat_id,
                   "admission": admission, "partition": partition, "delivery": deliveries}
-        if deliveries > self.settings.max_deliver:
-            await self._give_up(msg, inbound, reply_to, admission, fields)
-            return
         if deliveries > 1:
             log_event(log, logging.WARNING, "redelivered", **fields)
         # A message this process admitted is answered here directly, not through the
@@ -716,15 +713,20 @@ class NatsBus:
                   if reply_to == self._reply_subject(admission) else None)
         session_id = self.session_id_for(inbound.platform, inbound.chat_id)
         turn: DurableTurn | None = None
+        state = await self._read_turn(session_id, admission, fields) if self._durable else None
+        if state is not None and state.state in ("answered", "ended"):
+            # Also past max_deliver: what is left of an ended turn is its recorded reply
+            # (giving up would replace it with an error and a second turn_end).
+            await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
+            return
+        if deliveries > self.settings.max_deliver:
+            await self._give_up(msg, inbound, reply_to, admission, fields)
+            return
         if self._durable:
-            state = await self._read_turn(session_id, admission, fields)
             if state is None:
                 # The transcript cannot be read (the store is away): running blind could
                 # run the turn twice. Hand it back; after max_deliver it is given up.
                 await self._nak(msg, self.settings.heartbeat_every_s)
-                return
-            if state.state in ("answered", "ended"):
-                await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
                 return
             # Every writer of the turn claims the conversation only if it is still as
             # read: a consumer that stalled after this read while another took the

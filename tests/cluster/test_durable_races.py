@@ -29,7 +29,7 @@ from lich.postgres.store import PostgresStore, PostgresWriter
 from lich.testing import Reply, ScriptedChat, ScriptRequest, async_wait_for, make_test_config
 from lich.testing.nats import NatsServer
 from lich.tools import ToolRegistry
-from lich.types import ToolCall
+from lich.types import AssistantMessage, ToolCall
 
 WAIT_S = 30.0
 CHARGES: list[int] = []
@@ -288,6 +288,99 @@ async def test_a_consumer_stalled_in_a_model_call_wakes_stale_before_its_tool_ru
         assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
     finally:
         release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+class FreezingReads(PostgresStore):
+    """A store whose first transcript read blocks until released (a read runs in a
+    thread: the consumer that made it must also not heartbeat, to look stalled)."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn, PostgresStoreSettings(dsn=dsn))
+        self.frozen = threading.Event()
+        self.release = threading.Event()
+
+    def read(self, ref: str) -> Any:
+        if not self.frozen.is_set():
+            self.frozen.set()
+            self.release.wait(WAIT_S * 2)
+        return super().read(ref)
+
+
+async def test_a_message_past_max_deliver_whose_turn_ended_gets_its_reply_not_an_error(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # The turn's end is recorded (its consumer died before the reply); the next delivery
+    # stalls, and the one after is past max_deliver. What is left of the turn is its
+    # reply: it is resent, not replaced by the given-up error and a second turn_end.
+    key = secrets.token_bytes(32)
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2,
+                "max_deliver": 1}
+    frozen_store = FreezingReads(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [frozen_store, *made]
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    session = ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m1")
+    writer = made[0].open(session)
+    writer.append("meta", event="run_start", run_id="dead", input="hello")
+    writer.append("message", message={"role": "user", "content": "hello"}, admission=admission)
+    writer.append("meta", event="turn_start", admission=admission, run_id="dead")
+    writer.message(AssistantMessage("recorded answer"))
+    writer.append("meta", event="run_end", run_id="dead", stopped_reason="final")
+    writer.append("meta", event="turn_end", admission=admission,
+                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
+    writer.close()
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
+                  sessions=store), id_key=key))
+
+    def silent() -> NatsBus:
+        bus = consumer(frozen_store)
+
+        async def no_heartbeat(msg: Any, fields: Any) -> None:
+            await asyncio.sleep(WAIT_S * 4)
+
+        bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
+        return bus
+
+    stalled = ThreadedConsumer(silent)
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(made[1])
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "recorded answer")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
+        assert events() == ["turn_start", "turn_end", "reply_sent"]
+        # The stalled consumer wakes (its read finds the turn answered): it sends nothing
+        # with text, and records nothing.
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert events() == ["turn_start", "turn_end", "reply_sent"]
+        assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
+            ("reply", "recorded answer")]
+    finally:
+        frozen_store.release.set()
         stalled.stop()
         if live is not None:
             await live.drain(0)
