@@ -88,6 +88,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
+from lich.sessions import StaleWriter
 from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
 
@@ -720,7 +721,8 @@ class NatsBus:
             await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
             return
         if deliveries > self.settings.max_deliver:
-            await self._give_up(msg, inbound, reply_to, admission, fields)
+            await self._give_up(msg, inbound, reply_to, admission, fields,
+                                state.end if state is not None else None)
             return
         if self._durable:
             if state is None:
@@ -945,12 +947,16 @@ class NatsBus:
                       error=f"the ingress did not answer within {_REPLY_RETRY_S:g} s")
 
     async def _give_up(self, msg: Msg, inbound: InboundMessage, reply_to: str,
-                       admission: str, fields: Mapping[str, Any]) -> None:
+                       admission: str, fields: Mapping[str, Any],
+                       end: int | None = None) -> None:
         """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop.
 
         Its turn ends there: ``delivery_failed`` and a ``turn_end`` with the error reply
         are recorded (a copy admitted again gets that reply, not another attempt), then
-        the reply, ``reply_sent`` and the ack follow in the order of any turn.
+        the reply, ``reply_sent`` and the ack follow in the order of any turn. With
+        ``end`` (where the read of the turn ended) the records are claimed on it: a
+        consumer that stalled after that read, while another took the message over,
+        records, sends and acknowledges nothing.
         """
         session_id = self.session_id_for(inbound.platform, inbound.chat_id)
         log_event(log, logging.ERROR, "delivery_failed", **fields, session=session_id,
@@ -961,6 +967,7 @@ class NatsBus:
         if agent.config.persist_sessions:
             def record() -> None:
                 writer = agent.sessions.open(session_id)
+                DurableTurn(admission, read_end=end).fence(writer)
                 try:
                     writer.append("meta", event="delivery_failed", source="gateway",
                                   admission=admission, deliveries=fields["delivery"])
@@ -973,6 +980,9 @@ class NatsBus:
             try:
                 await asyncio.to_thread(record)
                 recorded = True
+            except StaleWriter:
+                log_event(log, logging.WARNING, "turn_lost", **fields)
+                return
             except Exception as exc:
                 log_event(log, logging.ERROR, "delivery_failure_unrecorded", **fields,
                           error=f"{type(exc).__name__}: {exc}")

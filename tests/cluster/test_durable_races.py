@@ -108,7 +108,8 @@ class ThreadedConsumer:
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(WAIT_S)
+        if self._thread.is_alive():
+            self._thread.join(WAIT_S)
 
 
 @pytest.fixture
@@ -385,5 +386,81 @@ async def test_a_message_past_max_deliver_whose_turn_ended_gets_its_reply_not_an
         if live is not None:
             await live.drain(0)
             await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+def _silenced(bus: NatsBus) -> NatsBus:
+    """``bus`` sending no in-progress signals: a consumer whose store call blocks in a
+    thread then looks stalled to the broker, as a stopped process does."""
+
+    async def no_heartbeat(msg: Any, fields: Any) -> None:
+        await asyncio.sleep(WAIT_S * 4)
+
+    bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
+    return bus
+
+
+async def test_two_consumers_giving_up_one_message_record_and_answer_it_once(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # Delivery 1 stalls; delivery 2 (past max_deliver = 1) is given up by a consumer that
+    # stalls before it records that; delivery 3 is given up by a third. When the second
+    # wakes, its records are claimed on its old read: refused, and it sends nothing.
+    key = secrets.token_bytes(32)
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2,
+                "max_deliver": 1}
+    first_store, second_store = FreezingReads(lich_postgres_dsn), FreezingStore(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [first_store, second_store, *made]
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
+                  sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    first = ThreadedConsumer(lambda: _silenced(consumer(first_store)))
+    second = ThreadedConsumer(lambda: _silenced(consumer(second_store)))
+    third: NatsBus | None = None
+    # An earlier conversation, so that the first consumer reads a transcript (and stalls).
+    writer = made[0].open(ingress.session_id_for("webhook", "c1"))
+    writer.append("meta", event="reset", source="gateway")
+    writer.close()
+    await ingress.start()
+    first.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+        await async_wait_for(first_store.frozen.is_set, WAIT_S, "delivery 1 stalled")
+        second.start()
+        await async_wait_for(second_store.frozen.is_set, WAIT_S, "delivery 2 stalled")
+        third = consumer(made[1])
+        await third.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert reply.kind == "error"
+        session = ingress.session_id_for("webhook", "c1")
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
+        second_store.release.set()
+        await async_wait_for(lambda: second.idle, WAIT_S, "the second consumer is done")
+        assert events() == ["delivery_failed", "turn_end", "reply_sent"]
+        errors = [r for r in watcher if r["kind"] == "error"]
+        assert len(errors) == 1
+    finally:
+        first_store.release.set()
+        second_store.release.set()
+        first.stop()
+        second.stop()
+        if third is not None:
+            await third.drain(0)
+            await third.local.agent.aclose()
         await ingress.drain(0)
         await ingress.local.agent.aclose()
