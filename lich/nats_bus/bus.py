@@ -755,6 +755,11 @@ class NatsBus:
         finally:
             if forwarder is not None:
                 await forwarder.close()
+        if turn is not None and turn.stale and not turn.started:
+            # Lost before the run began (the /new reset's claim found the conversation
+            # changed): neither handed back (another consumer has the message) nor sent.
+            log_event(log, logging.WARNING, "turn_lost", **fields)
+            return
         if reply.kind == "closed" or (reply.kind == "aborted" and waiter is None):
             # This process stopped before the turn began ("closed"), or while it ran
             # (cancelled at shutdown: "aborted", no turn_end written): hand it back, at

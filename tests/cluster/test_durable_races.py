@@ -29,7 +29,7 @@ from lich.postgres.store import PostgresStore, PostgresWriter
 from lich.testing import Reply, ScriptedChat, ScriptRequest, async_wait_for, make_test_config
 from lich.testing.nats import NatsServer
 from lich.tools import ToolRegistry
-from lich.types import AssistantMessage, ToolCall
+from lich.types import AssistantMessage, ToolCall, UserMessage
 
 WAIT_S = 30.0
 CHARGES: list[int] = []
@@ -462,5 +462,74 @@ async def test_two_consumers_giving_up_one_message_record_and_answer_it_once(
         if third is not None:
             await third.drain(0)
             await third.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+async def test_a_consumer_stalled_before_its_reset_does_not_reset_the_conversation_again(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `/new pay 4`: the first consumer read the conversation and stalls as it opens the
+    # reset's writer; the other resets, runs the turn and answers. The woken one's reset
+    # is claimed on its old read: refused, so the other's turn is not wiped from the
+    # history, and the message is neither run, answered nor handed back by it.
+    key = secrets.token_bytes(32)
+    CHARGES.clear()
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    frozen_store = FreezingStore(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [frozen_store, *made]
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
+                  chat=ScriptedChat(responder=responder), sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    session = ingress.session_id_for("webhook", "c1")
+    writer = made[0].open(session)  # an earlier conversation, for /new to reset
+    writer.message(UserMessage("old"))
+    writer.close()
+    stalled = ThreadedConsumer(lambda: _silenced(consumer(frozen_store)))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "/new pay 4", "m1"))
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(made[1])
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert reply.text == "done: pay 4"
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
+        before = rows(lich_postgres_dsn, session)
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert rows(lich_postgres_dsn, session) == before
+        assert [r["event"] for _, _, r in before if r.get("event") == "reset"] == ["reset"]
+        assert CHARGES == [4]
+        history = made[1].history(session)
+        assert [m.content for m in history if isinstance(m, UserMessage)] == ["pay 4"]
+        lost = [r.getMessage() for r in caplog.records if "event=turn_lost" in r.getMessage()]
+        assert len(lost) == 1
+        assert not [r for r in caplog.records if "event=handed_back" in r.getMessage()]
+        assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
+            ("reply", "done: pay 4")]
+    finally:
+        frozen_store.release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
         await ingress.drain(0)
         await ingress.local.agent.aclose()
