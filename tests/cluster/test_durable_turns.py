@@ -329,3 +329,43 @@ async def test_a_worker_killed_between_its_user_message_and_turn_start_is_contin
     assert [r["event"] for _, _, r in cluster.rows(session)
             if r.get("kind") == "meta" and r.get("admission") == admission].count(
         "turn_start") == 1
+
+
+async def test_the_in_process_bus_waits_on_its_store_no_more_than_a_plain_run(
+    tmp_path: Path,
+) -> None:
+    # The single-process default pays nothing for durable turns: its run's writer is
+    # never flushed mid-run (no turn_start, no tool_start to wait for), only closed once
+    # at the run's end, and no extra writer is opened for the turn's records.
+    from lich.sessions import SessionStore, SessionWriter
+
+    calls: list[str] = []
+
+    class CountingWriter(SessionWriter):
+        def flush(self) -> None:
+            calls.append("flush")
+            super().flush()
+
+        async def aclose(self) -> None:
+            calls.append("aclose")
+            await super().aclose()
+
+    class CountingStore(SessionStore):
+        def open(self, session_id: str | None = None) -> SessionWriter:
+            calls.append("open")
+            plain = super().open(session_id)
+            return CountingWriter(plain.session_id, plain.path)
+
+    CHARGES.clear()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
+                  chat=ScriptedChat(responder=responder),
+                  sessions=CountingStore(tmp_path / "sessions"))
+    bus = GatewayBus(agent)
+    try:
+        reply = await bus.handle(message("pay 3", "m1"))
+        assert reply.text == "done: pay 3"
+        assert CHARGES == [3]
+        assert calls == ["open", "aclose"]
+    finally:
+        await bus.drain(0)
+        await agent.aclose()
