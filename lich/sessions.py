@@ -221,6 +221,13 @@ class ConditionalWriter(Protocol):
         first :meth:`~TranscriptWriter.append`."""
         ...
 
+    def claim(self) -> int:
+        """Claim the session now rather than at the first record (blocking); its epoch.
+
+        :raises StaleWriter: a :meth:`claim_after` claim found the session changed.
+        """
+        ...
+
 
 @runtime_checkable
 class TranscriptStore(Protocol):

@@ -88,7 +88,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
-from lich.sessions import StaleWriter
+from lich.sessions import ConditionalWriter, StaleWriter
 from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
 
@@ -832,22 +832,41 @@ class NatsBus:
         run_id = state.reply.get("run_id")
         reply = BusReply(str(state.reply["kind"]), str(state.reply.get("text", "")),  # type: ignore[arg-type]
                          session_id, None, run_id if isinstance(run_id, str) else None)
+        sessions = self.local.agent.sessions
+        writer = sessions.open(session_id)
+        if state.end is not None and isinstance(writer, ConditionalWriter):
+            # Claimed on the read before the reply goes out: a consumer that stalled after
+            # its read while another resent the reply (and maybe went on to the next
+            # message) sends nothing, and takes nothing from the other.
+            writer.claim_after(state.end)
+            try:
+                await asyncio.to_thread(writer.claim)
+            except StaleWriter:
+                log_event(log, logging.WARNING, "turn_lost", **fields)
+                return
+            except OSError:
+                pass  # the store is away: the reply still goes (its reply_sent fails)
         log_event(log, logging.WARNING, "reply_resent", **fields, reply=reply.kind)
         if await self._deliver(state.admission, reply_to, reply, waiter, fields):
-            await self._record_reply_sent(session_id, state.admission, fields, state.end)
+
+            def record() -> None:
+                writer.append("meta", event=REPLY_SENT, admission=state.admission)
+                writer.close()
+
+            try:
+                await asyncio.to_thread(record)
+            except OSError as exc:
+                log_event(log, logging.ERROR, "reply_sent_unrecorded", **fields,
+                          error=f"{type(exc).__name__}: {exc}")
         await self._ack(msg, fields)
 
     async def _record_reply_sent(self, session_id: str, admission: str,
-                                 fields: Mapping[str, Any], end: int | None = None) -> None:
-        """``reply_sent`` for a reply resent without a run (a writer of its own; with
-        ``end``, claiming the conversation only if nothing was added since it was read:
-        a consumer that stalled before this must not take it from the one running its
-        next message)."""
+                                 fields: Mapping[str, Any]) -> None:
+        """``reply_sent`` for a given-up message's reply (a writer of its own)."""
         sessions = self.local.agent.sessions
 
         def record() -> None:
             writer = sessions.open(session_id)
-            DurableTurn(admission, read_end=end).fence(writer)
             try:
                 writer.append("meta", event=REPLY_SENT, admission=admission)
             finally:

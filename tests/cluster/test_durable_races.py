@@ -533,3 +533,64 @@ async def test_a_consumer_stalled_before_its_reset_does_not_reset_the_conversati
             await live.local.agent.aclose()
         await ingress.drain(0)
         await ingress.local.agent.aclose()
+
+
+async def test_a_reply_is_resent_by_one_of_two_racing_consumers_only(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # The turn ended (its consumer died before the reply). The next consumer reads that,
+    # and stalls before it resends; the one after resends. The resend is claimed on the
+    # read before it goes out: the woken consumer, whose claim is refused, sends nothing.
+    key = secrets.token_bytes(32)
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    frozen_store = FreezingStore(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [frozen_store, *made]
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    session = ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m1")
+    writer = made[0].open(session)
+    writer.append("message", message={"role": "user", "content": "hello"}, admission=admission)
+    writer.append("meta", event="turn_start", admission=admission, run_id="dead")
+    writer.message(AssistantMessage("recorded answer"))
+    writer.append("meta", event="turn_end", admission=admission,
+                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
+    writer.close()
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
+                  sessions=store), id_key=key))
+
+    stalled = ThreadedConsumer(lambda: _silenced(consumer(frozen_store)))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(made[1])
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "recorded answer")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert events() == ["turn_start", "turn_end", "reply_sent"]
+        assert [(r["kind"], r["text"]) for r in watcher] == [("reply", "recorded answer")]
+    finally:
+        frozen_store.release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
