@@ -49,6 +49,8 @@ from lich.loop import (
     LoopDeps,
     LoopOutcome,
     LoopParams,
+    ToolOutcome,
+    ToolRunner,
     continue_conversation,
     last_assistant,
     run_conversation,
@@ -72,7 +74,13 @@ from lich.sessions import (
     open_session_store,
 )
 from lich.tools import ToolRegistry
-from lich.turns import INTERRUPTED_ERROR, TOOL_START, TURN_START, DurableTurn
+from lich.turns import (
+    CANCELLED_RUNNING_ERROR,
+    INTERRUPTED_ERROR,
+    TOOL_START,
+    TURN_START,
+    DurableTurn,
+)
 from lich.types import (
     ChatFn,
     ChatResult,
@@ -403,8 +411,10 @@ class Agent:
                 # A writer that loses its session must be able to stop the run; a store
                 # that cannot lose one costs no token (nor the race on every call).
                 cancel = CancelToken()
-            writer = _RunWriter(self.sessions.open(session_id),
-                                cancel.cancel if cancel is not None else None)
+            inner = self.sessions.open(session_id)
+            if turn is not None:
+                turn.fence(inner)  # before its first record: the claim is made with it
+            writer = _RunWriter(inner, cancel.cancel if cancel is not None else None)
         emitter = RunEmitter(run_id, session_id)
         # The per-turn hooks this run calls: those a plugin implements and needs for this
         # config (a plugin loaded but not configured declares itself idle: needed_when).
@@ -428,23 +438,30 @@ class Agent:
             start = {"continued": True} if continuing else {}
             writer.append("meta", event="run_start", run_id=run_id, input=input,
                           model=self.model, work_dir=config.work_dir, **start)
+            # A durable turn's user message is recorded with its admission: the records
+            # are stored one by one, and a process killed after this one and before
+            # turn_start leaves a turn that must be continued, not given the message twice.
+            mark = {"admission": turn.admission} if turn is not None else {}
             if continuing:
                 if seeded != prior:  # the system prompt changed since: record it as it is
                     writer.compact(seeded)
             elif not resumed:
-                for message in seeded:
+                for message in seeded[:-1]:
                     writer.message(message)
+                writer.message(seeded[-1], **mark)
             elif list(seeded[:-1]) == prior:
-                writer.message(seeded[-1])  # a resumed session: only what is new
+                writer.message(seeded[-1], **mark)  # a resumed session: only what is new
             else:
                 # The system prompt was prepended or replaced: appending it would leave it
                 # after the earlier turns in the file. Record the history as it now is.
-                writer.compact(seeded)
+                writer.compact(seeded, **mark)
         durable = turn if writer is not None else None
         if durable is not None:
             assert writer is not None
             durable.attach(writer, run_id)
-            if not continuing:
+            if not continuing or (durable.resume is not None and not durable.resume.started):
+                # A continued turn whose first run died before its turn_start was stored
+                # (its user message was) gets the one turn_start now.
                 writer.append("meta", event=TURN_START, admission=durable.admission,
                               run_id=run_id)
         emitter.emit(RunStart(input, config.work_dir, self.model))
@@ -480,16 +497,36 @@ class Agent:
             writer.append("meta", event=TOOL_START, admission=durable.admission,
                           call_id=call.id, tool=call.name)
             if await writer.flush():
+                announced.add(call.id)
                 return None
             return ToolResult.failure(NOT_RECORDED_ERROR)
+
+        tools: ToolRunner = HookedToolRunner(
+            self.executor, self.host, run, emit=emit, grants=self.approval_grants,
+            before_execute=tool_starting if durable else None)
+        if durable is not None:
+            hooked, announced = tools, set[str]()
+
+            async def durable_tools(call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
+                # A started call of a tool that is not idempotent, cancelled while it ran
+                # (a stopping worker hands the turn on): it may have taken effect, and the
+                # model that continues the turn is told so, not just "cancelled".
+                try:
+                    ran = await hooked(call, cancel)
+                finally:
+                    started = call.id in announced
+                    announced.discard(call.id)
+                if started and cancel is not None and cancel.cancelled and not ran.result.ok:
+                    return attrs.evolve(ran, result=ToolResult.failure(CANCELLED_RUNNING_ERROR))
+                return ran
+
+            tools = durable_tools
 
         deps = LoopDeps(
             # Provider errors are redacted where they enter the run: an error body
             # quoting the key must not reach an event, the transcript or a log.
             chat=redacting_chat(self.chat, self.executor.secret_env_names),
-            tools=HookedToolRunner(self.executor, self.host, run, emit=emit,
-                                   grants=self.approval_grants,
-                                   before_execute=tool_starting if durable else None),
+            tools=tools,
             definitions=self.tools.definitions,
             emit=emit,
             on_message=on_message,
@@ -693,11 +730,12 @@ class _RunWriter:
         except OSError as exc:  # a file's, or a store's (StoreError)
             self._failure(exc)
 
-    def message(self, message: Message) -> None:
-        self.append("message", message=serialization.message_to_dict(message))
+    def message(self, message: Message, **extra: Any) -> None:
+        self.append("message", message=serialization.message_to_dict(message), **extra)
 
-    def compact(self, messages: Sequence[Message]) -> None:
-        self.append("compact", messages=[serialization.message_to_dict(m) for m in messages])
+    def compact(self, messages: Sequence[Message], **extra: Any) -> None:
+        self.append("compact", messages=[serialization.message_to_dict(m) for m in messages],
+                    **extra)
 
     async def flush(self) -> bool:
         """Wait until every record so far is stored; whether they all were."""

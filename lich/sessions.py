@@ -204,6 +204,32 @@ class TranscriptWriter(Protocol):
 
 
 @runtime_checkable
+class ConditionalWriter(Protocol):
+    """A :class:`TranscriptWriter` of a fenced store that can claim its session only if
+    nothing was added to it since it was read.
+
+    What a consumer of a durable turn needs (:mod:`lich.turns`): it decides from a
+    read whether to run, continue or answer a turn, and a consumer that stalled
+    after its read while another took the turn over must not act on what it read.
+    """
+
+    def claim_after(self, end: int) -> None:
+        """Make this writer's claim (made before its first record) succeed only while
+        the session's last record is still the one at ``end``
+        (:attr:`SessionContents.end`; 0: the session has none). Otherwise nothing is
+        written and the writer fails with :class:`StaleWriter`. Call it before the
+        first :meth:`~TranscriptWriter.append`."""
+        ...
+
+    def claim(self) -> int:
+        """Claim the session now rather than at the first record (blocking); its epoch.
+
+        :raises StaleWriter: a :meth:`claim_after` claim found the session changed.
+        """
+        ...
+
+
+@runtime_checkable
 class TranscriptStore(Protocol):
     """Where transcripts are kept: the interface the agent, ``lich sessions``,
     ``--resume``, the TUI and the gateway use.
@@ -358,7 +384,9 @@ class SessionContents:
     lists corrupt lines (or records) by number; ``torn_tail`` says the last line
     was cut off (a crash mid-write) and skipped. ``path`` is the file (``None``
     for a store that keeps no files); ``location`` says where the session is,
-    for people.
+    for people. ``end`` is the position of the last record read (its ``seq``; 0:
+    none) in a store whose writers can claim conditionally on it
+    (:class:`ConditionalWriter`), ``None`` in one that cannot (the JSONL store).
     """
 
     session_id: str
@@ -368,6 +396,7 @@ class SessionContents:
     problems: tuple[str, ...] = field(factory=tuple)
     torn_tail: bool = False
     location: str = field(default=Factory(_path_text, takes_self=True))
+    end: int | None = None
 
 
 @frozen

@@ -12,6 +12,12 @@ transcript, each naming the message's admission id:
   run is over and its reply decided;
 * ``reply_sent`` (``admission``) once whoever delivers the reply confirmed it has it.
 
+The record of the turn's user message (``message``, or ``compact`` when the system
+prompt changed) names the admission too, since records are stored one at a time:
+a process killed after it and before ``turn_start`` leaves a turn that is
+continued (with its one ``turn_start`` written then), not one whose message is
+added a second time.
+
 Each is stored before the step it announces goes on (the writer is flushed),
 so a process that reads them after a crash (:func:`find_turn`) knows how far
 the turn got: not started (run it), started (continue it from the transcript:
@@ -32,9 +38,11 @@ from typing import Any, Literal, Protocol
 
 from attrs import frozen
 
+from lich.sessions import ConditionalWriter
 from lich.types import Message
 
 __all__ = [
+    "CANCELLED_RUNNING_ERROR",
     "INTERRUPTED_ERROR",
     "REPLY_SENT",
     "TOOL_START",
@@ -58,6 +66,15 @@ INTERRUPTED_ERROR = (
 )
 
 
+#: The result a durable turn records for a call of a tool that is not idempotent, cancelled
+#: while it ran (its process was stopping: the turn is handed to another): what the model
+#: of whoever continues the turn is told, rather than a plain "cancelled".
+CANCELLED_RUNNING_ERROR = (
+    "interrupted: this call was cancelled while it ran (the process running it was "
+    "stopping); it may or may not have taken effect. Check its effect before you repeat it."
+)
+
+
 class _Writer(Protocol):
     """What a :class:`DurableTurn` uses of the run's writer (the agent's)."""
 
@@ -76,9 +93,14 @@ class _Writer(Protocol):
 class TurnRecords:
     """What a transcript says of the turn of one admission (see :func:`find_turn`).
 
+    ``started`` says a ``turn_start`` (or a ``turn_end``) was recorded, ``begun``
+    that the turn's user message was (a ``message`` or ``compact`` record naming the
+    admission: a run killed between it and its ``turn_start`` leaves only that);
     ``reply`` is the recorded reply (``turn_end``'s), ``started_calls`` the call ids
     that have a ``tool_start``, ``messages`` the conversation as recorded (compacts
-    applied, dangling tool calls left as they are).
+    applied, dangling tool calls left as they are), ``end`` the position of the last
+    record read (:attr:`lich.sessions.SessionContents.end`; ``None``: the store has
+    none to claim on).
     """
 
     admission: str
@@ -87,28 +109,34 @@ class TurnRecords:
     reply_sent: bool = False
     started_calls: frozenset[str] = frozenset()
     messages: tuple[Message, ...] = ()
+    end: int | None = None
+    begun: bool = False
 
     @property
     def state(self) -> Literal["new", "running", "ended", "answered"]:
-        """``new`` (nothing recorded), ``running`` (started, not ended), ``ended``
-        (a reply recorded, not known to be delivered) or ``answered``."""
+        """``new`` (nothing recorded), ``running`` (started or begun, not ended),
+        ``ended`` (a reply recorded, not known to be delivered) or ``answered``."""
         if self.reply is not None:
             return "answered" if self.reply_sent else "ended"
-        return "running" if self.started else "new"
+        return "running" if self.started or self.begun else "new"
 
 
 def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
-              messages: Iterable[Message] = ()) -> TurnRecords:
+              messages: Iterable[Message] = (), end: int | None = None) -> TurnRecords:
     """The durable-turn records of ``admission`` among a transcript's ``records``.
 
     ``messages`` (the transcript's conversation, as its store read it) is kept
-    on the result for a turn that must be continued.
+    on the result for a turn that must be continued, and ``end`` (where the read
+    ended) for the run's writer to claim on.
     """
-    started = sent = False
+    started = sent = begun = False
     reply: Mapping[str, Any] | None = None
     calls: set[str] = set()
     for record in records:
-        if record.get("kind") != "meta" or record.get("admission") != admission:
+        if record.get("admission") != admission:
+            continue
+        if record.get("kind") != "meta":
+            begun = begun or record.get("kind") in ("message", "compact")
             continue
         event = record.get("event")
         if event == TURN_START:
@@ -124,7 +152,7 @@ def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
         elif event == REPLY_SENT:
             sent = True
     return TurnRecords(admission, started or reply is not None, reply, sent,
-                       frozenset(calls), tuple(messages))
+                       frozenset(calls), tuple(messages), end, begun)
 
 
 class DurableTurn:
@@ -142,15 +170,25 @@ class DurableTurn:
         (:func:`find_turn`); ``None`` for a new turn.
     :param transcript: the conversation as just read from the store, for a new
         turn (so that whoever runs it need not read it again); ``None``: unknown.
+    :param read_end: where the read this turn was decided on ended
+        (:attr:`lich.sessions.SessionContents.end`). The writers of the turn then
+        claim the conversation only if nothing was added to it since
+        (:class:`lich.sessions.ConditionalWriter`): a process that stalled after
+        its read, while another took the turn over, finds its writer stale before
+        it writes, runs or sends anything. ``None``: claimed whatever the session
+        holds (a store without conditional claims).
     """
 
     def __init__(self, admission: str, resume: TurnRecords | None = None, *,
-                 transcript: Sequence[Message] | None = None) -> None:
+                 transcript: Sequence[Message] | None = None,
+                 read_end: int | None = None) -> None:
         self.admission = admission
         self.resume = resume
         self.transcript = transcript
+        self.read_end = read_end
         self.run_id: str | None = None
         self._writer: _Writer | None = None
+        self._lost: BaseException | None = None
 
     @property
     def started(self) -> bool:
@@ -159,9 +197,23 @@ class DurableTurn:
 
     @property
     def stale(self) -> bool:
-        """Whether the run's writer lost the session to another one: the turn is
-        someone else's now, and nothing more of it may be written or sent."""
-        return self._writer is not None and self._writer.stale is not None
+        """Whether the run's writer (or one of the caller's, :meth:`lose`) lost the
+        session to another one: the turn is someone else's now, and nothing more of
+        it may be written or sent."""
+        return self._lost is not None or (
+            self._writer is not None and self._writer.stale is not None)
+
+    def fence(self, writer: object) -> None:
+        """Make ``writer`` (just opened, nothing appended) claim the conversation only
+        if nothing was added since :attr:`read_end`, when it is known and the writer
+        can (:class:`lich.sessions.ConditionalWriter`)."""
+        if self.read_end is not None and isinstance(writer, ConditionalWriter):
+            writer.claim_after(self.read_end)
+
+    def lose(self, error: BaseException) -> None:
+        """Mark the turn lost to another process (a writer of the caller's went stale
+        before the run began): :attr:`stale` is then true."""
+        self._lost = error
 
     @property
     def recorded(self) -> bool:

@@ -326,6 +326,16 @@ def cap_history(messages: Sequence[Message], cap: int) -> list[Message]:
     return [*system, UserMessage(HISTORY_STUB), *rest[j:]]
 
 
+def _cap_before_turn(messages: Sequence[Message], cap: int) -> list[Message]:
+    """``messages`` ending inside a turn, with what precedes the turn's user message (its
+    last one) capped by :func:`cap_history`: what the run that began the turn was given,
+    plus the turn so far, whole."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], UserMessage):
+            return [*cap_history(messages[:i], cap), *messages[i:]]
+    return cap_history(messages, cap)
+
+
 class _Conversation:
     __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id",
                  "spent_day", "spent_usd")
@@ -592,7 +602,9 @@ class GatewayBus:
             name, rest = command.group(1).lower(), (command.group(2) or "").strip()
             if name == "new":
                 preloaded = None
-                await self._reset(conv)
+                await self._reset(conv, turn)
+                if turn is not None and turn.stale:
+                    return BusReply("closed", CLOSED_TEXT, conv.session_id)  # not ours now
                 if not rest:
                     return BusReply("reset", RESET_TEXT, conv.session_id)
                 text = rest
@@ -679,21 +691,40 @@ class GatewayBus:
                   chat=conv.key[1], session=conv.session_id)
         return True
 
-    async def _reset(self, conv: _Conversation) -> None:
+    async def _reset(self, conv: _Conversation, turn: DurableTurn | None = None) -> None:
+        """Start the conversation over. In a durable ``turn`` the reset's writer claims
+        the conversation only if it is as the turn's read left it (and the turn's run
+        then expects the reset's records too); a claim that finds it changed marks the
+        turn lost (:meth:`DurableTurn.lose`) and writes nothing."""
+        from lich.sessions import StaleWriter
+
         conv.history = []
         agent = self.agent
-        if agent.config.persist_sessions and agent.sessions.exists(conv.session_id):
+        if agent.config.persist_sessions:
             # The transcript keeps everything said so far; a compact record with no
             # messages makes a resumed conversation start empty, as /new promised.
-            def write() -> None:
+            def write() -> bool:
+                if not agent.sessions.exists(conv.session_id):
+                    return False
                 writer = agent.sessions.open(conv.session_id)
+                if turn is not None:
+                    turn.fence(writer)
                 try:
                     writer.append("meta", event="reset", source="gateway")
                     writer.compact([])
                 finally:
                     writer.close()
+                return True
 
-            await asyncio.to_thread(write)
+            try:
+                wrote = await asyncio.to_thread(write)
+            except StaleWriter as exc:
+                if turn is None:
+                    raise
+                turn.lose(exc)
+                return
+            if wrote and turn is not None and turn.read_end is not None:
+                turn.read_end += 2  # the reset's two records, right after the read's end
         log_event(log, logging.INFO, "conversation_reset", platform=conv.key[0],
                   chat=conv.key[1], session=conv.session_id)
 
@@ -737,8 +768,9 @@ class GatewayBus:
         resume = turn.resume if turn is not None else None
         if resume is not None:
             # The unfinished turn as recorded (its tool calls without results kept: the
-            # agent settles them), capped like any history.
-            conv.history = cap_history(resume.messages, self.history_cap)
+            # agent settles them), capped as the run that began it was: the turns before
+            # it, never the turn itself, which grows past the cap as its tools run.
+            conv.history = _cap_before_turn(resume.messages, self.history_cap)
         elif conv.history is None or not self.keep_history:
             conv.history = await self._load(conv, preloaded)
         token = CancelToken()

@@ -103,6 +103,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
+from lich.sessions import ConditionalWriter, StaleWriter
 from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
 
@@ -897,9 +898,6 @@ class NatsBus:
         deliveries = msg.metadata.num_delivered
         fields = {"platform": inbound.platform, "chat": inbound.chat_id,
                   "admission": admission, "partition": partition, "delivery": deliveries}
-        if deliveries > self.settings.max_deliver:
-            await self._give_up(msg, inbound, reply_to, admission, fields)
-            return
         if deliveries > 1:
             log_event(log, logging.WARNING, "redelivered", **fields)
         # A message this process admitted is answered here directly, not through the
@@ -908,22 +906,31 @@ class NatsBus:
                   if reply_to == self._reply_subject(admission) else None)
         session_id = self.session_id_for(inbound.platform, inbound.chat_id)
         turn: DurableTurn | None = None
+        state = await self._read_turn(session_id, admission, fields) if self._durable else None
+        if state is not None and state.state in ("answered", "ended"):
+            # Also past max_deliver: what is left of an ended turn is its recorded reply
+            # (giving up would replace it with an error and a second turn_end).
+            await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
+            return
+        if deliveries > self.settings.max_deliver:
+            await self._give_up(msg, inbound, reply_to, admission, fields,
+                                state.end if state is not None else None)
+            return
         if self._durable:
-            state = await self._read_turn(session_id, admission, fields)
             if state is None:
                 # The transcript cannot be read (the store is away): running blind could
                 # run the turn twice. Hand it back; after max_deliver it is given up.
                 await self._nak(msg, self.settings.heartbeat_every_s)
                 return
-            if state.state in ("answered", "ended"):
-                await self._finish_recorded(msg, state, session_id, reply_to, waiter, fields)
-                return
+            # Every writer of the turn claims the conversation only if it is still as
+            # read: a consumer that stalled after this read while another took the
+            # message over finds itself stale before it writes, runs or sends anything.
             if state.state == "running":
                 log_event(log, logging.WARNING, "turn_resumed", **fields,
                           started_calls=len(state.started_calls))
-                turn = DurableTurn(admission, resume=state)
+                turn = DurableTurn(admission, resume=state, read_end=state.end)
             else:
-                turn = DurableTurn(admission, transcript=state.messages)
+                turn = DurableTurn(admission, transcript=state.messages, read_end=state.end)
         forwarder: _EventForwarder | None = None
         on_event: EventHandler | None = None
         if waiter is not None:
@@ -940,6 +947,11 @@ class NatsBus:
         finally:
             if forwarder is not None:
                 await forwarder.close()
+        if turn is not None and turn.stale and not turn.started:
+            # Lost before the run began (the /new reset's claim found the conversation
+            # changed): neither handed back (another consumer has the message) nor sent.
+            log_event(log, logging.WARNING, "turn_lost", **fields)
+            return
         if reply.kind == "closed" or (reply.kind == "aborted" and waiter is None):
             # This process stopped before the turn began ("closed"), or while it ran
             # (cancelled at shutdown: "aborted", no turn_end written): hand it back, at
@@ -959,12 +971,12 @@ class NatsBus:
         # already has (it answers each admission once, so the user does not see it twice).
         if turn is not None and turn.started:
             await turn.end(reply.kind, reply.text)
-            if turn.stale:
-                # Another consumer claimed the conversation (this one stalled past
-                # ack_wait; found by a write during the run or by turn_end's): the message
-                # is the other one's now. Nothing is sent or acknowledged from here.
-                log_event(log, logging.WARNING, "turn_lost", **fields)
-                return
+        if turn is not None and turn.stale:
+            # Another consumer claimed the conversation (this one stalled past ack_wait;
+            # found by a claim, a write during the run or turn_end's): the message is the
+            # other one's now. Nothing is sent or acknowledged from here.
+            log_event(log, logging.WARNING, "turn_lost", **fields)
+            return
         delivered = await self._deliver(admission, reply_to, reply, waiter, fields)
         if delivered and turn is not None and turn.started:
             await turn.reply_sent()
@@ -982,9 +994,10 @@ class NatsBus:
 
         def read() -> TurnRecords:
             if not sessions.exists(session_id):
-                return find_turn((), admission)
+                # Nothing to read: a conditional claim then requires the session empty.
+                return find_turn((), admission, end=0 if sessions.fenced else None)
             contents = sessions.read(session_id)
-            return find_turn(contents.records, admission, contents.messages)
+            return find_turn(contents.records, admission, contents.messages, contents.end)
 
         try:
             return await asyncio.to_thread(read)
@@ -1011,14 +1024,37 @@ class NatsBus:
         run_id = state.reply.get("run_id")
         reply = BusReply(str(state.reply["kind"]), str(state.reply.get("text", "")),  # type: ignore[arg-type]
                          session_id, None, run_id if isinstance(run_id, str) else None)
+        sessions = self.local.agent.sessions
+        writer = sessions.open(session_id)
+        if state.end is not None and isinstance(writer, ConditionalWriter):
+            # Claimed on the read before the reply goes out: a consumer that stalled after
+            # its read while another resent the reply (and maybe went on to the next
+            # message) sends nothing, and takes nothing from the other.
+            writer.claim_after(state.end)
+            try:
+                await asyncio.to_thread(writer.claim)
+            except StaleWriter:
+                log_event(log, logging.WARNING, "turn_lost", **fields)
+                return
+            except OSError:
+                pass  # the store is away: the reply still goes (its reply_sent fails)
         log_event(log, logging.WARNING, "reply_resent", **fields, reply=reply.kind)
         if await self._deliver(state.admission, reply_to, reply, waiter, fields):
-            await self._record_reply_sent(session_id, state.admission, fields)
+
+            def record() -> None:
+                writer.append("meta", event=REPLY_SENT, admission=state.admission)
+                writer.close()
+
+            try:
+                await asyncio.to_thread(record)
+            except OSError as exc:
+                log_event(log, logging.ERROR, "reply_sent_unrecorded", **fields,
+                          error=f"{type(exc).__name__}: {exc}")
         await self._ack(msg, fields)
 
     async def _record_reply_sent(self, session_id: str, admission: str,
                                  fields: Mapping[str, Any]) -> None:
-        """``reply_sent`` for a reply resent without a run (a writer of its own)."""
+        """``reply_sent`` for a given-up message's reply (a writer of its own)."""
         sessions = self.local.agent.sessions
 
         def record() -> None:
@@ -1127,12 +1163,16 @@ class NatsBus:
                       error=f"the ingress did not answer within {_REPLY_RETRY_S:g} s")
 
     async def _give_up(self, msg: Msg, inbound: InboundMessage, reply_to: str,
-                       admission: str, fields: Mapping[str, Any]) -> None:
+                       admission: str, fields: Mapping[str, Any],
+                       end: int | None = None) -> None:
         """A message that took down (or stalled) ``max_deliver`` consumers: record, answer, drop.
 
         Its turn ends there: ``delivery_failed`` and a ``turn_end`` with the error reply
         are recorded (a copy admitted again gets that reply, not another attempt), then
-        the reply, ``reply_sent`` and the ack follow in the order of any turn.
+        the reply, ``reply_sent`` and the ack follow in the order of any turn. With
+        ``end`` (where the read of the turn ended) the records are claimed on it: a
+        consumer that stalled after that read, while another took the message over,
+        records, sends and acknowledges nothing.
         """
         session_id = self.session_id_for(inbound.platform, inbound.chat_id)
         log_event(log, logging.ERROR, "delivery_failed", **fields, session=session_id,
@@ -1143,6 +1183,7 @@ class NatsBus:
         if agent.config.persist_sessions:
             def record() -> None:
                 writer = agent.sessions.open(session_id)
+                DurableTurn(admission, read_end=end).fence(writer)
                 try:
                     writer.append("meta", event="delivery_failed", source="gateway",
                                   admission=admission, deliveries=fields["delivery"])
@@ -1155,6 +1196,9 @@ class NatsBus:
             try:
                 await asyncio.to_thread(record)
                 recorded = True
+            except StaleWriter:
+                log_event(log, logging.WARNING, "turn_lost", **fields)
+                return
             except Exception as exc:
                 log_event(log, logging.ERROR, "delivery_failure_unrecorded", **fields,
                           error=f"{type(exc).__name__}: {exc}")

@@ -125,6 +125,22 @@ _CLAIM = """
     RETURNING epoch, next_seq
 """
 
+# The claims of a writer told the session's end (claim_after): no row comes back, and
+# the epoch stays, when a record was added since. An empty session may not exist yet;
+# one with records must. A claim does not move next_seq, so one retried after its
+# connection broke finds the same next_seq (and bumps once more).
+_CLAIM_EMPTY = """
+    INSERT INTO lich_sessions AS s (session_id, epoch, next_seq, created, modified)
+    VALUES (%(sid)s, 1, 1, %(now)s, %(now)s)
+    ON CONFLICT (session_id) DO UPDATE SET epoch = s.epoch + 1 WHERE s.next_seq = 1
+    RETURNING epoch, next_seq
+"""
+_CLAIM_AT = """
+    UPDATE lich_sessions SET epoch = epoch + 1
+     WHERE session_id = %(sid)s AND next_seq = %(next)s
+    RETURNING epoch, next_seq
+"""
+
 # One statement: the session row is advanced (and locked) only with the writer's epoch
 # and the expected seq, and the record is inserted only if it was. A concurrent claim
 # holds the same row lock; once it commits, this WHERE no longer matches.
@@ -423,7 +439,8 @@ class PostgresStore:
             records.append(record)
         return SessionContents(session_id=sid, path=None, records=tuple(records),
                                messages=tuple(messages), problems=tuple(problems),
-                               location=self.location(sid))
+                               location=self.location(sid),
+                               end=int(rows[-1][0]) if rows else 0)
 
     def history(self, ref: str) -> builtins.list[Message]:
         """The conversation to resume: messages, with dangling tool calls closed."""
@@ -481,6 +498,8 @@ class PostgresWriter:
         #: The epoch this writer claimed (``None`` before its claim).
         self.epoch: int | None = None
         self._seq: int | None = None
+        #: The ``next_seq`` its claim requires (:meth:`claim_after`); ``None``: any.
+        self._claim_next: int | None = None
 
     @property
     def location(self) -> str:
@@ -514,6 +533,14 @@ class PostgresWriter:
             return future
         self._submit(_Op(what, None, future))
         return future
+
+    def claim_after(self, end: int) -> None:
+        """Claim the session only if its last record is still the one at ``end``
+        (0: none); else fail with :class:`~lich.sessions.StaleWriter`
+        (:class:`lich.sessions.ConditionalWriter`)."""
+        if self.epoch is not None:
+            raise RuntimeError("claim_after() after the writer's claim")
+        self._claim_next = end + 1
 
     def claim(self) -> int:
         """Claim the session now (the first record would otherwise); the epoch."""
@@ -597,9 +624,16 @@ class PostgresWriter:
         return None
 
     def _claim(self) -> None:
+        expected = self._claim_next
+        params = {"sid": self.session_id, "now": time.time(), "next": expected}
         row = self._store.run(f"claiming session {self.session_id}", lambda conn, _r: conn.execute(
-            _CLAIM, {"sid": self.session_id, "now": time.time()}).fetchone())
-        assert row is not None
+            _CLAIM if expected is None else _CLAIM_EMPTY if expected == 1 else _CLAIM_AT,
+            params).fetchone())
+        if row is None:
+            raise StaleWriter(
+                f"session {self.session_id} changed since it was read (another writer "
+                f"added to it after record {(expected or 1) - 1}); this writer stops",
+                session_id=self.session_id)
         self.epoch, self._seq = int(row[0]), int(row[1])
 
     def _append(self, params: dict[str, Any]) -> None:

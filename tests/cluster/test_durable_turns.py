@@ -250,3 +250,122 @@ async def test_the_in_process_bus_writes_no_turn_records(tmp_path: Path) -> None
     finally:
         await bus.drain(0)
         await agent.aclose()
+
+
+async def test_a_new_conversation_command_with_text_runs_its_turn_once_after_the_reset(
+    cluster: Cluster,
+) -> None:
+    # `/new pay 3` resets the conversation (records of its own), then runs a durable turn
+    # whose writer claims the conversation only if it is as the consumer read it plus the
+    # reset: the reset is not taken for another consumer's writes.
+    first = await asyncio.wait_for(cluster.ingress.handle(message("hello", "m1")), WAIT_S)
+    assert first.text == "done: hello"
+    reply = await asyncio.wait_for(cluster.ingress.handle(message("/new pay 3", "m2")), WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "done: pay 3")
+    assert CHARGES == [3]
+    session = cluster.ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m2")
+    await async_wait_for(
+        lambda: [r["event"] for _, _, r in cluster.rows(session)
+                 if r["kind"] == "meta" and r.get("admission") == admission][-1:] == ["reply_sent"],
+        WAIT_S, lambda: f"m2's reply_sent: {cluster.turn_events(session)}")
+    rows = cluster.rows(session)
+    events = [r.get("event", r["kind"]) for _, _, r in rows if r["kind"] in ("meta", "compact")]
+    reset = events.index("reset")
+    assert events[reset:reset + 2] == ["reset", "compact"]
+    assert events.count("turn_start") == 2
+    # The model saw the reset conversation: only the new message.
+    assert [m.content for m in cluster.chat.requests[-1].messages
+            if isinstance(m, UserMessage)] == ["pay 3"]
+
+
+async def test_a_worker_killed_between_its_user_message_and_turn_start_is_continued_once(
+    cluster: Cluster, tmp_path: Path,
+) -> None:
+    # The records of a turn's start are stored one after another (a file line each, a
+    # statement each): a worker killed after its user message was stored and before its
+    # turn_start leaves the message without a turn_start. The next consumer must not add
+    # the message a second time: the model sees it once, and the turn has one turn_start.
+    session = cluster.ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m1")
+    first = await asyncio.wait_for(cluster.ingress.handle(message("hello", "m0")), WAIT_S)
+    assert first.text == "done: hello"
+    await async_wait_for(lambda: cluster.turn_events(session)[-1:] == ["reply_sent"], WAIT_S,
+                         lambda: f"m0's reply_sent: {cluster.turn_events(session)}")
+    # What the dead worker's run wrote, from a real run of the turn on the conversation
+    # as it is (on the JSONL store), cut where the kill came.
+    from lich.turns import DurableTurn
+
+    store = cluster.consumer.local.agent.sessions
+    history = store.history(session)
+    dead = Agent(make_test_config(tmp_path / "dead"), chat=ScriptedChat(["never stored"]))
+    before = dead.sessions.open("dead")
+    for old in history:
+        before.message(old)
+    before.close()
+    skip = len(dead.sessions.read("dead").records)
+    await dead.run("pay 5", history=history, session_id="dead",
+                   turn=DurableTurn(admission))
+    records = dead.sessions.read("dead").records[skip:]
+    await dead.aclose()
+    cut = next(i for i, r in enumerate(records) if r.get("event") == "turn_start")
+    writer = store.open(session)
+    for record in records[:cut]:
+        fields = {k: v for k, v in record.items() if k not in ("v", "ts", "kind")}
+        writer.append(str(record["kind"]), **fields)
+    writer.close()
+    assert [r.get("event") for r in records[:cut] if r["kind"] == "meta"] == ["run_start"]
+
+    reply = await asyncio.wait_for(cluster.ingress.handle(message("pay 5", "m1")), WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "done: pay 5")
+    assert CHARGES == [5]
+    users = [m.content for m in cluster.chat.requests[-1].messages
+             if isinstance(m, UserMessage)]
+    assert users == ["hello", "pay 5"]
+    await async_wait_for(
+        lambda: [r["event"] for _, _, r in cluster.rows(session)
+                 if r["kind"] == "meta" and r.get("admission") == admission][-1:] == ["reply_sent"],
+        WAIT_S, lambda: f"m1's reply_sent: {cluster.turn_events(session)}")
+    assert [r["event"] for _, _, r in cluster.rows(session)
+            if r.get("kind") == "meta" and r.get("admission") == admission].count(
+        "turn_start") == 1
+
+
+async def test_the_in_process_bus_waits_on_its_store_no_more_than_a_plain_run(
+    tmp_path: Path,
+) -> None:
+    # The single-process default pays nothing for durable turns: its run's writer is
+    # never flushed mid-run (no turn_start, no tool_start to wait for), only closed once
+    # at the run's end, and no extra writer is opened for the turn's records.
+    from lich.sessions import SessionStore, SessionWriter
+
+    calls: list[str] = []
+
+    class CountingWriter(SessionWriter):
+        def flush(self) -> None:
+            calls.append("flush")
+            super().flush()
+
+        async def aclose(self) -> None:
+            calls.append("aclose")
+            await super().aclose()
+
+    class CountingStore(SessionStore):
+        def open(self, session_id: str | None = None) -> SessionWriter:
+            calls.append("open")
+            plain = super().open(session_id)
+            return CountingWriter(plain.session_id, plain.path)
+
+    CHARGES.clear()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
+                  chat=ScriptedChat(responder=responder),
+                  sessions=CountingStore(tmp_path / "sessions"))
+    bus = GatewayBus(agent)
+    try:
+        reply = await bus.handle(message("pay 3", "m1"))
+        assert reply.text == "done: pay 3"
+        assert CHARGES == [3]
+        assert calls == ["open", "aclose"]
+    finally:
+        await bus.drain(0)
+        await agent.aclose()

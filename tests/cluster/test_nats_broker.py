@@ -185,7 +185,8 @@ async def test_a_message_that_kills_its_consumers_is_given_up_recorded_and_answe
 
     def turn() -> list[str]:
         return [r["event"] for r in worker.local.agent.sessions.read(reply.session_id).records
-                if r.get("admission") == poison and r.get("event") != "delivery_failed"]
+                if r["kind"] == "meta" and r.get("admission") == poison
+                and r.get("event") != "delivery_failed"]
 
     await async_wait_for(lambda: turn()[-1:] == ["reply_sent"], WAIT_S, lambda: turn())
     assert turn() == ["turn_start", "turn_end", "reply_sent"]

@@ -12,7 +12,7 @@ from lich import hookimpl, tool
 from lich.agent import Agent
 from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.tools import ToolRegistry
-from lich.turns import INTERRUPTED_ERROR, DurableTurn, find_turn
+from lich.turns import CANCELLED_RUNNING_ERROR, INTERRUPTED_ERROR, DurableTurn, find_turn
 from lich.types import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 
 #: What each tool saw of the transcript when it ran: (tool, the meta events recorded so far).
@@ -131,6 +131,11 @@ async def test_find_turn_tells_the_states_apart() -> None:
     # Another admission's records, and a malformed reply, are not this turn's end.
     assert find_turn([*started, meta("turn_end", reply="x")], "a").state == "running"
     assert find_turn(ended, "b").state == "new"
+    # The turn's user message recorded (with its admission), its turn_start not yet: a
+    # turn to continue, not to start again.
+    begun = find_turn([{"v": 2, "kind": "message", "admission": "a",
+                        "message": {"role": "user", "content": "x"}}], "a")
+    assert (begun.state, begun.started, begun.begun) == ("running", False, True)
 
 
 def _interrupted_session(tmp_path: Path, calls: list[ToolCall],
@@ -232,3 +237,287 @@ async def test_continue_turn_needs_a_turn(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no user message"):
         await agent.continue_turn([AssistantMessage("x")], "s1")
     await agent.aclose()
+
+
+async def test_a_resumed_turn_longer_than_the_history_cap_keeps_its_user_message(
+    tmp_path: Path,
+) -> None:
+    # The gateway caps the history it hands a run *before* the turn; the turn itself grows
+    # past the cap as its tools run. A resumed turn is capped the same way: the earlier
+    # turns are cut, never the turn's own user message (it would become the "earlier
+    # messages were left out" stub, and the model would no longer know what was asked).
+    from lich.gateway.bus import HISTORY_STUB, GatewayBus, InboundMessage
+
+    chat = ScriptedChat(responder=lambda request: Reply(f"answer to {request.last_user()}"))
+    agent = make_agent(tmp_path, chat)
+    bus = GatewayBus(agent, history_cap=2)
+    session = bus.session_id_for("webhook", "c1")
+    writer = agent.sessions.open(session)
+    writer.append("meta", event="run_start", run_id="dead", input="do it")
+    history: list[Message] = [UserMessage("first"), AssistantMessage("first answer"),
+                              UserMessage("second"), AssistantMessage("second answer"),
+                              UserMessage("do it")]
+    for n in range(3):  # three rounds of tools: the turn alone is over the cap
+        history += [AssistantMessage("", (ToolCall(f"c{n}", "put", {"key": str(n)}),)),
+                    ToolMessage(f"c{n}", "put", f"set {n}")]
+    for message in history[:5]:
+        writer.message(message)
+    writer.append("meta", event="turn_start", admission="adm", run_id="dead")
+    for message in history[5:]:
+        writer.message(message)
+    writer.close()
+    contents = agent.sessions.read(session)
+    state = find_turn(contents.records, "adm", contents.messages)
+    try:
+        reply = await bus.handle(InboundMessage("webhook", "c1", "u1", "do it", "m1"),
+                                 turn=DurableTurn("adm", resume=state))
+        assert (reply.kind, reply.text) == ("reply", "answer to do it")
+        [request] = chat.requests
+        users = [m.content for m in request.messages if isinstance(m, UserMessage)]
+        # The earlier turns are capped (to the last one), the turn's own message kept.
+        assert users == ["second", "do it"]
+        assert HISTORY_STUB not in users
+        # The whole turn so far is there, in order, after its user message.
+        assert [m.tool_call_id for m in request.messages if isinstance(m, ToolMessage)] == [
+            "c0", "c1", "c2"]
+    finally:
+        await bus.drain(0)
+        await agent.aclose()
+
+
+async def test_a_continued_turn_runs_its_calls_through_the_guard_hooks_again(
+    tmp_path: Path,
+) -> None:
+    # An idempotent call left without a result runs again on a continued turn: through
+    # the before/check hooks like any call (a guard says what it says on a resume too),
+    # and a blocked one does not run.
+    from lich import Block
+
+    checked: list[str] = []
+
+    class Guard:
+        @hookimpl
+        def lich_check_tool_call(self, call: ToolCall) -> Block | None:
+            checked.append(call.id)
+            return Block("not today") if call.args.get("key") == "blocked" else None
+
+    calls = [ToolCall("c1", "put", {"key": "blocked"}), ToolCall("c2", "put", {"key": "ok"})]
+    agent, history = _interrupted_session(tmp_path, calls, [])
+    await agent.aclose()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools()), ("guard", Guard())],
+                  chat=ScriptedChat(responder=lambda request: Reply(
+                      f"after {[m.content for m in request.tool_results_since_user()]}")))
+    SESSION["agent"] = agent
+    RAN.clear()
+    result = await agent.continue_turn(history, "s1", interrupted=set())
+    assert checked == ["c1", "c2"]
+    assert [name for name, _ in RAN] == ["put"]  # c2 only
+    told = result.messages[-3:-1]
+    assert [(m.tool_call_id, m.is_error) for m in told if isinstance(m, ToolMessage)] == [
+        ("c1", True), ("c2", False)]
+    assert "not today" in told[0].content
+    await agent.aclose()
+
+
+async def test_a_turn_compacted_before_its_crash_is_continued_from_the_compacted_history(
+    tmp_path: Path,
+) -> None:
+    # Compression replaced the history mid-turn (a compact record after turn_start): the
+    # continued turn goes on from the compacted history, as the dead run would have,
+    # with no user message added (the summary stands for the earlier ones).
+    from lich.gateway.bus import GatewayBus, InboundMessage
+
+    chat = ScriptedChat(responder=lambda request: Reply(
+        f"after {[m.content for m in request.tool_results_since_user()]}"))
+    agent = make_agent(tmp_path, chat)
+    bus = GatewayBus(agent, history_cap=2)
+    session = bus.session_id_for("webhook", "c1")
+    summary = UserMessage("[summary of: earlier, do it, c0]")
+    writer = agent.sessions.open(session)
+    writer.append("meta", event="run_start", run_id="dead", input="do it")
+    for message in (UserMessage("earlier"), AssistantMessage("earlier answer")):
+        writer.message(message)
+    writer.append("message", message={"role": "user", "content": "do it"}, admission="adm")
+    writer.append("meta", event="turn_start", admission="adm", run_id="dead")
+    first = AssistantMessage("", (ToolCall("c0", "put", {"key": "0"}),))
+    writer.message(first)
+    writer.message(ToolMessage("c0", "put", "set 0"))
+    writer.compact([summary, first, ToolMessage("c0", "put", "set 0")])
+    writer.message(AssistantMessage("", (ToolCall("c1", "put", {"key": "1"}),)))
+    writer.close()
+    contents = agent.sessions.read(session)
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert state.state == "running"
+    try:
+        reply = await bus.handle(InboundMessage("webhook", "c1", "u1", "do it", "m1"),
+                                 turn=DurableTurn("adm", resume=state))
+        assert reply.text == "after ['set 0', 'set 1']"
+        [request] = chat.requests
+        assert [m.content for m in request.messages if isinstance(m, UserMessage)] == [
+            summary.content]
+        assert [name for name, _ in RAN] == ["put"]  # c1 only: c0 had its result
+        users = [m for m in agent.sessions.read(session).messages if isinstance(m, UserMessage)]
+        assert [m.content for m in users] == [summary.content]
+    finally:
+        await bus.drain(0)
+        await agent.aclose()
+
+
+async def test_a_call_cancelled_while_it_ran_in_a_durable_turn_is_recorded_as_interrupted(
+    tmp_path: Path,
+) -> None:
+    # A worker stopping past its grace period cancels its runs and hands them back. A
+    # call of a tool that is not idempotent, cancelled while it ran, may have taken
+    # effect: the result recorded (what the next worker's model sees) must say so, not
+    # "cancelled", after which a model would simply make the call again.
+    import asyncio
+
+    from lich.cancel import CancelToken
+
+    running = asyncio.Event()
+    paid: list[int] = []
+
+    @tool
+    async def slow_charge(amount: int) -> str:
+        """Charge a card, slowly (not idempotent)."""
+        paid.append(amount)
+        running.set()
+        await asyncio.sleep(60)
+        return "charged"
+
+    class Slow:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(slow_charge)
+
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "slow_charge", {"amount": 4})]),
+                         "not asked"])
+    agent = Agent(make_test_config(tmp_path), plugins=[("slow", Slow())], chat=chat)
+    token = CancelToken()
+    run = asyncio.ensure_future(agent.run("pay", session_id="s1", cancel=token,
+                                          turn=DurableTurn("adm")))
+    await asyncio.wait_for(running.wait(), 30)
+    token.cancel()
+    result = await asyncio.wait_for(run, 30)
+    assert result.stopped_reason == "aborted"
+    assert paid == [4]
+    contents = agent.sessions.read("s1")
+    [told] = [m for m in contents.messages if isinstance(m, ToolMessage)]
+    assert told.is_error
+    assert CANCELLED_RUNNING_ERROR in told.content
+    # The next worker continues the turn and the model is told so: no second charge.
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert state.state == "running"
+    await agent.aclose()
+
+
+async def test_a_turn_resumed_twice_runs_no_started_call_again(tmp_path: Path) -> None:
+    # A died after c1's tool_start; B continues (c1: interrupted), its model asks for c2,
+    # B dies while c2 runs (its task killed: nothing after the tool_start is recorded);
+    # C continues: neither c1 nor c2 runs again, and the turn still has one turn_start.
+    import asyncio
+
+    running = asyncio.Event()
+    paid: list[str] = []
+
+    @tool
+    async def pay(ref: str) -> str:
+        """Pay (not idempotent)."""
+        paid.append(ref)
+        running.set()
+        await asyncio.sleep(60)
+        return f"paid {ref}"
+
+    class Pay:
+        @hookimpl
+        def lich_register_tools(self, registry: ToolRegistry) -> None:
+            registry.register(pay)
+
+    def agent_with(chat: ScriptedChat) -> Agent:
+        return Agent(make_test_config(tmp_path), plugins=[("pay", Pay())], chat=chat)
+
+    dead = agent_with(ScriptedChat())
+    writer = dead.sessions.open("s1")
+    writer.append("meta", event="run_start", run_id="a", input="pay twice")
+    writer.append("message", message={"role": "user", "content": "pay twice"}, admission="adm")
+    writer.append("meta", event="turn_start", admission="adm", run_id="a")
+    writer.message(AssistantMessage("", (ToolCall("c1", "pay", {"ref": "one"}),)))
+    writer.append("meta", event="tool_start", admission="adm", call_id="c1", tool="pay")
+    writer.close()
+    await dead.aclose()
+
+    async def resume(agent: Agent) -> asyncio.Future[Any]:
+        contents = agent.sessions.read("s1")
+        state = find_turn(contents.records, "adm", contents.messages)
+        assert state.state == "running"
+        return asyncio.ensure_future(agent.continue_turn(
+            list(state.messages), "s1", interrupted=state.started_calls,
+            turn=DurableTurn("adm", resume=state)))
+
+    b = agent_with(ScriptedChat([Reply(tool_calls=[ToolCall("c2", "pay", {"ref": "two"})])]))
+    b_run = await resume(b)
+    await asyncio.wait_for(running.wait(), 30)
+    b_run.cancel()  # B dies while c2 runs
+    with pytest.raises(asyncio.CancelledError):
+        await b_run
+    await b.aclose()
+    assert paid == ["two"]
+
+    c_chat = ScriptedChat(responder=lambda request: Reply(
+        f"after {[m.content for m in request.tool_results_since_user()]}"))
+    c = agent_with(c_chat)
+    result = await asyncio.wait_for(await resume(c), 30)
+    assert paid == ["two"]  # c1 (A's) and c2 (B's) never ran again
+    told = c_chat.requests[0].tool_results_since_user()
+    assert [m.tool_call_id for m in told] == ["c1", "c2"]
+    assert all(INTERRUPTED_ERROR in m.content for m in told)
+    assert result.stopped_reason == "final"
+    assert [r["event"] for r in turn_records(c)] == ["turn_start", "tool_start", "tool_start"]
+    await c.aclose()
+
+
+async def test_a_call_whose_tool_start_was_written_but_not_confirmed_does_not_run(
+    tmp_path: Path,
+) -> None:
+    # The tool_start reached the disk, but the write reported a failure (a full disk, a
+    # database answer lost): the call cannot be told from one that ran, so it does not
+    # run now, and a later resume, which finds the tool_start, does not run it either.
+    from lich.agent import NOT_RECORDED_ERROR
+    from lich.sessions import SessionStore, SessionWriter
+
+    class FailingWriter(SessionWriter):
+        def append(self, kind: str, **fields: Any) -> None:
+            super().append(kind, **fields)
+            if fields.get("event") == "tool_start":
+                raise OSError("No space left on device")
+
+    class FailingStore(SessionStore):
+        def open(self, session_id: str | None = None) -> SessionWriter:
+            plain = super().open(session_id)
+            return FailingWriter(plain.session_id, plain.path)
+
+    store = FailingStore(tmp_path / "sessions")
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "charge", {"amount": 2})]),
+                         "could not pay"])
+    RAN.clear()
+    agent = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
+                  sessions=store)
+    SESSION["agent"] = agent
+    turn = DurableTurn("adm")
+    result = await agent.run("pay", session_id="s1", turn=turn)
+    assert RAN == []
+    assert NOT_RECORDED_ERROR in chat.requests[1].tool_results_since_user()[0].content
+    assert result.text == "could not pay"
+    assert not turn.recorded
+    assert not await turn.end("reply", result.text)  # nothing more is written
+    contents = store.read("s1")
+    state = find_turn(contents.records, "adm", contents.messages)
+    assert (state.state, state.started_calls) == ("running", {"c1"})
+    again = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
+                  chat=ScriptedChat(["told"]), sessions=SessionStore(tmp_path / "sessions"))
+    SESSION["agent"] = again
+    await again.continue_turn(list(state.messages), "s1", interrupted=state.started_calls,
+                              turn=DurableTurn("adm", resume=state))
+    assert RAN == []
+    await agent.aclose()
+    await again.aclose()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -154,3 +155,54 @@ def test_the_agent_stops_a_run_whose_session_was_claimed(
     # Only what the run wrote before the claim, all under its own epoch, seqs contiguous.
     assert epochs == [(1,)]
     assert next_seq == count + 1
+
+
+def test_a_claim_after_a_read_fails_when_the_session_changed_since(
+        pg_store: Callable[..., Any], lich_postgres_dsn: str, tmp_path: Path) -> None:
+    from lich.sessions import ConditionalWriter
+
+    store = pg_store()
+    # An empty (not yet created) session: claimed on "no record yet".
+    first = store.open("conv")
+    assert isinstance(first, ConditionalWriter)
+    first.claim_after(0)
+    first.message(UserMessage("one"))
+    first.close()
+    read = store.read("conv")
+    assert read.end == 1
+
+    # Another writer adds a record after the read: a claim on the read fails, and its
+    # epoch is not taken (the other writer goes on).
+    other = pg_store().open("conv")
+    other.message(UserMessage("two"))
+    other.flush()
+    late = store.open("conv")
+    late.claim_after(read.end)
+    late.message(UserMessage("from an old read"))
+    with pytest.raises(StaleWriter, match="changed since it was read"):
+        late.flush()
+    other.message(UserMessage("three"))
+    other.close()
+    # A claim on a read that is still current succeeds, on a session that has records,
+    # and on one that does not exist yet (end 0) only while it does not.
+    current = store.open("conv")
+    current.claim_after(store.read("conv").end)
+    current.message(UserMessage("four"))
+    current.close()
+    # The failed claim took no epoch: "four" is written under 3.
+    assert rows(lich_postgres_dsn, "conv") == [
+        (1, 1, "one"), (2, 2, "two"), (3, 2, "three"), (4, 3, "four")]
+    stale_empty = store.open("conv")
+    stale_empty.claim_after(0)
+    with pytest.raises(StaleWriter):
+        stale_empty.claim()
+    assert store.read("conv").end == 4
+    # The JSONL store's contents have no end, and its writers no conditional claim.
+    from lich.sessions import SessionStore
+
+    files = SessionStore(tmp_path)
+    writer = files.open("conv")
+    assert not isinstance(writer, ConditionalWriter)
+    writer.message(UserMessage("one"))
+    writer.close()
+    assert files.read("conv").end is None

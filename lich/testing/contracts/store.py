@@ -17,6 +17,10 @@ fresh, empty store, and say how a record of that store is damaged::
         def damage_last_record(self, store, session_id):
             ...  # leave the session's last record unreadable, as a crash or a bad edit would
 
+A store whose writers claim conditionally (:class:`lich.sessions.ConditionalWriter`,
+what the durable turns of a cluster claim with) is held to that too; for one whose
+writers do not, that case is skipped.
+
 lich runs it against the JSONL store and the ``postgres`` store. Importing this
 module needs pytest (the test extra); nothing else of :mod:`lich.testing` does.
 """
@@ -34,8 +38,10 @@ import pytest
 
 from lich.sessions import (
     RECORD_VERSION,
+    ConditionalWriter,
     SessionAmbiguous,
     SessionNotFound,
+    StaleWriter,
     TranscriptStore,
     TranscriptWriter,
     is_valid_session_id,
@@ -278,6 +284,32 @@ class SessionStoreContract:
         writer.flush()
         writer.close()
         assert _texts(store, "w") == ["a", "b"]
+
+    def test_a_conditional_claim_holds_only_while_the_session_is_as_read(
+            self, store: TranscriptStore) -> None:
+        # Optional: a store whose writers claim conditionally (ConditionalWriter) gives
+        # every read an end, and such a claim fails once the session changed since.
+        writer = store.open("cond")
+        if not isinstance(writer, ConditionalWriter):
+            pytest.skip("this store's writers do not claim conditionally")
+        writer.claim_after(0)
+        _write_run(writer, "first", "one")
+        read = store.read("cond")
+        assert read.end is not None
+        assert read.end > 0
+        _write_run(store.open("cond"), "second", "two")
+        late = store.open("cond")
+        assert isinstance(late, ConditionalWriter)
+        late.claim_after(read.end)
+        late.message(UserMessage("from an old read"))
+        with pytest.raises(StaleWriter):
+            late.flush()
+        current = store.open("cond")
+        assert isinstance(current, ConditionalWriter)
+        current.claim_after(store.read("cond").end or 0)
+        current.message(UserMessage("three"))
+        current.close()
+        assert _texts(store, "cond") == ["first", "one", "second", "two", "three"]
 
     # ------------------------------------------------------------ damage
 

@@ -1,0 +1,596 @@
+"""Two consumers racing for one message's turn, on a real broker and a real PostgreSQL.
+
+A consumer that stalls (SIGSTOP, swapped out) past ``ack_wait`` loses its message to
+another; when it wakes it must not act on what it read before it stalled. The stalled
+consumer here runs its own event loop in a thread and is frozen whole at a chosen point
+(its loop blocked: no heartbeat, no write), which is what a stopped process looks like
+to the broker and the database, at a point a signal cannot be aimed at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lich import hookimpl, tool
+from lich.agent import Agent
+from lich.gateway.bus import GatewayBus, InboundMessage
+from lich.nats_bus.bus import NatsBus
+from lich.nats_bus.settings import NatsBusSettings, admission_token
+from lich.postgres.settings import PostgresStoreSettings
+from lich.postgres.store import PostgresStore, PostgresWriter
+from lich.testing import Reply, ScriptedChat, ScriptRequest, async_wait_for, make_test_config
+from lich.testing.nats import NatsServer
+from lich.tools import ToolRegistry
+from lich.types import AssistantMessage, ToolCall, UserMessage
+
+WAIT_S = 30.0
+CHARGES: list[int] = []
+
+
+@tool
+def charge(amount: int) -> str:
+    """Charge a card (not idempotent)."""
+    CHARGES.append(amount)
+    return f"charged {amount}"
+
+
+class Tools:
+    @hookimpl
+    def lich_register_tools(self, registry: ToolRegistry) -> None:
+        registry.register(charge)
+
+
+def responder(request: ScriptRequest) -> Reply:
+    text = request.last_user()
+    if text.startswith("pay ") and not request.tool_results_since_user():
+        return Reply(tool_calls=[ToolCall("c1", "charge", {"amount": int(text[4:])})])
+    return Reply(f"done: {text}")
+
+
+class FreezingStore(PostgresStore):
+    """A store whose first writer freezes its caller's thread (the whole event loop of
+    the consumer it belongs to) until released: the consumer stalls right after it read
+    the transcript and decided what to do, before its writer claims the session."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn, PostgresStoreSettings(dsn=dsn))
+        self.frozen = threading.Event()
+        self.release = threading.Event()
+
+    def open(self, session_id: str | None = None) -> PostgresWriter:
+        if not self.frozen.is_set():
+            self.frozen.set()
+            self.release.wait(WAIT_S * 2)
+        return super().open(session_id)
+
+
+class ThreadedConsumer:
+    """A consumer bus on its own event loop in a thread (a process of its own, as far
+    as the broker and the database can tell)."""
+
+    def __init__(self, make: Callable[[], NatsBus]) -> None:
+        self._make = make
+        self.bus: NatsBus | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="frozen-consumer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        assert self._ready.wait(WAIT_S), "the threaded consumer did not start"
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self.bus = self._make()
+        await self.bus.start()
+        self._ready.set()
+        await self._stop.wait()
+        await self.bus.drain(5)
+        await self.bus.local.agent.aclose()
+
+    @property
+    def idle(self) -> bool:
+        return self.bus is not None and self.bus.in_flight == 0
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread.is_alive():
+            self._thread.join(WAIT_S)
+
+
+@pytest.fixture
+def stores(lich_postgres_dsn: str) -> Iterator[list[PostgresStore]]:
+    made: list[PostgresStore] = []
+    yield made
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+async def watcher(nats_server: NatsServer) -> AsyncIterator[list[dict[str, Any]]]:
+    """Every reply any consumer sends, as it goes over the wire."""
+    import nats
+
+    seen: list[dict[str, Any]] = []
+    nc = await nats.connect(nats_server.url)
+
+    async def record(msg: Any) -> None:
+        data = json.loads(msg.data)
+        if data.get("type") == "reply":
+            seen.append({"subject": msg.subject, **data["reply"]})
+
+    await nc.subscribe("LICH_INBOUND.reply.>", cb=record)
+    await nc.flush()
+    try:
+        yield seen
+    finally:
+        await nc.close()
+
+
+def rows(dsn: str, session_id: str) -> list[tuple[int, int, dict[str, Any]]]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute("SELECT seq, epoch, record FROM lich_records WHERE session_id = %s "
+                             "ORDER BY seq", (session_id,)).fetchall()
+    return [(int(seq), int(epoch), json.loads(record)) for seq, epoch, record in found]
+
+
+async def test_a_consumer_stalled_between_its_read_and_its_claim_does_not_run_the_turn_again(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    key = secrets.token_bytes(32)
+    CHARGES.clear()
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    frozen_store = FreezingStore(lich_postgres_dsn)
+    ingress_store = PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+    live_store = PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+    stores += [frozen_store, ingress_store, live_store]
+    frozen_chat, live_chat = ScriptedChat(responder=responder), ScriptedChat(responder=responder)
+
+    def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
+                  sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=ingress_store),
+        id_key=key))
+    stalled = ThreadedConsumer(lambda: consumer(frozen_store, frozen_chat))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
+        # The first consumer takes the message, reads the transcript (nothing of this
+        # turn: it is new) and freezes before its writer claims the conversation.
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(live_store, live_chat)
+        await live.start()
+        # Past ack_wait the broker gives the message to the live consumer, which runs
+        # the turn to its end: the charge is made, the reply sent, the message acked.
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "done: pay 7")
+        assert CHARGES == [7]
+        session = ingress.session_id_for("webhook", "c1")
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
+        before = rows(lich_postgres_dsn, session)
+
+        # The stalled consumer wakes up. What it read is out of date: it must not run
+        # the turn again (a second charge, a second turn_start), nor write, nor reply.
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        # The conversation goes on: its next message runs after the woken consumer let go.
+        later = await asyncio.wait_for(
+            ingress.handle(InboundMessage("webhook", "c1", "u1", "later", "m2")), WAIT_S)
+        assert later.text == "done: later"
+        assert CHARGES == [7]
+        assert frozen_chat.requests == []
+        after = rows(lich_postgres_dsn, session)
+        assert after[:len(before)] == before
+        assert events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
+        users = [r["message"]["content"] for _, _, r in after if r.get("kind") == "message"
+                 and r["message"]["role"] == "user"]
+        assert users == ["pay 7", "later"]
+        # One reply for the message went over the wire: the live consumer's.
+        replies = [s for s in watcher if s["subject"].endswith("." + admission)]
+        assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
+    finally:
+        frozen_store.release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+async def test_a_consumer_stalled_in_a_model_call_wakes_stale_before_its_tool_runs(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # The first consumer freezes inside its model call (turn_start stored); the other
+    # continues the turn, makes the charge and answers. When the first one wakes, its
+    # model answer asks for the charge: its tool_start cannot be stored (its epoch is
+    # stale), so the tool does not run, and it sends nothing.
+    key = secrets.token_bytes(32)
+    CHARGES.clear()
+    frozen, release = threading.Event(), threading.Event()
+
+    def freezing(request: ScriptRequest) -> Reply:
+        if not frozen.is_set():
+            frozen.set()
+            release.wait(WAIT_S * 2)  # the consumer's whole event loop stops here
+        return responder(request)
+
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(3)]
+    stores += made
+    frozen_chat, live_chat = ScriptedChat(responder=freezing), ScriptedChat(responder=responder)
+
+    def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
+                  sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    stalled = ThreadedConsumer(lambda: consumer(made[1], frozen_chat))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
+        await async_wait_for(frozen.is_set, WAIT_S, "the first consumer froze in its model call")
+        live = consumer(made[2], live_chat)
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "done: pay 7")
+        assert CHARGES == [7]
+        session = ingress.session_id_for("webhook", "c1")
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
+        # The live consumer continued the turn: one turn_start, its own tool_start.
+        assert events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
+        before = rows(lich_postgres_dsn, session)
+
+        release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert CHARGES == [7]
+        assert rows(lich_postgres_dsn, session) == before
+        replies = [s for s in watcher if s["subject"].endswith("." + admission)]
+        assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
+    finally:
+        release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+class FreezingReads(PostgresStore):
+    """A store whose first transcript read blocks until released (a read runs in a
+    thread: the consumer that made it must also not heartbeat, to look stalled)."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn, PostgresStoreSettings(dsn=dsn))
+        self.frozen = threading.Event()
+        self.release = threading.Event()
+
+    def read(self, ref: str) -> Any:
+        if not self.frozen.is_set():
+            self.frozen.set()
+            self.release.wait(WAIT_S * 2)
+        return super().read(ref)
+
+
+async def test_a_message_past_max_deliver_whose_turn_ended_gets_its_reply_not_an_error(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # The turn's end is recorded (its consumer died before the reply); the next delivery
+    # stalls, and the one after is past max_deliver. What is left of the turn is its
+    # reply: it is resent, not replaced by the given-up error and a second turn_end.
+    key = secrets.token_bytes(32)
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2,
+                "max_deliver": 1}
+    frozen_store = FreezingReads(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [frozen_store, *made]
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    session = ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m1")
+    writer = made[0].open(session)
+    writer.append("meta", event="run_start", run_id="dead", input="hello")
+    writer.append("message", message={"role": "user", "content": "hello"}, admission=admission)
+    writer.append("meta", event="turn_start", admission=admission, run_id="dead")
+    writer.message(AssistantMessage("recorded answer"))
+    writer.append("meta", event="run_end", run_id="dead", stopped_reason="final")
+    writer.append("meta", event="turn_end", admission=admission,
+                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
+    writer.close()
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
+                  sessions=store), id_key=key))
+
+    def silent() -> NatsBus:
+        bus = consumer(frozen_store)
+
+        async def no_heartbeat(msg: Any, fields: Any) -> None:
+            await asyncio.sleep(WAIT_S * 4)
+
+        bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
+        return bus
+
+    stalled = ThreadedConsumer(silent)
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(made[1])
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "recorded answer")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
+        assert events() == ["turn_start", "turn_end", "reply_sent"]
+        # The stalled consumer wakes (its read finds the turn answered): it sends nothing
+        # with text, and records nothing.
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert events() == ["turn_start", "turn_end", "reply_sent"]
+        assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
+            ("reply", "recorded answer")]
+    finally:
+        frozen_store.release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+def _silenced(bus: NatsBus) -> NatsBus:
+    """``bus`` sending no in-progress signals: a consumer whose store call blocks in a
+    thread then looks stalled to the broker, as a stopped process does."""
+
+    async def no_heartbeat(msg: Any, fields: Any) -> None:
+        await asyncio.sleep(WAIT_S * 4)
+
+    bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
+    return bus
+
+
+async def test_two_consumers_giving_up_one_message_record_and_answer_it_once(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # Delivery 1 stalls; delivery 2 (past max_deliver = 1) is given up by a consumer that
+    # stalls before it records that; delivery 3 is given up by a third. When the second
+    # wakes, its records are claimed on its old read: refused, and it sends nothing.
+    key = secrets.token_bytes(32)
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2,
+                "max_deliver": 1}
+    first_store, second_store = FreezingReads(lich_postgres_dsn), FreezingStore(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [first_store, second_store, *made]
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
+                  sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    first = ThreadedConsumer(lambda: _silenced(consumer(first_store)))
+    second = ThreadedConsumer(lambda: _silenced(consumer(second_store)))
+    third: NatsBus | None = None
+    # An earlier conversation, so that the first consumer reads a transcript (and stalls).
+    writer = made[0].open(ingress.session_id_for("webhook", "c1"))
+    writer.append("meta", event="reset", source="gateway")
+    writer.close()
+    await ingress.start()
+    first.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+        await async_wait_for(first_store.frozen.is_set, WAIT_S, "delivery 1 stalled")
+        second.start()
+        await async_wait_for(second_store.frozen.is_set, WAIT_S, "delivery 2 stalled")
+        third = consumer(made[1])
+        await third.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert reply.kind == "error"
+        session = ingress.session_id_for("webhook", "c1")
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
+        second_store.release.set()
+        await async_wait_for(lambda: second.idle, WAIT_S, "the second consumer is done")
+        assert events() == ["delivery_failed", "turn_end", "reply_sent"]
+        errors = [r for r in watcher if r["kind"] == "error"]
+        assert len(errors) == 1
+    finally:
+        first_store.release.set()
+        second_store.release.set()
+        first.stop()
+        second.stop()
+        if third is not None:
+            await third.drain(0)
+            await third.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+async def test_a_consumer_stalled_before_its_reset_does_not_reset_the_conversation_again(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `/new pay 4`: the first consumer read the conversation and stalls as it opens the
+    # reset's writer; the other resets, runs the turn and answers. The woken one's reset
+    # is claimed on its old read: refused, so the other's turn is not wiped from the
+    # history, and the message is neither run, answered nor handed back by it.
+    key = secrets.token_bytes(32)
+    CHARGES.clear()
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    frozen_store = FreezingStore(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [frozen_store, *made]
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
+                  chat=ScriptedChat(responder=responder), sessions=store), id_key=key))
+
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    session = ingress.session_id_for("webhook", "c1")
+    writer = made[0].open(session)  # an earlier conversation, for /new to reset
+    writer.message(UserMessage("old"))
+    writer.close()
+    stalled = ThreadedConsumer(lambda: _silenced(consumer(frozen_store)))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "/new pay 4", "m1"))
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(made[1])
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert reply.text == "done: pay 4"
+        admission = admission_token("webhook", "c1", "m1")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
+        before = rows(lich_postgres_dsn, session)
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert rows(lich_postgres_dsn, session) == before
+        assert [r["event"] for _, _, r in before if r.get("event") == "reset"] == ["reset"]
+        assert CHARGES == [4]
+        history = made[1].history(session)
+        assert [m.content for m in history if isinstance(m, UserMessage)] == ["pay 4"]
+        lost = [r.getMessage() for r in caplog.records if "event=turn_lost" in r.getMessage()]
+        assert len(lost) == 1
+        assert not [r for r in caplog.records if "event=handed_back" in r.getMessage()]
+        assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
+            ("reply", "done: pay 4")]
+    finally:
+        frozen_store.release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
+
+
+async def test_a_reply_is_resent_by_one_of_two_racing_consumers_only(
+    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
+    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+) -> None:
+    # The turn ended (its consumer died before the reply). The next consumer reads that,
+    # and stalls before it resends; the one after resends. The resend is claimed on the
+    # read before it goes out: the woken consumer, whose claim is refused, sends nothing.
+    key = secrets.token_bytes(32)
+    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
+    frozen_store = FreezingStore(lich_postgres_dsn)
+    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
+            for _ in range(2)]
+    stores += [frozen_store, *made]
+    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
+        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
+    session = ingress.session_id_for("webhook", "c1")
+    admission = admission_token("webhook", "c1", "m1")
+    writer = made[0].open(session)
+    writer.append("message", message={"role": "user", "content": "hello"}, admission=admission)
+    writer.append("meta", event="turn_start", admission=admission, run_id="dead")
+    writer.message(AssistantMessage("recorded answer"))
+    writer.append("meta", event="turn_end", admission=admission,
+                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
+    writer.close()
+
+    def consumer(store: PostgresStore) -> NatsBus:
+        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
+                  sessions=store), id_key=key))
+
+    stalled = ThreadedConsumer(lambda: _silenced(consumer(frozen_store)))
+    live: NatsBus | None = None
+    await ingress.start()
+    stalled.start()
+    try:
+        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+        live = consumer(made[1])
+        await live.start()
+        reply = await asyncio.wait_for(pending, WAIT_S)
+        assert (reply.kind, reply.text) == ("reply", "recorded answer")
+
+        def events() -> list[str]:
+            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
+                    if r["kind"] == "meta" and r.get("admission") == admission]
+
+        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
+        frozen_store.release.set()
+        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+        assert events() == ["turn_start", "turn_end", "reply_sent"]
+        assert [(r["kind"], r["text"]) for r in watcher] == [("reply", "recorded answer")]
+    finally:
+        frozen_store.release.set()
+        stalled.stop()
+        if live is not None:
+            await live.drain(0)
+            await live.local.agent.aclose()
+        await ingress.drain(0)
+        await ingress.local.agent.aclose()
