@@ -164,7 +164,7 @@ async def test_a_consumer_stalled_between_its_read_and_its_claim_does_not_run_th
     frozen_chat, live_chat = ScriptedChat(responder=responder), ScriptedChat(responder=responder)
 
     def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
             Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
                   sessions=store), id_key=key))
 
@@ -251,7 +251,7 @@ async def test_a_consumer_stalled_in_a_model_call_wakes_stale_before_its_tool_ru
     frozen_chat, live_chat = ScriptedChat(responder=freezing), ScriptedChat(responder=responder)
 
     def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
             Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
                   sessions=store), id_key=key))
 
@@ -342,7 +342,7 @@ async def test_a_message_past_max_deliver_whose_turn_ended_gets_its_reply_not_an
     writer.close()
 
     def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
             Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
                   sessions=store), id_key=key))
 
@@ -417,7 +417,7 @@ async def test_two_consumers_giving_up_one_message_record_and_answer_it_once(
     stores += [first_store, second_store, *made]
 
     def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
             Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
                   sessions=store), id_key=key))
 
@@ -484,7 +484,7 @@ async def test_a_consumer_stalled_before_its_reset_does_not_reset_the_conversati
     stores += [frozen_store, *made]
 
     def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
             Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
                   chat=ScriptedChat(responder=responder), sessions=store), id_key=key))
 
@@ -561,7 +561,7 @@ async def test_a_reply_is_resent_by_one_of_two_racing_consumers_only(
     writer.close()
 
     def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings), GatewayBus(
+        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
             Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
                   sessions=store), id_key=key))
 

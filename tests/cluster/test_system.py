@@ -778,10 +778,6 @@ def check(answers: list[Answer], records: dict[str, list[tuple[int, int, str, di
 STALLED_READ = (19, 0, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a consumer decides from a transcript it read before claiming the session: stalled "
-    "between the read and its first write, it runs the turn again when it wakes (a second "
-    "turn_start and turn_end, the non-idempotent tool twice); see the test's docstring"))
 async def test_a_consumer_stalled_between_its_read_and_its_claim_runs_nothing_again(
     tmp_path: Path, nats_server: NatsServer, postgres: PostgresCluster,
 ) -> None:
@@ -790,14 +786,11 @@ async def test_a_consumer_stalled_between_its_read_and_its_claim_runs_nothing_ag
     its first write. Another consumer takes the message and runs the whole turn. When
     the first continues, it must not act on what it read: the turn is the other one's.
 
-    Today it does: its run's writer claims the session only at its first record, after
-    the read, so the claim succeeds (the other consumer's epoch is superseded rather
-    than this one's being stale) and the turn runs a second time from the transcript
-    as it was before — a second ``turn_start`` and ``turn_end``, and the tool that must
-    not run twice runs twice. The same race happens without a stop whenever a
-    redelivered copy is read while the first consumer has not written yet (a loaded
-    machine: the system test above saw it). Claiming the session before reading it
-    would make the stalled consumer's writes fail as stale.
+    Each writer of a turn claims the conversation only if nothing was added since
+    the consumer read it (``claim_after``): the stalled consumer's claim is refused and
+    takes no epoch, so it writes, runs and sends nothing. The same race happens without a
+    stop whenever a redelivered copy is read while the first consumer has not written
+    yet (a loaded machine).
     """
     c, first, second = STALLED_READ
     model = ScriptedServer(ScriptedModel(responder=Script())).start()
