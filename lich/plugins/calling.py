@@ -96,10 +96,13 @@ def _own_call(call: ToolCall) -> ToolCall:
     place is shared with ``call``.
 
     The new dict is the ``ToolCall`` converter's (a copy of the top level); a value
-    of an immutable scalar type is shared, since nothing can change it in place, and
-    every other value (a list, a dict, anything else) is deep-copied. Arguments are
-    JSON objects whose values are mostly strings and numbers, so most calls cost one
-    dict copy instead of a ``copy.deepcopy`` walk and an ``attrs.evolve``.
+    of an immutable scalar type is shared, since nothing can change it in place —
+    ``copy.deepcopy`` itself hands back these very objects, by the same exact-type
+    test — and every other value (a list, a dict, anything else) is deep-copied.
+    Arguments are JSON objects whose values are mostly strings and numbers, so most
+    calls cost one dict copy instead of a ``copy.deepcopy`` walk and an
+    ``attrs.evolve``. (What differs from one deep copy of the whole dict: two
+    top-level values that were one object become two; JSON has no such sharing.)
 
     Why not less. A read-only or copy-on-write view cannot see a change made through
     a nested list or dict it handed out, and hooks expect plain JSON values; a
