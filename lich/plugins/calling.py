@@ -382,7 +382,7 @@ class HookCaller:
         """
         own = _own_call(call)
         try:
-            answer = await self._call_timed(impl, {"call": own, **kwargs})
+            answer = await self._call_timed(impl, {**kwargs, "call": own})
         except Exception as exc:
             return None, f"hook_error ({impl.plugin_name}): {self._describe(exc)}"
         if _changed(own.args, call.args):
