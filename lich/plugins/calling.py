@@ -13,8 +13,8 @@ is collected and the chain goes on — then the check-hooks judge the final
 arguments (they can only block), and after-hooks may each replace the result.
 The approver (``lich_request_approval``) runs under ``approval_timeout_s``, not
 ``hook_timeout_s``: a person is slower than a hook. Each before- and check-hook
-gets its own deep copy of the call, so the arguments that run are exactly the
-ones the last check saw.
+gets its own copy of the call (nothing in it that can change is shared, see
+``_own_call``), so the arguments that run are exactly the ones the last check saw.
 """
 
 from __future__ import annotations
@@ -84,6 +84,41 @@ class ApprovalAnswer:
     plugin: str | None = None
     error: str | None = None
     timed_out: bool = False
+
+
+# Exactly these types (not subclasses, which may carry mutable state) are immutable
+# values a hook's copy of the arguments can share with the original.
+_IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+def _own_call(call: ToolCall) -> ToolCall:
+    """``call`` with arguments of its own, for one hook: nothing a hook can change in
+    place is shared with ``call``.
+
+    The new dict is the ``ToolCall`` converter's (a copy of the top level); a value
+    of an immutable scalar type is shared, since nothing can change it in place —
+    ``copy.deepcopy`` itself hands back these very objects, by the same exact-type
+    test — and every other value (a list, a dict, anything else) is deep-copied.
+    Arguments are JSON objects whose values are mostly strings and numbers, so most
+    calls cost one dict copy instead of a ``copy.deepcopy`` walk and an
+    ``attrs.evolve``. (What differs from one deep copy of the whole dict: two
+    top-level values that were one object become two; JSON has no such sharing.)
+
+    Why not less. A read-only or copy-on-write view cannot see a change made through
+    a nested list or dict it handed out, and hooks expect plain JSON values; a
+    marker by which a plugin declares that it does not change its arguments is a
+    promise no one checks, and one broken promise (or a task the hook left behind
+    that changes them later) would reach the tool unseen. Sharing only what cannot
+    change is sound whatever the hook does.
+
+    Every field of ``ToolCall`` is passed on (a test compares with ``attrs.evolve``).
+    """
+    own = ToolCall(call.id, call.name, call.args, call.args_error)
+    args = own.args
+    for key, value in args.items():
+        if type(value) not in _IMMUTABLE:
+            args[key] = copy.deepcopy(value)  # replaces a value: the dict keeps its size
+    return own
 
 
 def _changed(copied: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
@@ -336,7 +371,7 @@ class HookCaller:
     async def _ask(
         self, impl: pluggy.HookImpl, hook_name: str, call: ToolCall, kwargs: Mapping[str, Any]
     ) -> tuple[Any, str | None]:
-        """One before- or check-hook on its own deep copy of ``call``: its answer, or
+        """One before- or check-hook on its own copy of ``call``: its answer, or
         the ``hook_error`` reason that blocks the call.
 
         A copy per hook rather than a read-only view: the arguments stay the plain
@@ -345,7 +380,7 @@ class HookCaller:
         tool. Changing it in place is refused, so a plugin author learns that a
         change is only ever a ``Rewrite``.
         """
-        own = evolve(call, args=copy.deepcopy(call.args))
+        own = _own_call(call)
         try:
             answer = await self._call_timed(impl, {**kwargs, "call": own})
         except Exception as exc:
@@ -395,6 +430,8 @@ class HookCaller:
             )
             return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
         checked = await self.check_tool_call(call, run)
+        if not rewritten_by and not asked_by:
+            return checked  # the common case: nothing to merge
         # One question, with each plugin's reason once: the approvals plugin asks in
         # both phases about arguments no one rewrote in between.
         asks = list(dict.fromkeys([*zip(asked_by, reasons, strict=True),
@@ -468,7 +505,7 @@ class HookCaller:
             # Its own copy, as for the before-hooks: one after-hook changing
             # call.args in place must not alter what a later one (an audit log)
             # records as the arguments the tool ran with.
-            own = evolve(call, args=copy.deepcopy(call.args))
+            own = _own_call(call)
             try:
                 answer = await self._call_timed(impl, {"call": own, "result": result, "run": run})
             except Exception as exc:
