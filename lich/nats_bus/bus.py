@@ -103,7 +103,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
-from lich.sessions import ConditionalWriter, StaleWriter
+from lich.sessions import ConditionalWriter, StaleWriter, TranscriptWriter
 from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
 
@@ -1040,25 +1040,15 @@ class NatsBus:
                 pass  # the store is away: the reply still goes (its reply_sent fails)
         log_event(log, logging.WARNING, "reply_resent", **fields, reply=reply.kind)
         if await self._deliver(state.admission, reply_to, reply, waiter, fields):
-
-            def record() -> None:
-                writer.append("meta", event=REPLY_SENT, admission=state.admission)
-                writer.close()
-
-            try:
-                await asyncio.to_thread(record)
-            except OSError as exc:
-                log_event(log, logging.ERROR, "reply_sent_unrecorded", **fields,
-                          error=f"{type(exc).__name__}: {exc}")
+            await self._record_reply_sent(writer, state.admission, fields)
         await self._ack(msg, fields)
 
-    async def _record_reply_sent(self, session_id: str, admission: str,
+    async def _record_reply_sent(self, writer: TranscriptWriter, admission: str,
                                  fields: Mapping[str, Any]) -> None:
-        """``reply_sent`` for a given-up message's reply (a writer of its own)."""
-        sessions = self.local.agent.sessions
+        """``reply_sent`` for a reply sent without its turn's run (resent, or a given-up
+        message's): ``writer`` is the consumer's own, claimed or fresh; closed here."""
 
         def record() -> None:
-            writer = sessions.open(session_id)
             try:
                 writer.append("meta", event=REPLY_SENT, admission=admission)
             finally:
@@ -1205,5 +1195,6 @@ class NatsBus:
         waiter = (self._waiters.get(admission)
                   if reply_to == self._reply_subject(admission) else None)
         if await self._deliver(admission, reply_to, reply, waiter, fields) and recorded:
-            await self._record_reply_sent(session_id, admission, fields)
+            await self._record_reply_sent(self.local.agent.sessions.open(session_id),
+                                          admission, fields)
         await self._ack(msg, fields)

@@ -94,9 +94,8 @@ def cluster_status_command(ctx: click.Context, store_timeout_s: float) -> None:
     from lich.cli.common import CommandError, echo_error, host_for, quiet_plugin_log
     from lich.cli.options import get_settings
     from lich.config import ConfigError
-    from lich.gateway.bus import bus_kind
     from lich.gateway.registry import GatewayError
-    from lich.nats_bus.settings import parse_nats_bus_settings
+    from lich.nats_bus.settings import nats_bus_settings_of
     from lich.sessions import open_session_store
 
     settings = get_settings(ctx)
@@ -105,12 +104,7 @@ def cluster_status_command(ctx: click.Context, store_timeout_s: float) -> None:
         ctx.exit(2)
     config = loaded.config
     try:
-        kind = bus_kind(config.bus)
-        if kind != "nats":
-            raise ConfigError([
-                f"$.bus.kind: lich cluster status reads the nats bus; [bus] kind is "
-                f"{kind!r} (set kind = \"nats\")"])
-        bus = parse_nats_bus_settings(config.bus)
+        bus = nats_bus_settings_of(config, "lich cluster status reads")
     except ConfigError as exc:
         ctx.exit(CommandError(str(exc)).report())
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
@@ -34,10 +34,14 @@ from lich.settings import (
     url,
 )
 
+if TYPE_CHECKING:
+    from lich.config import LichConfig
+
 __all__ = [
     "NatsBusSettings",
     "admission_token",
     "conversation_token",
+    "nats_bus_settings_of",
     "parse_listen",
     "parse_nats_bus_settings",
     "partition_of",
@@ -162,6 +166,21 @@ def parse_nats_bus_settings(raw: Any, path: str = "$.bus") -> NatsBusSettings:
     if not isinstance(raw, Mapping):
         raise ConfigError([f"{path}: expected a table, got {json_type_name(raw)}"])
     return structure_settings(dict(raw), NatsBusSettings, path)
+
+
+def nats_bus_settings_of(config: LichConfig, what: str) -> NatsBusSettings:
+    """``config``'s ``[bus]``, which must be the nats bus: ``what`` says who needs it in
+    the error (``"lich worker runs the messages of"``).
+
+    :raises ConfigError: ``[bus] kind`` is another bus, or the table is wrong.
+    """
+    from lich.gateway.bus import bus_kind
+
+    kind = bus_kind(config.bus)
+    if kind != "nats":
+        raise ConfigError([
+            f"$.bus.kind: {what} the nats bus; [bus] kind is {kind!r} (set kind = \"nats\")"])
+    return parse_nats_bus_settings(config.bus)
 
 
 def _digest(text: str, size: int) -> bytes:

@@ -171,8 +171,9 @@ async def _stream(js: JetStreamContext, settings: NatsBusSettings) -> dict[str, 
     }
 
 
-async def _entries(js: JetStreamContext, bucket: str) -> list[dict[str, Any]]:
-    """The live entries of a bucket of JSON values (none when it does not exist yet)."""
+async def _bucket(js: JetStreamContext, bucket: str) -> list[tuple[str, bytes]]:
+    """The live ``(key, value)`` pairs of a key-value bucket, by key (none when the
+    bucket does not exist yet; a key that expired while being read is left out)."""
     try:
         kv = await js.key_value(bucket)
         keys = await kv.keys()
@@ -182,9 +183,20 @@ async def _entries(js: JetStreamContext, bucket: str) -> list[dict[str, Any]]:
     for key in sorted(keys):
         try:
             entry = await kv.get(key)
-            value = json.loads(entry.value or b"{}")
-        except (nats.js.errors.KeyNotFoundError, ValueError):
-            continue  # expired meanwhile, or not a lich entry
+        except nats.js.errors.KeyNotFoundError:
+            continue
+        out.append((key, entry.value or b""))
+    return out
+
+
+async def _entries(js: JetStreamContext, bucket: str) -> list[dict[str, Any]]:
+    """The live entries of a bucket of JSON values (none when it does not exist yet)."""
+    out = []
+    for _key, raw in await _bucket(js, bucket):
+        try:
+            value = json.loads(raw or b"{}")
+        except ValueError:
+            continue  # not a lich entry
         if isinstance(value, dict):
             out.append(value)
     out.sort(key=lambda e: (str(e.get("role")), str(e.get("host")), e.get("pid") or 0))
@@ -193,19 +205,8 @@ async def _entries(js: JetStreamContext, bucket: str) -> list[dict[str, Any]]:
 
 async def _leases(js: JetStreamContext, settings: NatsBusSettings) -> list[dict[str, Any]]:
     """Each single-connection platform's lease and the process holding it."""
-    try:
-        kv = await js.key_value(f"{settings.stream}_LEASES")
-        keys = await kv.keys()
-    except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
-        return []
-    out = []
-    for key in sorted(keys):
-        try:
-            entry = await kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            continue
-        out.append({"lease": key, "holder": (entry.value or b"").decode(errors="replace")})
-    return out
+    return [{"lease": key, "holder": raw.decode(errors="replace")}
+            for key, raw in await _bucket(js, f"{settings.stream}_LEASES")]
 
 
 async def gather(settings: NatsBusSettings, token: str,

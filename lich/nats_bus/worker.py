@@ -56,19 +56,13 @@ async def run_worker(
     :raises lich.gateway.GatewayError: the broker cannot be reached.
     """
     from lich.agent import Agent, load_plugins
-    from lich.gateway.bus import GatewayBus, bus_kind
+    from lich.gateway.bus import GatewayBus
     from lich.gateway.config import parse_gateway_config
     from lich.gateway.runner import gateway_agent_config
     from lich.nats_bus.bus import NatsBus
-    from lich.nats_bus.settings import parse_nats_bus_settings
-    from lich.settings import ConfigError
+    from lich.nats_bus.settings import nats_bus_settings_of
 
-    kind = bus_kind(config.bus)
-    if kind != "nats":
-        raise ConfigError([
-            f"$.bus.kind: lich worker runs the messages of the nats bus; [bus] kind is "
-            f"{kind!r} (set kind = \"nats\")"])
-    settings = parse_nats_bus_settings(config.bus)
+    settings = nats_bus_settings_of(config, "lich worker runs the messages of")
     settings = attrs.evolve(settings, consume=True,
                             concurrency=concurrency or settings.concurrency,
                             health_listen=health or settings.health_listen)
