@@ -258,7 +258,8 @@ class HookCaller:
             # marked). Failing says so; awaiting would hide it.
             if inspect.iscoroutine(answer):
                 answer.close()
-            raise TypeError(f"{impl.function.__name__} is marked runs_inline but returned "
+            name = getattr(impl.function, "__name__", "the hook")
+            raise TypeError(f"{name} is marked runs_inline but returned "
                             f"an awaitable ({type(answer).__name__}); an inline hook answers "
                             "at once (a hook that waits is an async def, not marked)")
         return answer
