@@ -36,6 +36,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "needed_when",
+    "runs_inline",
 ]
 
 PROJECT = "lich"
@@ -76,6 +77,57 @@ def needed_when(predicate: Callable[[LichConfig], bool]) -> Callable[[_F], _F]:
         return function
 
     return mark
+
+
+#: The attribute :func:`runs_inline` sets on a hook implementation.
+RUNS_INLINE_ATTR = "lich_runs_inline"
+
+#: The hooks whose implementations may be marked :func:`runs_inline`: the run-time
+#: hooks lich calls under a deadline (``hook_timeout_s``; ``approval_timeout_s`` for
+#: the approver). The others are called inline already (``lich_event``,
+#: ``lich_price_call``) or once, outside any run (the registration hooks).
+INLINE_HOOKS = frozenset({
+    "lich_run_start", "lich_before_model_call", "lich_before_tool_call",
+    "lich_check_tool_call", "lich_request_approval", "lich_after_tool_call",
+    "lich_run_end", "lich_shutdown",
+})
+
+
+def runs_inline(function: _F) -> _F:
+    """Declare that a plain ``def`` run-time hook implementation is quick and never
+    waits: lich calls it directly on the event loop, in the run's own task.
+
+    A plain ``def`` hook otherwise runs in a worker thread, and an ``async def``
+    one as a task of its own; both cost a few event-loop rounds or a task per
+    call (~10–15 µs each), more than a pure check itself (a rule match, a
+    counter). An inline hook costs a function call::
+
+        @hookimpl
+        @runs_inline
+        def lich_check_tool_call(call, run):
+            return Block("no deletes") if call.name.startswith("delete_") else None
+
+    For pure, quick code only: no I/O, no lock that another thread may hold for
+    long, no waiting of any kind. Nothing can interrupt synchronous code, so an
+    inline hook that blocks freezes the whole event loop (every run, the
+    gateway, the TUI) until it returns; its deadline cannot cut it short. It is
+    still held to it: one that returns after its deadline (``hook_timeout_s``)
+    counts as timed out, whatever it answered — a before- or check-hook then
+    blocks the call — as an ``async def`` hook whose first step holds the loop
+    past its deadline does. Its exceptions are hook failures like any hook's
+    (``CancelledError`` and ``GeneratorExit`` raised by its code included);
+    ``KeyboardInterrupt`` and ``SystemExit`` propagate. It must answer a value,
+    not an awaitable: one that hands back a coroutine fails (a hook that waits
+    is an ``async def``, unmarked).
+
+    For the run-time hooks in :data:`INLINE_HOOKS` (``lich_before_tool_call``,
+    ``lich_check_tool_call``, ``lich_after_tool_call``, ``lich_request_approval``,
+    ``lich_before_model_call``, ``lich_run_start``, ``lich_run_end``,
+    ``lich_shutdown``). On an ``async def``, or on any other hook, the plugin
+    fails to load (phase ``validate``).
+    """
+    setattr(function, RUNS_INLINE_ATTR, True)
+    return function
 
 
 @frozen

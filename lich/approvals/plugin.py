@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from lich.approvals.rules import MODES, Mode, Rule, RuleSet, decide, parse_rule
-from lich.hooks import Ask, Block, hookimpl
+from lich.hooks import Ask, Block, hookimpl, runs_inline
 from lich.settings import each, one_of, setting, structure_settings
 
 if TYPE_CHECKING:
@@ -146,17 +146,21 @@ def _answer(call: ToolCall, run: RunInfo) -> Block | Ask | None:
 
 
 @hookimpl
-async def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+@runs_inline
+def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
     """Apply the rules: ``Block`` for a deny rule (or mode ``deny-unlisted``), ``Ask``
     for an ask rule or the default, ``None`` to allow.
 
-    ``async`` because it is quick and pure: on the event loop, not a worker thread.
+    Inline (:func:`lich.hooks.runs_inline`) because it is quick and pure — a rule
+    match, at most a ``realpath`` — so it is called on the event loop in the run's
+    task: neither a worker thread nor a task of its own per call.
     """
     return _answer(call, run)
 
 
 @hookimpl
-async def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
+@runs_inline
+def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
     """The rules again, on the final arguments: a later plugin's rewrite can get past
     neither a deny rule nor an ask (the same question in both phases is asked once).
     On arguments a person edited while approving, the core counts only the ``Block``."""

@@ -3,7 +3,9 @@ and ``lich_event``.
 
 Every implementation runs under the host's ``hook_timeout_s``: an ``async def``
 one on the event loop, a plain one in a daemon thread (:mod:`lich._threads`), so
-a hook that blocks cannot freeze the loop or keep lich from exiting. A failure
+a hook that blocks cannot freeze the loop or keep lich from exiting — unless it is
+marked :func:`lich.hooks.runs_inline` (quick and never waiting): then it is called
+directly, in the caller's task, and its time checked against the deadline after. A failure
 never escapes: a before-hook that fails blocks the call (fail closed), any other
 hook is skipped with a warning naming its plugin.
 
@@ -33,6 +35,7 @@ from attrs import evolve, frozen
 from lich._eager import start_eagerly
 from lich._threads import _plugin_error, run_in_daemon_thread
 from lich.hooks import (
+    RUNS_INLINE_ATTR,
     Approval,
     ApprovalRequest,
     Ask,
@@ -196,12 +199,15 @@ class HookCaller:
         self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any], timeout_s: float | None = -1.0
     ) -> Any:
         """Call ``impl`` under ``timeout_s`` (``hook_timeout_s`` by default; ``None``:
-        no limit)."""
+        no limit): inline if it is marked so, an ``async def`` as a task of its own,
+        a plain ``def`` in a worker thread."""
         args = {name: kwargs[name] for name in impl.argnames}
         if timeout_s is not None and timeout_s < 0:
             timeout_s = self.hook_timeout_s
-        deadline = (None if timeout_s is None
-                    else asyncio.get_running_loop().time() + timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        if getattr(impl.function, RUNS_INLINE_ATTR, False):
+            return self._call_inline(impl, args, loop, deadline)
         if inspect.iscoroutinefunction(impl.function):
             return await self._until(impl.function(**args), deadline)
         # A plain function may block; a worker thread keeps a hanging hook from
@@ -213,6 +219,50 @@ class HookCaller:
             # coroutine does not earn a second hook_timeout_s.
             result = await self._until(result, deadline)
         return result
+
+    def _call_inline(self, impl: pluggy.HookImpl, args: Mapping[str, Any],
+                     loop: asyncio.AbstractEventLoop, deadline: float | None) -> Any:
+        """``impl`` (marked :func:`lich.hooks.runs_inline`) called right here: on the
+        loop, in the caller's task, with no thread and no task of its own.
+
+        Held to its deadline as an ``async def`` hook's first step is (see
+        :meth:`_until`): nothing can interrupt synchronous code, so the time is
+        measured afterwards, and an answer — or a failure — in hand only after the
+        deadline is a timed-out hook's. Its exceptions are hook failures: a
+        ``CancelledError`` or ``GeneratorExit`` is its own code's (nobody cancelled
+        anything: no await happened), handed on as a ``RuntimeError`` so that it
+        blocks the call instead of ending the run, and a ``StopIteration`` likewise
+        (raised out of a coroutine it would become an anonymous ``RuntimeError``).
+        ``KeyboardInterrupt`` and ``SystemExit`` propagate: on the loop's thread they
+        may be a real signal or exit.
+        """
+        failure: BaseException | None = None
+        try:
+            answer = impl.function(**args)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            failure, answer = _plugin_error(exc), None
+        if deadline is not None and deadline <= loop.time():
+            if failure is not None:
+                log.debug("a timed-out inline hook failed after its deadline: %s", failure)
+            if inspect.iscoroutine(answer):
+                answer.close()  # never awaited: no "never awaited" warning
+            raise TimeoutError("timed out")
+        if failure is not None:
+            raise failure
+        if inspect.isawaitable(answer):
+            # Refused rather than awaited: the marker promises an answer at once, and
+            # a hook handing back something to wait for breaks that promise (most
+            # likely a plain wrapper around an async function, which must not be
+            # marked). Failing says so; awaiting would hide it.
+            if inspect.iscoroutine(answer):
+                answer.close()
+            name = getattr(impl.function, "__name__", "the hook")
+            raise TypeError(f"{name} is marked runs_inline but returned "
+                            f"an awaitable ({type(answer).__name__}); an inline hook answers "
+                            "at once (a hook that waits is an async def, not marked)")
+        return answer
 
     async def _until(self, awaitable: Awaitable[Any], deadline: float | None) -> Any:
         """``awaitable``'s result if it settles by ``deadline``, else :class:`TimeoutError`.

@@ -38,7 +38,7 @@ from attrs import evolve, field, frozen
 from lich import hookspecs
 from lich._converter import did_you_mean
 from lich.config import is_path_entry
-from lich.hooks import PROJECT
+from lich.hooks import INLINE_HOOKS, PROJECT, RUNS_INLINE_ATTR
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -321,8 +321,35 @@ class PluginLoader:
                 "supported for " + ", ".join(wrappers)
                 + "; implement the hook plainly (see docs/plugins.md)",
             )
+        misplaced = self._inline_problem(plugin)
+        if misplaced:
+            self.pm.unregister(plugin)
+            return evolve(base, phase="validate", error_type="UnsupportedInlineHook",
+                          error_message=misplaced)
         hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
         return evolve(base, status="loaded", hooks=tuple(hooks))
+
+    def _inline_problem(self, plugin: object) -> str | None:
+        """What is wrong with ``plugin``'s :func:`~lich.hooks.runs_inline` markers: one
+        on an ``async def`` (inline means called and answered at once), or on a hook
+        lich does not call under a deadline (already inline, or no run-time hook)."""
+        problems = []
+        for caller in self.pm.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not plugin or not getattr(impl.function, RUNS_INLINE_ATTR,
+                                                            False):
+                    continue
+                if caller.name not in INLINE_HOOKS:
+                    problems.append(
+                        f"{caller.name} cannot be marked runs_inline (only "
+                        f"{', '.join(sorted(INLINE_HOOKS))})")
+                elif inspect.iscoroutinefunction(impl.function) or inspect.isasyncgenfunction(
+                        impl.function):
+                    problems.append(
+                        f"{caller.name} is marked runs_inline but is an async def; an inline "
+                        "hook is a plain def that answers at once (drop the marker, or the "
+                        "async)")
+        return "; ".join(sorted(problems)) or None
 
     def _hook_names(self) -> list[str]:
         """Every hook lich specifies."""

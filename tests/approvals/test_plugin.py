@@ -150,20 +150,18 @@ def test_the_hook_answers_ask_with_the_reason(tmp_path: Path) -> None:
     agent = Agent(config, chat=ScriptedChat(["x"]), plugins=[("markers", _Tools(tmp_path))])
     run = RunInfo("r", "s", "go", str(tmp_path), agent.config, tools=agent.tools)
 
-    async def answer(name: str, args: dict[str, Any]) -> Any:
-        return await approvals.lich_before_tool_call(ToolCall("c", name, args), run)
+    def answer(name: str, args: dict[str, Any]) -> Any:
+        return approvals.lich_before_tool_call(ToolCall("c", name, args), run)
 
-    import asyncio
-
-    assert asyncio.run(answer("read_file", {"path": "private/../private/k"})) == Ask(
+    assert answer("read_file", {"path": "private/../private/k"}) == Ask(
         "read_file needs approval (rule read_file(private/*))")
-    assert asyncio.run(answer("mark_carefully", {"name": "x"})) == Ask(
+    assert answer("mark_carefully", {"name": "x"}) == Ask(
         "mark_carefully needs approval (the tool requires approval)")
-    assert asyncio.run(answer("mark", {"name": "x"})) is None
-    assert asyncio.run(answer("read_file", {"path": "public"})) is None
+    assert answer("mark", {"name": "x"}) is None
+    assert answer("read_file", {"path": "public"}) is None
     default = RunInfo("r", "s", "go", str(tmp_path), _config(tmp_path))
-    assert asyncio.run(approvals.lich_before_tool_call(
-        ToolCall("c", "terminal", {"command": "ls"}), default)) == Ask(
+    assert approvals.lich_before_tool_call(
+        ToolCall("c", "terminal", {"command": "ls"}), default) == Ask(
         "terminal needs approval (mode ask)")
 
 
@@ -192,14 +190,12 @@ def test_a_deny_rule_holds_against_a_later_rewrite(tmp_path: Path) -> None:
 def test_the_check_hook_judges_the_final_arguments_as_the_before_hook_does(
     tmp_path: Path,
 ) -> None:
-    import asyncio
-
     config = _config(tmp_path, deny=["write_file(.github/*)"], allow=["write_file(src/*)"])
     agent = Agent(config, chat=ScriptedChat(["x"]))
     run = RunInfo("r", "s", "go", str(tmp_path), config, tools=agent.tools)
 
     def check(name: str, args: dict[str, Any]) -> Block | Ask | None:
-        return asyncio.run(approvals.lich_check_tool_call(ToolCall("c", name, args), run))
+        return approvals.lich_check_tool_call(ToolCall("c", name, args), run)
 
     assert check("write_file", {"path": "src/../.github/ci.yml", "content": ""}) == Block(
         "approval_rule: denied by deny rule write_file(.github/*)")
@@ -266,14 +262,12 @@ def test_the_tool_of_a_call_is_the_one_in_the_runs_registry(tmp_path: Path) -> N
         def lich_register_tools(self, registry: Any) -> None:
             registry.register(self.item)
 
-    import asyncio
-
     def judge(config: LichConfig, item: Tool | None) -> Block | Ask | None:
         tools = None
         if item is not None:
             tools = Agent(config, chat=ScriptedChat(["x"]), plugins=[("offer", Offer(item))]).tools
         run = RunInfo("r", "s", "go", str(tmp_path), config, tools=tools)
-        return asyncio.run(approvals.lich_before_tool_call(ToolCall("c", "twin", {}), run))
+        return approvals.lich_before_tool_call(ToolCall("c", "twin", {}), run)
 
     allow = _config(tmp_path, mode="allow")
     assert judge(allow, loose) is None
@@ -285,11 +279,9 @@ def test_the_tool_of_a_call_is_the_one_in_the_runs_registry(tmp_path: Path) -> N
 
 
 def test_the_plugin_keeps_nothing_of_a_config_that_is_gone(tmp_path: Path) -> None:
-    import asyncio
-
     config = _config(tmp_path, mode="allow")
     run = RunInfo("r", "s", "go", str(tmp_path), config)
-    asyncio.run(approvals.lich_before_tool_call(ToolCall("c", "twin", {}), run))
+    approvals.lich_before_tool_call(ToolCall("c", "twin", {}), run)
     key = id(config)
     assert key in approvals._known
     del config, run

@@ -15,7 +15,7 @@ import pytest
 from lich import Block, Rewrite, ToolResult, hookimpl, hookspecs, tool
 from lich.agent import Agent, RunResult
 from lich.events import Envelope, ToolCallEnd
-from lich.hooks import RunInfo, RunOutcome, needed_when
+from lich.hooks import RUNS_INLINE_ATTR, RunInfo, RunOutcome, needed_when, runs_inline
 from lich.plugins import PluginHost
 from lich.testing import HookRecorder, Reply, ScriptedChat, async_wait_for, make_test_config
 from lich.tools import ToolRegistry
@@ -1202,3 +1202,212 @@ async def test_a_hooks_odd_first_wait_is_handled_as_any_tasks(
     assert error.startswith("blocked_by_plugin: ")
     assert expected in error
     assert result.stopped_reason == "final"
+
+
+# ------------------------------------------------------------------ inline hooks
+
+
+def inline_plugin(phase: str, body: Any) -> object:
+    """A plugin whose ``phase`` implementation is ``body``, a plain def marked inline."""
+
+    def hook(self: object, call: ToolCall) -> Any:
+        return body(call)
+
+    return type("Inline", (), {phase: hookimpl(specname=phase)(runs_inline(hook))})()
+
+
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+async def test_an_inline_hook_runs_in_the_callers_task_on_the_loops_thread(
+    tmp_path: Path, phase: str,
+) -> None:
+    seen: list[tuple[threading.Thread, asyncio.Task[Any] | None]] = []
+    host = PluginHost(work_dir=tmp_path)
+    report = host.register_object(inline_plugin(
+        phase, lambda call: seen.append((threading.current_thread(), asyncio.current_task()))),
+        "inline")
+    assert report.status == "loaded"
+    run = RunInfo("r1", "s1", "task", str(tmp_path), make_test_config(tmp_path))
+    decision = await host.before_tool_call(ToolCall("c1", "record", {}), run)
+    assert decision.blocked_by is None
+    # No worker thread, and no task of its own: the very task that asked.
+    assert seen == [(threading.current_thread(), asyncio.current_task())]
+
+
+def _raise(exc: BaseException) -> Any:
+    def body(call: ToolCall) -> None:
+        raise exc
+
+    return body
+
+
+@pytest.mark.parametrize(("exc", "expected"), [
+    (RuntimeError("boom"), "RuntimeError: boom"),
+    (asyncio.CancelledError(), "RuntimeError: CancelledError() raised in a plugin function"),
+    (GeneratorExit(), "RuntimeError: GeneratorExit() raised in a plugin function"),
+    (StopIteration(), "RuntimeError: StopIteration() raised in a plugin function"),
+])
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+async def test_an_inline_hook_that_raises_blocks_and_the_run_goes_on(
+    tmp_path: Path, phase: str, exc: BaseException, expected: str,
+) -> None:
+    # A CancelledError or GeneratorExit out of an inline hook is its own code's
+    # (nothing awaited, nobody cancelled): a failure that blocks, not the run's end.
+    agent = agent_with(tmp_path, ("inline", inline_plugin(phase, _raise(exc))),
+                       calls=[ToolCall("c1", "danger", {}), ToolCall("c2", "danger", {})])
+    result, events = await asyncio.wait_for(run_collecting(agent), 30)
+    assert result.stopped_reason == "final"
+    assert RAN == []
+    assert [e.blocked_by for e in tool_ends(events)] == ["inline", "inline"]
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        f"blocked_by_plugin: hook_error (inline): {expected}")
+
+
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+async def test_an_inline_hooks_keyboard_interrupt_or_exit_propagates(
+    tmp_path: Path, phase: str, exc: type[BaseException],
+) -> None:
+    # On the loop's own thread these may be a real ^C or exit: not a hook failure.
+    host = PluginHost(work_dir=tmp_path)
+    host.register_object(inline_plugin(phase, _raise(exc())), "inline")
+    run = RunInfo("r1", "s1", "task", str(tmp_path), make_test_config(tmp_path))
+    with pytest.raises(exc):
+        await host.before_tool_call(ToolCall("c1", "danger", {}), run)
+
+
+@pytest.mark.parametrize("answer", ["allows", "raises"])
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+async def test_an_inline_hook_that_overruns_its_timeout_blocks_whatever_it_answered(
+    tmp_path: Path, phase: str, answer: str,
+) -> None:
+    # Nothing can interrupt it, but an answer in hand only after the deadline is a
+    # timed-out hook's: the call is blocked though the hook allowed it.
+    def slow(call: ToolCall) -> None:
+        time.sleep(0.3)
+        if answer == "raises":
+            raise RuntimeError("late and wrong")
+
+    agent = agent_with(tmp_path, ("slow", inline_plugin(phase, slow)),
+                       calls=[ToolCall("c1", "danger", {})], hook_timeout_s=0.1)
+    result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    assert RAN == []
+    assert json.loads(tool_messages(result)[0].content)["error"] == (
+        "blocked_by_plugin: hook_error (slow): timed out after 0.1s")
+
+
+@pytest.mark.parametrize("phase", ["lich_before_tool_call", "lich_check_tool_call"])
+async def test_an_inline_hook_handing_back_a_coroutine_blocks(tmp_path: Path, phase: str) -> None:
+    # A plain wrapper around an async function, marked inline: refused, and the
+    # coroutine closed (never run, no "never awaited" warning).
+    handed: list[Any] = []
+
+    async def allow() -> None:
+        RAN.append("the coroutine ran")
+
+    def wrapper(call: ToolCall) -> Any:
+        handed.append(allow())
+        return handed[-1]
+
+    agent = agent_with(tmp_path, ("wrapped", inline_plugin(phase, wrapper)),
+                       calls=[ToolCall("c1", "danger", {})])
+    result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    assert RAN == []
+    error = json.loads(tool_messages(result)[0].content)["error"]
+    assert error.startswith("blocked_by_plugin: hook_error (wrapped): TypeError: hook is "
+                            "marked runs_inline but returned an awaitable (coroutine)")
+    assert inspect.getcoroutinestate(handed[0]) == inspect.CORO_CLOSED
+
+
+async def test_an_inline_after_hook_replaces_the_result_and_one_that_overruns_is_skipped(
+    tmp_path: Path,
+) -> None:
+    class Replacing:
+        @hookimpl
+        @runs_inline
+        def lich_after_tool_call(self, call: ToolCall, result: ToolResult) -> ToolResult:
+            seen.append((threading.current_thread(), asyncio.current_task()))
+            if call.id == "slow":
+                time.sleep(0.3)
+            return ToolResult.success(f"replaced {call.id}")
+
+    seen: list[tuple[threading.Thread, asyncio.Task[Any] | None]] = []
+    agent = agent_with(tmp_path, ("replacing", Replacing()), hook_timeout_s=0.1,
+                       calls=[ToolCall("fast", "record", {}), ToolCall("slow", "record", {})])
+    result, events = await asyncio.wait_for(run_collecting(agent), 30)
+    fast, slow = tool_messages(result)
+    assert fast.content == "replaced fast"
+    assert slow.content != "replaced slow"  # timed out: skipped, the tool's own result
+    assert json.loads(slow.content) == {"trail": None, "note": ""}
+    assert [e.replaced_by for e in tool_ends(events)] == ["replacing", None]
+    assert all(thread is threading.current_thread() and task is not None
+               for thread, task in seen)
+
+
+async def test_an_inline_approver_decides(tmp_path: Path) -> None:
+    from lich import Approval
+    from lich.testing import AskFor
+
+    class Yes:
+        @hookimpl
+        @runs_inline
+        def lich_request_approval(self, call: ToolCall) -> Approval:
+            seen.append(threading.current_thread())
+            return Approval(call.name == "record", approver="inline")
+
+    seen: list[threading.Thread] = []
+    agent = agent_with(tmp_path, ("ask", AskFor("record", "danger")), ("yes", Yes()),
+                       calls=[ToolCall("c1", "record", {"note": "n"}),
+                              ToolCall("c2", "danger", {})])
+    result, _ = await asyncio.wait_for(run_collecting(agent), 30)
+    record_message, danger_message = tool_messages(result)
+    assert json.loads(record_message.content)["note"] == "n"
+    assert json.loads(danger_message.content)["error"].startswith("approval_denied")
+    assert RAN == []
+    assert seen == [threading.current_thread()] * 2
+
+
+class _AsyncInline:
+    @hookimpl
+    @runs_inline
+    async def lich_check_tool_call(self, call: ToolCall) -> None:
+        return None
+
+
+class _InlineEvent:
+    @hookimpl
+    @runs_inline
+    def lich_event(self, event: Envelope) -> None:
+        return None
+
+
+class _InlineRegistration:
+    @hookimpl
+    @runs_inline
+    def lich_register_tools(self, registry: ToolRegistry) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("plugin", "expected"), [
+    (_AsyncInline(), "lich_check_tool_call is marked runs_inline but is an async def"),
+    (_InlineEvent(), "lich_event cannot be marked runs_inline (only lich_after_tool_call, "),
+    (_InlineRegistration(), "lich_register_tools cannot be marked runs_inline"),
+])
+def test_a_misplaced_inline_marker_fails_the_plugin_at_load(
+    tmp_path: Path, plugin: object, expected: str,
+) -> None:
+    host = PluginHost(work_dir=tmp_path)
+    report = host.register_object(plugin, "misplaced")
+    assert (report.status, report.phase, report.error_type) == (
+        "failed", "validate", "UnsupportedInlineHook")
+    assert report.error_message is not None
+    assert expected in report.error_message
+    assert not host.pm.has_plugin("misplaced")
+    assert not host.has_impls("lich_check_tool_call")
+
+
+def test_the_approvals_plugins_tool_call_hooks_are_inline() -> None:
+    from lich.approvals import plugin
+
+    for hook in (plugin.lich_before_tool_call, plugin.lich_check_tool_call):
+        assert getattr(hook, RUNS_INLINE_ATTR) is True
+        assert not inspect.iscoroutinefunction(hook)
