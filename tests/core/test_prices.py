@@ -305,3 +305,35 @@ def test_overrides_win_over_the_cached_entry_and_unknown_stays_unknown() -> None
                              base_url="https://api.openai.com/v1")
     for _ in range(3):  # the miss is cached and stays a miss
         assert price_of(NONE, unknown, "no-such-model-x", usage) is None
+
+
+def test_newer_price_data_replaces_the_cached_entries() -> None:
+    # What `update = true` does when a fetch lands: genai-prices swaps in a new snapshot.
+    import copy
+    from decimal import Decimal
+
+    from genai_prices.data_snapshot import DataSnapshot, get_snapshot, set_custom_snapshot
+    from genai_prices.types import ClauseEquals
+
+    usage = Usage(1_000_000, 0, 1_000_000)
+    assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(2.5)
+    providers = copy.deepcopy(get_snapshot().providers)
+    openai = next(p for p in providers if p.id == "openai")
+    model = next(m for m in openai.models if m.id == "gpt-4o")
+    for price in ([model.prices] if not isinstance(model.prices, list)
+                  else [c.prices for c in model.prices]):
+        price.input_mtok = Decimal("4.75")
+    openai.models.append(copy.deepcopy(model))
+    openai.models[-1].id = "lich-test-new-model"
+    openai.models[-1].match = ClauseEquals(equals="lich-test-new-model")
+    new = ProviderConfig(kind="openai_compat", name="openai", model="lich-test-new-model",
+                         base_url="https://api.openai.com/v1")
+    assert price_of(NONE, new, "lich-test-new-model", usage) is None  # a miss, cached
+    set_custom_snapshot(DataSnapshot(providers=providers, from_auto_update=True))
+    try:
+        assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(4.75)
+        assert price_of(NONE, new, "lich-test-new-model", usage) == pytest.approx(4.75)
+    finally:
+        set_custom_snapshot(None)
+    assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(2.5)
+    assert price_of(NONE, new, "lich-test-new-model", usage) is None
