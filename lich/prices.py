@@ -47,6 +47,8 @@ import importlib.util
 import logging
 import threading
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
@@ -77,10 +79,6 @@ if importlib.util.find_spec("genai_prices") is None:
     )
 
 _PER_MILLION = 1_000_000
-_MAX_MISSES = 1024
-#: (provider id, API URL, model) the price data does not know, for this process (an
-#: update of the data mid-process can only add models a restart then finds).
-_misses: set[tuple[str | None, str | None, str]] = set()
 
 
 @frozen
@@ -141,6 +139,194 @@ def _genai_usage(usage: Usage) -> Any:
     )
 
 
+#: The usage fields lich reports, in genai-prices' names; every call gives all five.
+_REPORTED = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+             "output_reasoning_tokens")
+_MAX_ENTRIES = 4096
+
+
+class _Plan:
+    """One genai-prices ``ModelPrice`` made ready for lich's five usage fields.
+
+    ``ModelPrice.calc_price`` re-derives, on every call, which units the price has,
+    checks them, and infers each priced usage field lich does not report (web
+    searches, audio, ...) from the ones it does — ~95 % of its cost, and the same
+    answer every time for the same price. Done here once per price; per call only the
+    leaf counts (a price's unit minus its more specific priced units, genai-prices'
+    decomposition) are subtracted and each unit priced with genai-prices' own
+    ``calc_unit_price`` (tiers, Decimal), summed in the same order from ``Decimal(0)``:
+    the same Decimal as ``calc_price``, which ``tests/core/test_prices.py`` checks over
+    every model of the bundled data.
+    """
+
+    def __init__(self, model_price: Any) -> None:
+        import warnings
+
+        from genai_prices.decompose import is_descendant_or_self
+        from genai_prices.types import TieredPrices, _collect_resolved_model_prices
+        from genai_prices.units import _get_registry
+        from genai_prices.validation import validate_priced_units
+
+        registry = _get_registry()
+        with warnings.catch_warnings():
+            # A price key genai-prices warns about is one this plan would not price like
+            # calc_price does (which warns on each call): such a price gets no plan.
+            warnings.simplefilter("error")
+            resolved = _collect_resolved_model_prices(model_price, registry)
+        validate_priced_units(tuple(unit for unit, _ in resolved), registry)
+        self.prices = resolved
+        by_key = {unit.usage_key: unit for unit, _ in resolved if unit.usage_key != "requests"}
+        ordered = sorted(by_key.values(), key=lambda unit: (-len(unit.dimensions), unit.usage_key))
+        self.order = tuple(
+            (unit.usage_key, tuple(other.usage_key for other in ordered
+                                   if other is not unit and is_descendant_or_self(unit, other)))
+            for unit in ordered
+        )
+        self.requests = any(unit.usage_key == "requests" for unit, _ in resolved)
+        self.tiered = any(isinstance(price, TieredPrices) for _, price in resolved)
+        #: Priced fields lich does not report: genai-prices infers them from which of the
+        #: reported ones are non-zero (0, or an error when they cannot be inferred).
+        self.inferred = tuple(key for key in by_key if key not in _REPORTED)
+        self._inferences: dict[tuple[bool, ...], dict[str, int] | None] = {}
+
+    def _infer(self, values: Mapping[str, int]) -> dict[str, int] | None:
+        pattern = tuple(values[key] > 0 for key in _REPORTED)
+        try:
+            return self._inferences[pattern]
+        except KeyError:
+            pass
+        from genai_prices import Usage as GenaiUsage
+
+        usage = GenaiUsage(**values)
+        try:
+            inferred: dict[str, int] | None = {key: getattr(usage, key) for key in self.inferred}
+        except ValueError:
+            inferred = None
+        self._inferences[pattern] = inferred
+        return inferred
+
+    def total(self, values: Mapping[str, int]) -> Decimal | None:
+        """The price of ``values`` (the five reported fields); ``None`` for usage the
+        price cannot take (where ``calc_price`` raises ``ValueError``)."""
+        from genai_prices.types import calc_unit_price
+
+        counts: dict[str, Any] = dict(values)
+        if self.inferred:
+            inferred = self._infer(values)
+            if inferred is None:
+                return None
+            counts.update(inferred)
+        leaves: dict[str, Any] = {}
+        for key, descendants in self.order:
+            leaf = counts[key] - sum(leaves[other] for other in descendants)
+            if leaf < 0:
+                return None
+            leaves[key] = leaf
+        if self.requests:
+            leaves["requests"] = 1
+        input_tokens = values["input_tokens"] if self.tiered else 0
+        total = Decimal(0)
+        for unit, price in self.prices:
+            total += calc_unit_price(price, leaves[unit.usage_key], input_tokens, unit.per)
+        return total
+
+
+class _Entries:
+    """The bundled data's answer per (provider id, API URL, model), for one data snapshot.
+
+    A found model keeps its ``ModelInfo`` (whose prices are chosen per call, so start
+    dates and time-of-day prices still apply); a miss is kept as ``None``. A new snapshot
+    (``[prices] update = true`` landing newer data) starts afresh.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot: object = None
+        self._entries: dict[tuple[str | None, str | None, str], tuple[Any, Any] | None] = {}
+        self._plans: dict[int, tuple[Any, _Plan | None]] = {}
+
+    def lookup(
+        self, provider_id: str | None, url: str | None, model: str
+    ) -> tuple[Any, Any, Any] | None:
+        """(snapshot, provider, model info), or ``None`` when the data lacks them."""
+        from genai_prices.data_snapshot import get_snapshot
+
+        snapshot = get_snapshot()
+        key = (provider_id, url, model)
+        with self._lock:
+            if snapshot is not self._snapshot:
+                self._snapshot = snapshot
+                self._entries = {}
+                self._plans = {}
+            elif key in self._entries:
+                found = self._entries[key]
+                return None if found is None else (snapshot, *found)
+        try:
+            found = snapshot.find_provider_model(model, None, provider_id, url)
+        except LookupError:
+            found = None
+        with self._lock:
+            if snapshot is self._snapshot and len(self._entries) < _MAX_ENTRIES:
+                self._entries[key] = found
+        return None if found is None else (snapshot, *found)
+
+    def plan(self, model_price: Any) -> _Plan | None:
+        """The plan of one price object (kept alive with it, so its id stays its own);
+        ``None`` when this genai-prices cannot be planned for (then ``calc_price`` is used)."""
+        with self._lock:
+            cached = self._plans.get(id(model_price))
+            if cached is not None and cached[0] is model_price:
+                return cached[1]
+        try:
+            plan: _Plan | None = _Plan(model_price) if _planable(model_price) else None
+        except Exception as exc:  # a price (or a genai-prices version) the plan cannot take
+            log.debug("pricing %r the slow way: %s", model_price, exc)
+            plan = None
+        with self._lock:
+            if len(self._plans) < _MAX_ENTRIES:
+                self._plans[id(model_price)] = (model_price, plan)
+        return plan
+
+
+def _planable(model_price: Any) -> bool:
+    from genai_prices.types import ModelPrice as GenaiModelPrice
+
+    return type(model_price) is GenaiModelPrice
+
+
+_entries = _Entries()
+
+
+def _genai_price(provider_id: str | None, url: str | None, model: str,
+                 usage: Usage) -> Decimal | None:
+    """The bundled data's price of one call; raises ``LookupError`` for an unknown model."""
+    found = _entries.lookup(provider_id, url, model)
+    if found is None:
+        raise LookupError(model)
+    snapshot, provider_info, model_info = found
+    now = datetime.now(tz=UTC)
+    values = {
+        "input_tokens": usage.prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "output_reasoning_tokens": usage.reasoning_tokens,
+    }
+    plan = None
+    if all(type(value) is int and value >= 0 for value in values.values()):
+        plan = _entries.plan(model_info.get_prices(now))
+    if plan is not None:
+        return plan.total(values)
+    try:
+        calculation = model_info.calc_price(
+            _genai_usage(usage), provider_info, genai_request_timestamp=now,
+            auto_update_timestamp=snapshot.timestamp if snapshot.from_auto_update else None)
+    except ValueError as exc:
+        log.debug("cannot price %s: %s", model, exc)
+        return None
+    return calculation.total_price  # type: ignore[no-any-return]
+
+
 def price_of(
     settings: PriceSettings, provider: ProviderConfig | None, model: str, usage: Usage
 ) -> float | None:
@@ -161,31 +347,16 @@ def price_of(
     provider_id = settings.providers.get(provider.name)
     if provider_id is None and not provider.base_url:
         return None
-    from genai_prices import calc_price
-
+    url = None if provider_id is not None else provider.base_url
     for name in dict.fromkeys(m for m in (model, configured) if m):
-        key = (provider_id, None if provider_id is not None else provider.base_url, name)
-        if key in _misses:
-            continue
         try:
-            if provider_id is not None:
-                calculation = calc_price(_genai_usage(usage), name, provider_id=provider_id)
-            else:
-                calculation = calc_price(_genai_usage(usage), name,
-                                         provider_api_url=provider.base_url)
+            total = _genai_price(provider_id, url, name, usage)
         except LookupError:
-            # This provider or model is not in the data: try the next name. Remembered, as
-            # genai-prices searches every model of the provider again on each miss (the
-            # answer's dated model id misses on every call when only the configured one
-            # is known).
-            if len(_misses) < _MAX_MISSES:
-                _misses.add(key)
+            # This provider or model is not in the data (remembered per snapshot, as
+            # genai-prices searches every model of the provider again on each miss):
+            # try the next name.
             continue
-        except ValueError as exc:
-            # Usage the price data cannot take (e.g. more cache reads than prompt tokens).
-            log.debug("cannot price %s on %s: %s", name, provider.name, exc)
-            return None
-        return float(calculation.total_price)
+        return None if total is None else float(total)
     return None
 
 

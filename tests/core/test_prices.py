@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lich
 from lich.config import ProviderConfig
@@ -188,3 +191,149 @@ async def test_price_updates_only_when_turned_on(
     await agent.run("b")
     # Once per process, in the background (the run does not wait for the network).
     assert started == ([False] if update else [])
+
+
+# --- the cached path prices exactly as genai-prices' calc_price ---------------------
+
+def _bundled_models() -> list[tuple[str, str]]:
+    from genai_prices.data_snapshot import get_snapshot
+
+    return [(provider.id, model.id) for provider in get_snapshot().providers
+            for model in provider.models]
+
+
+def _reference(provider_id: str, model: str, usage: Usage, when: Any = None) -> float | None:
+    """What calc_price itself says (None where it raises, as price_of must then say)."""
+    from genai_prices import Usage as GenaiUsage
+    from genai_prices import calc_price
+
+    genai = GenaiUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+                       cache_read_tokens=usage.cache_read_tokens,
+                       cache_write_tokens=usage.cache_write_tokens,
+                       output_reasoning_tokens=usage.reasoning_tokens)
+    try:
+        return float(calc_price(genai, model, provider_id=provider_id,
+                                genai_request_timestamp=when).total_price)
+    except (ValueError, LookupError):  # usage it cannot take; a model id it cannot find
+        return None
+
+
+_counts = st.integers(min_value=0, max_value=3_000_000)
+
+
+@st.composite
+def _usages(draw: st.DrawFn) -> Usage:
+    # Mostly consistent breakdowns, sometimes not (more cache than prompt), and tier
+    # thresholds (200k, 128k, ...) crossed by the prompt range.
+    prompt = draw(_counts)
+    completion = draw(_counts)
+    read = draw(st.integers(0, prompt) | _counts)
+    written = draw(st.integers(0, max(0, prompt - read)) | st.just(0))
+    reasoning = draw(st.integers(0, completion) | st.just(0))
+    return Usage(prompt, completion, prompt + completion, cache_read_tokens=read,
+                 cache_write_tokens=written, reasoning_tokens=reasoning)
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.sampled_from(_bundled_models()), usage=_usages())
+def test_every_bundled_model_is_priced_exactly_as_calc_price(
+    model: tuple[str, str], usage: Usage
+) -> None:
+    provider_id, model_id = model
+    proxy = ProviderConfig(kind="openai_compat", name="proxy", model=model_id,
+                           base_url="http://127.0.0.1:9/v1")
+    ours = price_of(PriceSettings(providers={"proxy": provider_id}), proxy, model_id, usage)
+    assert ours == _reference(provider_id, model_id, usage)
+
+
+def test_every_bundled_model_once_each() -> None:
+    # The property test samples; this walks all of them once, with a cache-heavy usage.
+    usage = Usage(250_000, 4_000, 254_000, cache_read_tokens=100_000,
+                  cache_write_tokens=20_000, reasoning_tokens=1_000)
+    for provider_id, model_id in _bundled_models():
+        proxy = ProviderConfig(kind="openai_compat", name="proxy", model=model_id,
+                               base_url="http://127.0.0.1:9/v1")
+        ours = price_of(PriceSettings(providers={"proxy": provider_id}), proxy, model_id, usage)
+        assert ours == _reference(provider_id, model_id, usage), (provider_id, model_id)
+
+
+def test_a_price_with_a_start_date_applies_from_that_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    from genai_prices.data_snapshot import get_snapshot
+    from genai_prices.types import StartDateConstraint
+
+    import lich.prices as prices
+
+    dated = [(provider.id, model) for provider in get_snapshot().providers
+             for model in provider.models if isinstance(model.prices, list)
+             and any(isinstance(p.constraint, StartDateConstraint) for p in model.prices)]
+    assert dated, "the bundled data has prices with start dates"
+    usage = Usage(300_000, 10_000, 310_000, cache_read_tokens=50_000)
+    changed = 0
+    for provider_id, model in dated[:40]:
+        start = next(p.constraint.start_date for p in model.prices
+                     if isinstance(p.constraint, StartDateConstraint))
+        proxy = ProviderConfig(kind="openai_compat", name="proxy", model=model.id,
+                               base_url="http://127.0.0.1:9/v1")
+        answers = []
+        for when in (datetime(start.year, start.month, start.day, tzinfo=UTC) - timedelta(days=1),
+                     datetime(start.year, start.month, start.day, 12, tzinfo=UTC)):
+            monkeypatch.setattr(prices, "datetime", _FixedClock(when))
+            ours = price_of(PriceSettings(providers={"proxy": provider_id}), proxy, model.id,
+                            usage)
+            assert ours == _reference(provider_id, model.id, usage, when), (model.id, when)
+            answers.append(ours)
+        changed += answers[0] != answers[1]
+    assert changed, "some start date changes a price"
+
+
+class _FixedClock:
+    """Stands in for ``datetime`` in lich.prices: ``now`` is one chosen instant."""
+
+    def __init__(self, when: datetime) -> None:
+        self._when = when
+
+    def now(self, tz: Any = None) -> datetime:
+        return self._when.astimezone(tz)
+
+
+def test_overrides_win_over_the_cached_entry_and_unknown_stays_unknown() -> None:
+    usage = Usage(1_000_000, 0, 1_000_000)
+    assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(2.5)  # now cached
+    own = parse_price_settings({"models": {"gpt-4o": {"input_mtok": 7.0, "output_mtok": 1.0}}})
+    assert price_of(own, OPENAI, "gpt-4o", usage) == pytest.approx(7.0)
+    unknown = ProviderConfig(kind="openai_compat", name="openai", model="no-such-model-x",
+                             base_url="https://api.openai.com/v1")
+    for _ in range(3):  # the miss is cached and stays a miss
+        assert price_of(NONE, unknown, "no-such-model-x", usage) is None
+
+
+def test_newer_price_data_replaces_the_cached_entries() -> None:
+    # What `update = true` does when a fetch lands: genai-prices swaps in a new snapshot.
+    import copy
+    from decimal import Decimal
+
+    from genai_prices.data_snapshot import DataSnapshot, get_snapshot, set_custom_snapshot
+    from genai_prices.types import ClauseEquals
+
+    usage = Usage(1_000_000, 0, 1_000_000)
+    assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(2.5)
+    providers = copy.deepcopy(get_snapshot().providers)
+    openai = next(p for p in providers if p.id == "openai")
+    model = next(m for m in openai.models if m.id == "gpt-4o")
+    for price in ([model.prices] if not isinstance(model.prices, list)
+                  else [c.prices for c in model.prices]):
+        price.input_mtok = Decimal("4.75")
+    openai.models.append(copy.deepcopy(model))
+    openai.models[-1].id = "lich-test-new-model"
+    openai.models[-1].match = ClauseEquals(equals="lich-test-new-model")
+    new = ProviderConfig(kind="openai_compat", name="openai", model="lich-test-new-model",
+                         base_url="https://api.openai.com/v1")
+    assert price_of(NONE, new, "lich-test-new-model", usage) is None  # a miss, cached
+    set_custom_snapshot(DataSnapshot(providers=providers, from_auto_update=True))
+    try:
+        assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(4.75)
+        assert price_of(NONE, new, "lich-test-new-model", usage) == pytest.approx(4.75)
+    finally:
+        set_custom_snapshot(None)
+    assert price_of(NONE, OPENAI, "gpt-4o", usage) == pytest.approx(2.5)
+    assert price_of(NONE, new, "lich-test-new-model", usage) is None
