@@ -196,10 +196,19 @@ class _Connection:
             done, _ = await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
             if done:
                 return
-        # A server stuck in its handshake never looks at the stop event: cancel it. The
-        # SDK's stdio shutdown runs shielded and bounded, so the process is reaped.
-        owner.cancel()
-        await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
+        # A server stuck in its handshake never looks at the stop event: cancel it —
+        # through the owner's anyio scope, not with task.cancel(). The SDK's stdio
+        # shutdown (stdin closed, SIGTERM, SIGKILL) runs in a shielded anyio scope, which
+        # an anyio cancellation respects and a native task.cancel() does not: that one
+        # broke into the shutdown and left the server process running after lich exited.
+        scope = self._scope
+        if scope is not None:
+            scope.cancel()
+        else:
+            owner.cancel()
+        done, _ = await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
+        if not done:
+            owner.cancel()  # the SDK's bounded shutdown overran: give the task up
 
     async def close(self) -> None:
         """Stop the server for good."""
@@ -213,38 +222,11 @@ class _Connection:
         connection ends, exits the client — all in this one task."""
         ended = asyncio.Event()
         try:
-            client = Client(self._transport(ended.set), cache=None,
-                            message_handler=self._on_message,
-                            client_info=mcp_types.Implementation(name="lich", version=_version()))
-            async with client:
-                tools = await self._list_tools(client)
-                if stop.is_set():
-                    return  # given up on while it started: leave the client, say nothing
-                self.client = client
-                info = client.server_info
-                self.state.protocol_version = client.protocol_version
-                self.state.server_name = info.name if info else None
-                self.state.server_version = info.version if info else None
-                self.state.tools = tools
-                self.state.status, self.state.error = "connected", None
-                self.state.connects += 1
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    if _wants_listen(client):
-                        # Subscribed before the server counts as started: a change a
-                        # first call makes must not be announced to no one.
-                        await tg.start(self._listen, client)
-                    self._serving = True
-                    if not ready.done():
-                        ready.set_result(None)
-                    stopped = asyncio.ensure_future(stop.wait())
-                    gone = asyncio.ensure_future(ended.wait())
-                    try:
-                        await asyncio.wait({stopped, gone}, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        stopped.cancel()
-                        gone.cancel()
-                    tg.cancel_scope.cancel()
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                await self._serve(ready, stop, ended)
+            if scope.cancelled_caught and not ready.done():
+                ready.cancel()
         except asyncio.CancelledError:
             if not ready.done():
                 ready.cancel()
@@ -255,6 +237,7 @@ class _Connection:
             elif not self._closing:
                 log.debug("mcp server %s: connection ended: %s", self.config.name, exc)
         finally:
+            self._scope = None
             self.client = None
             self._tg = None
             self._serving = False
@@ -262,7 +245,45 @@ class _Connection:
                     and not self._closing and not stop.is_set():
                 self._mark_dead("closed the connection")
 
+    async def _serve(self, ready: asyncio.Future[None], stop: asyncio.Event,
+                     ended: asyncio.Event) -> None:
+        """Enter the SDK client, list the tools, serve until ``stop`` or the end of the
+        connection, leave the client (the owner task's body, inside its cancel scope)."""
+        client = Client(self._transport(ended.set), cache=None,
+                        message_handler=self._on_message,
+                        client_info=mcp_types.Implementation(name="lich", version=_version()))
+        async with client:
+            tools = await self._list_tools(client)
+            if stop.is_set():
+                return  # given up on while it started: leave the client, say nothing
+            self.client = client
+            info = client.server_info
+            self.state.protocol_version = client.protocol_version
+            self.state.server_name = info.name if info else None
+            self.state.server_version = info.version if info else None
+            self.state.tools = tools
+            self.state.status, self.state.error = "connected", None
+            self.state.connects += 1
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if _wants_listen(client):
+                    # Subscribed before the server counts as started: a change a
+                    # first call makes must not be announced to no one.
+                    await tg.start(self._listen, client)
+                self._serving = True
+                if not ready.done():
+                    ready.set_result(None)
+                stopped = asyncio.ensure_future(stop.wait())
+                gone = asyncio.ensure_future(ended.wait())
+                try:
+                    await asyncio.wait({stopped, gone}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                    gone.cancel()
+                tg.cancel_scope.cancel()
+
     _tg: Any = None
+    _scope: anyio.CancelScope | None = None
     _serving = False
     _refresh: asyncio.Task[None] | None = None
 

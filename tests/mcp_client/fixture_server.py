@@ -8,7 +8,8 @@ initialize handshake and a session id), and ``POST /expire`` forgets every
 session it has handed out, as a server does when it expires idle sessions.
 
 Environment: ``FIXTURE_HANG=1`` hangs before answering anything (a server stuck at
-start); ``FIXTURE_STDERR=text`` writes ``text`` to stderr at start.
+start); ``FIXTURE_STDERR=text`` writes ``text`` to stderr at start;
+``FIXTURE_PID_FILE=path`` writes the server's pid there first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ import socket
 import sys
 import time
 from pathlib import Path
+
+# Before the SDK's imports (a second or more on a busy machine): a test may stop the
+# process early and still needs its pid.
+if os.environ.get("FIXTURE_PID_FILE"):
+    Path(os.environ["FIXTURE_PID_FILE"]).write_text(str(os.getpid()), encoding="utf-8")
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer

@@ -3,6 +3,9 @@ tool-name collision, a config error — and every MCP tool goes through lich's h
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ import pytest
 
 from lich.config import ConfigError
 from lich.hooks import Block, hookimpl
-from lich.testing import Reply
+from lich.testing import Reply, wait_for
 from lich.types import ToolCall, ToolMessage
 
 from .conftest import FIXTURE, stdio_server
@@ -46,6 +49,33 @@ def test_a_server_hanging_at_start_fails_alone(mcp_agent: Any) -> None:
     assert "mcp__fx__echo" in names
     assert "mcp__fx2__echo" in names
     assert not any(n.startswith("mcp__stuck__") for n in names)
+
+
+def test_a_server_hanging_at_start_is_stopped_when_the_agent_closes(
+    mcp_agent: Any, tmp_path: Path
+) -> None:
+    # It never answers the handshake: the SDK's stdio shutdown (stdin closed, SIGTERM,
+    # SIGKILL) must run to the end, not be broken into by the start's give-up.
+    pid_file = tmp_path / "stuck.pid"
+    agent = mcp_agent({"stuck": stdio_server(
+        env={"FIXTURE_HANG": "1", "FIXTURE_PID_FILE": str(pid_file)}, startup_timeout_s=1)})
+    assert _report(agent).warnings
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(encoding="utf-8"), 15,
+                       "the hung server's pid file"))
+    asyncio.run(agent.aclose())
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    try:
+        wait_for(gone, 15, f"the hung server (pid {pid}) to be stopped")
+    finally:
+        if not gone():
+            os.kill(pid, signal.SIGKILL)
 
 
 async def test_calling_a_failed_servers_tool_is_an_unknown_tool(mcp_agent: Any) -> None:
