@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from lich import hookimpl, tool
 from lich.agent import Agent
 from lich.gateway.bus import GatewayBus, InboundMessage
 from lich.nats_bus.bus import NatsBus
@@ -28,31 +27,11 @@ from lich.postgres.settings import PostgresStoreSettings
 from lich.postgres.store import PostgresStore, PostgresWriter
 from lich.testing import Reply, ScriptedChat, ScriptRequest, async_wait_for, make_test_config
 from lich.testing.nats import NatsServer
-from lich.tools import ToolRegistry
-from lich.types import AssistantMessage, ToolCall, UserMessage
+from lich.types import AssistantMessage, UserMessage
+
+from .charges import CHARGES, Tools, responder
 
 WAIT_S = 30.0
-CHARGES: list[int] = []
-
-
-@tool
-def charge(amount: int) -> str:
-    """Charge a card (not idempotent)."""
-    CHARGES.append(amount)
-    return f"charged {amount}"
-
-
-class Tools:
-    @hookimpl
-    def lich_register_tools(self, registry: ToolRegistry) -> None:
-        registry.register(charge)
-
-
-def responder(request: ScriptRequest) -> Reply:
-    text = request.last_user()
-    if text.startswith("pay ") and not request.tool_results_since_user():
-        return Reply(tool_calls=[ToolCall("c1", "charge", {"amount": int(text[4:])})])
-    return Reply(f"done: {text}")
 
 
 class FreezingStore(PostgresStore):
