@@ -94,6 +94,33 @@ class Worker:
         return any(fragment in line for line in self.lines)
 
 
+async def start_worker(work: Path, env: dict[str, str], *args: str) -> Worker:
+    """A ``lich worker ARGS`` process, returned once it consumes; one that exits first
+    (a bad config) fails the test at once, not at the timeout. The caller stops it."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "lich", "--work-dir", str(work), "worker", *args,
+        cwd=work, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert process.stderr is not None
+        async for raw in process.stderr:
+            lines.append(raw.decode(errors="replace").rstrip())
+
+    worker = Worker(process, lines, asyncio.create_task(read()))
+    try:
+        await async_wait_for(
+            lambda: worker.saw("event=worker_ready") or process.returncode is not None,
+            WORKER_WAIT_S, lambda: f"the worker to consume; stderr: {lines}")
+        assert worker.saw("event=worker_ready"), f"the worker exited: {lines}"
+    except BaseException:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        raise
+    return worker
+
+
 @contextlib.asynccontextmanager
 async def workers(work: Path, env: dict[str, str], count: int,
                   *args: str) -> AsyncIterator[list[Worker]]:
@@ -102,26 +129,8 @@ async def workers(work: Path, env: dict[str, str], count: int,
     started: list[Worker] = []
     try:
         for _ in range(count):
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "lich", "--work-dir", str(work), "worker",
-                *(args or ("--concurrency", "2", "--grace", "10")),
-                cwd=work, env=env, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE)
-            lines: list[str] = []
-
-            async def read(process: asyncio.subprocess.Process = process,
-                           lines: list[str] = lines) -> None:
-                assert process.stderr is not None
-                async for raw in process.stderr:
-                    lines.append(raw.decode(errors="replace").rstrip())
-
-            worker = Worker(process, lines, asyncio.create_task(read()))
-            started.append(worker)
-            # A worker that exits (a bad config) fails the test now, not at the timeout.
-            await async_wait_for(
-                lambda w=worker: w.saw("event=worker_ready") or w.process.returncode is not None,
-                WORKER_WAIT_S, lambda w=worker: f"the worker to consume; stderr: {w.lines}")
-            assert worker.saw("event=worker_ready"), f"the worker exited: {worker.lines}"
+            started.append(await start_worker(
+                work, env, *(args or ("--concurrency", "2", "--grace", "10"))))
         yield started
     finally:
         for worker in started:

@@ -43,6 +43,8 @@ from lich.testing import (
 from lich.testing.nats import NatsServer
 from lich.types import ToolCall
 
+from .conftest import Worker, start_worker
+
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 WAIT_S = 60.0
@@ -100,16 +102,6 @@ class Model:
 
 
 @define
-class Worker:
-    process: asyncio.subprocess.Process
-    lines: list[str]
-    reader: asyncio.Task[None]
-
-    def saw(self, fragment: str) -> bool:
-        return any(fragment in line for line in self.lines)
-
-
-@define
 class Setup:
     work: Path
     env: dict[str, str]
@@ -121,21 +113,8 @@ class Setup:
 
     async def worker(self, *args: str) -> Worker:
         """A ``lich worker`` process, returned once it consumes (killed at the end)."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "lich", "--work-dir", str(self.work), "worker", *args,
-            cwd=self.work, env=self.env, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE)
-        lines: list[str] = []
-
-        async def read() -> None:
-            assert process.stderr is not None
-            async for raw in process.stderr:
-                lines.append(raw.decode(errors="replace").rstrip())
-
-        worker = Worker(process, lines, asyncio.create_task(read()))
+        worker = await start_worker(self.work, self.env, *args)
         self.started.append(worker)
-        await async_wait_for(lambda: worker.saw("event=worker_ready"), WAIT_S,
-                             lambda: f"the worker to consume; stderr: {lines}")
         return worker
 
     async def kill(self, worker: Worker) -> None:
