@@ -86,9 +86,11 @@ def lich_hook_recorder() -> HookRecorder:
     return HookRecorder()
 
 
-@pytest.fixture(scope="session")
-def lich_postgres() -> Iterator[PostgresCluster]:
-    """A PostgreSQL cluster started for the test session and stopped (by pid) after it."""
+def postgres_cluster_or_skip() -> Iterator[PostgresCluster]:
+    """A throw-away PostgreSQL cluster, stopped (by pid) when the generator is closed; the
+    test is skipped, saying why, without PostgreSQL binaries. The body of the
+    ``lich_postgres`` fixture, for a fixture that needs a cluster of its own (one it
+    restarts, say): ``yield from postgres_cluster_or_skip()``."""
     from lich.testing.postgres import PostgresCluster, PostgresUnavailable, find_binaries
 
     try:
@@ -100,6 +102,12 @@ def lich_postgres() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def lich_postgres() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster started for the test session and stopped (by pid) after it."""
+    yield from postgres_cluster_or_skip()
 
 
 _databases = iter(range(1, 1_000_000))

@@ -53,7 +53,8 @@ from lich_env import lich_env
 from lich.nats_bus.settings import admission_token
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, Step, async_wait_for
 from lich.testing.nats import NatsServer
-from lich.testing.postgres import PostgresCluster, PostgresUnavailable, find_binaries
+from lich.testing.plugin import postgres_cluster_or_skip
+from lich.testing.postgres import PostgresCluster
 from lich.types import ToolCall
 
 from .system_plugin import TOOL, safe_name
@@ -292,15 +293,7 @@ def write_config(work: Path, probe: Path, model: ScriptedServer, nats: NatsServe
 @pytest.fixture
 def postgres() -> Iterator[PostgresCluster]:
     """A cluster of this test's own: it is restarted mid-run."""
-    try:
-        binaries = find_binaries()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    cluster = PostgresCluster.start(binaries=binaries)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from postgres_cluster_or_skip()
 
 
 @contextlib.asynccontextmanager
