@@ -13,9 +13,9 @@ import asyncio
 import json
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -32,6 +32,7 @@ from lich.types import AssistantMessage, UserMessage
 from .charges import CHARGES, Tools, responder
 
 WAIT_S = 30.0
+S = TypeVar("S", bound=PostgresStore)
 
 
 class FreezingStore(PostgresStore):
@@ -49,6 +50,33 @@ class FreezingStore(PostgresStore):
             self.frozen.set()
             self.release.wait(WAIT_S * 2)
         return super().open(session_id)
+
+
+class FreezingReads(PostgresStore):
+    """A store whose first transcript read blocks until released (a read runs in a
+    thread: the consumer that made it must also not heartbeat, to look stalled)."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn, PostgresStoreSettings(dsn=dsn))
+        self.frozen = threading.Event()
+        self.release = threading.Event()
+
+    def read(self, ref: str) -> Any:
+        if not self.frozen.is_set():
+            self.frozen.set()
+            self.release.wait(WAIT_S * 2)
+        return super().read(ref)
+
+
+def _silenced(bus: NatsBus) -> NatsBus:
+    """``bus`` sending no in-progress signals: a consumer whose store call blocks in a
+    thread then looks stalled to the broker, as a stopped process does."""
+
+    async def no_heartbeat(msg: Any, fields: Any) -> None:
+        await asyncio.sleep(WAIT_S * 4)
+
+    bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
+    return bus
 
 
 class ThreadedConsumer:
@@ -92,14 +120,6 @@ class ThreadedConsumer:
 
 
 @pytest.fixture
-def stores(lich_postgres_dsn: str) -> Iterator[list[PostgresStore]]:
-    made: list[PostgresStore] = []
-    yield made
-    for store in made:
-        store.close()
-
-
-@pytest.fixture
 async def watcher(nats_server: NatsServer) -> AsyncIterator[list[dict[str, Any]]]:
     """Every reply any consumer sends, as it goes over the wire."""
     import nats
@@ -129,91 +149,157 @@ def rows(dsn: str, session_id: str) -> list[tuple[int, int, dict[str, Any]]]:
     return [(int(seq), int(epoch), json.loads(record)) for seq, epoch, record in found]
 
 
-async def test_a_consumer_stalled_between_its_read_and_its_claim_does_not_run_the_turn_again(
-    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
-    stores: list[PostgresStore], watcher: list[dict[str, Any]],
-) -> None:
-    key = secrets.token_bytes(32)
-    CHARGES.clear()
-    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
-    frozen_store = FreezingStore(lich_postgres_dsn)
-    ingress_store = PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-    live_store = PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-    stores += [frozen_store, ingress_store, live_store]
-    frozen_chat, live_chat = ScriptedChat(responder=responder), ScriptedChat(responder=responder)
+class Race:
+    """One race's parts: an ingress, consumers (live or stalled, each on a store of its
+    own, as separate processes would be), and the conversation ``c1`` they race for.
+    The fixture :func:`race` releases, stops, drains and closes all of it."""
 
-    def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
-            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
-                  sessions=store), id_key=key))
+    def __init__(self, nats_url: str, dsn: str, tmp_path: Path) -> None:
+        self.dsn, self.tmp_path = dsn, tmp_path
+        self.key = secrets.token_bytes(32)
+        self.settings: dict[str, Any] = {"servers": (nats_url,), "partitions": 1,
+                                         "ack_wait_s": 2}
+        self.admission = admission_token("webhook", "c1", "m1")
+        self._stores: list[PostgresStore] = []
+        self._stalled: list[ThreadedConsumer] = []
+        self._live: list[NatsBus] = []
+        self._ingress: NatsBus | None = None
 
-    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
-        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=ingress_store),
-        id_key=key))
-    stalled = ThreadedConsumer(lambda: consumer(frozen_store, frozen_chat))
-    live: NatsBus | None = None
-    await ingress.start()
-    stalled.start()
+    def store(self) -> PostgresStore:
+        """A new store on the database."""
+        return self.frozen(lambda dsn: PostgresStore(dsn, PostgresStoreSettings(dsn=dsn)))
+
+    def frozen(self, kind: Callable[[str], S]) -> S:
+        """A new store made by ``kind`` (one of the freezing stores) on the database."""
+        made = kind(self.dsn)
+        self._stores.append(made)
+        return made
+
+    @property
+    def ingress(self) -> NatsBus:
+        """The ingress (publishes only), made on first use with the settings so far."""
+        if self._ingress is None:
+            self._ingress = NatsBus(NatsBusSettings(**self.settings, consume=False), GatewayBus(
+                Agent(make_test_config(self.tmp_path), chat=ScriptedChat(),
+                      sessions=self.store()), id_key=self.key))
+        return self._ingress
+
+    @property
+    def session(self) -> str:
+        return self.ingress.session_id_for("webhook", "c1")
+
+    def prior(self) -> Any:
+        """A writer on the conversation, for what an earlier (dead) consumer left."""
+        return self.store().open(self.session)
+
+    def consumer(self, store: PostgresStore, chat: ScriptedChat | None = None) -> NatsBus:
+        """A consumer offering the charge tool; its model must not be asked by default."""
+        return NatsBus(NatsBusSettings(**self.settings, consume=True), GatewayBus(
+            Agent(make_test_config(self.tmp_path), plugins=[("tools", Tools())],
+                  chat=chat or ScriptedChat(["must not run"]), sessions=store),
+            id_key=self.key))
+
+    def stalled(self, make: Callable[[], NatsBus]) -> ThreadedConsumer:
+        """A consumer started on its own loop in a thread (``make`` builds its bus)."""
+        threaded = ThreadedConsumer(make)
+        self._stalled.append(threaded)
+        threaded.start()
+        return threaded
+
+    async def live(self, store: PostgresStore, chat: ScriptedChat | None = None) -> NatsBus:
+        """A consumer started on this loop."""
+        bus = self.consumer(store, chat)
+        self._live.append(bus)
+        await bus.start()
+        return bus
+
+    def events(self) -> list[str]:
+        """The durable-turn records of message ``m1``, in order."""
+        return [r["event"] for _, _, r in rows(self.dsn, self.session)
+                if r["kind"] == "meta" and r.get("admission") == self.admission]
+
+    async def close(self) -> None:
+        for store in self._stores:  # a frozen consumer must wake to be stopped
+            release = getattr(store, "release", None)
+            if release is not None:
+                release.set()
+        for threaded in self._stalled:
+            threaded.stop()
+        for bus in self._live:
+            await bus.drain(0)
+            await bus.local.agent.aclose()
+        if self._ingress is not None:
+            await self._ingress.drain(0)
+            await self._ingress.local.agent.aclose()
+        for store in self._stores:
+            store.close()
+
+
+@pytest.fixture
+async def race(nats_server: NatsServer, lich_postgres_dsn: str,
+               tmp_path: Path) -> AsyncIterator[Race]:
+    made = Race(nats_server.url, lich_postgres_dsn, tmp_path)
     try:
-        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
-        # The first consumer takes the message, reads the transcript (nothing of this
-        # turn: it is new) and freezes before its writer claims the conversation.
-        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
-        live = consumer(live_store, live_chat)
-        await live.start()
-        # Past ack_wait the broker gives the message to the live consumer, which runs
-        # the turn to its end: the charge is made, the reply sent, the message acked.
-        reply = await asyncio.wait_for(pending, WAIT_S)
-        assert (reply.kind, reply.text) == ("reply", "done: pay 7")
-        assert CHARGES == [7]
-        session = ingress.session_id_for("webhook", "c1")
-        admission = admission_token("webhook", "c1", "m1")
-
-        def events() -> list[str]:
-            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r["kind"] == "meta" and r.get("admission") == admission]
-
-        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
-        before = rows(lich_postgres_dsn, session)
-
-        # The stalled consumer wakes up. What it read is out of date: it must not run
-        # the turn again (a second charge, a second turn_start), nor write, nor reply.
-        frozen_store.release.set()
-        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
-        # The conversation goes on: its next message runs after the woken consumer let go.
-        later = await asyncio.wait_for(
-            ingress.handle(InboundMessage("webhook", "c1", "u1", "later", "m2")), WAIT_S)
-        assert later.text == "done: later"
-        assert CHARGES == [7]
-        assert frozen_chat.requests == []
-        after = rows(lich_postgres_dsn, session)
-        assert after[:len(before)] == before
-        assert events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
-        users = [r["message"]["content"] for _, _, r in after if r.get("kind") == "message"
-                 and r["message"]["role"] == "user"]
-        assert users == ["pay 7", "later"]
-        # One reply for the message went over the wire: the live consumer's.
-        replies = [s for s in watcher if s["subject"].endswith("." + admission)]
-        assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
+        yield made
     finally:
-        frozen_store.release.set()
-        stalled.stop()
-        if live is not None:
-            await live.drain(0)
-            await live.local.agent.aclose()
-        await ingress.drain(0)
-        await ingress.local.agent.aclose()
+        await made.close()
+
+
+def charging() -> ScriptedChat:
+    """A model answering ``pay N`` with one charge (:func:`charges.responder`)."""
+    return ScriptedChat(responder=responder)
+
+
+async def test_a_consumer_stalled_between_its_read_and_its_claim_does_not_run_the_turn_again(
+    race: Race, watcher: list[dict[str, Any]],
+) -> None:
+    CHARGES.clear()
+    frozen_store = race.frozen(FreezingStore)
+    frozen_chat = charging()
+    stalled = race.stalled(lambda: race.consumer(frozen_store, frozen_chat))
+    ingress = race.ingress
+    await ingress.start()
+    pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
+    # The first consumer takes the message, reads the transcript (nothing of this
+    # turn: it is new) and freezes before its writer claims the conversation.
+    await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+    await race.live(race.store(), charging())
+    # Past ack_wait the broker gives the message to the live consumer, which runs
+    # the turn to its end: the charge is made, the reply sent, the message acked.
+    reply = await asyncio.wait_for(pending, WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "done: pay 7")
+    assert CHARGES == [7]
+    await async_wait_for(lambda: "reply_sent" in race.events(), WAIT_S, "the live reply_sent")
+    before = rows(race.dsn, race.session)
+
+    # The stalled consumer wakes up. What it read is out of date: it must not run
+    # the turn again (a second charge, a second turn_start), nor write, nor reply.
+    frozen_store.release.set()
+    await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+    # The conversation goes on: its next message runs after the woken consumer let go.
+    later = await asyncio.wait_for(
+        ingress.handle(InboundMessage("webhook", "c1", "u1", "later", "m2")), WAIT_S)
+    assert later.text == "done: later"
+    assert CHARGES == [7]
+    assert frozen_chat.requests == []
+    after = rows(race.dsn, race.session)
+    assert after[:len(before)] == before
+    assert race.events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
+    users = [r["message"]["content"] for _, _, r in after if r.get("kind") == "message"
+             and r["message"]["role"] == "user"]
+    assert users == ["pay 7", "later"]
+    # One reply for the message went over the wire: the live consumer's.
+    replies = [s for s in watcher if s["subject"].endswith("." + race.admission)]
+    assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
 
 
 async def test_a_consumer_stalled_in_a_model_call_wakes_stale_before_its_tool_runs(
-    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
-    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+    race: Race, watcher: list[dict[str, Any]],
 ) -> None:
     # The first consumer freezes inside its model call (turn_start stored); the other
     # continues the turn, makes the charge and answers. When the first one wakes, its
     # model answer asks for the charge: its tool_start cannot be stored (its epoch is
     # stale), so the tool does not run, and it sends nothing.
-    key = secrets.token_bytes(32)
     CHARGES.clear()
     frozen, release = threading.Event(), threading.Event()
 
@@ -223,353 +309,157 @@ async def test_a_consumer_stalled_in_a_model_call_wakes_stale_before_its_tool_ru
             release.wait(WAIT_S * 2)  # the consumer's whole event loop stops here
         return responder(request)
 
-    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
-    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-            for _ in range(3)]
-    stores += made
-    frozen_chat, live_chat = ScriptedChat(responder=freezing), ScriptedChat(responder=responder)
-
-    def consumer(store: PostgresStore, chat: ScriptedChat) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
-            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())], chat=chat,
-                  sessions=store), id_key=key))
-
-    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
-        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
-    stalled = ThreadedConsumer(lambda: consumer(made[1], frozen_chat))
-    live: NatsBus | None = None
-    await ingress.start()
-    stalled.start()
+    frozen_chat = ScriptedChat(responder=freezing)
+    await race.ingress.start()
+    stalled = race.stalled(lambda: race.consumer(race.store(), frozen_chat))
     try:
-        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
+        pending = await race.ingress.submit(InboundMessage("webhook", "c1", "u1", "pay 7", "m1"))
         await async_wait_for(frozen.is_set, WAIT_S, "the first consumer froze in its model call")
-        live = consumer(made[2], live_chat)
-        await live.start()
+        await race.live(race.store(), charging())
         reply = await asyncio.wait_for(pending, WAIT_S)
         assert (reply.kind, reply.text) == ("reply", "done: pay 7")
         assert CHARGES == [7]
-        session = ingress.session_id_for("webhook", "c1")
-        admission = admission_token("webhook", "c1", "m1")
-
-        def events() -> list[str]:
-            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r["kind"] == "meta" and r.get("admission") == admission]
-
-        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
+        await async_wait_for(lambda: "reply_sent" in race.events(), WAIT_S,
+                             "the live reply_sent")
         # The live consumer continued the turn: one turn_start, its own tool_start.
-        assert events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
-        before = rows(lich_postgres_dsn, session)
+        assert race.events() == ["turn_start", "tool_start", "turn_end", "reply_sent"]
+        before = rows(race.dsn, race.session)
 
         release.set()
         await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
         assert CHARGES == [7]
-        assert rows(lich_postgres_dsn, session) == before
-        replies = [s for s in watcher if s["subject"].endswith("." + admission)]
+        assert rows(race.dsn, race.session) == before
+        replies = [s for s in watcher if s["subject"].endswith("." + race.admission)]
         assert [(r["kind"], r["text"]) for r in replies] == [("reply", "done: pay 7")]
     finally:
-        release.set()
-        stalled.stop()
-        if live is not None:
-            await live.drain(0)
-            await live.local.agent.aclose()
-        await ingress.drain(0)
-        await ingress.local.agent.aclose()
+        release.set()  # not a store's: the race fixture cannot release it
 
 
-class FreezingReads(PostgresStore):
-    """A store whose first transcript read blocks until released (a read runs in a
-    thread: the consumer that made it must also not heartbeat, to look stalled)."""
-
-    def __init__(self, dsn: str) -> None:
-        super().__init__(dsn, PostgresStoreSettings(dsn=dsn))
-        self.frozen = threading.Event()
-        self.release = threading.Event()
-
-    def read(self, ref: str) -> Any:
-        if not self.frozen.is_set():
-            self.frozen.set()
-            self.release.wait(WAIT_S * 2)
-        return super().read(ref)
+def _ended_turn(race: Race, *, started: bool = False) -> None:
+    """Record ``m1``'s turn as ended with its reply by a consumer that died before it
+    sent the reply (``started``: with the run's own start and end records too)."""
+    writer = race.prior()
+    if started:
+        writer.append("meta", event="run_start", run_id="dead", input="hello")
+    writer.append("message", message={"role": "user", "content": "hello"},
+                  admission=race.admission)
+    writer.append("meta", event="turn_start", admission=race.admission, run_id="dead")
+    writer.message(AssistantMessage("recorded answer"))
+    if started:
+        writer.append("meta", event="run_end", run_id="dead", stopped_reason="final")
+    writer.append("meta", event="turn_end", admission=race.admission,
+                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
+    writer.close()
 
 
 async def test_a_message_past_max_deliver_whose_turn_ended_gets_its_reply_not_an_error(
-    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
-    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+    race: Race, watcher: list[dict[str, Any]],
 ) -> None:
     # The turn's end is recorded (its consumer died before the reply); the next delivery
     # stalls, and the one after is past max_deliver. What is left of the turn is its
     # reply: it is resent, not replaced by the given-up error and a second turn_end.
-    key = secrets.token_bytes(32)
-    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2,
-                "max_deliver": 1}
-    frozen_store = FreezingReads(lich_postgres_dsn)
-    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-            for _ in range(2)]
-    stores += [frozen_store, *made]
-    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
-        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
-    session = ingress.session_id_for("webhook", "c1")
-    admission = admission_token("webhook", "c1", "m1")
-    writer = made[0].open(session)
-    writer.append("meta", event="run_start", run_id="dead", input="hello")
-    writer.append("message", message={"role": "user", "content": "hello"}, admission=admission)
-    writer.append("meta", event="turn_start", admission=admission, run_id="dead")
-    writer.message(AssistantMessage("recorded answer"))
-    writer.append("meta", event="run_end", run_id="dead", stopped_reason="final")
-    writer.append("meta", event="turn_end", admission=admission,
-                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
-    writer.close()
-
-    def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
-            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
-                  sessions=store), id_key=key))
-
-    def silent() -> NatsBus:
-        bus = consumer(frozen_store)
-
-        async def no_heartbeat(msg: Any, fields: Any) -> None:
-            await asyncio.sleep(WAIT_S * 4)
-
-        bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
-        return bus
-
-    stalled = ThreadedConsumer(silent)
-    live: NatsBus | None = None
-    await ingress.start()
-    stalled.start()
-    try:
-        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
-        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
-        live = consumer(made[1])
-        await live.start()
-        reply = await asyncio.wait_for(pending, WAIT_S)
-        assert (reply.kind, reply.text) == ("reply", "recorded answer")
-
-        def events() -> list[str]:
-            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r["kind"] == "meta" and r.get("admission") == admission]
-
-        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
-        assert events() == ["turn_start", "turn_end", "reply_sent"]
-        # The stalled consumer wakes (its read finds the turn answered): it sends nothing
-        # with text, and records nothing.
-        frozen_store.release.set()
-        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
-        assert events() == ["turn_start", "turn_end", "reply_sent"]
-        assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
-            ("reply", "recorded answer")]
-    finally:
-        frozen_store.release.set()
-        stalled.stop()
-        if live is not None:
-            await live.drain(0)
-            await live.local.agent.aclose()
-        await ingress.drain(0)
-        await ingress.local.agent.aclose()
-
-
-def _silenced(bus: NatsBus) -> NatsBus:
-    """``bus`` sending no in-progress signals: a consumer whose store call blocks in a
-    thread then looks stalled to the broker, as a stopped process does."""
-
-    async def no_heartbeat(msg: Any, fields: Any) -> None:
-        await asyncio.sleep(WAIT_S * 4)
-
-    bus._heartbeat = no_heartbeat  # type: ignore[method-assign]
-    return bus
+    race.settings["max_deliver"] = 1
+    _ended_turn(race, started=True)
+    frozen_store = race.frozen(FreezingReads)
+    await race.ingress.start()
+    stalled = race.stalled(lambda: _silenced(race.consumer(frozen_store)))
+    pending = await race.ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+    await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+    await race.live(race.store())
+    reply = await asyncio.wait_for(pending, WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "recorded answer")
+    await async_wait_for(lambda: "reply_sent" in race.events(), WAIT_S, "the reply_sent")
+    assert race.events() == ["turn_start", "turn_end", "reply_sent"]
+    # The stalled consumer wakes (its read finds the turn answered): it sends nothing
+    # with text, and records nothing.
+    frozen_store.release.set()
+    await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+    assert race.events() == ["turn_start", "turn_end", "reply_sent"]
+    assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
+        ("reply", "recorded answer")]
 
 
 async def test_two_consumers_giving_up_one_message_record_and_answer_it_once(
-    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
-    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+    race: Race, watcher: list[dict[str, Any]],
 ) -> None:
     # Delivery 1 stalls; delivery 2 (past max_deliver = 1) is given up by a consumer that
     # stalls before it records that; delivery 3 is given up by a third. When the second
     # wakes, its records are claimed on its old read: refused, and it sends nothing.
-    key = secrets.token_bytes(32)
-    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2,
-                "max_deliver": 1}
-    first_store, second_store = FreezingReads(lich_postgres_dsn), FreezingStore(lich_postgres_dsn)
-    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-            for _ in range(2)]
-    stores += [first_store, second_store, *made]
-
-    def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
-            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
-                  sessions=store), id_key=key))
-
-    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
-        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
-    first = ThreadedConsumer(lambda: _silenced(consumer(first_store)))
-    second = ThreadedConsumer(lambda: _silenced(consumer(second_store)))
-    third: NatsBus | None = None
+    race.settings["max_deliver"] = 1
+    first_store, second_store = race.frozen(FreezingReads), race.frozen(FreezingStore)
     # An earlier conversation, so that the first consumer reads a transcript (and stalls).
-    writer = made[0].open(ingress.session_id_for("webhook", "c1"))
+    writer = race.prior()
     writer.append("meta", event="reset", source="gateway")
     writer.close()
-    await ingress.start()
-    first.start()
-    try:
-        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
-        await async_wait_for(first_store.frozen.is_set, WAIT_S, "delivery 1 stalled")
-        second.start()
-        await async_wait_for(second_store.frozen.is_set, WAIT_S, "delivery 2 stalled")
-        third = consumer(made[1])
-        await third.start()
-        reply = await asyncio.wait_for(pending, WAIT_S)
-        assert reply.kind == "error"
-        session = ingress.session_id_for("webhook", "c1")
-        admission = admission_token("webhook", "c1", "m1")
-
-        def events() -> list[str]:
-            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r["kind"] == "meta" and r.get("admission") == admission]
-
-        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
-        second_store.release.set()
-        await async_wait_for(lambda: second.idle, WAIT_S, "the second consumer is done")
-        assert events() == ["delivery_failed", "turn_end", "reply_sent"]
-        errors = [r for r in watcher if r["kind"] == "error"]
-        assert len(errors) == 1
-    finally:
-        first_store.release.set()
-        second_store.release.set()
-        first.stop()
-        second.stop()
-        if third is not None:
-            await third.drain(0)
-            await third.local.agent.aclose()
-        await ingress.drain(0)
-        await ingress.local.agent.aclose()
+    await race.ingress.start()
+    race.stalled(lambda: _silenced(race.consumer(first_store)))
+    pending = await race.ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+    await async_wait_for(first_store.frozen.is_set, WAIT_S, "delivery 1 stalled")
+    second = race.stalled(lambda: _silenced(race.consumer(second_store)))
+    await async_wait_for(second_store.frozen.is_set, WAIT_S, "delivery 2 stalled")
+    await race.live(race.store())
+    reply = await asyncio.wait_for(pending, WAIT_S)
+    assert reply.kind == "error"
+    await async_wait_for(lambda: "reply_sent" in race.events(), WAIT_S, "the reply_sent")
+    second_store.release.set()
+    await async_wait_for(lambda: second.idle, WAIT_S, "the second consumer is done")
+    assert race.events() == ["delivery_failed", "turn_end", "reply_sent"]
+    errors = [r for r in watcher if r["kind"] == "error"]
+    assert len(errors) == 1
 
 
 async def test_a_consumer_stalled_before_its_reset_does_not_reset_the_conversation_again(
-    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
-    stores: list[PostgresStore], watcher: list[dict[str, Any]],
-    caplog: pytest.LogCaptureFixture,
+    race: Race, watcher: list[dict[str, Any]], caplog: pytest.LogCaptureFixture,
 ) -> None:
     # `/new pay 4`: the first consumer read the conversation and stalls as it opens the
     # reset's writer; the other resets, runs the turn and answers. The woken one's reset
     # is claimed on its old read: refused, so the other's turn is not wiped from the
     # history, and the message is neither run, answered nor handed back by it.
-    key = secrets.token_bytes(32)
     CHARGES.clear()
-    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
-    frozen_store = FreezingStore(lich_postgres_dsn)
-    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-            for _ in range(2)]
-    stores += [frozen_store, *made]
-
-    def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
-            Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
-                  chat=ScriptedChat(responder=responder), sessions=store), id_key=key))
-
-    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
-        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
-    session = ingress.session_id_for("webhook", "c1")
-    writer = made[0].open(session)  # an earlier conversation, for /new to reset
+    frozen_store = race.frozen(FreezingStore)
+    writer = race.prior()  # an earlier conversation, for /new to reset
     writer.message(UserMessage("old"))
     writer.close()
-    stalled = ThreadedConsumer(lambda: _silenced(consumer(frozen_store)))
-    live: NatsBus | None = None
-    await ingress.start()
-    stalled.start()
-    try:
-        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "/new pay 4", "m1"))
-        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
-        live = consumer(made[1])
-        await live.start()
-        reply = await asyncio.wait_for(pending, WAIT_S)
-        assert reply.text == "done: pay 4"
-        admission = admission_token("webhook", "c1", "m1")
-
-        def events() -> list[str]:
-            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r["kind"] == "meta" and r.get("admission") == admission]
-
-        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the live reply_sent")
-        before = rows(lich_postgres_dsn, session)
-        frozen_store.release.set()
-        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
-        assert rows(lich_postgres_dsn, session) == before
-        assert [r["event"] for _, _, r in before if r.get("event") == "reset"] == ["reset"]
-        assert CHARGES == [4]
-        history = made[1].history(session)
-        assert [m.content for m in history if isinstance(m, UserMessage)] == ["pay 4"]
-        lost = [r.getMessage() for r in caplog.records if "event=turn_lost" in r.getMessage()]
-        assert len(lost) == 1
-        assert not [r for r in caplog.records if "event=handed_back" in r.getMessage()]
-        assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [
-            ("reply", "done: pay 4")]
-    finally:
-        frozen_store.release.set()
-        stalled.stop()
-        if live is not None:
-            await live.drain(0)
-            await live.local.agent.aclose()
-        await ingress.drain(0)
-        await ingress.local.agent.aclose()
+    await race.ingress.start()
+    stalled = race.stalled(lambda: _silenced(race.consumer(frozen_store, charging())))
+    pending = await race.ingress.submit(InboundMessage("webhook", "c1", "u1", "/new pay 4", "m1"))
+    await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+    live_store = race.store()
+    await race.live(live_store, charging())
+    reply = await asyncio.wait_for(pending, WAIT_S)
+    assert reply.text == "done: pay 4"
+    await async_wait_for(lambda: "reply_sent" in race.events(), WAIT_S, "the live reply_sent")
+    before = rows(race.dsn, race.session)
+    frozen_store.release.set()
+    await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+    assert rows(race.dsn, race.session) == before
+    assert [r["event"] for _, _, r in before if r.get("event") == "reset"] == ["reset"]
+    assert CHARGES == [4]
+    history = live_store.history(race.session)
+    assert [m.content for m in history if isinstance(m, UserMessage)] == ["pay 4"]
+    lost = [r.getMessage() for r in caplog.records if "event=turn_lost" in r.getMessage()]
+    assert len(lost) == 1
+    assert not [r for r in caplog.records if "event=handed_back" in r.getMessage()]
+    assert [(r["kind"], r["text"]) for r in watcher if r["text"]] == [("reply", "done: pay 4")]
 
 
 async def test_a_reply_is_resent_by_one_of_two_racing_consumers_only(
-    nats_server: NatsServer, tmp_path: Path, lich_postgres_dsn: str,
-    stores: list[PostgresStore], watcher: list[dict[str, Any]],
+    race: Race, watcher: list[dict[str, Any]],
 ) -> None:
     # The turn ended (its consumer died before the reply). The next consumer reads that,
     # and stalls before it resends; the one after resends. The resend is claimed on the
     # read before it goes out: the woken consumer, whose claim is refused, sends nothing.
-    key = secrets.token_bytes(32)
-    settings = {"servers": (nats_server.url,), "partitions": 1, "ack_wait_s": 2}
-    frozen_store = FreezingStore(lich_postgres_dsn)
-    made = [PostgresStore(lich_postgres_dsn, PostgresStoreSettings(dsn=lich_postgres_dsn))
-            for _ in range(2)]
-    stores += [frozen_store, *made]
-    ingress = NatsBus(NatsBusSettings(**settings, consume=False), GatewayBus(
-        Agent(make_test_config(tmp_path), chat=ScriptedChat(), sessions=made[0]), id_key=key))
-    session = ingress.session_id_for("webhook", "c1")
-    admission = admission_token("webhook", "c1", "m1")
-    writer = made[0].open(session)
-    writer.append("message", message={"role": "user", "content": "hello"}, admission=admission)
-    writer.append("meta", event="turn_start", admission=admission, run_id="dead")
-    writer.message(AssistantMessage("recorded answer"))
-    writer.append("meta", event="turn_end", admission=admission,
-                  reply={"kind": "reply", "text": "recorded answer", "run_id": "dead"})
-    writer.close()
-
-    def consumer(store: PostgresStore) -> NatsBus:
-        return NatsBus(NatsBusSettings(**settings, consume=True), GatewayBus(
-            Agent(make_test_config(tmp_path), chat=ScriptedChat(["must not run"]),
-                  sessions=store), id_key=key))
-
-    stalled = ThreadedConsumer(lambda: _silenced(consumer(frozen_store)))
-    live: NatsBus | None = None
-    await ingress.start()
-    stalled.start()
-    try:
-        pending = await ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
-        await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
-        live = consumer(made[1])
-        await live.start()
-        reply = await asyncio.wait_for(pending, WAIT_S)
-        assert (reply.kind, reply.text) == ("reply", "recorded answer")
-
-        def events() -> list[str]:
-            return [r["event"] for _, _, r in rows(lich_postgres_dsn, session)
-                    if r["kind"] == "meta" and r.get("admission") == admission]
-
-        await async_wait_for(lambda: "reply_sent" in events(), WAIT_S, "the reply_sent")
-        frozen_store.release.set()
-        await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
-        assert events() == ["turn_start", "turn_end", "reply_sent"]
-        assert [(r["kind"], r["text"]) for r in watcher] == [("reply", "recorded answer")]
-    finally:
-        frozen_store.release.set()
-        stalled.stop()
-        if live is not None:
-            await live.drain(0)
-            await live.local.agent.aclose()
-        await ingress.drain(0)
-        await ingress.local.agent.aclose()
+    _ended_turn(race)
+    frozen_store = race.frozen(FreezingStore)
+    await race.ingress.start()
+    stalled = race.stalled(lambda: _silenced(race.consumer(frozen_store)))
+    pending = await race.ingress.submit(InboundMessage("webhook", "c1", "u1", "hello", "m1"))
+    await async_wait_for(frozen_store.frozen.is_set, WAIT_S, "the first consumer froze")
+    await race.live(race.store())
+    reply = await asyncio.wait_for(pending, WAIT_S)
+    assert (reply.kind, reply.text) == ("reply", "recorded answer")
+    await async_wait_for(lambda: "reply_sent" in race.events(), WAIT_S, "the reply_sent")
+    frozen_store.release.set()
+    await async_wait_for(lambda: stalled.idle, WAIT_S, "the woken consumer is done")
+    assert race.events() == ["turn_start", "turn_end", "reply_sent"]
+    assert [(r["kind"], r["text"]) for r in watcher] == [("reply", "recorded answer")]
