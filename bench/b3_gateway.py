@@ -41,7 +41,7 @@ from bench._common import (
 from bench._model_server import ModelServer
 from bench._tool_plugin import TOOL
 
-__all__ = ["Gateway", "run", "tables", "write_config"]
+__all__ = ["Gateway", "gateway_config", "run", "tables", "write_config", "write_json_config"]
 
 HISTORY_CAP = 40  # the bus's default, used by both sides
 EXPECT = "done"
@@ -57,13 +57,13 @@ def _repo_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
-def write_config(work: Path, base_url: str, max_conversations: int,
-                 connections: int = 100) -> Path:
-    """The lich config file both sides use (JSON, which ``--config`` accepts).
+def gateway_config(work: Path, base_url: str, max_conversations: int,
+                   connections: int = 100) -> dict[str, Any]:
+    """The lich config both sides use, as a dict (B9 adds its bus and store to it).
 
     ``connections``: how many the load opens at once, all before its first request.
     """
-    config = {
+    return {
         "providers": [{"kind": "openai_compat", "name": "bench", "model": "scripted",
                        "base_url": base_url}],
         "plugins": ["openai_compat", "gateway", str(Path(_tool_plugin.__file__).resolve())],
@@ -84,6 +84,17 @@ def write_config(work: Path, base_url: str, max_conversations: int,
                         "max_unauthenticated": connections},
         },
     }
+
+
+def write_config(work: Path, base_url: str, max_conversations: int,
+                 connections: int = 100) -> Path:
+    """:func:`gateway_config` written as the file ``--config`` reads (JSON)."""
+    return write_json_config(work, gateway_config(work, base_url, max_conversations,
+                                                  connections))
+
+
+def write_json_config(work: Path, config: dict[str, Any]) -> Path:
+    """``config`` in ``work`` as ``lich-bench.json``; its path."""
     path = work / "lich-bench.json"
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return path

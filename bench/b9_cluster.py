@@ -41,11 +41,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import _tool_plugin
 from bench._common import cpu_seconds, fmt_ms, fmt_ratio, markdown_table, summary
 from bench._model_server import ModelServer
 from bench._tool_plugin import TOOL
-from bench.b3_gateway import HISTORY_CAP, _clean_env, _stats, _webhook_load
+from bench.b3_gateway import (
+    HISTORY_CAP,
+    _clean_env,
+    _stats,
+    _webhook_load,
+    gateway_config,
+    write_json_config,
+)
 
 __all__ = ["SIDES", "run", "tables"]
 
@@ -136,24 +142,10 @@ class Proc:
 def _config(work: Path, base_url: str, side: str, nats_url: str | None, partitions: int,
             connections: int) -> Path:
     workers, store = SIDES[side]
-    plugins = ["openai_compat", "gateway", str(Path(_tool_plugin.__file__).resolve())]
-    config: dict[str, Any] = {
-        "providers": [{"kind": "openai_compat", "name": "bench", "model": "scripted",
-                       "base_url": base_url}],
-        "plugins": plugins,
-        "stream": False,
-        "work_dir": str(work),
-        "session_dir": str(work / "sessions"),
-        "gateway": {
-            "platforms": ["webhook"],
-            "tools": [TOOL],
-            "history_cap": HISTORY_CAP,
-            "max_conversations": 10 * connections,
-            # As in B3: the load opens every connection before its first request.
-            "webhook": {"port": 0, "max_connections": connections,
-                        "max_unauthenticated": connections},
-        },
-    }
+    # B3's gateway, keeping every conversation of the run in memory with room to spare.
+    config = gateway_config(work, base_url, max_conversations=10 * connections,
+                            connections=connections)
+    plugins: list[str] = config["plugins"]
     if store == "postgres":
         plugins.append("postgres")
         config["session_store"] = {"kind": "postgres", "dsn_env": "LICH_POSTGRES_DSN"}
@@ -163,9 +155,7 @@ def _config(work: Path, base_url: str, side: str, nats_url: str | None, partitio
         # docs/cluster.md, choosing P), and the in-process bus runs all K at once.
         config["bus"] = {"kind": "nats", "servers": [nats_url], "partitions": partitions,
                          "consume": False, "stream": "B9_" + re.sub(r"\W", "_", side)}
-    path = work / "lich-bench.json"
-    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return path
+    return write_json_config(work, config)
 
 
 class Deployment:
