@@ -83,10 +83,13 @@ from lich.turns import (
 )
 from lich.types import (
     ChatFn,
+    ChatOptions,
     ChatResult,
     Message,
     Provider,
+    ProviderError,
     ToolCall,
+    ToolDefinition,
     ToolResult,
     Usage,
     UserMessage,
@@ -188,6 +191,18 @@ def build_tool_registry(host: PluginHost, config: LichConfig) -> ToolRegistry:
     return registry
 
 
+def _unusable_model(problem: ConfigError) -> ChatFn:
+    """A chat function failing every call with ``problem`` (an agent without a model)."""
+    reason = "; ".join(problem.problems)
+
+    async def chat(messages: Sequence[Message], tools: Sequence[ToolDefinition],
+                   options: ChatOptions) -> ChatResult:
+        raise ProviderError("bad_request", "none",
+                            f"this process has no usable model: {reason}")
+
+    return chat
+
+
 class Agent:
     """An agent: tools and a chat function assembled from plugins, plus a session store.
 
@@ -202,6 +217,11 @@ class Agent:
     :param sessions: use this transcript store (it stays the caller's to close);
         by default the one ``lich_make_session_store`` (or the JSONL default)
         gives, closed by :meth:`aclose`.
+    :param model_optional: for a process that may run no model at all (a cluster
+        ingress, whose bus hands every message to workers): providers that cannot
+        be built (no model configured, a key not set) do not fail the agent; the
+        problem is kept in :attr:`model_problem` and every model call fails with
+        it. The caller decides, once it knows, whether that is an error.
 
     Strict mode (``config.strict_plugins``) raises
     :class:`lich.plugins.PluginLoadError` when any plugin failed.
@@ -217,6 +237,7 @@ class Agent:
         env: dict[str, str] | None = None,
         today: Callable[[], datetime.date] = datetime.date.today,
         sessions: TranscriptStore | None = None,
+        model_optional: bool = False,
     ) -> None:
         self.config = config
         self._env = env
@@ -234,6 +255,8 @@ class Agent:
             raise ConfigError(problems)
         self.tools = build_tool_registry(host, config)
         self.providers: list[Provider] = []
+        #: Why no model can be called (``model_optional`` agents only), else None.
+        self.model_problem: ConfigError | None = None
         # The kinds are registered even with an injected chat function: their default key
         # variables are what the tools must never reveal.
         self.provider_kinds = ProviderRegistry()
@@ -243,8 +266,15 @@ class Agent:
             # reported as that plugin failure, not as a config error.
             if config.strict_plugins:
                 host.raise_if_failed()
-            self.providers = build_providers(config, self.provider_kinds)
-            chat = build_chat(config, host, self.providers)
+            try:
+                self.providers = build_providers(config, self.provider_kinds)
+                chat = build_chat(config, host, self.providers)
+            except ConfigError as exc:
+                if not model_optional:
+                    raise
+                self.providers = []
+                chat = _unusable_model(exc)
+                self.model_problem = exc
         if config.strict_plugins:
             host.raise_if_failed()
         self.chat: ChatFn = chat

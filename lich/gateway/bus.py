@@ -187,7 +187,9 @@ class MessageBus(Protocol):
     with ``acquire()``, ``lost`` (an :class:`asyncio.Event`) and ``release()``:
     the runner then starts an ``exclusive`` adapter (a poller) only while it
     holds the platform's lease (the nats bus does; see
-    :mod:`lich.nats_bus.lease`).
+    :mod:`lich.nats_bus.lease`). It may say ``runs_messages = False`` when this
+    process runs none of the messages it takes (an ingress handing them all to
+    workers): the runner then starts without a usable model instead of failing.
     """
 
     @property

@@ -138,8 +138,10 @@ class GatewayRunner:
                 log_event(log, logging.WARNING, "unknown_platform_table",
                           table=f"gateway.{table}", detail="no adapter of that name is registered")
 
+        # A bus spread over processes may run every message elsewhere (an ingress runs
+        # no model): whether a model is needed here is known once the bus is made.
         self.agent = Agent(gateway_agent_config(self.config, self.gateway), host=self.host,
-                           chat=self.chat)
+                           chat=self.chat, model_optional=bus_kind(self.config.bus) != "memory")
         try:
             # A database store that is unreachable or too new fails the start, not the
             # first conversation (its schema is migrated here too).
@@ -160,6 +162,7 @@ class GatewayRunner:
         self.local = GatewayBus.from_config(self.agent, self.gateway)
         try:
             self.bus = self._make_bus(self.local)
+            self._check_model(self.bus, self.agent)
             await self.bus.start()
         except BaseException:
             self.bus = None
@@ -231,6 +234,20 @@ class GatewayRunner:
             await self._stop_adapter(name, adapter)
             adapter = None
             self.standby.add(name)
+
+    @staticmethod
+    def _check_model(bus: MessageBus, agent: Agent) -> None:
+        """Fail the start when this process runs messages and its model is unusable.
+
+        :raises lich.config.ConfigError: the model's problem, as a run would report it.
+        """
+        problem = agent.model_problem
+        if problem is None:
+            return
+        if getattr(bus, "runs_messages", True):
+            raise problem
+        log_event(log, logging.INFO, "model_not_configured", problem="; ".join(problem.problems),
+                  detail="this process runs no model: its bus hands every message to workers")
 
     def _make_bus(self, local: GatewayBus) -> MessageBus:
         """The bus of ``[bus] kind``: a plugin's (``lich_make_bus``), or ``local`` for memory.

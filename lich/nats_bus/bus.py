@@ -300,6 +300,11 @@ class NatsBus:
         return self._closed
 
     @property
+    def runs_messages(self) -> bool:
+        """Whether this process runs messages (``consume``), or only admits them."""
+        return self.settings.consume
+
+    @property
     def in_flight(self) -> int:
         """Replies this process waits for, plus messages its consumers are running."""
         return len(self._waiters) + len(self._busy_partitions)

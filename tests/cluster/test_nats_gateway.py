@@ -214,3 +214,69 @@ async def test_a_message_over_the_brokers_payload_limit_is_refused_for_good(
     assert (reply.kind, reply.text) == ("error", TOO_LARGE_TEXT)
     assert bus.in_flight == 0
     assert chat.requests == []
+
+
+def _keyless_config(tmp_path: Path, nats_url: str, consume: bool) -> Any:
+    """A gateway on the nats bus whose provider's key is not set (anthropic's)."""
+    from lich.config import ProviderConfig
+
+    return make_test_config(
+        tmp_path, plugins=("gateway", "nats", "anthropic"),
+        providers=(ProviderConfig(kind="anthropic", name="claude", model="claude-test"),),
+        gateway={"platforms": ["webhook"], "webhook": {"port": 0}},
+        bus={"kind": "nats", "servers": [nats_url], "partitions": 4, "consume": consume})
+
+
+async def test_an_ingress_starts_without_the_providers_key_and_its_messages_are_answered(
+    nats_server: NatsServer, tmp_path: Path, make_nats_bus: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+):
+    # An ingress runs no model: the key lives on the workers only.
+    caplog.set_level("INFO", logger="lich.gateway")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    config = _keyless_config(tmp_path, nats_server.url, consume=False)
+    runner = GatewayRunner(config, host=load_plugins(config), env={})
+    await runner.start()
+    try:
+        assert runner.agent is not None
+        assert runner.agent.model_problem is not None
+        assert "ANTHROPIC_API_KEY" in " ".join(runner.agent.model_problem.problems)
+        assert any("event=model_not_configured" in r.getMessage() for r in caplog.records)
+        await make_nats_bus(ScriptedChat(responder=contract_responder))  # a worker
+        url = f"http://127.0.0.1:{runner.adapter('webhook').port}"
+        async with httpx.AsyncClient(timeout=WAIT_S) as client:
+            response = await client.post(f"{url}/message", json={"text": "hi", "chat_id": "c1"})
+        assert response.status_code == 200
+        assert response.json()["reply"] == "you said: hi | earlier: -"
+    finally:
+        await runner.stop(grace_s=2)
+
+
+async def test_a_gateway_that_runs_messages_still_needs_the_providers_key(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    config = _keyless_config(tmp_path, nats_server.url, consume=True)
+    runner = GatewayRunner(config, host=load_plugins(config), env={})
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        await runner.start()
+    assert runner.bus is None
+
+
+async def test_an_agent_without_a_usable_model_fails_each_call_naming_the_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    from lich.agent import Agent
+    from lich.types import ProviderError
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    config = _keyless_config(tmp_path, "nats://127.0.0.1:1", consume=False)
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        Agent(config)
+    agent = Agent(config, model_optional=True)
+    try:
+        with pytest.raises(ProviderError, match=r"this process has no usable model: .*"
+                                                r"ANTHROPIC_API_KEY"):
+            await agent.run("hello")
+    finally:
+        await agent.aclose()
