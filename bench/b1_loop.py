@@ -105,8 +105,9 @@ VARIANTS: dict[str, Variant] = {
     "lich idle plugins": Variant("lich", config={"plugins": ("openai_compat", *IDLE_PLUGINS)}),
 }
 TARGET_VARIANT = "lich"
-# Targets on the extra cost per turn of a plugin variant against plain "lich" (ms).
-EXTRA_TARGETS: dict[str, float] = {"lich approvals": 0.05, "lich otel+prices": 0.3}
+# The plugin variants' extra cost per turn over plain "lich" is reported here, over
+# HTTP, but judged by B8 (in process, no HTTP): two HTTP round trips per turn on two
+# shared cores vary by more than the 0.05 ms an allowed approval may cost.
 # The variants every lich path is held to ≤ 1.5× the sync raw loop with (issue 20).
 PATH_VARIANTS = ("lich", "lich stream")
 
@@ -383,13 +384,6 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
                               "<=", 1.5, main["ratio"]["median"]))
         targets.append(Target(f"B1 per-turn overhead at N={top} (stream off, sessions on)",
                               "<=", 1.0, main["overhead_per_turn_s"]["median"] * 1000, "ms"))
-    for name, limit in EXTRA_TARGETS.items():
-        e = rows[top].get(name, {})
-        if "cpu_extra_per_turn_s" in e:
-            targets.append(Target(
-                f"B1 {name}: extra CPU per turn over lich at N={top} (wall: "
-                f"{e['extra_per_turn_s']['median'] * 1000:.3f} ms)", "<=", limit,
-                e["cpu_extra_per_turn_s"]["median"] * 1000, "ms"))
     return {
         "params": {"turns": list(turns), "reps": reps, "variants": list(variants), "tool": TOOL},
         "runs": rows,
