@@ -258,7 +258,9 @@ class HttpProvider:
         folds[key] = (weakref.ref(messages[-1], functools.partial(_forget, folds, key)),
                       refs, state)
         if len(folds) > _FOLDS:
-            del folds[next(iter(folds))]  # the entry written longest ago
+            # The entry written longest ago (pop: a weak-reference callback may have
+            # dropped it in between).
+            folds.pop(next(iter(folds)), None)
         return state
 
     def wire_list(self, messages: Sequence[_M], build: Callable[[_M], _T | None]) -> list[_T]:

@@ -204,3 +204,23 @@ def test_tiny_histories(kind: str, empty: list[Message]) -> None:
     for _ in range(2):
         assert provider.build_body(empty, TOOLS, ChatOptions()) == \
             make_provider(kind).build_body(empty, TOOLS, ChatOptions())
+
+
+def test_the_folded_states_are_bounded_and_a_long_jump_is_folded_afresh(kind: str) -> None:
+    from lich_providers._base import _FOLDS, _SCAN
+
+    provider = make_provider(kind)
+    conversations: list[list[Message]] = [
+        [SystemMessage("s"), UserMessage(f"user {i}")] for i in range(_FOLDS + 20)]
+    for history in conversations:
+        provider.build_body(history, TOOLS, ChatOptions())
+    assert len(provider._folds) == _FOLDS
+    # The evicted first conversation, and one that grew by more than _SCAN messages at
+    # once, still get exactly the body a fresh provider builds.
+    first, last = conversations[0], conversations[-1]
+    first += tool_turn(1, "x")
+    for n in range(2, 2 + _SCAN // 3 + 1):
+        last += tool_turn(n, "y")
+    for history in (first, last):
+        assert provider.build_body(history, TOOLS, ChatOptions()) == \
+            make_provider(kind).build_body(history, TOOLS, ChatOptions())
