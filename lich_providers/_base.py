@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 
 _M = TypeVar("_M", bound=Message)
 _T = TypeVar("_T")
+_S = TypeVar("_S")
+
+#: How many of a request's newest messages wire_fold() looks among for the end of the
+#: conversation's previous request (an agent turn adds one answer and its tool results).
+_SCAN = 64
+#: How many conversations' folded states one provider keeps (the oldest goes first).
+_FOLDS = 256
 
 __all__ = [
     "HttpProvider",
@@ -167,10 +174,11 @@ class HttpProvider:
         )
         # id(message) -> (weak reference to it, its wire form); see wire_of().
         self._wire_cache: dict[int, tuple[weakref.ref[Any], Any]] = {}
-        # The last wire_list(): weak references to its messages, in order, and their wire
-        # forms (Nones left out). The messages are not kept alive; their wire forms are,
-        # until the next request replaces them (one conversation's, at most).
-        self._last_wire: tuple[tuple[weakref.ref[Any], ...], list[Any]] = ((), [])
+        # wire_fold()'s states: id(last message of a request) -> (weak reference to that
+        # message with a callback that drops the entry, weak references to the request's
+        # messages in order, the state folded from them). One entry per conversation in
+        # flight on this provider, at most _FOLDS; see wire_fold().
+        self._folds: dict[int, tuple[weakref.ref[Any], tuple[weakref.ref[Any], ...], Any]] = {}
 
     def wire_of(self, message: _M, build: Callable[[_M], _T]) -> _T:
         """``build(message)``, computed once per message object and then reused.
@@ -197,32 +205,79 @@ class HttpProvider:
         cache[key] = (ref, item)
         return item
 
+    def wire_fold(
+        self,
+        messages: Sequence[_M],
+        start: _S,
+        extend: Callable[[_S, Sequence[_M]], _S],
+    ) -> _S:
+        """``extend(start, messages)``, continued from an earlier request's state when it can be.
+
+        A conversation's next request is an earlier one plus a few messages (the same
+        objects, in the same order), so the state folded from that request (its wire
+        list, or whatever the dialect builds) is reused and only the new messages are
+        folded in: the per-request cost does not grow with the history (B1 in
+        docs/performance.md). The earlier request is found by its last message, among
+        the newest :data:`_SCAN` of ``messages``, and is used only when *all* its
+        messages are, by identity, a prefix of ``messages`` (checked in C, not message
+        by message in Python). Anything else (a capped or compressed history, an earlier
+        message replaced by an equal or an edited one) is folded afresh from ``start``.
+        Each conversation on a shared provider (the gateway's) keeps its own entry.
+
+        ``extend(state, new)`` must return a new state and never mutate ``state``: it
+        may be reused by the next request, and the caller must not mutate what it is
+        given back. One provider has one fold (its ``build_body``'s); the messages are
+        not kept alive by it, and an entry goes when its last message is collected.
+        """
+        count = len(messages)
+        if not count:
+            return extend(start, messages)
+        folds = self._folds
+        done, state = 0, start
+        refs: tuple[weakref.ref[Any], ...] = ()
+        for i in range(count - 1, max(count - _SCAN, 0) - 1, -1):
+            entry = folds.get(id(messages[i]))
+            if entry is None:
+                continue
+            if (entry[0]() is messages[i] and len(entry[1]) == i + 1
+                    and all(map(operator.is_, map(operator.call, entry[1]), messages))):
+                done, refs, state = i + 1, entry[1], entry[2]
+            break
+        new = messages[done:]
+        state = extend(state, new)
+        if not new:
+            return state
+        try:
+            refs = refs + tuple(map(weakref.ref, new))
+        except TypeError:  # a message type without weakref support: never reused
+            return state
+        if done:
+            # The conversation has moved on: its earlier entry would only hold memory.
+            folds.pop(id(messages[done - 1]), None)
+        key = id(messages[-1])
+        folds[key] = (weakref.ref(messages[-1], functools.partial(_forget, folds, key)),
+                      refs, state)
+        if len(folds) > _FOLDS:
+            # The entry written longest ago (pop: a weak-reference callback may have
+            # dropped it in between).
+            folds.pop(next(iter(folds)), None)
+        return state
+
     def wire_list(self, messages: Sequence[_M], build: Callable[[_M], _T | None]) -> list[_T]:
         """``[wire_of(m, build) for m in messages]`` without the ``None`` items: a new list.
 
-        A conversation's next request is its previous one plus a few messages (the
-        same objects, in the same order), so when the previous call's messages are a
-        prefix of ``messages`` its list is reused and only the new messages are looked
-        up — the prefix is checked by identity, in C, not message by message in Python
-        (B1 in docs/performance.md). Anything else (another conversation on this
-        provider, a compressed history) takes the per-message path. The same wire
-        forms either way: messages are immutable and :meth:`wire_of` caches by
-        identity too.
+        Through :meth:`wire_fold`, so only the messages added since the conversation's
+        previous request are looked up. The same wire forms either way: messages are
+        immutable and :meth:`wire_of` caches by identity too.
         """
-        refs, wire = self._last_wire
-        done = len(refs)
-        if not (done and len(messages) >= done
-                and all(map(operator.is_, map(operator.call, refs), messages))):
-            refs, wire, done = (), [], 0
-        new = messages[done:]
-        try:
-            new_refs = tuple(map(weakref.ref, new))
-        except TypeError:  # a message type without weakref support: never reused
-            self._last_wire = ((), [])
-            return [*wire, *(w for m in new if (w := self.wire_of(m, build)) is not None)]
-        wire = [*wire, *(w for m in new if (w := self.wire_of(m, build)) is not None)]
-        self._last_wire = (refs + new_refs, wire)
-        return list(wire)
+        wire_of = self.wire_of
+
+        def extend(wire: list[_T], new: Sequence[_M]) -> list[_T]:
+            return [*wire, *(w for m in new if (w := wire_of(m, build)) is not None)]
+
+        start: list[_T] = []
+        wire = self.wire_fold(messages, start, extend)
+        return list(wire)  # the caller's to change
 
     @property
     def name(self) -> str:
@@ -332,7 +387,7 @@ class HttpProvider:
         await self.http.aclose()
 
 
-def _forget(cache: dict[int, tuple[weakref.ref[Any], Any]], key: int, ref: Any) -> None:
+def _forget(cache: dict[int, Any], key: int, ref: Any) -> None:
     # Only this message's entry: its id may already belong to a newer message.
     entry = cache.get(key)
     if entry is not None and entry[0] is ref:

@@ -58,6 +58,10 @@ DEFAULT_KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULTS = ProviderDefaults(base_url="https://api.anthropic.com", key_env=DEFAULT_KEY_ENV)
 DEFAULT_MAX_TOKENS = 4096
 
+# What build_body folds a history into (see HttpProvider.wire_fold): the system texts,
+# the complete turns, the trailing tool_result blocks.
+_Fold = tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]
+
 # The statuses behind the error types the API reports inside a stream (or a body).
 _ERROR_STATUS = {
     "invalid_request_error": 400,
@@ -137,25 +141,11 @@ class AnthropicProvider(HttpProvider):
         options: ChatOptions,
     ) -> dict[str, Any]:
         """The Messages API request body."""
-        system: list[str] = []
-        turns: list[dict[str, Any]] = []
-        results: list[dict[str, Any]] = []
-
-        for m in messages:
-            if isinstance(m, ToolMessage):
-                results.append(self.wire_of(m, _tool_result))
-                continue
-            if results:
-                turns.append({"role": "user", "content": results})
-                results = []
-            if isinstance(m, SystemMessage):
-                system.append(m.content)
-                continue
-            turn = self.wire_of(m, _turn)
-            if turn is not None:
-                turns.append(turn)
-        if results:
-            turns.append({"role": "user", "content": results})
+        start: _Fold = ([], [], [])
+        system, turns, results = self.wire_fold(messages, start, self._fold)
+        # A new list for the caller; a trailing group of tool results is made a turn here,
+        # per request (the next request may add to the group).
+        turns = [*turns, {"role": "user", "content": [*results]}] if results else [*turns]
 
         body: dict[str, Any] = {
             "model": self.model,
@@ -174,6 +164,26 @@ class AnthropicProvider(HttpProvider):
         if options.stream:
             body["stream"] = True
         return body
+
+    def _fold(self, state: _Fold, new: Sequence[Message]) -> _Fold:
+        # The wire_fold() step: system texts, complete turns, and the tool results not yet
+        # closed into a user turn (a later tool message joins them), each a new list.
+        system, turns, results = [*state[0]], [*state[1]], [*state[2]]
+        wire_of = self.wire_of
+        for m in new:
+            if isinstance(m, ToolMessage):
+                results.append(wire_of(m, _tool_result))
+                continue
+            if results:
+                turns.append({"role": "user", "content": results})
+                results = []
+            if isinstance(m, SystemMessage):
+                system.append(m.content)
+                continue
+            turn = wire_of(m, _turn)
+            if turn is not None:
+                turns.append(turn)
+        return system, turns, results
 
     def error_from(self, error: Any, what: str) -> ProviderError:
         """The :class:`ProviderError` for an API error object (``{"type", "message"}``)."""

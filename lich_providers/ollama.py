@@ -131,9 +131,7 @@ class OllamaProvider(HttpProvider):
         options: ChatOptions,
     ) -> dict[str, Any]:
         """The ``/api/chat`` request body."""
-        wire = [
-            item for m in messages if (item := self.wire_of(m, _wire_message)) is not None
-        ]
+        wire = self.wire_list(messages, _wire_message)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": wire,

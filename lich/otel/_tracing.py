@@ -37,6 +37,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from lich.otel import _semconv as sc
 from lich.otel._plan import ExportPlan, RunStartInfo
+from lich.types import Usage
 
 __all__ = ["Tracing", "build_provider"]
 
@@ -83,6 +84,17 @@ def _error_code(error: str | None, default: str) -> str:
 
 
 def _usage_attributes(usage: Any) -> dict[str, int]:
+    if type(usage) is Usage:  # lich's own, what every provider returns: read directly
+        out = {sc.USAGE_INPUT_TOKENS: int(usage.prompt_tokens),
+               sc.USAGE_OUTPUT_TOKENS: int(usage.completion_tokens)}
+        # As below: a breakdown count only "when non-zero" (and an int).
+        if type(read := usage.cache_read_tokens) is int and read > 0:
+            out[sc.USAGE_CACHE_READ_INPUT_TOKENS] = read
+        if type(written := usage.cache_write_tokens) is int and written > 0:
+            out[sc.USAGE_CACHE_CREATION_INPUT_TOKENS] = written
+        if type(reasoning := usage.reasoning_tokens) is int and reasoning > 0:
+            out[sc.USAGE_REASONING_OUTPUT_TOKENS] = reasoning
+        return out
     out = {sc.USAGE_INPUT_TOKENS: int(usage.prompt_tokens),
            sc.USAGE_OUTPUT_TOKENS: int(usage.completion_tokens)}
     # Read by name: the breakdown is newer than some Usage objects a plugin may hand
@@ -127,8 +139,8 @@ def _json(value: Any) -> str:
 class _Run:
     """The open spans of one run."""
 
-    __slots__ = ("asked", "attached", "capture", "chat", "compress", "ctx", "error_kind", "info",
-                 "span", "tools")
+    __slots__ = ("asked", "attached", "capture", "chat", "chat_attributes", "chat_name",
+                 "compress", "ctx", "error_kind", "info", "span", "tool_names", "tools")
 
     def __init__(self, info: RunStartInfo, span: Span, ctx: otel_context.Context) -> None:
         self.info = info
@@ -142,6 +154,20 @@ class _Run:
         # (span, token) pairs made current, innermost last: detached in that order.
         self.attached: list[tuple[Span, object]] = []
         self.error_kind: str | None = None
+        # What every chat span of the run carries besides its turn, and its name: the
+        # same for each model call, so built once per run rather than per span.
+        rest: dict[str, Any] = {}
+        if info.first_provider:
+            rest[sc.PROVIDER_NAME] = self.kind_of(info.first_provider)
+        if info.model:
+            rest[sc.REQUEST_MODEL] = info.model
+        if info.temperature is not None:
+            rest[sc.REQUEST_TEMPERATURE] = info.temperature
+        if info.max_tokens is not None:
+            rest[sc.REQUEST_MAX_TOKENS] = info.max_tokens
+        self.chat_attributes = rest
+        self.chat_name = f"{sc.OP_CHAT} {info.model}" if info.model else sc.OP_CHAT
+        self.tool_names: dict[str, str] = {}  # tool name -> its span's name
 
     def kind_of(self, provider: str) -> str:
         return self.info.provider_kinds.get(provider) or provider
@@ -246,20 +272,15 @@ class Tracing:
     # ------------------------------------------------------------ model calls
 
     def _llm_start(self, run: _Run, envelope: Any) -> None:
-        info = run.info
-        attributes: dict[str, Any] = {sc.OPERATION_NAME: sc.OP_CHAT,
-                                      sc.LICH_TURN: envelope.event.turn}
-        if info.first_provider:
-            attributes[sc.PROVIDER_NAME] = run.kind_of(info.first_provider)
-        if info.model:
-            attributes[sc.REQUEST_MODEL] = info.model
-        if info.temperature is not None:
-            attributes[sc.REQUEST_TEMPERATURE] = info.temperature
-        if info.max_tokens is not None:
-            attributes[sc.REQUEST_MAX_TOKENS] = info.max_tokens
-        name = f"{sc.OP_CHAT} {info.model}" if info.model else sc.OP_CHAT
-        run.chat = self._child(run, name, SpanKind.CLIENT, attributes)
-        self._enter(run, run.chat)
+        # The attributes go in at start_span, so the SDK checks them once and takes no
+        # lock for them; the ones that do not change within a run were built with it.
+        span = self.tracer.start_span(run.chat_name, context=run.ctx, kind=SpanKind.CLIENT,
+                                      attributes={sc.OPERATION_NAME: sc.OP_CHAT,
+                                                  sc.LICH_TURN: envelope.event.turn,
+                                                  **run.chat_attributes})
+        run.chat = span
+        # _enter(), inline: this is per model call.
+        run.attached.append((span, otel_context.attach(trace.set_span_in_context(span, run.ctx))))
 
     def _llm_end(self, run: _Run, envelope: Any) -> None:
         span, run.chat = run.chat, None
@@ -269,9 +290,10 @@ class Tracing:
         # One set_attributes call: the SDK checks and locks per call, and this is per turn.
         attributes: dict[str, Any] = {sc.RESPONSE_FINISH_REASONS: (result.finish_reason,),
                                       **_usage_attributes(result.usage)}
-        if result.provider_name:
-            attributes[sc.PROVIDER_NAME] = run.kind_of(result.provider_name)
-            attributes[sc.LICH_PROVIDER] = result.provider_name
+        provider = result.provider_name
+        if provider:
+            attributes[sc.PROVIDER_NAME] = run.info.provider_kinds.get(provider) or provider
+            attributes[sc.LICH_PROVIDER] = provider
         if result.model:
             attributes[sc.RESPONSE_MODEL] = result.model
         cost = _cost(envelope.event)
@@ -337,12 +359,15 @@ class Tracing:
         }
         if run.capture:
             attributes[sc.TOOL_CALL_ARGUMENTS] = run.asked[call.id] = _json(dict(call.args))
-        span = self._child(run, f"{sc.OP_EXECUTE_TOOL} {call.name}", SpanKind.INTERNAL,
-                           attributes)
+        name = run.tool_names.get(call.name)
+        if name is None:
+            name = run.tool_names[call.name] = f"{sc.OP_EXECUTE_TOOL} {call.name}"
+        span = self.tracer.start_span(name, context=run.ctx, kind=SpanKind.INTERNAL,
+                                      attributes=attributes)
         # A model may repeat a call id; the later call's span replaces the earlier one's
         # entry (the earlier one has ended by then: tools run one at a time).
         run.tools[call.id] = span
-        self._enter(run, span)
+        run.attached.append((span, otel_context.attach(trace.set_span_in_context(span, run.ctx))))
 
     def _tool_end(self, run: _Run, envelope: Any) -> None:
         event = envelope.event

@@ -3,6 +3,7 @@ server per dialect, the provider plugins loaded from config."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -193,6 +194,13 @@ def test_run_sync_twice_reuses_the_provider_across_event_loops(
     agent = Agent(config)
     assert agent.run_sync("one").text == "first"
     assert agent.run_sync("two").text == "second"
+    # The connections went with their closed loops; collect them here, in this thread.
+    # Left to a later collection they warn (ResourceWarning) from whichever thread runs
+    # it, and on CPython 3.11 the traceback formatting in a scripted server's thread,
+    # concurrent with an import's ast.parse in this one, fails that import with
+    # "SystemError: AST constructor recursion depth mismatch".
+    del agent
+    gc.collect()
 
 
 # ---------------------------------------------------------------------------
