@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import IO, Any, Literal, TypeAlias, TypeVar
+from typing import IO, Any, Generic, Literal, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -510,21 +510,21 @@ def _open_log(path: str | None, config: ServerConfig) -> Any:
         stream.close()
 
 
-class _Handover:
+class _Handover(Generic[T]):
     """One coroutine handed from a caller's event loop to the runtime's, and its
     outcome handed back (:meth:`McpRuntime._hand_over`)."""
 
     __slots__ = ("_caller", "_context", "_coro", "_task", "waiter")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], caller: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, T], caller: asyncio.AbstractEventLoop) -> None:
         self._coro = coro
         self._caller = caller
         # The caller's context, so that the request span the SDK starts nests under
         # the caller's span (the module docstring).
         self._context = contextvars.copy_context()
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[T] | None = None
         #: Resolved on the caller's loop with the task's result, exception or cancellation.
-        self.waiter: asyncio.Future[Any] = caller.create_future()
+        self.waiter: asyncio.Future[T] = caller.create_future()
 
     def start(self) -> None:
         """Start the task (on the runtime's loop)."""
@@ -536,14 +536,14 @@ class _Handover:
         if self._task is not None:
             self._task.cancel()
 
-    def _finished(self, task: asyncio.Task[Any]) -> None:
+    def _finished(self, task: asyncio.Task[T]) -> None:
         # On the runtime's loop. The exception is taken here, so that it counts as
         # retrieved even when no one waits for it any more.
         error = None if task.cancelled() else task.exception()
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: no one waits
             self._caller.call_soon_threadsafe(self._deliver, task, error)
 
-    def _deliver(self, task: asyncio.Task[Any], error: BaseException | None) -> None:
+    def _deliver(self, task: asyncio.Task[T], error: BaseException | None) -> None:
         # On the caller's loop.
         if self.waiter.done():  # cancelled by the caller meanwhile
             return
@@ -636,7 +636,7 @@ class McpRuntime:
             coro.close()
             return closed
         self._ensure_thread()
-        handover = _Handover(coro, asyncio.get_running_loop())
+        handover: _Handover[T] = _Handover(coro, asyncio.get_running_loop())
         try:
             self._loop.call_soon_threadsafe(handover.start)
         except RuntimeError:  # the runtime's loop was closed since (the agent was closed)
