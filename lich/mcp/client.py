@@ -618,12 +618,12 @@ class McpRuntime:
         """Call ``server``'s ``tool`` from any event loop. Cancelling the awaiting
         task cancels the MCP request (the server gets ``notifications/cancelled``)."""
         connection = self.connections[server]
-        closed = ToolResult.failure(f"mcp_disconnected: server {server!r} is closed")
-        return await self._hand_over(connection.call(tool, args), closed)
+        return await self._hand_over(connection.call(tool, args), lambda: ToolResult.failure(
+            f"mcp_disconnected: server {server!r} is closed"))
 
-    async def _hand_over(self, coro: Coroutine[Any, Any, T], closed: T) -> T:
+    async def _hand_over(self, coro: Coroutine[Any, Any, T], closed: Callable[[], T]) -> T:
         """Run ``coro`` as a task of the runtime's loop and await its outcome on the
-        caller's; ``closed`` if the runtime's loop is gone.
+        caller's; ``closed()`` if the runtime is closed (``coro`` is not run).
 
         The awaiting side is a future of the caller's own loop, resolved by one
         ``call_soon_threadsafe`` from the runtime's loop, as the task is started by one
@@ -634,14 +634,14 @@ class McpRuntime:
         """
         if self._closed:
             coro.close()
-            return closed
+            return closed()
         self._ensure_thread()
         handover: _Handover[T] = _Handover(coro, asyncio.get_running_loop())
         try:
             self._loop.call_soon_threadsafe(handover.start)
         except RuntimeError:  # the runtime's loop was closed since (the agent was closed)
             coro.close()
-            return closed
+            return closed()
         try:
             return await handover.waiter
         except asyncio.CancelledError:

@@ -35,7 +35,7 @@ async def test_the_result_comes_back_from_the_runtimes_thread_in_the_callers_con
         return threading.current_thread().name, seen
 
     caller_var.set("the caller's")
-    assert await runtime._hand_over(where(), ("closed", "")) == ("lich-mcp", "the caller's")
+    assert await runtime._hand_over(where(), lambda: ("closed", "")) == ("lich-mcp", "the caller's")
     assert caller_var.get() == "the caller's"
 
 
@@ -44,7 +44,7 @@ async def test_an_exception_reaches_the_caller(runtime: McpRuntime) -> None:
         raise LookupError("no such thing")
 
     with pytest.raises(LookupError, match="no such thing"):
-        await runtime._hand_over(fails(), None)
+        await runtime._hand_over(fails(), lambda: None)
 
 
 async def test_callers_from_several_loops_at_once(runtime: McpRuntime) -> None:
@@ -54,14 +54,14 @@ async def test_callers_from_several_loops_at_once(runtime: McpRuntime) -> None:
 
     def other_thread(out: list[int]) -> None:
         async def calls() -> None:
-            out.extend(await asyncio.gather(*(runtime._hand_over(echo(i), -1)
+            out.extend(await asyncio.gather(*(runtime._hand_over(echo(i), lambda: -1)
                                                for i in range(20))))
         asyncio.run(calls())
 
     theirs: list[int] = []
     worker = threading.Thread(target=other_thread, args=(theirs,))
     worker.start()
-    ours = await asyncio.gather(*(runtime._hand_over(echo(i), -1) for i in range(20)))
+    ours = await asyncio.gather(*(runtime._hand_over(echo(i), lambda: -1) for i in range(20)))
     await asyncio.to_thread(worker.join, 30)
     assert ours == list(range(20))
     assert theirs == list(range(20))
@@ -79,7 +79,7 @@ async def test_cancelling_the_caller_cancels_the_runtimes_task(runtime: McpRunti
             raise
         return "slept"
 
-    task = asyncio.ensure_future(runtime._hand_over(waits(), "closed"))
+    task = asyncio.ensure_future(runtime._hand_over(waits(), lambda: "closed"))
     await async_wait_for(running.is_set, what="the runtime's task to run")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -94,7 +94,7 @@ async def test_a_task_cancelled_on_the_runtimes_side_cancels_the_caller(
         raise asyncio.CancelledError
 
     with pytest.raises(asyncio.CancelledError):
-        await runtime._hand_over(gives_up(), None)
+        await runtime._hand_over(gives_up(), lambda: None)
 
 
 async def test_a_closed_runtime_answers_closed_and_runs_nothing(runtime: McpRuntime) -> None:
@@ -102,12 +102,12 @@ async def test_a_closed_runtime_answers_closed_and_runs_nothing(runtime: McpRunt
         await asyncio.sleep(0)  # so that the runtime's thread is running before close()
         return "ran"
 
-    assert await runtime._hand_over(starts(), "closed") == "ran"
+    assert await runtime._hand_over(starts(), lambda: "closed") == "ran"
     runtime.close()
 
     async def never() -> str:
         raise AssertionError("ran on a closed runtime")
 
     coro = never()
-    assert await runtime._hand_over(coro, "closed") == "closed"
+    assert await runtime._hand_over(coro, lambda: "closed") == "closed"
     assert coro.cr_frame is None  # closed, not left to warn that it was never awaited
