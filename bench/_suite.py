@@ -26,7 +26,7 @@ SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
            {"turns": 2, "reps": 1}),
     "b6": ("bench.b6_telemetry", {"turns": 100, "reps": 9},
            {"turns": 2, "reps": 1}),
-    "b7": ("bench.b7_mcp", {"calls": 100, "reps": 5},
+    "b7": ("bench.b7_mcp", {"calls": 100, "reps": 9},
            {"calls": 3, "reps": 1}),
     "b8": ("bench.b8_plugins", {"turns": 100, "reps": 21},
            {"turns": 3, "reps": 2}),

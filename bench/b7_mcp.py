@@ -9,8 +9,12 @@ process each), ``calls`` times in a row, in the same run:
   model's call takes: before/after hooks, limits, the hand-off to the MCP
   plugin's own loop and back).
 
-Each rep is timed as a whole and divided by ``calls``; the ratio of the medians
-is the overhead lich adds. The first call of each side is made before timing.
+Both are open at once in one event loop and their reps interleaved (the order
+swapped every rep), so that a busy machine slows both alike. Each rep is timed
+as a whole (wall clock, and this process's CPU time, which counts the MCP
+plugin's loop thread but neither server) and divided by ``calls``; the ratio of
+the wall-clock medians is the overhead lich adds (the target), the per-rep
+paired ratios show its spread. The first call of each side is made before timing.
 """
 
 from __future__ import annotations
@@ -29,26 +33,11 @@ __all__ = ["run", "tables"]
 _SERVER = Path(__file__).with_name("_mcp_server.py")
 
 
-async def _direct(calls: int, reps: int) -> tuple[list[float], list[str]]:
+async def _both(calls: int, reps: int, work: Path) -> dict[str, Any]:
+    """Both sides open at once in this event loop, their reps interleaved (the order
+    swapped every rep), so that the machine's load falls on both alike."""
     from mcp import Client, StdioServerParameters
 
-    checks: list[str] = []
-    per_call: list[float] = []
-    params = StdioServerParameters(command=sys.executable, args=[str(_SERVER)])
-    async with Client(params) as client:
-        await client.call_tool("echo", {"text": "warm"})
-        for _ in range(reps):
-            started = time.perf_counter()
-            for i in range(calls):
-                result = await client.call_tool("echo", {"text": str(i)})
-            per_call.append((time.perf_counter() - started) / calls)
-            text = getattr(result.content[0], "text", None)
-            if text != str(calls - 1):
-                checks.append(f"direct: the last call answered {text!r}")
-    return per_call, checks
-
-
-async def _through_lich(calls: int, reps: int, work: Path) -> tuple[list[float], list[str]]:
     from lich.agent import Agent
     from lich.executor import HookedToolRunner
     from lich.hooks import RunInfo
@@ -56,41 +45,68 @@ async def _through_lich(calls: int, reps: int, work: Path) -> tuple[list[float],
     from lich.types import ToolCall
 
     checks: list[str] = []
-    per_call: list[float] = []
     config = make_test_config(work, plugins=("mcp",), mcp={"servers": {"bench": {
         "command": sys.executable, "args": [str(_SERVER)], "startup_timeout_s": 120}}})
     agent = Agent(config, chat=ScriptedChat([]))
+    params = StdioServerParameters(command=sys.executable, args=[str(_SERVER)])
     try:
         runner = HookedToolRunner(agent.executor, agent.host,
                                   RunInfo("bench", "bench", "", str(work), config,
                                           tools=agent.tools))
-        warm = await runner(ToolCall("w", "mcp__bench__echo", {"text": "warm"}), None)
-        if warm.result.output != "warm":
-            checks.append(f"lich: the warm-up call answered {warm.result!r}")
-        for _ in range(reps):
-            started = time.perf_counter()
-            for i in range(calls):
-                outcome = await runner(ToolCall(str(i), "mcp__bench__echo", {"text": str(i)}),
-                                       None)
-            per_call.append((time.perf_counter() - started) / calls)
-            if outcome.result.output != str(calls - 1):
-                checks.append(f"lich: the last call answered {outcome.result!r}")
+        async with Client(params) as client:
+
+            async def direct() -> None:
+                for i in range(calls):
+                    result = await client.call_tool("echo", {"text": str(i)})
+                text = getattr(result.content[0], "text", None)
+                if text != str(calls - 1):
+                    checks.append(f"direct: the last call answered {text!r}")
+
+            async def through_lich() -> None:
+                for i in range(calls):
+                    outcome = await runner(
+                        ToolCall(str(i), "mcp__bench__echo", {"text": str(i)}), None)
+                if outcome.result.output != str(calls - 1):
+                    checks.append(f"lich: the last call answered {outcome.result!r}")
+
+            await client.call_tool("echo", {"text": "warm"})
+            warm = await runner(ToolCall("w", "mcp__bench__echo", {"text": "warm"}), None)
+            if warm.result.output != "warm":
+                checks.append(f"lich: the warm-up call answered {warm.result!r}")
+            sides = {"direct": direct, "lich": through_lich}
+            wall: dict[str, list[float]] = {name: [] for name in sides}
+            cpu: dict[str, list[float]] = {name: [] for name in sides}
+            for rep in range(reps):
+                order = list(sides) if rep % 2 == 0 else list(reversed(sides))
+                for name in order:
+                    # process_time: this process's threads, so the lich side's CPU
+                    # includes the MCP plugin's loop thread; neither server is counted.
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    await sides[name]()
+                    wall[name].append((time.perf_counter() - started) / calls)
+                    cpu[name].append((time.process_time() - cpu_started) / calls)
     finally:
         await agent.aclose()
-    return per_call, checks
+    return {"wall": wall, "cpu": cpu, "checks": checks}
 
 
-def run(calls: int = 100, reps: int = 5) -> dict[str, Any]:
+def run(calls: int = 100, reps: int = 9) -> dict[str, Any]:
     """Run B7 and return its results (JSON-able)."""
     with tempfile.TemporaryDirectory(prefix="lich-bench-b7-") as tmp:
-        direct, direct_checks = asyncio.run(_direct(calls, reps))
-        lich, lich_checks = asyncio.run(_through_lich(calls, reps, Path(tmp)))
+        measured = asyncio.run(_both(calls, reps, Path(tmp)))
+    wall, cpu = measured["wall"], measured["cpu"]
     out: dict[str, Any] = {"params": {"calls": calls, "reps": reps},
-                           "checks": direct_checks + lich_checks}
-    out["direct_per_call_s"] = summary(direct)
-    out["lich_per_call_s"] = summary(lich)
+                           "checks": measured["checks"]}
+    out["direct_per_call_s"] = summary(wall["direct"])
+    out["lich_per_call_s"] = summary(wall["lich"])
+    out["direct_cpu_per_call_s"] = summary(cpu["direct"])
+    out["lich_cpu_per_call_s"] = summary(cpu["lich"])
     ratio = out["lich_per_call_s"]["median"] / out["direct_per_call_s"]["median"]
     out["ratio"] = ratio
+    out["paired_ratio"] = summary([lich / direct for lich, direct
+                                   in zip(wall["lich"], wall["direct"], strict=True)])
+    out["cpu_ratio"] = (out["lich_cpu_per_call_s"]["median"]
+                        / out["direct_cpu_per_call_s"]["median"])
     out["overhead_per_call_s"] = (out["lich_per_call_s"]["median"]
                                   - out["direct_per_call_s"]["median"])
     out["targets"] = [Target(f"B7 lich ÷ SDK client per MCP call ({calls} calls)", "<=", 1.5,
@@ -100,14 +116,18 @@ def run(calls: int = 100, reps: int = 5) -> dict[str, Any]:
 
 def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, Markdown table) pairs for the report."""
-    head = ["path", "per call (median)", "min", "max"]
+    head = ["path", "per call (median)", "min", "max", "CPU per call (median)"]
     body = []
-    for label, key in (("SDK client, direct", "direct_per_call_s"),
-                       ("through lich (executor, hooks, plugin loop)", "lich_per_call_s")):
-        s = result[key]
-        body.append([label, fmt_ms(s["median"], 3), fmt_ms(s["min"], 3), fmt_ms(s["max"], 3)])
-    body.append(["lich ÷ direct", fmt_ratio(result["ratio"]), "", ""])
-    body.append(["overhead per call", fmt_ms(result["overhead_per_call_s"], 3), "", ""])
+    for label, key in (("SDK client, direct", "direct"),
+                       ("through lich (executor, hooks, plugin loop)", "lich")):
+        s, c = result[f"{key}_per_call_s"], result[f"{key}_cpu_per_call_s"]
+        body.append([label, fmt_ms(s["median"], 3), fmt_ms(s["min"], 3), fmt_ms(s["max"], 3),
+                     fmt_ms(c["median"], 3)])
+    paired = result["paired_ratio"]
+    body.append(["lich ÷ direct", fmt_ratio(result["ratio"]), fmt_ratio(paired["min"]),
+                 fmt_ratio(paired["max"]), fmt_ratio(result["cpu_ratio"])])
+    body.append(["overhead per call", fmt_ms(result["overhead_per_call_s"], 3), "", "", ""])
     params = result["params"]
-    return [(f"B7 MCP — {params['calls']} calls × {params['reps']} reps, stdio",
+    return [(f"B7 MCP — {params['calls']} calls × {params['reps']} interleaved reps, stdio; "
+             "lich ÷ direct min/max are of the reps' paired ratios",
              markdown_table(head, body))]

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import IO, Any, Literal, TypeAlias, TypeVar
+from typing import IO, Any, Generic, Literal, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -510,6 +510,51 @@ def _open_log(path: str | None, config: ServerConfig) -> Any:
         stream.close()
 
 
+class _Handover(Generic[T]):
+    """One coroutine handed from a caller's event loop to the runtime's, and its
+    outcome handed back (:meth:`McpRuntime._hand_over`)."""
+
+    __slots__ = ("_caller", "_context", "_coro", "_task", "waiter")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], caller: asyncio.AbstractEventLoop) -> None:
+        self._coro = coro
+        self._caller = caller
+        # The caller's context, so that the request span the SDK starts nests under
+        # the caller's span (the module docstring).
+        self._context = contextvars.copy_context()
+        self._task: asyncio.Task[T] | None = None
+        #: Resolved on the caller's loop with the task's result, exception or cancellation.
+        self.waiter: asyncio.Future[T] = caller.create_future()
+
+    def start(self) -> None:
+        """Start the task (on the runtime's loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._coro, context=self._context)
+        self._task.add_done_callback(self._finished)
+
+    def cancel(self) -> None:
+        """Cancel the task (on the runtime's loop): its caller stopped waiting."""
+        if self._task is not None:
+            self._task.cancel()
+
+    def _finished(self, task: asyncio.Task[T]) -> None:
+        # On the runtime's loop. The exception is taken here, so that it counts as
+        # retrieved even when no one waits for it any more.
+        error = None if task.cancelled() else task.exception()
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: no one waits
+            self._caller.call_soon_threadsafe(self._deliver, task, error)
+
+    def _deliver(self, task: asyncio.Task[T], error: BaseException | None) -> None:
+        # On the caller's loop.
+        if self.waiter.done():  # cancelled by the caller meanwhile
+            return
+        if task.cancelled():
+            self.waiter.cancel()
+        elif error is not None:
+            self.waiter.set_exception(error)
+        else:
+            self.waiter.set_result(task.result())
+
+
 class McpRuntime:
     """Every enabled server of one :class:`~lich.mcp.config.McpSettings`, on one
     background event loop.
@@ -539,13 +584,16 @@ class McpRuntime:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run ``coro`` as a task of the runtime's loop, in a copy of the calling
-        thread's context (so a call's request span nests under the caller's span)."""
+    def _ensure_thread(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop.run_forever, name="lich-mcp",
                                             daemon=True)
             self._thread.start()
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` as a task of the runtime's loop, in a copy of the calling
+        thread's context; for the blocking callers (:meth:`start`, :meth:`close`)."""
+        self._ensure_thread()
         # run_coroutine_threadsafe creates the task in a callback scheduled with
         # call_soon_threadsafe, which runs in the context current when it is scheduled
         # (asyncio's documented default). The copy is taken here explicitly because
@@ -569,10 +617,39 @@ class McpRuntime:
     async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> ToolResult:
         """Call ``server``'s ``tool`` from any event loop. Cancelling the awaiting
         task cancels the MCP request (the server gets ``notifications/cancelled``)."""
-        if self._closed:
-            return ToolResult.failure(f"mcp_disconnected: server {server!r} is closed")
         connection = self.connections[server]
-        return await asyncio.wrap_future(self._submit(connection.call(tool, args)))
+        return await self._hand_over(connection.call(tool, args), lambda: ToolResult.failure(
+            f"mcp_disconnected: server {server!r} is closed"))
+
+    async def _hand_over(self, coro: Coroutine[Any, Any, T], closed: Callable[[], T]) -> T:
+        """Run ``coro`` as a task of the runtime's loop and await its outcome on the
+        caller's; ``closed()`` if the runtime is closed (``coro`` is not run).
+
+        The awaiting side is a future of the caller's own loop, resolved by one
+        ``call_soon_threadsafe`` from the runtime's loop, as the task is started by one
+        the other way: one wake-up of each loop per call, and none of the locks,
+        condition and chained callbacks of the :class:`concurrent.futures.Future` that
+        ``run_coroutine_threadsafe`` + ``wrap_future`` put between the two (B7,
+        docs/performance.md). Cancelling the awaiting task cancels the runtime's task.
+        """
+        if self._closed:
+            coro.close()
+            return closed()
+        self._ensure_thread()
+        handover: _Handover[T] = _Handover(coro, asyncio.get_running_loop())
+        try:
+            self._loop.call_soon_threadsafe(handover.start)
+        except RuntimeError:  # the runtime's loop was closed since (the agent was closed)
+            coro.close()
+            return closed()
+        try:
+            return await handover.waiter
+        except asyncio.CancelledError:
+            # The runtime's task is cancelled in turn (the SDK then tells the server);
+            # scheduled after start(), from this same thread, so it finds the task.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(handover.cancel)
+            raise
 
     def tools_changed(self, server: str) -> None:
         """A server's tool list changed (called on the runtime's loop)."""

@@ -188,9 +188,14 @@ def test_b7_mcp() -> None:
     reps = SUITE["b7"][2]["reps"]
     _check_summary(result["direct_per_call_s"], reps)
     _check_summary(result["lich_per_call_s"], reps)
+    _check_summary(result["direct_cpu_per_call_s"], reps)
+    _check_summary(result["lich_cpu_per_call_s"], reps)
+    _check_summary(result["paired_ratio"], reps)
     assert _positive(result["ratio"])
     assert result["ratio"] == pytest.approx(
         result["lich_per_call_s"]["median"] / result["direct_per_call_s"]["median"])
+    assert result["cpu_ratio"] == pytest.approx(
+        result["lich_cpu_per_call_s"]["median"] / result["direct_cpu_per_call_s"]["median"])
 
 
 def test_b8_plugins() -> None:

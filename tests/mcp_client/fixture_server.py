@@ -54,8 +54,11 @@ def pid() -> str:
 
 
 @app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
-async def slow(seconds: float, marker: str = "") -> str:
-    """Sleep, then answer; writes 'cancelled' to the marker file if cancelled."""
+async def slow(seconds: float, marker: str = "", started: str = "") -> str:
+    """Sleep, then answer; writes 'cancelled' to the marker file if cancelled, and
+    'started' to the started file first (so a test cancels a call the server runs)."""
+    if started:
+        Path(started).write_text("started", encoding="utf-8")  # noqa: ASYNC240 - tiny
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():

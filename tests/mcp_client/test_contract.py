@@ -4,13 +4,15 @@ change, an HTTP session the server expired."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lich.testing import Reply, wait_for
+from lich.cancel import CancelToken
+from lich.testing import Reply, async_wait_for, wait_for
 from lich.types import ToolCall, ToolMessage, ToolResult
 
 from .conftest import HttpFixture, stdio_server
@@ -58,6 +60,39 @@ async def test_a_call_past_its_timeout_is_cancelled_on_the_server(
     assert marker.read_text() == "cancelled"
     # And the connection is fine for the next call.
     assert (await call(agent, "mcp__fx__echo", text="still here")).output == "still here"
+
+
+async def test_a_call_cancelled_by_its_caller_is_cancelled_on_the_server(
+    mcp_agent: Any, fixture_table: Any, tmp_path: Path
+) -> None:
+    started, marker = tmp_path / "started.txt", tmp_path / "cancelled.txt"
+    agent = mcp_agent({"fx": fixture_table})
+    task = asyncio.ensure_future(call(agent, "mcp__fx__slow", seconds=60, marker=str(marker),
+                                      started=str(started)))
+    await async_wait_for(started.is_file, what="the server to run the call")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The cancellation crossed to the runtime's loop and the SDK told the server.
+    await async_wait_for(marker.is_file, what="the server to see the cancellation")
+    assert marker.read_text() == "cancelled"
+    assert (await call(agent, "mcp__fx__echo", text="still here")).output == "still here"
+
+
+async def test_a_cancelled_run_cancels_its_mcp_call_on_the_server(
+    mcp_agent: Any, tmp_path: Path
+) -> None:
+    started, marker = tmp_path / "started.txt", tmp_path / "cancelled.txt"
+    agent = mcp_agent({"fx": stdio_server()})
+    token = CancelToken()
+    pending = asyncio.ensure_future(agent.executor.execute(
+        ToolCall("c1", "mcp__fx__slow", {"seconds": 60, "marker": str(marker),
+                                         "started": str(started)}), cancel=token))
+    await async_wait_for(started.is_file, what="the server to run the call")
+    token.cancel()  # what Ctrl-C or an aborted run does
+    assert (await pending).error == "cancelled"
+    await async_wait_for(marker.is_file, what="the server to see the cancellation")
+    assert marker.read_text() == "cancelled"
 
 
 async def test_the_tool_list_changing_replaces_the_tools_before_the_next_model_call(
