@@ -4,7 +4,10 @@
 :class:`lich.testing.ScriptedServer` (OpenAI dialect, 127.0.0.1) per N, each
 answering ``tool_loop_responder(N, TOOL)``, prints ``{"ports": {"N": port}}``
 as one JSON line, and serves until its standard input closes (so it never
-outlives the benchmark that started it).
+outlives the benchmark that started it). Meanwhile each line ``times N`` on its
+standard input is answered with one JSON line: the arrival times
+(``time.perf_counter()`` of this process, seconds) of the requests server N got since
+the last such question, oldest first, at most :data:`KEPT_TIMES` of them.
 
 A process of its own keeps the server's work off the measured process: its
 threads would otherwise compete for the GIL with the client being timed, and
@@ -16,20 +19,39 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections import deque
 from typing import Any
 
 from lich.testing import ScriptedModel, ScriptedServer, ScriptRequest, Step, tool_loop_responder
 
-__all__ = ["ModelServer", "main"]
+__all__ = ["KEPT_TIMES", "ModelServer", "main"]
+
+# Arrival times kept per server between two questions: a run of B1-cli makes 101
+# requests; the gateway benchmarks make thousands and never ask.
+KEPT_TIMES = 4096
 
 
 class _ForgetfulModel(ScriptedModel):
-    """A scripted model that keeps no record of the requests (it serves thousands)."""
+    """A scripted model that keeps no record of the requests (it serves thousands), only
+    when the latest of them arrived."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.times: deque[float] = deque(maxlen=KEPT_TIMES)
 
     def next(self, request: ScriptRequest) -> Step:
+        self.times.append(time.perf_counter())
         step = super().next(request)
         self.requests.clear()
         return step
+
+    def take_times(self) -> list[float]:
+        """The arrival times since the last call, oldest first; forgets them."""
+        taken = []
+        while self.times:
+            taken.append(self.times.popleft())  # deque.popleft is thread-safe
+        return taken
 
 
 def main(argv: list[str]) -> int:
@@ -43,8 +65,16 @@ def main(argv: list[str]) -> int:
         for n in counts
     }
     print(json.dumps({"ports": {str(n): s.port for n, s in servers.items()}}), flush=True)
+    models = {str(n): s.model for n, s in servers.items()}
     try:
-        sys.stdin.read()
+        for line in sys.stdin:
+            words = line.split()
+            if len(words) == 2 and words[0] == "times" and words[1] in models:
+                model = models[words[1]]
+                assert isinstance(model, _ForgetfulModel)
+                print(json.dumps(model.take_times()), flush=True)
+            else:
+                print(json.dumps({"error": f"unknown command {line.strip()!r}"}), flush=True)
     except KeyboardInterrupt:
         pass
     for server in servers.values():
@@ -85,6 +115,19 @@ class ModelServer:
     def base_url(self, n: int) -> str:
         """``http://127.0.0.1:<port>/v1`` of the server answering N tool turns."""
         return f"http://127.0.0.1:{self.ports[str(n)]}/v1"
+
+    def take_times(self, n: int) -> list[float]:
+        """When the requests to server N arrived since the last call (the server's
+        ``perf_counter`` seconds, oldest first); the server forgets them."""
+        assert self.proc is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"times {n}\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        if not isinstance(answer, list):
+            raise RuntimeError(f"model server: {answer}")
+        return [float(t) for t in answer]
 
     def __exit__(self, *exc: Any) -> None:
         if self.proc is None:

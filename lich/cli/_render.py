@@ -52,10 +52,12 @@ class _LazyConsole:
     than :attr:`is_terminal`, :attr:`quiet` and :attr:`file`.
 
     Those three are answered without rich only when rich's own answer is certain:
-    stderr says it is no terminal and none of ``FORCE_COLOR`` / ``TTY_COMPATIBLE`` is
-    set (rich would then say ``is_terminal`` False; ``quiet`` is False until someone
-    sets it, which makes the console). Anything else — an attribute, a call, a
-    setting — makes the real console and goes to it, so the behaviour is rich's.
+    ``is_terminal`` when stderr says it is no terminal and none of ``FORCE_COLOR`` /
+    ``TTY_COMPATIBLE`` is set (rich would then say False); ``quiet`` and ``file``
+    while the console is not made (rich's console starts with ``quiet`` False and
+    writes to ``sys.stderr`` as it is at the time, terminal or not; setting ``quiet``
+    makes the console). Anything else — an attribute, a call, a setting — makes the
+    real console and goes to it, so the behaviour is rich's.
     """
 
     def __init__(self) -> None:
@@ -87,12 +89,22 @@ class _LazyConsole:
 
     @property
     def quiet(self) -> bool:
-        return False if self._plain() else self._real().quiet
+        # rich's console starts with quiet False, terminal or not; only a setting (which
+        # makes the console) changes it. Asked for every progress line, so no checks here.
+        console: Console | None = self.__dict__["_console"]
+        return False if console is None else console.quiet
 
     @property
     def file(self) -> IO[str]:
-        # rich's stderr console writes to sys.stderr as it is at the time of writing.
-        return sys.stderr if self._plain() else self._real().file
+        # rich's stderr console writes to sys.stderr as it is at the time of writing (or
+        # to the file a rich proxy on it stands for), terminal or not. A missing stderr
+        # (rich writes to a null file then) is left to rich.
+        console: Console | None = self.__dict__["_console"]
+        if console is None:
+            stderr = getattr(sys.stderr, "rich_proxied_file", sys.stderr)
+            if stderr is not None:
+                return stderr
+        return self._real().file
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real(), name)
@@ -159,17 +171,82 @@ class _Output:
 
 
 # json.dumps(..., separators=...) builds an encoder per call; one for every event line.
+# ASCII escapes keep every line writable whatever the terminal's encoding.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+# The keys envelope_to_dict writes before the event's own fields.
+_ENVELOPE_KEYS = frozenset({"v", "run_id", "session_id", "seq", "ts"})
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """``_COMPACT_JSON.encode`` for a dict, without building its C encoder on every call
+    (``JSONEncoder.encode`` makes one per call: a third of an event line's cost)."""
+    from json import encoder as json_encoder
+
+    # Not in typeshed: the C encoder JSONEncoder.iterencode uses when it can.
+    make = getattr(json_encoder, "c_make_encoder", None)
+    if make is None:  # a Python without the _json accelerator
+        return _COMPACT_JSON.encode
+    # The arguments JSONEncoder.iterencode passes for _COMPACT_JSON, but no circular-
+    # reference bookkeeping: an event's data is the tree cattrs unstructured it into.
+    encode = make(None, _COMPACT_JSON.default, json_encoder.encode_basestring_ascii, None,
+                  ":", ",", False, False, True)
+    return lambda obj: "".join(encode(obj, 0))
+
+
+class _EnvelopeLines:
+    """An envelope's ``--json`` line: ``_COMPACT_JSON.encode(envelope_to_dict(envelope))``
+    and a newline, byte for byte, with less work per event.
+
+    The envelope's first keys (``v``, ``run_id``, ``session_id``) are the same for every
+    event of a run: encoded once per run instead of once per event; ``seq`` and ``ts``
+    are written as the JSON encoder writes an int and a finite float (their ``repr``);
+    the event's fields are encoded by a reused encoder. Anything else — an event with a
+    field named like an envelope key (the dict would put its value in the key's place),
+    a ``seq`` or ``ts`` of another type, a non-finite ``ts`` — takes the dict path.
+    """
+
+    def __init__(self) -> None:
+        from lich._converter import converter
+        from lich.events import EVENT_SCHEMA_VERSION
+        from lich.serialization import envelope_to_dict
+
+        self._unstructure = converter.unstructure
+        self._to_dict = envelope_to_dict
+        self._version = EVENT_SCHEMA_VERSION
+        self._encode = _compact_encoder()
+        self._run: tuple[Any, Any] | None = None
+        self._head = ""
+
+    def __call__(self, envelope: Envelope) -> str:
+        body = self._unstructure(envelope.event)
+        seq, ts = envelope.seq, envelope.ts
+        if (type(body) is not dict or not body or not _ENVELOPE_KEYS.isdisjoint(body)
+                or type(seq) is not int or type(ts) is not float or not math.isfinite(ts)):
+            return _COMPACT_JSON.encode(self._to_dict(envelope)) + "\n"
+        run = (envelope.run_id, envelope.session_id)
+        if run != self._run:
+            head = _COMPACT_JSON.encode({"v": self._version, "run_id": run[0],
+                                         "session_id": run[1]})
+            self._head, self._run = head[:-1] + ',"seq":', run
+        return f'{self._head}{seq!r},"ts":{ts!r},{self._encode(body)[1:]}\n'
 
 
 class JsonRenderer(_Output):
-    """Every event as one JSON line (schema ``lich/schemas/events.schema.json``)."""
+    """Every event as one JSON line (schema ``lich/schemas/events.schema.json``).
+
+    Each line is written and flushed on its own, when its event is emitted: a reader of
+    the pipe gets every event as it happens (one ``write`` per event, nothing held
+    back for a later one).
+    """
+
+    _lines: _EnvelopeLines | None = None
 
     def __call__(self, envelope: Envelope) -> None:
-        from lich.serialization import envelope_to_dict
-
-        # ASCII escapes keep every line writable whatever the terminal's encoding.
-        self.send(_COMPACT_JSON.encode(envelope_to_dict(envelope)) + "\n")
+        lines = self._lines
+        if lines is None:
+            lines = self._lines = _EnvelopeLines()
+        self.send(lines(envelope))
 
 
 class HumanRenderer(_Output):
@@ -186,7 +263,10 @@ class HumanRenderer(_Output):
         self.progress = progress
         self.live = err.is_terminal
         self._status: Status | None = None
-        self._current = ""  # text shown for the model call in progress
+        # The text shown for the model call in progress, in the pieces it came in (joined
+        # only when a stream reset needs it: += on an attribute copies the whole answer).
+        self._current: list[str] = []
+        self._handlers: dict[str, Callable[[Any], None] | None] = {}
         self._line_open = False  # stdout's last character is not a newline
 
     # ------------------------------------------------------------ output
@@ -255,7 +335,11 @@ class HumanRenderer(_Output):
 
     def __call__(self, envelope: Envelope) -> None:
         event = envelope.event
-        handler = getattr(self, f"_on_{event.type}", None)
+        handlers = self._handlers
+        try:
+            handler = handlers[event.type]
+        except KeyError:  # looked up once per event type
+            handler = handlers[event.type] = getattr(self, f"_on_{event.type}", None)
         if handler is not None:
             handler(event)
 
@@ -263,15 +347,15 @@ class HumanRenderer(_Output):
         self.note(f"turn {event.turn}")
 
     def _on_llm_start(self, event: Any) -> None:
-        self._current = ""
+        self._current = []
         self._spin("thinking…")
 
     def _on_text_delta(self, event: Any) -> None:
-        self._current += event.text
+        self._current.append(event.text)
         self._write(event.text)
 
     def _on_stream_reset(self, event: Any) -> None:
-        partial, self._current = self._current, ""
+        partial, self._current = "".join(self._current), []
         erased = partial and self._erase(partial)
         if partial and not erased:
             self.end_line()
@@ -302,12 +386,13 @@ class HumanRenderer(_Output):
     def _on_llm_end(self, event: Any) -> None:
         self._stop_spinner()
         content = event.result.message.content
-        if not self._current and content:
+        if not any(self._current) and content:
             self._write(content)  # not streamed: show the whole reply now
         self.end_line()
 
     def _on_tool_call_start(self, event: Any) -> None:
-        self._spin(f"running {call_preview(event.call)}")
+        if self.live:  # the preview is for the spinner only
+            self._spin(f"running {call_preview(event.call)}")
 
     def _on_tool_call_end(self, event: Any) -> None:
         self._stop_spinner()

@@ -107,8 +107,18 @@ def test_b1_cli_and_b2_cold(name: str) -> None:
                 assert e["ratio_sync"]["median"] == pytest.approx(statistics.median(pairs))
                 assert e["vs_async"] == e["vs_sync"].replace("raw sync", "raw")
     if name == "b1cli":
-        assert set(result["marginal"]["variants"]) == set(CLI_VARIANTS)
+        marginal = result["marginal"]["variants"]
+        assert set(marginal) == set(CLI_VARIANTS)
         assert len(result["targets"]) == 4  # one per lich variant, on the cost per turn
+        for variant, m in marginal.items():
+            # Read inside each run at the largest N too, from the model server's clock.
+            assert m["in_run_per_turn_s"]["n"] == reps
+            assert _positive(m["in_run_per_turn_s"]["median"])
+            if variant.startswith("lich"):
+                base = marginal[variant.replace("lich", "raw sync").replace(" --json", "")]
+                assert m["ratio_sync"] == pytest.approx(
+                    m["per_turn_s"]["median"] / base["per_turn_s"]["median"])
+                assert "in_run_ratio_sync" in m
     else:
         assert result["marginal"] == {}
         assert [t["name"].startswith("B2-cold") for t in result["targets"]] == [True, True]

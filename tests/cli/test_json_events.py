@@ -184,3 +184,41 @@ def test_json_lines_of_failed_and_budget_runs_validate(
     assert "error" in [line["type"] for line in failed_lines]
     assert budget_lines[-1]["stopped_reason"] == "budget"
     assert "budget_exhausted" in [line["type"] for line in budget_lines]
+
+
+@attrs.frozen
+class _Clashing:
+    """Not a lich event: its fields are named like envelope keys, which the event's
+    values replace in the envelope's own places."""
+
+    session_id: str = "the event's"
+    ts: str = "late"
+    type: str = "clashing"
+
+
+@pytest.mark.parametrize("ts", [0.0, 1.0, 1796142905.505128, 1e22, 5e-324, -0.0,
+                                float("nan"), float("inf"), 3, True])
+def test_a_json_line_is_the_envelope_dict_encoded_byte_for_byte(ts: Any) -> None:
+    """The ``--json`` encoder's short cuts (the run's keys encoded once, seq and ts
+    written directly, a reused encoder) give exactly the documented dict's encoding."""
+    import io
+
+    from lich.cli._render import JsonRenderer
+
+    events: list[Any] = [*_samples(), ev.TextDelta('naïve ✓ "quoted" \\ \n\t\x00 😀'),
+                         _Clashing()]
+    envelopes = [ev.Envelope("r1", "s1", seq, ts, event)
+                 for seq, event in enumerate(events, start=1)]
+    # Another run on the same renderer (chat runs many), odd ids, odd seq values.
+    envelopes += [ev.Envelope("r2 ✓", 's"2', 7, ts, ev.TurnStart(1)),
+                  ev.Envelope("r1", "s1", True, ts, ev.TurnStart(2)),
+                  ev.Envelope("r1", "s1", 2**70, ts, ev.TurnStart(3))]
+    out = io.StringIO()
+    renderer = JsonRenderer(out)
+    for envelope in envelopes:
+        renderer(envelope)
+    expected = "".join(json.dumps(envelope_to_dict(e), separators=(",", ":")) + "\n"
+                       for e in envelopes)
+    assert out.getvalue() == expected
+    clashing = json.loads(out.getvalue().splitlines()[len(events) - 1])
+    assert (clashing["session_id"], clashing["ts"]) == ("the event's", "late")

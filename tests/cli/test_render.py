@@ -212,3 +212,44 @@ def test_the_stderr_console_asks_rich_when_the_environment_decides(
     console: Any = make_err_console()
     assert console.is_terminal is terminal
     assert console.is_terminal is Console(stderr=True).is_terminal
+
+
+def test_the_stderr_console_answers_quiet_and_file_as_rich_does_without_rich(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asked for every progress line: answered without making rich's console, on a
+    terminal too, and the same as rich's answer."""
+    from lich.cli._render import make_err_console
+
+    for stderr in (FakeTerminal(), io.StringIO()):
+        monkeypatch.setattr("sys.stderr", stderr)
+        lazy: Any = make_err_console()
+        real = Console(stderr=True, highlight=False)
+        assert (lazy.quiet, lazy.file) == (real.quiet, real.file) == (False, stderr)
+        assert lazy.__dict__["_console"] is None
+
+    class Proxy(io.StringIO):  # what rich puts on sys.stderr while a live display runs
+        rich_proxied_file = io.StringIO()
+
+    monkeypatch.setattr("sys.stderr", Proxy())
+    lazy = make_err_console()
+    assert lazy.file is Console(stderr=True).file is Proxy.rich_proxied_file
+    monkeypatch.setattr("sys.stderr", None)  # no stderr at all: rich's null file
+    lazy = make_err_console()
+    assert type(lazy.file) is type(Console(stderr=True).file)
+    assert lazy.__dict__["_console"] is not None
+
+
+def test_a_stream_reset_erases_the_pieces_shown_so_far() -> None:
+    """The answer's pieces are kept as they came; a reset takes back all of them."""
+    out = FakeTerminal()
+    renderer = HumanRenderer(Console(file=io.StringIO(), force_terminal=False), out)
+    feed(renderer, ev.LlmStart(1), ev.TextDelta("par"), ev.TextDelta(""), ev.TextDelta("tial"),
+         ev.StreamReset("p", "network: reset"), ev.TextDelta("whole"), llm_end("whole"))
+    assert out.getvalue() == "partial\r\x1b[Jwhole\n"
+
+
+def test_a_reply_whose_stream_brought_no_text_is_shown_whole() -> None:
+    renderer, out, _ = plain()
+    feed(renderer, ev.LlmStart(1), ev.TextDelta(""), llm_end("whole"))
+    assert out.getvalue() == "whole\n"
