@@ -231,6 +231,84 @@ def _protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[A
     return _httptools_protocol_class(settings, guard)
 
 
+class _CoalescingTransport(asyncio.Transport):
+    """A connection's transport whose writes of one event-loop step leave as one send.
+
+    uvicorn writes a response's head and its body separately: two ``send`` calls,
+    and on loopback each is the costliest step of answering a message (the kernel
+    delivers the segment and wakes the reader there and then). Held until the end
+    of the step, they go out together; closing sends what is held first.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._held:
+            self._loop.call_soon(self._flush)
+        # A caller may reuse a mutable buffer once write returns: keep a copy of those.
+        self._held.append(data if isinstance(data, bytes) else bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, []
+        if held and not self._transport.is_closing():
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = []
+        self._transport.abort()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(d) for d in self._held)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+
 class _HeaderDeadline:
     """The header timeout and the guard, mixed into a uvicorn protocol class.
 
@@ -283,7 +361,7 @@ def _h11_protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> ty
             self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_CoalescingTransport(transport, self.loop))
             guard.opened(self)
             if not transport.is_closing():
                 self._arm_header_timer()
@@ -326,7 +404,7 @@ def _httptools_protocol_class(settings: WebhookSettings, guard: ConnectionGuard)
             self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_CoalescingTransport(transport, self.loop))
             guard.opened(self)
             if not transport.is_closing():
                 self._arm_header_timer()

@@ -153,3 +153,59 @@ async def test_a_malformed_request_is_a_400_that_never_runs(parser: str,
     if parser == "httptools":
         assert received.endswith(b'{"error": "invalid HTTP request"}'), received
     assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+class _RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[bytes] = []
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        self.sent.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def test_writes_of_one_loop_step_leave_as_one_send() -> None:
+    from lich.gateway.webhook import _CoalescingTransport
+
+    raw = _RecordingTransport()
+    transport = _CoalescingTransport(raw, asyncio.get_running_loop())
+    buffer = bytearray(b"body")
+    transport.write(b"head\r\n\r\n")
+    transport.write(buffer)
+    buffer[:] = b"XXXX"  # reused by its owner once write returned: what was written stays
+    assert raw.sent == []
+    assert transport.get_write_buffer_size() == 12
+    await asyncio.sleep(0)  # the end of the step
+    assert raw.sent == [b"head\r\n\r\nbody"]
+    transport.write(b"last")
+    transport.close()  # what is held goes out before the close
+    assert raw.sent == [b"head\r\n\r\nbody", b"last"]
+    assert raw.closed
+    await asyncio.sleep(0)
+    assert raw.sent == [b"head\r\n\r\nbody", b"last"]  # nothing twice
+
+
+async def test_an_aborted_connection_sends_nothing_held() -> None:
+    from lich.gateway.webhook import _CoalescingTransport
+
+    raw = _RecordingTransport()
+    transport = _CoalescingTransport(raw, asyncio.get_running_loop())
+    transport.write(b"head")
+    transport.abort()
+    await asyncio.sleep(0)
+    assert raw.sent == []
+    assert raw.aborted
