@@ -426,12 +426,15 @@ def _httptools_protocol_class(settings: WebhookSettings, guard: ConnectionGuard)
                 self._cancel_header_timer()
                 self.transport.write(_HEAD_TOO_LARGE)
                 self.transport.close()
+            elif self.header_timer is None:
+                # The next request on a kept-alive connection began and its head is not
+                # whole yet. (Armed only now: a head that came in one piece, the usual
+                # case, costs no timer.)
+                self._arm_header_timer()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self.awaiting_head, self.head_begun, self.head_bytes = True, True, 0
-            if self.header_timer is None:
-                self._arm_header_timer()  # the next request on a kept-alive connection began
 
         def on_headers_complete(self) -> None:
             self.awaiting_head = False
