@@ -209,3 +209,26 @@ async def test_an_aborted_connection_sends_nothing_held() -> None:
     await asyncio.sleep(0)
     assert raw.sent == []
     assert raw.aborted
+
+
+async def test_a_forwarded_for_header_does_not_hide_the_connection_from_the_guard(
+    parser: str, start_gateway: Any,
+) -> None:
+    # uvicorn's proxy headers would make the scope's client the forwarded address, and
+    # the guard, which finds a connection by that client, would never see this one
+    # authenticate: it stayed first in line to be dropped.
+    if parser == "httptools":
+        pytest.importorskip("httptools")
+    runner, port = await _start(start_gateway)
+    guard = runner.adapter("webhook").guard
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        body = _post("via a proxy").replace(
+            b"host: 127.0.0.1\r\n", b"host: 127.0.0.1\r\nx-forwarded-for: 203.0.113.7\r\n")
+        writer.write(body)
+        status, _headers, _body = await asyncio.wait_for(_response(reader), HANG_GUARD_S)
+        assert status == 200
+        assert len(guard.open) == 1  # still open (kept alive) ...
+        assert guard.unauthenticated == {}  # ... and known to have authenticated
+    finally:
+        writer.close()
