@@ -316,7 +316,8 @@ class _HeaderDeadline:
     sends nothing, or half a request, would hold its connection (and a file
     descriptor) for ever. This one must finish its headers in ``header_timeout_s``.
     The protocol says whether a request's head is incomplete (:meth:`_awaiting_head`)
-    and whether part of it came (:meth:`_partial_head`).
+    and whether part of it came (:meth:`_partial_head`). A request the parser refuses
+    gets the webhook's JSON 400.
     """
 
     settings: WebhookSettings
@@ -339,6 +340,14 @@ class _HeaderDeadline:
         if self.header_timer is not None:
             self.header_timer.cancel()
             self.header_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """What uvicorn answers a request its parser refuses: the webhook's JSON error,
+        not uvicorn's plain text (llhttp refuses more than h11 did — a control character
+        in a header value — which the route used to answer in JSON)."""
+        self._cancel_header_timer()
+        self.transport.write(_INVALID_REQUEST)
+        self.transport.close()
 
     def _header_timeout(self) -> None:
         self.header_timer = None
@@ -440,13 +449,6 @@ def _httptools_protocol_class(settings: WebhookSettings, guard: ConnectionGuard)
             self.awaiting_head = False
             self._cancel_header_timer()
             super().on_headers_complete()
-
-        def send_400_response(self, msg: str) -> None:
-            # llhttp refuses what h11 let through to the route (a control character in a
-            # header value): the answer is still the webhook's JSON error, not plain text.
-            self._cancel_header_timer()
-            self.transport.write(_INVALID_REQUEST)
-            self.transport.close()
 
         def _awaiting_head(self) -> bool:
             return self.awaiting_head
