@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from contextvars import ContextVar, Token
 
 __all__ = [
@@ -78,6 +79,22 @@ class ServiceFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s level=%(levelname)s %(message)s")
+        # The time of the last record, to the second, as logging writes it: a busy
+        # service logs many lines a second, and each would format the same date.
+        self._second: int | None = None
+        self._stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """``logging``'s own default time (``2026-01-02 03:04:05,678``), its date and
+        time formatted once a second."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(second))
+            self._second = second
+        msec = self.default_msec_format
+        return self._stamp if msec is None else msec % (self._stamp, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         admission = getattr(record, "admission", None)

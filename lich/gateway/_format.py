@@ -189,9 +189,15 @@ def sanitize_error(exc: BaseException) -> tuple[str, str]:
     return f"agent error: {reason} (ref {ref})", ref
 
 
+# What makes a logfmt value need quotes (one search, not a scan per character).
+_NEEDS_QUOTES = re.compile(r'[ "=\n\r\t]')
+
+
 def _logfmt_value(value: Any) -> str:
+    if type(value) is int:  # counts, ports, sizes: the most common fields, never quoted
+        return str(value)
     text = str(value)
-    if text == "" or any(c in text for c in ' "=\n\r\t'):
+    if text == "" or _NEEDS_QUOTES.search(text) is not None:
         escaped = text.replace("\\", "\\\\").replace('"', '\\"')
         escaped = escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
         return f'"{escaped}"'

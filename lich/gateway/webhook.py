@@ -86,7 +86,8 @@ class _BadRequest(Exception):
         self.message = message
 
 
-_LOOPBACK_NAMES = frozenset({"localhost"})
+# With the usual loopback addresses: a request's Host is looked up, not parsed as an address.
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # What a client that was too slow with its headers is told before the connection closes.
 _TIMEOUT_BODY = b'{"error": "the request headers took too long"}'
 _REQUEST_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
@@ -203,24 +204,173 @@ class ConnectionGuard:
             self.unauthenticated.pop(connection, None)
 
 
+# What h11 (uvicorn's pure-Python parser) buffers at most while a request's head is
+# incomplete; the httptools protocol holds a client to the same bound.
+MAX_HEAD_BYTES = 16 * 1024
+_HEAD_TOO_LARGE_BODY = b'{"error": "the request headers are too large"}'
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                   b"content-type: application/json\r\ncontent-length: %d\r\n"
+                   b"connection: close\r\n\r\n%s"
+                   % (len(_HEAD_TOO_LARGE_BODY), _HEAD_TOO_LARGE_BODY))
+_INVALID_BODY = b'{"error": "invalid HTTP request"}'
+_INVALID_REQUEST = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                    % (len(_INVALID_BODY), _INVALID_BODY))
+
+
 def _protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[Any]:
-    """uvicorn's h11 protocol with a header-read timeout and the connection guard."""
+    """uvicorn's HTTP protocol with a header-read timeout and the connection guard.
+
+    httptools' (C, llhttp) when it is installed — the ``gateway`` extra brings it:
+    parsing and writing a request costs a fraction of h11's pure Python — else h11's.
+    """
+    try:
+        import httptools  # noqa: F401  (only whether it is there)
+    except ImportError:
+        return _h11_protocol_class(settings, guard)
+    return _httptools_protocol_class(settings, guard)
+
+
+class _CoalescingTransport(asyncio.Transport):
+    """A connection's transport whose writes of one event-loop step leave as one send.
+
+    uvicorn writes a response's head and its body separately: two ``send`` calls,
+    and on loopback each is the costliest step of answering a message (the kernel
+    delivers the segment and wakes the reader there and then). Held until the end
+    of the step, they go out together; closing sends what is held first.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._held:
+            self._loop.call_soon(self._flush)
+        # A caller may reuse a mutable buffer once write returns: keep a copy of those.
+        self._held.append(data if isinstance(data, bytes) else bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, []
+        if held and not self._transport.is_closing():
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = []
+        self._transport.abort()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(d) for d in self._held)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+
+class _HeaderDeadline:
+    """The header timeout and the guard, mixed into a uvicorn protocol class.
+
+    uvicorn arms no timer until a response was sent: a client that connects and
+    sends nothing, or half a request, would hold its connection (and a file
+    descriptor) for ever. This one must finish its headers in ``header_timeout_s``.
+    The protocol says whether a request's head is incomplete (:meth:`_awaiting_head`)
+    and whether part of it came (:meth:`_partial_head`). A request the parser refuses
+    gets the webhook's JSON 400.
+    """
+
+    settings: WebhookSettings
+    guard: ConnectionGuard
+    header_timer: asyncio.TimerHandle | None = None
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+
+    def _awaiting_head(self) -> bool:
+        raise NotImplementedError
+
+    def _partial_head(self) -> bool:
+        raise NotImplementedError
+
+    def _arm_header_timer(self) -> None:
+        self.header_timer = self.loop.call_later(self.settings.header_timeout_s,
+                                                 self._header_timeout)
+
+    def _cancel_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """What uvicorn answers a request its parser refuses: the webhook's JSON error,
+        not uvicorn's plain text (llhttp refuses more than h11 did — a control character
+        in a header value — which the route used to answer in JSON)."""
+        self._cancel_header_timer()
+        self.transport.write(_INVALID_REQUEST)
+        self.transport.close()
+
+    def _header_timeout(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing() or not self._awaiting_head():
+            return
+        if self._partial_head():  # part of a request came: say why it ends
+            self.transport.write(_REQUEST_TIMEOUT)
+        self.transport.close()
+
+
+def _h11_protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[Any]:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class GuardedH11Protocol(H11Protocol):
-        # uvicorn arms no timer until a response was sent: a client that connects and
-        # sends nothing, or half a request, would hold its connection (and a file
-        # descriptor) for ever. This one must finish its headers in header_timeout_s.
-        header_timer: asyncio.TimerHandle | None = None
-
+    class GuardedH11Protocol(_HeaderDeadline, H11Protocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.settings, self.guard = settings, guard
             # uvicorn's keep-alive timer is the idle timeout; its Config wants whole seconds.
             self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_CoalescingTransport(transport, self.loop))
             guard.opened(self)
             if not transport.is_closing():
                 self._arm_header_timer()
@@ -237,24 +387,76 @@ def _protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[A
             elif self.header_timer is None:
                 self._arm_header_timer()  # the next request on a kept-alive connection began
 
-        def _arm_header_timer(self) -> None:
-            self.header_timer = self.loop.call_later(settings.header_timeout_s,
-                                                     self._header_timeout)
+        def _awaiting_head(self) -> bool:
+            return self.conn.their_state is h11.IDLE
 
-        def _cancel_header_timer(self) -> None:
-            if self.header_timer is not None:
-                self.header_timer.cancel()
-                self.header_timer = None
-
-        def _header_timeout(self) -> None:
-            self.header_timer = None
-            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-                return
-            if self.conn.trailing_data[0]:  # part of a request came: say why it ends
-                self.transport.write(_REQUEST_TIMEOUT)
-            self.transport.close()
+        def _partial_head(self) -> bool:
+            return bool(self.conn.trailing_data[0])
 
     return GuardedH11Protocol
+
+
+def _httptools_protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[Any]:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(_HeaderDeadline, HttpToolsProtocol):
+        # Where the connection is: waiting for a request's head (from the connection's
+        # start, and again from the first byte of each request on it) or not; whether
+        # that request has begun; how many bytes came while its head is incomplete.
+        awaiting_head = True
+        head_begun = False
+        head_bytes = 0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.settings, self.guard = settings, guard
+            self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(_CoalescingTransport(transport, self.loop))
+            guard.opened(self)
+            if not transport.is_closing():
+                self._arm_header_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            guard.closed(self)
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            counted = self.head_bytes if self.awaiting_head else 0
+            super().data_received(data)
+            if not self.awaiting_head or self.transport.is_closing():
+                return
+            # llhttp keeps no bound of its own on a head: h11's is kept here, so a
+            # client cannot grow the header list without end before the timeout.
+            self.head_bytes = counted + len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._cancel_header_timer()
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
+            elif self.header_timer is None:
+                # The next request on a kept-alive connection began and its head is not
+                # whole yet. (Armed only now: a head that came in one piece, the usual
+                # case, costs no timer.)
+                self._arm_header_timer()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self.awaiting_head, self.head_begun, self.head_bytes = True, True, 0
+
+        def on_headers_complete(self) -> None:
+            self.awaiting_head = False
+            self._cancel_header_timer()
+            super().on_headers_complete()
+
+        def _awaiting_head(self) -> bool:
+            return self.awaiting_head
+
+        def _partial_head(self) -> bool:
+            return self.head_begun
+
+    return GuardedHttpToolsProtocol
 
 
 class _Server:
@@ -283,6 +485,9 @@ class _Server:
             lifespan="off",
             log_config=None,
             access_log=False,
+            # The guard finds a connection by its peer address (the ASGI scope's
+            # client): X-Forwarded-For from a local proxy must not rewrite it.
+            proxy_headers=False,
             timeout_graceful_shutdown=max(1, int(graceful_s)),
             server_header=False,
         )
@@ -375,10 +580,17 @@ class WebhookAdapter:
             ],
             exception_handlers={HTTPException: not_found, Exception: internal},
         )
-        return self._host_checked(app)
+        return self._host_checked(app, message, internal)
 
-    def _host_checked(self, app: Any) -> Any:
-        """``app`` behind the :class:`HostPolicy`: refused requests never reach a route."""
+    def _host_checked(self, app: Any, message: Any = None, internal: Any = None) -> Any:
+        """``app`` behind the :class:`HostPolicy`: refused requests never reach a route.
+
+        With ``message`` (the ``POST /message`` endpoint) and ``internal`` (the
+        handler of an unexpected error), that one route is served here without
+        starlette's middleware and router: the same request and response objects,
+        and an error becomes the same 500, but a message — the gateway's hot path
+        — does not pay for a dozen ASGI layers, each resumed at every step of its run.
+        """
         from starlette.datastructures import Headers
         from starlette.requests import Request
 
@@ -389,7 +601,22 @@ class WebhookAdapter:
                     response = self._error(Request(scope), *refusal)
                     await response(scope, receive, send)
                     return
+                if (message is not None and scope["path"] == "/message"
+                        and scope["method"] == "POST"):
+                    await direct(scope, receive, send)
+                    return
             await app(scope, receive, send)
+
+        async def direct(scope: Any, receive: Any, send: Any) -> None:
+            request = Request(scope, receive, send)
+            try:
+                response = await message(request)
+            except Exception as exc:
+                # As starlette's ServerErrorMiddleware does it: the 500, then the error
+                # goes on to the server, which logs it with its traceback.
+                await (await internal(request, exc))(scope, receive, send)
+                raise
+            await response(scope, receive, send)
 
         return checked
 

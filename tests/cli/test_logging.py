@@ -87,3 +87,50 @@ def test_service_lines_carry_the_admission_of_the_message_being_handled(
         "INFO gateway event=redelivered admission=m0123abcd",  # once, not twice
         "WARNING outside any message",
     ]
+
+
+@pytest.mark.parametrize("converter", ["localtime", "gmtime"])
+def test_service_line_times_are_loggings_own(converter: str) -> None:
+    # The date is formatted once a second: records within, across and back across a
+    # second boundary read exactly as logging's default formatter writes them.
+    import time
+
+    from lich.logcontext import ServiceFormatter
+
+    ours = ServiceFormatter()
+    plain = logging.Formatter("%(asctime)s level=%(levelname)s %(message)s")
+    ours.converter = plain.converter = getattr(time, converter)
+    for created in (1_700_000_000.0005, 1_700_000_000.999, 1_700_000_001.5,
+                    1_700_000_000.25, 1_800_000_000.0):
+        record = logging.LogRecord("lich.gateway", logging.INFO, __file__, 1, "line %s",
+                                   ("x",), None)
+        record.created = created
+        record.msecs = (created - int(created)) * 1000 // 1
+        assert ours.format(record) == plain.format(record)
+    assert ours.formatTime(record, "%H") == plain.formatTime(record, "%H")
+
+
+def test_logfmt_values_are_quoted_only_when_they_must_be() -> None:
+    from lich.gateway._format import parse_logfmt
+
+    logger = logging.getLogger("lich.test.logfmt")
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    keep = Keep()
+    logger.addHandler(keep)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        log_event(logger, logging.INFO, "e", n=3, flag=True, empty="", spaced="a b",
+                  quoted='x"y', eq="k=v", tab="a\tb", plain="word", none=None)
+    finally:
+        logger.removeHandler(keep)
+        logger.propagate = True
+    assert lines == ['gateway event=e n=3 flag=True empty="" spaced="a b" quoted="x\\"y" '
+                     'eq="k=v" tab="a\\tb" plain=word']
+    fields = parse_logfmt(lines[0])
+    assert (fields["spaced"], fields["quoted"], fields["tab"]) == ("a b", 'x"y', "a\tb")

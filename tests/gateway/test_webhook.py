@@ -330,16 +330,30 @@ def test_connection_guard_drops_the_oldest_unauthenticated_connection() -> None:
 
 @pytest.mark.parametrize(("key", "problem"), [
     ("", "Idempotency-Key must not be empty"),
-    ("a\x7fb", "Idempotency-Key must be printable text"),
+    # A C1 control (latin-1 obs-text to the HTTP parser, so it reaches the route).
+    (b"a\x85b", "Idempotency-Key must be printable text"),
     ("k" * 257, "Idempotency-Key is longer than 256 characters"),
 ])
 async def test_a_bad_idempotency_key_is_refused(start_gateway: Any, client: httpx.AsyncClient,
-                                                key: str, problem: str):
+                                                key: str | bytes, problem: str):
     runner, url = await _webhook(start_gateway)
     response = await client.post(f"{url}/message", json={"text": "hi"},
                                  headers={"idempotency-key": key})
     assert response.status_code == 400
     assert response.json() == {"error": problem}
+    assert runner.chat.requests == []  # type: ignore[union-attr]
+
+
+async def test_a_control_character_in_a_header_is_a_json_400(start_gateway: Any,
+                                                            client: httpx.AsyncClient):
+    # DEL is no field-value character: httptools' parser refuses the request itself (h11
+    # lets it through to the route, which refuses the key). Either way: 400, JSON, no run.
+    runner, url = await _webhook(start_gateway)
+    response = await client.post(f"{url}/message", json={"text": "hi"},
+                                 headers={"idempotency-key": "a\x7fb"})
+    assert response.status_code == 400
+    assert response.json()["error"] in ("invalid HTTP request",
+                                        "Idempotency-Key must be printable text")
     assert runner.chat.requests == []  # type: ignore[union-attr]
 
 
