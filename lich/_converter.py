@@ -167,12 +167,37 @@ def _field_hook(field: attrs.Attribute[Any]) -> Callable[[Any, Any], Any]:
     return hook
 
 
+def _lazy_hook() -> Callable[[Any, Any], Any]:
+    """A field's structure hook, looked up when a value first needs it (for the field's
+    type, which the generated function passes along with the value).
+
+    cattrs generates an attrs class's structure function with every field's hook
+    resolved up front, and each table or array field's hook is itself a generated
+    (compiled) function: LichConfig alone has a dozen, and a one-shot run's file sets
+    three or four keys. Resolving on first use generates only those of the keys
+    present (B2-cold in docs/performance.md); the hook is the same either way.
+    """
+    resolved: Callable[[Any, Any], Any] | None = None
+
+    def hook(value: Any, kind: Any) -> Any:
+        nonlocal resolved
+        if resolved is None:
+            resolved = converter.get_structure_hook(kind)
+        return resolved(value, kind)
+
+    return hook
+
+
 def _attrs_factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
     attrs.resolve_types(cls)
     overrides = {
-        f.name: override(struct_hook=_field_hook(f))
+        f.name: override(struct_hook=_field_hook(f)
+                         if PARSE in f.metadata or CHECK in f.metadata else _lazy_hook())
         for f in attrs.fields(cls)
-        if PARSE in f.metadata or CHECK in f.metadata
+        # Left to cattrs as they are: a field with an attrs converter (no hook is no
+        # error there) and a bare Final (dispatched on its default's type).
+        if f.init and f.type is not None and f.type is not typing.Final
+        and (f.converter is None or PARSE in f.metadata or CHECK in f.metadata)
     }
     inner = make_dict_structure_fn(cls, converter, **overrides)  # type: ignore[arg-type]
 
