@@ -214,25 +214,33 @@ converter.register_structure_hook_factory(attrs.has, _attrs_factory)
 
 # ---------------------------------------------------- messages and results
 
-# Small outputs: the empty defaults of the common types are left out.
-converter.register_unstructure_hook(
-    ToolCall,
-    make_dict_unstructure_fn(ToolCall, converter, args_error=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(
-    AssistantMessage,
-    make_dict_unstructure_fn(
-        AssistantMessage, converter, tool_calls=override(omit_if_default=True)
-    ),
-)
-converter.register_unstructure_hook(
-    ToolMessage,
-    make_dict_unstructure_fn(ToolMessage, converter, is_error=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(
-    ToolResult,
-    make_dict_unstructure_fn(ToolResult, converter, error=override(omit_if_default=True)),
-)
+# Small outputs: the empty defaults of the common types are left out. Each function is
+# generated (compiled) when a value of its type is first written, not at import: a
+# one-shot run without tools writes no tool call or result.
+_OMIT_IF_DEFAULT: dict[type[Any], str] = {
+    ToolCall: "args_error",
+    AssistantMessage: "tool_calls",
+    ToolMessage: "is_error",
+    ToolResult: "error",
+}
+
+
+def _small_output(base: type[Any]) -> None:
+    field = _OMIT_IF_DEFAULT[base]
+
+    def matches(t: Any) -> bool:
+        # A subclass is written as its base is (as a class-registered hook would be).
+        return isinstance(t, type) and issubclass(t, base)
+
+    def factory(_: Any) -> Callable[[Any], Any]:
+        overrides: dict[str, Any] = {field: override(omit_if_default=True)}
+        return make_dict_unstructure_fn(base, converter, **overrides)
+
+    converter.register_unstructure_hook_factory(matches, factory)
+
+
+for _base in _OMIT_IF_DEFAULT:
+    _small_output(_base)
 
 
 # ------------------------------------------------------------------- errors

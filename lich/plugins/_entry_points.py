@@ -48,8 +48,9 @@ log = logging.getLogger("lich.plugins")
 _FORMAT = 1
 # A state this recent may share its file system tick with a change still to come.
 _SETTLED_NS = 2_000_000_000
-# ``module[:attr.attr] [extras]``: the entry point value syntax (PyPA spec).
-_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+# ``module[:attr.attr] [extras]``: the entry point value syntax (PyPA spec); compiled
+# by ``re`` (and kept in its cache) when a plugin is first loaded, not at import.
+_VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 
 
 class EntryPointRecord:
@@ -68,7 +69,7 @@ class EntryPointRecord:
     def load(self) -> Any:
         """Import the module and return the object the value names (as
         ``importlib.metadata.EntryPoint.load`` does)."""
-        match = _VALUE.match(self.value)
+        match = re.match(_VALUE, self.value)
         if match is None:
             raise ValueError(f"invalid entry point value {self.value!r} (module or module:attr)")
         module = importlib.import_module(match.group("module"))
