@@ -167,12 +167,37 @@ def _field_hook(field: attrs.Attribute[Any]) -> Callable[[Any, Any], Any]:
     return hook
 
 
+def _lazy_hook() -> Callable[[Any, Any], Any]:
+    """A field's structure hook, looked up when a value first needs it (for the field's
+    type, which the generated function passes along with the value).
+
+    cattrs generates an attrs class's structure function with every field's hook
+    resolved up front, and each table or array field's hook is itself a generated
+    (compiled) function: LichConfig alone has a dozen, and a one-shot run's file sets
+    three or four keys. Resolving on first use generates only those of the keys
+    present (B2-cold in docs/performance.md); the hook is the same either way.
+    """
+    resolved: Callable[[Any, Any], Any] | None = None
+
+    def hook(value: Any, kind: Any) -> Any:
+        nonlocal resolved
+        if resolved is None:
+            resolved = converter.get_structure_hook(kind)
+        return resolved(value, kind)
+
+    return hook
+
+
 def _attrs_factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
     attrs.resolve_types(cls)
     overrides = {
-        f.name: override(struct_hook=_field_hook(f))
+        f.name: override(struct_hook=_field_hook(f)
+                         if PARSE in f.metadata or CHECK in f.metadata else _lazy_hook())
         for f in attrs.fields(cls)
-        if PARSE in f.metadata or CHECK in f.metadata
+        # Left to cattrs as they are: a field with an attrs converter (no hook is no
+        # error there) and a bare Final (dispatched on its default's type).
+        if f.init and f.type is not None and f.type is not typing.Final
+        and (f.converter is None or PARSE in f.metadata or CHECK in f.metadata)
     }
     inner = make_dict_structure_fn(cls, converter, **overrides)  # type: ignore[arg-type]
 
@@ -189,25 +214,33 @@ converter.register_structure_hook_factory(attrs.has, _attrs_factory)
 
 # ---------------------------------------------------- messages and results
 
-# Small outputs: the empty defaults of the common types are left out.
-converter.register_unstructure_hook(
-    ToolCall,
-    make_dict_unstructure_fn(ToolCall, converter, args_error=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(
-    AssistantMessage,
-    make_dict_unstructure_fn(
-        AssistantMessage, converter, tool_calls=override(omit_if_default=True)
-    ),
-)
-converter.register_unstructure_hook(
-    ToolMessage,
-    make_dict_unstructure_fn(ToolMessage, converter, is_error=override(omit_if_default=True)),
-)
-converter.register_unstructure_hook(
-    ToolResult,
-    make_dict_unstructure_fn(ToolResult, converter, error=override(omit_if_default=True)),
-)
+# Small outputs: the empty defaults of the common types are left out. Each function is
+# generated (compiled) when a value of its type is first written, not at import: a
+# one-shot run without tools writes no tool call or result.
+_OMIT_IF_DEFAULT: dict[type[Any], str] = {
+    ToolCall: "args_error",
+    AssistantMessage: "tool_calls",
+    ToolMessage: "is_error",
+    ToolResult: "error",
+}
+
+
+def _small_output(base: type[Any]) -> None:
+    field = _OMIT_IF_DEFAULT[base]
+
+    def matches(t: Any) -> bool:
+        # A subclass is written as its base is (as a class-registered hook would be).
+        return isinstance(t, type) and issubclass(t, base)
+
+    def factory(_: Any) -> Callable[[Any], Any]:
+        overrides: dict[str, Any] = {field: override(omit_if_default=True)}
+        return make_dict_unstructure_fn(base, converter, **overrides)
+
+    converter.register_unstructure_hook_factory(matches, factory)
+
+
+for _base in _OMIT_IF_DEFAULT:
+    _small_output(_base)
 
 
 # ------------------------------------------------------------------- errors

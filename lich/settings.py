@@ -86,10 +86,23 @@ def structure_settings(raw: Any, cls: type[T], path: str = "$") -> T:
         (``"$.plugin_settings.my_plugin"``).
     :raises ConfigError: listing every problem as ``"<path>.<key>: <message>"``.
     """
+    if not raw and isinstance(raw, Mapping | None) and _all_defaulted(cls):
+        # An absent section (every plugin's, on every start): its defaults are the whole
+        # answer, without cattrs generating (compiling) a structure function for it.
+        try:
+            return cls()
+        except Exception:  # a default its own check refuses: reported as cattrs would
+            pass
     try:
         return converter.structure({} if raw is None else raw, cls)
     except Exception as exc:  # cattrs raises exception groups and plain errors alike
         raise ConfigError(describe_errors(exc, path)) from exc
+
+
+def _all_defaulted(cls: type[Any]) -> bool:
+    """Whether ``cls`` is an attrs class whose every ``__init__`` field has a default."""
+    return attrs.has(cls) and all(
+        f.default is not attrs.NOTHING for f in attrs.fields(cls) if f.init)
 
 
 @overload

@@ -178,6 +178,13 @@ def run_command(ctx: click.Context, task: tuple[str, ...]) -> None:
     ctx.exit(one_shot(get_settings(ctx), task))
 
 
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
 def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
     """``lich TASK…``: run the task once; returns the exit code."""
     from lich.cli._render import HumanRenderer, JsonRenderer, make_err_console
@@ -194,11 +201,12 @@ def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
     except CommandError as exc:
         return exc.report()
     assert built.agent is not None
-    if not settings.yes:
+    if not settings.yes and _stdin_is_terminal():
         from lich.cli.approve import install_terminal_approver
 
-        # Asks on the terminal when stdin is one; otherwise there is no approver, and a
-        # call that needs approval is denied (approval_unavailable), said on stderr.
+        # Asks on the terminal when stdin is one; otherwise there is no approver (nor an
+        # import of the prompt's code), and a call that needs approval is denied
+        # (approval_unavailable), said on stderr.
         install_terminal_approver(built.host, built.loaded, err)
     session_id = None
     if settings.resume:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
 import logging
@@ -39,6 +38,7 @@ from lich import hookspecs
 from lich._converter import did_you_mean
 from lich.config import is_path_entry
 from lich.hooks import INLINE_HOOKS, PROJECT, RUNS_INLINE_ATTR
+from lich.plugins import _entry_points as ep_index
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -115,6 +115,8 @@ class AvailablePlugin:
 
 def available_plugins() -> list[AvailablePlugin]:
     """Installed ``lich`` entry points, without importing any of them."""
+    import importlib.metadata
+
     out = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
@@ -399,15 +401,8 @@ class PluginLoader:
         # A miss rescans once: a distribution installed since the first scan is found too.
         ep = _entry_points().get(entry) or _entry_points(refresh=True).get(entry)
         if ep is not None:
-            dist = getattr(ep, "dist", None)
-            return _Resolved(
-                "entry_point",
-                entry,
-                ep.value,
-                ep.load,
-                distribution=dist.metadata["Name"] if dist is not None else None,
-                version=dist.version if dist is not None else None,
-            )
+            return _Resolved("entry_point", entry, ep.value, ep.load,
+                             distribution=ep.distribution, version=ep.version)
         try:
             spec = importlib.util.find_spec(entry)
         except (ImportError, ValueError) as exc:
@@ -481,13 +476,16 @@ def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:
     )
 
 
-_EP_CACHE: dict[str, importlib.metadata.EntryPoint] | None = None
+_EP_CACHE: dict[str, ep_index.EntryPointRecord] | None = None
 
 
-def _entry_points(refresh: bool = False) -> dict[str, importlib.metadata.EntryPoint]:
+def _entry_points(refresh: bool = False) -> dict[str, ep_index.EntryPointRecord]:
+    """The group's entry points: once per process, from the cache that survives between
+    processes when nothing was installed or removed since (:mod:`._entry_points`);
+    ``refresh`` reads the metadata itself (a name not found may be newly installed)."""
     global _EP_CACHE
     if _EP_CACHE is None or refresh:
-        _EP_CACHE = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        _EP_CACHE = (ep_index.scan if refresh else ep_index.lookup)(ENTRY_POINT_GROUP)
     return _EP_CACHE
 
 
@@ -502,6 +500,8 @@ def _distribution_of(module: str) -> tuple[str | None, str | None]:
     Only asked for dotted-module entries, which are rare: ``packages_distributions``
     reads every installed distribution's file list.
     """
+    import importlib.metadata
+
     top = module.split(".", 1)[0]
     try:
         names = importlib.metadata.packages_distributions().get(top) or []

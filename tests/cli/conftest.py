@@ -35,6 +35,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / ".state"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))  # the entry-point cache
     logger = logging.getLogger("lich")
     level, handlers = logger.level, list(logger.handlers)
     yield

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -172,3 +173,53 @@ def test_rich_decides_when_the_environment_makes_stderr_a_terminal(
     env = {**os.environ, "FORCE_COLOR": "1"}
     modules = _modules_after(["say hello"], work, env=env)
     assert "rich.console" in modules
+
+
+# What a one-shot run (`lich TASK`, stdin not a terminal, the default plugins) never
+# imports: the other commands and front ends, the terminal's approval prompt, plugins
+# not configured, and — once the entry-point cache is written — importlib.metadata
+# (B2-cold in docs/performance.md).
+ONE_SHOT_NEVER = ("importlib.metadata", "lich.cli.approve", "lich.cli.chat", "lich.cli.tui",
+                  "lich.tui", "lich.cli.sessions", "lich.cli.config", "lich.cli.plugins",
+                  "lich.cli.demo", "lich.gateway.app", "lich.gateway.runner", "lich.mcp.client",
+                  "lich.mcp.serve", "lich.otel", "lich.prices", "lich.nats_bus", "textual",
+                  "prompt_toolkit", "uvicorn", "starlette")
+
+
+def test_a_one_shot_run_stays_within_its_import_budget(work: Path, scripted: Any) -> None:
+    """Which modules a warm one-shot run imports, and which structure functions cattrs
+    generates: only those of the config sections the file has (no `[gateway]`, `[mcp]`
+    or `tools` table here, so none for them)."""
+    server: Server = scripted(["hello there"] * 3)
+    write_config(work, server.base_url)
+    env = {**os.environ, "XDG_CACHE_HOME": str(work.parent / "cache")}
+    code = textwrap.dedent('''
+        import json, linecache, sys
+        from lich.cli import main
+        try:
+            main(["--no-stream", "say hello"])
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+        generated = sorted(k for k in linecache.cache if "cattrs generated structure" in k)
+        print(json.dumps([sorted(sys.modules), generated]), file=sys.stderr)
+    ''')
+
+    def run() -> tuple[list[str], list[str]]:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True,
+                              text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        modules, generated = json.loads(proc.stderr.strip().splitlines()[-1])
+        return modules, generated
+
+    run()  # creates .lich/sessions in the work dir (on sys.path: `python -c`)
+    settled = time.time() - 3600  # the entry-point cache stores only a settled state
+    os.utime(work, (settled, settled))
+    run()  # writes the entry-point cache
+    modules, generated = run()
+
+    assert len(server.requests) == 3
+    assert "lich.agent" in modules
+    assert "lich_providers.openai_compat" in modules
+    assert _heavy(modules, ONE_SHOT_NEVER) == []
+    assert [name.rsplit(" ", 1)[-1].rstrip(">") for name in generated] == [
+        "lich.config.LichConfig", "lich.config.ProviderConfig"]
