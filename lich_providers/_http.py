@@ -610,8 +610,8 @@ class HttpClient:
 
     def _lane_transport(self) -> httpx.AsyncBaseTransport | None:
         """A new lane's transport: the injected one; else, for a direct connection, one
-        on lich's asyncio network backend (lich_providers/_net.py: a third less CPU per
-        request than httpx's anyio path, B1 in docs/performance.md); else (a proxy in the
+        on lich's asyncio network backend (lich_providers/_net.py: less CPU per request
+        than httpx's anyio path, B1 in docs/performance.md); else (a proxy in the
         environment) None: httpx's own transport, which routes through it."""
         if self._transport is not None:
             return self._transport
