@@ -36,7 +36,7 @@ import ssl
 import sys
 import urllib.request
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -363,10 +363,11 @@ def _httpx_errors() -> Iterator[None]:
 
 
 class _Body(httpx.AsyncByteStream):
-    """A response body from httpcore, its errors as httpx's."""
+    """A response body from httpcore, its errors as httpx's; ``done`` runs once it is closed."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, done: Callable[[], None]) -> None:
         self._stream = stream
+        self._done: Callable[[], None] | None = done
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         with _httpx_errors():
@@ -374,29 +375,54 @@ class _Body(httpx.AsyncByteStream):
                 yield part
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        try:
+            with _httpx_errors():
+                await self._stream.aclose()
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                done()
 
 
 class DirectTransport(httpx.AsyncBaseTransport):
     """httpx's transport for direct (unproxied) HTTP/1.1 connections, on
-    :class:`AsyncioBackend`.
+    :class:`AsyncioBackend`: httpcore's public HTTP/1.1 connection class, kept alive
+    and reused here rather than in ``httpcore.AsyncConnectionPool``.
+
+    The pool's machinery — a request queue with an event per request, a lock per
+    connection, a cancel shield per response, each ``anyio`` primitive yielding to
+    the event loop — cost a lane (one request at a time on one connection) about as
+    much CPU again as the backend saves (B1 in docs/performance.md). What it did
+    for a lane is done here: at most ``max_connections`` requests in flight (more
+    wait, up to the ``pool`` timeout: ``httpx.PoolTimeout``); an idle connection to
+    the request's origin is reused unless it has expired (idle past httpx's
+    keep-alive expiry, or closed by the server: then a new one is opened); a
+    connection whose response was not read to its end, or whose request failed or
+    was cancelled, is closed by httpcore and not reused.
 
     :param ssl_context: for ``https`` URLs (what ``verify=`` would have made).
-    :param max_connections: the pool's size (kept alive, like httpx's ``Limits``).
+    :param max_connections: requests in flight at once (each on its own connection).
+    :param keepalive_expiry: seconds an idle connection is kept (httpx's default).
     """
 
-    def __init__(self, ssl_context: ssl.SSLContext, max_connections: int = 1) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=httpx.Limits().keepalive_expiry,
-            network_backend=AsyncioBackend(),
-        )
+    def __init__(
+        self, ssl_context: ssl.SSLContext, max_connections: int = 1,
+        keepalive_expiry: float | None = httpx.Limits().keepalive_expiry,
+    ) -> None:
+        self._ssl_context = ssl_context
+        self._keepalive_expiry = keepalive_expiry
+        self._backend = AsyncioBackend()
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: list[httpcore.AsyncHTTP11Connection] = []  # most recently used last
+        self._open: set[httpcore.AsyncHTTP11Connection] = set()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` and return the response, its body still to be read."""
         url = request.url
+        if url.raw_scheme not in (b"http", b"https"):
+            raise httpx.UnsupportedProtocol(f"Request URL has an unsupported protocol '{url}'")
+        if not url.raw_host:
+            raise httpx.UnsupportedProtocol(f"Request URL is missing a host '{url}'")
         core = httpcore.Request(
             method=request.method,
             url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
@@ -405,16 +431,71 @@ class DirectTransport(httpx.AsyncBaseTransport):
             content=request.stream,
             extensions=request.extensions,
         )
-        with _httpx_errors():
-            response = await self._pool.handle_async_request(core)
+        timeouts = request.extensions.get("timeout", {})
+        if self._slots.locked():  # else acquire() returns at once: no timer to arm
+            try:
+                async with asyncio.timeout(timeouts.get("pool")):
+                    await self._slots.acquire()
+            except TimeoutError as exc:
+                raise httpx.PoolTimeout("no connection became free in time") from exc
+        else:
+            await self._slots.acquire()
+        connection: httpcore.AsyncHTTP11Connection | None = None
+        try:
+            with _httpx_errors():
+                connection = await self._connection(core, timeouts.get("connect"))
+                response = await connection.handle_async_request(core)
+        except BaseException:
+            self._release(connection)
+            raise
         return httpx.Response(
             status_code=response.status, headers=response.headers,
-            stream=_Body(response.stream), extensions=response.extensions,
+            stream=_Body(response.stream, lambda: self._release(connection)),
+            extensions=response.extensions,
         )
 
+    async def _connection(
+        self, request: httpcore.Request, connect_timeout: float | None
+    ) -> httpcore.AsyncHTTP11Connection:
+        """An idle, unexpired connection to the request's origin, or a new one."""
+        origin = request.url.origin
+        for connection in reversed(self._idle):
+            if connection.can_handle_request(origin):
+                self._idle.remove(connection)
+                if connection.is_available() and not connection.has_expired():
+                    return connection
+                self._open.discard(connection)
+                await connection.aclose()
+                break  # a lane keeps one per origin; open a new one
+        host = origin.host.decode("ascii")
+        stream = await self._backend.connect_tcp(host, origin.port, timeout=connect_timeout)
+        if origin.scheme == b"https":
+            # As httpcore's own connections do (on the same, shared context).
+            self._ssl_context.set_alpn_protocols(["http/1.1"])
+            stream = await stream.start_tls(
+                self._ssl_context,
+                server_hostname=request.extensions.get("sni_hostname") or host,
+                timeout=connect_timeout,
+            )
+        connection = httpcore.AsyncHTTP11Connection(
+            origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry)
+        self._open.add(connection)
+        return connection
+
+    def _release(self, connection: httpcore.AsyncHTTP11Connection | None) -> None:
+        """The request's slot is free again; its connection is kept if reusable."""
+        if connection is not None:
+            if connection.is_available():
+                self._idle.append(connection)
+            else:
+                self._open.discard(connection)
+        self._slots.release()
+
     async def aclose(self) -> None:
-        """Close every connection."""
-        await self._pool.aclose()
+        """Close every connection, idle or in use (the transport stays usable)."""
+        connections, self._open, self._idle = self._open, set(), []
+        for connection in connections:
+            await connection.aclose()
 
 
 def environment_has_proxy() -> bool:

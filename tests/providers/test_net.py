@@ -33,14 +33,19 @@ PROXY_VARS = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_pro
               "ALL_PROXY", "no_proxy", "NO_PROXY")
 
 
-def httpx_transport(ctx: ssl.SSLContext, connections: int = 1) -> httpx.AsyncBaseTransport:
+def httpx_transport(
+    ctx: ssl.SSLContext, connections: int = 1, keepalive_expiry: float = 5.0
+) -> httpx.AsyncBaseTransport:
     return httpx.AsyncHTTPTransport(
         verify=ctx, trust_env=False,
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
+                            keepalive_expiry=keepalive_expiry))
 
 
-def direct_transport(ctx: ssl.SSLContext, connections: int = 1) -> httpx.AsyncBaseTransport:
-    return DirectTransport(ctx, connections)
+def direct_transport(
+    ctx: ssl.SSLContext, connections: int = 1, keepalive_expiry: float = 5.0
+) -> httpx.AsyncBaseTransport:
+    return DirectTransport(ctx, connections, keepalive_expiry)
 
 
 TRANSPORTS = pytest.mark.parametrize(
@@ -140,6 +145,16 @@ def plain() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+async def _json_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while True:
+        try:
+            await read_request(reader)
+        except asyncio.IncompleteReadError:
+            return
+        writer.write(response(b'{"ok": true}'))
+        await writer.drain()
+
+
 # --- answers: keep-alive, content-length, chunked, streamed, large ---------------------
 
 
@@ -235,6 +250,35 @@ async def test_a_server_closing_between_requests_gets_a_new_connection(
             assert (await client.post(server.url(), json={})).json() == {"ok": True}
             await async_wait_for(lambda n=n: closed == n, what="the server closed")
     assert server.connections == 3
+
+
+@TRANSPORTS
+async def test_an_idle_connection_past_its_keepalive_expiry_is_replaced(
+    make: TransportFactory,
+) -> None:
+    async with Server(_json_ok) as server, httpx.AsyncClient(
+        transport=make(plain(), keepalive_expiry=0.0)
+    ) as client:
+        for _ in range(3):
+            assert (await client.post(server.url(), json={})).json() == {"ok": True}
+    assert server.connections == 3
+
+
+@TRANSPORTS
+async def test_concurrent_requests_and_two_origins_each_keep_their_connection(
+    make: TransportFactory,
+) -> None:
+    async with Server(_json_ok) as one, Server(_json_ok) as two, httpx.AsyncClient(
+        transport=make(plain(), 4)
+    ) as client:
+        for _ in range(3):
+            answers = await asyncio.gather(client.post(one.url(), json={}),
+                                           client.post(two.url(), json={}))
+            assert [a.json() for a in answers] == [{"ok": True}] * 2
+        # Two at once on one origin: a second connection, both kept.
+        for _ in range(2):
+            await asyncio.gather(client.post(one.url(), json={}), client.post(one.url(), json={}))
+    assert (one.connections, two.connections) == (2, 1)
 
 
 # --- timeouts, refusals and broken connections: the same httpx errors -----------------
@@ -418,14 +462,6 @@ def tls_server_context(ca: trustme.CA) -> ssl.SSLContext:
     return ctx
 
 
-async def _json_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while True:
-        try:
-            await read_request(reader)
-        except asyncio.IncompleteReadError:
-            return
-        writer.write(response(b'{"ok": true}'))
-        await writer.drain()
 
 
 @TRANSPORTS
