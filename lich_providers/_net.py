@@ -11,11 +11,11 @@ reads into a buffer as data arrives, a read that finds data buffered returns it
 at once (no await, no timer), and only a read that must wait arms one future and
 one ``call_later`` for its timeout.
 
-:class:`DirectTransport` is an ``httpx.AsyncBaseTransport`` around
-``httpcore.AsyncConnectionPool(network_backend=AsyncioBackend())``, for direct
-connections only: requests through a proxy from the environment keep httpx's own
-transport (see :func:`environment_has_proxy`). Errors come out as the same httpx
-exception types httpx's transport raises (timeouts as
+:class:`DirectTransport` is an ``httpx.AsyncBaseTransport`` that keeps
+httpcore's public ``AsyncHTTP11Connection``s on that backend itself (not in
+httpcore's pool), for direct connections only: requests through a proxy from the
+environment keep httpx's own transport (see :func:`environment_has_proxy`).
+Errors come out as the same httpx exception types httpx's transport raises (timeouts as
 ``httpx.TimeoutException`` subclasses, ``httpx.ConnectError``, ...), so
 ``_http.py`` maps them as before.
 
@@ -391,8 +391,8 @@ class DirectTransport(httpx.AsyncBaseTransport):
 
     The pool's machinery — a request queue with an event per request, a lock per
     connection, a cancel shield per response, each ``anyio`` primitive yielding to
-    the event loop — cost a lane (one request at a time on one connection) about as
-    much CPU again as the backend saves (B1 in docs/performance.md). What it did
+    the event loop — cost a lane (one request at a time on one connection) two thirds
+    as much CPU again as the backend saves (B1 in docs/performance.md). What it did
     for a lane is done here: at most ``max_connections`` requests in flight (more
     wait, up to the ``pool`` timeout: ``httpx.PoolTimeout``); an idle connection to
     the request's origin is reused unless it has expired (idle past httpx's
