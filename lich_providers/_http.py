@@ -599,7 +599,7 @@ class HttpClient:
         if self._idle:
             return self._idle.pop(), slots
         lane = httpx.AsyncClient(
-            transport=self._transport,
+            transport=self._lane_transport(),
             timeout=httpx.Timeout(self.timeout_s),
             headers=self.headers,
             verify=_verify_for(self.base_url) if self._transport is None else True,
@@ -607,6 +607,19 @@ class HttpClient:
         )
         self._lanes.add(lane)
         return lane, slots
+
+    def _lane_transport(self) -> httpx.AsyncBaseTransport | None:
+        """A new lane's transport: the injected one; else, for a direct connection, one
+        on lich's asyncio network backend (lich_providers/_net.py: less CPU per request
+        than httpx's anyio path, B1 in docs/performance.md); else (a proxy in the
+        environment) None: httpx's own transport, which routes through it."""
+        if self._transport is not None:
+            return self._transport
+        from lich_providers import _net
+
+        if _net.environment_has_proxy():
+            return None
+        return _net.DirectTransport(_verify_for(self.base_url))
 
     def _checkin(self, lane: httpx.AsyncClient, slots: asyncio.Semaphore) -> None:
         if lane in self._lanes:  # not closed by aclose() (or left behind by a new loop)

@@ -94,6 +94,23 @@ def interrupt_run() -> None:
     signal.raise_signal(signal.SIGINT)
 
 
+# Event-loop iterations after raise_signal() until the loop's SIGINT handler has run:
+# asyncio reads the signal off its wakeup pipe in one iteration and calls the handler
+# in the next (one more for good measure).
+_SIGNAL_ROUNDS = 3
+
+
+async def _let_signal_handlers_run() -> None:
+    """Yield to the event loop until a signal just raised has been handled by it.
+
+    Without this the denial returned after Ctrl-C reaches the agent before the run's
+    handler fires its cancel token, and the run sends its next model request first
+    (how soon depends only on how few times the HTTP client yields on the way).
+    """
+    for _ in range(_SIGNAL_ROUNDS):
+        await asyncio.sleep(0)
+
+
 # ------------------------------------------------------------------ input
 
 
@@ -268,6 +285,7 @@ class TerminalApprover:
         except KeyboardInterrupt:
             self._say("Ctrl-C: the call is denied and the run cancelled", "yellow")
             self.interrupt()
+            await _let_signal_handlers_run()
             return Approval(False, message=INTERRUPTED, approver=TERMINAL_APPROVER)
         except EOFError:
             self._say("end of input: the call is denied", "yellow")
