@@ -65,6 +65,14 @@ UserId = NewType("UserId", int)
 _OPAQUE = object()  # a default with no JSON form
 
 
+class _ForeignMetadata:
+    """Another library's ``Annotated`` metadata; its repr is stable, as test ids must be
+    (pytest-xdist compares the ids its workers collect)."""
+
+    def __repr__(self) -> str:
+        return "ForeignMetadata()"
+
+
 def assert_valid_schema(t: Tool) -> None:
     jsonschema.Draft202012Validator.check_schema(dict(t.parameters))
 
@@ -156,7 +164,7 @@ async def call(t: Tool, args: dict[str, Any], tmp_path: Path) -> ToolResult:
             {"type": "number", "description": "a share", "minimum": 0, "maximum": 1},
         ),
         (Annotated[int, Param(minimum=1)], {"type": "integer", "minimum": 1}),
-        (Annotated[str, "other libraries' metadata is ignored", object()],
+        (Annotated[str, "other libraries' metadata is ignored", _ForeignMetadata()],
          {"type": "string", "description": "other libraries' metadata is ignored"}),
         (Annotated[int, "a limit"] | None, {"type": "integer", "description": "a limit"}),
         (Any, {}),

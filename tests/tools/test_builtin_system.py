@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +27,19 @@ async def test_process_list_rows_from_proc(run: Runner) -> None:
     assert len(mine[0].split("\t", 2)[2]) <= 200
 
 
-async def test_process_list_filter_finds_the_test_runner(run: Runner) -> None:
-    result = await run("process_list", {"filter": "PYTEST"})
-    assert result.ok
-    assert any(r.startswith(f"{os.getpid()}\t") for r in result.output.split("\n"))
+async def test_process_list_filter_finds_a_process_by_its_command_line(run: Runner) -> None:
+    # A process of its own with a marker in its arguments (the test runner's own
+    # command line is pytest's, or an xdist worker's), matched case-insensitively.
+    marker = f"marker-{secrets.token_hex(4)}"
+    child = subprocess.Popen(  # noqa: ASYNC220 (starting it does not wait for it)
+        [sys.executable, "-c", "import sys; sys.stdin.read()", marker],
+        stdin=subprocess.PIPE)
+    try:
+        result = await run("process_list", {"filter": marker.upper()})
+        assert result.ok
+        assert [r.split("\t", 1)[0] for r in result.output.split("\n")] == [str(child.pid)]
+    finally:
+        child.communicate(timeout=30)
     none = await run("process_list", {"filter": "no-such-process-zz9"})
     assert none.output == "no matching processes"
 
