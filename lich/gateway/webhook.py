@@ -322,9 +322,27 @@ class _HeaderDeadline:
 
     settings: WebhookSettings
     guard: ConnectionGuard
+    timeout_keep_alive: Any  # uvicorn's (an int there; whole seconds are not needed)
     header_timer: asyncio.TimerHandle | None = None
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn's keep-alive timer is the idle timeout; its Config wants whole seconds.
+        self.timeout_keep_alive = self.settings.idle_timeout_s
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[misc]
+        self.guard.opened(self)
+        if not transport.is_closing():
+            self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        self.guard.closed(self)
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError
@@ -358,27 +376,12 @@ class _HeaderDeadline:
         self.transport.close()
 
 
-def _h11_protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[Any]:
+def _h11_protocol_class(settings_: WebhookSettings, guard_: ConnectionGuard) -> type[Any]:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(_HeaderDeadline, H11Protocol):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.settings, self.guard = settings, guard
-            # uvicorn's keep-alive timer is the idle timeout; its Config wants whole seconds.
-            self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(_CoalescingTransport(transport, self.loop))
-            guard.opened(self)
-            if not transport.is_closing():
-                self._arm_header_timer()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_header_timer()
-            guard.closed(self)
-            super().connection_lost(exc)
+        settings, guard = settings_, guard_
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -396,7 +399,8 @@ def _h11_protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> ty
     return GuardedH11Protocol
 
 
-def _httptools_protocol_class(settings: WebhookSettings, guard: ConnectionGuard) -> type[Any]:
+def _httptools_protocol_class(settings_: WebhookSettings,
+                              guard_: ConnectionGuard) -> type[Any]:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class GuardedHttpToolsProtocol(_HeaderDeadline, HttpToolsProtocol):
@@ -407,21 +411,7 @@ def _httptools_protocol_class(settings: WebhookSettings, guard: ConnectionGuard)
         head_begun = False
         head_bytes = 0
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.settings, self.guard = settings, guard
-            self.timeout_keep_alive = settings.idle_timeout_s  # type: ignore[assignment]
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(_CoalescingTransport(transport, self.loop))
-            guard.opened(self)
-            if not transport.is_closing():
-                self._arm_header_timer()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_header_timer()
-            guard.closed(self)
-            super().connection_lost(exc)
+        settings, guard = settings_, guard_
 
         def data_received(self, data: bytes) -> None:
             counted = self.head_bytes if self.awaiting_head else 0
