@@ -126,15 +126,11 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
                     from self._error
             if self._eof:
                 return b""
-            waiter: asyncio.Future[bool] = self._loop.create_future()
-            self._reader = waiter
-            timer = None if timeout is None else self._loop.call_later(timeout, _expire, waiter)
+            self._reader = waiter = self._loop.create_future()
             try:
-                woken = await waiter
+                woken = await _woken_within(waiter, timeout)
             finally:
                 self._reader = None
-                if timer is not None:
-                    timer.cancel()
             if not woken and not self._chunks:
                 raise httpcore.ReadTimeout(f"no data for {timeout:g}s")
         return self._take(max_bytes)
@@ -173,15 +169,11 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
                 from self._error
         self._transport.write(buffer)
         while self._write_paused:
-            waiter: asyncio.Future[bool] = self._loop.create_future()
-            self._drainer = waiter
-            timer = None if timeout is None else self._loop.call_later(timeout, _expire, waiter)
+            self._drainer = waiter = self._loop.create_future()
             try:
-                woken = await waiter
+                woken = await _woken_within(waiter, timeout)
             finally:
                 self._drainer = None
-                if timer is not None:
-                    timer.cancel()
             if self._closed or self._error is not None or self._transport.is_closing():
                 raise httpcore.WriteError(str(self._error or "the connection was lost")) \
                     from self._error
@@ -251,6 +243,17 @@ def _wake(waiter: asyncio.Future[bool] | None) -> None:
 def _expire(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
         waiter.set_result(False)
+
+
+async def _woken_within(waiter: asyncio.Future[bool], timeout: float | None) -> bool:  # noqa: ASYNC109
+    """Await ``waiter`` (set True by :func:`_wake`); False once ``timeout`` passed first."""
+    if timeout is None:
+        return await waiter
+    timer = asyncio.get_running_loop().call_later(timeout, _expire, waiter)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
 
 
 def _timed_out(exc: TimeoutError, timeout: float | None) -> str:
