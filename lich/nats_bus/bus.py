@@ -96,6 +96,7 @@ from lich.gateway.bus import (
 )
 from lich.gateway.registry import GatewayError
 from lich.logcontext import reset_admission, set_admission
+from lich.nats_bus._cancel import reraise_cancel
 from lich.nats_bus.lease import NatsLease
 from lich.nats_bus.settings import (
     NatsBusSettings,
@@ -186,6 +187,7 @@ class _EventForwarder:
             try:
                 await self._nc.publish(self._subject, data)
             except Exception as exc:  # an event lost is not a turn lost
+                reraise_cancel(exc)
                 log_event(log, logging.WARNING, "event_forward_failed",
                           error=f"{type(exc).__name__}: {exc}")
 
@@ -383,8 +385,6 @@ class NatsBus:
         ``lich cluster status`` lists was alive within the last ``lease_ttl_s``.
         """
         every = self.settings.lease_ttl_s / 4
-        # Ended by _withdrawn, not only by cancelling: a cancellation that lands inside
-        # a nats-py request can come out of it as another error, caught below.
         while not self._withdrawn.is_set():
             try:
                 if self._processes_kv is None:
@@ -392,9 +392,8 @@ class NatsBus:
                                                             self.settings.lease_ttl_s)
                 await self._processes_kv.put(self.ingress_id,
                                              json.dumps(self.presence()).encode())
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # the broker is away: the next round tries again
+                reraise_cancel(exc)
                 log_event(log, logging.DEBUG, "announce_failed",
                           error=f"{type(exc).__name__}: {exc}")
             if await sleep_or_stop(every, self._withdrawn):
@@ -856,11 +855,11 @@ class NatsBus:
                 await self._slot_freed.wait()
             try:
                 msgs = await sub.fetch(1, timeout=_FETCH_S)
-            except nats.errors.TimeoutError:
+            except nats.errors.TimeoutError as exc:
+                reraise_cancel(exc)
                 continue
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # the broker is away: try again after a pause
+                reraise_cancel(exc)
                 if self._stopping.is_set():
                     return
                 log_event(log, logging.WARNING, "fetch_failed", partition=partition,
@@ -1109,7 +1108,8 @@ class NatsBus:
                 await nc.request(reply_to, body, timeout=min(
                     self.settings.publish_timeout_s, max(0.1, deadline - loop.time())))
                 return True
-            except Exception:  # no responder yet, timeout, reconnecting
+            except Exception as exc:  # no responder yet, timeout, reconnecting
+                reraise_cancel(exc)
                 if loop.time() + delay > deadline or nc.is_closed:
                     return False
             await asyncio.sleep(delay)
@@ -1123,6 +1123,7 @@ class NatsBus:
                 await msg.in_progress()
                 self.heartbeats += 1
             except Exception as exc:
+                reraise_cancel(exc)
                 log_event(log, logging.WARNING, "heartbeat_failed", **fields,
                           error=f"{type(exc).__name__}: {exc}")
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import nats.js.errors
 
 from lich.gateway._format import log_event
+from lich.nats_bus._cancel import reraise_cancel
 
 if TYPE_CHECKING:
     from nats.js.kv import KeyValue
@@ -57,6 +58,7 @@ class NatsLease:
                     log_event(log, logging.INFO, "lease_standby", lease=self.key)
                     waiting_logged = True
             except Exception as exc:  # the broker is away: keep trying
+                reraise_cancel(exc)
                 log_event(log, logging.WARNING, "lease_unavailable", lease=self.key,
                           error=f"{type(exc).__name__}: {exc}")
             else:
@@ -80,6 +82,7 @@ class NatsLease:
             except nats.js.errors.KeyWrongLastSequenceError:
                 reason = "taken by another process"
             except Exception as exc:
+                reraise_cancel(exc)
                 if loop.time() - last_ok < self.ttl_s / 2:
                     continue  # try again; the key has not expired yet
                 reason = f"not renewed for half its ttl ({type(exc).__name__})"

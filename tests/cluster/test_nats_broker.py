@@ -304,3 +304,22 @@ async def test_concurrency_bounds_the_runs_of_a_consumer(
     model.release("a")
     assert [(await within(p)).kind for p in (held, other)] == ["reply", "reply"]
     assert model.finished == ["hold a", "then b"]
+
+
+async def test_a_consumer_cancelled_as_its_connection_closes_ends(
+    make_nats_bus: Callable[..., Any],
+):
+    # nats-py answers a cancel that reaches a fetch on a closed connection with
+    # ConnectionClosedError, not CancelledError: a consumer retrying on errors would then
+    # outlive its cancel, and an event loop closing (a gateway stopping) waits for ever.
+    worker: NatsBus = await make_nats_bus(answering())
+    consumers = list(worker._consumers.values())
+    await asyncio.sleep(0.2)  # each consumer waits in its long-poll fetch
+    assert not any(t.done() for t in consumers)
+    for task in consumers:
+        task.cancel()
+    assert worker._nc is not None
+    await worker._nc.close()  # closed before the consumers wake to their cancel
+    done, running = await asyncio.wait(consumers, timeout=5)
+    assert not running, "a consumer went on past its cancel"
+    assert all(t.cancelled() for t in done)
