@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -20,3 +21,11 @@ def _pinned_terminal() -> Iterator[None]:
         for name in TERMINAL_OVERRIDES:
             patch.delenv(name, raising=False)
         yield
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most four. Each worker imports and collects
+    the whole suite and starts its own brokers, databases, model servers and child
+    processes: four keep that bounded on a machine with many cores."""
+    return max(1, min(os.cpu_count() or 1, 4))

@@ -96,7 +96,7 @@ def test_path_printing_tests_pass_with_any_basetemp_length(basetemps: list[Path]
     failures = []
     for batch in (runs[i:i + 2] for i in range(0, len(runs), 2)):
         children = [(basetemp, columns, subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
              f"--basetemp={basetemp}", *PATH_PRINTING_TESTS],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "COLUMNS": columns},
