@@ -482,6 +482,7 @@ class DirectTransport(httpx.AsyncBaseTransport):
             )
         connection = httpcore.AsyncHTTP11Connection(
             origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry)
+        _use_asyncio_state_lock(connection)
         self._open.add(connection)
         return connection
 
@@ -499,6 +500,40 @@ class DirectTransport(httpx.AsyncBaseTransport):
         connections, self._open, self._idle = self._open, set(), []
         for connection in connections:
             await connection.aclose()
+
+
+class _StateLock:
+    """What httpcore's connection needs of its state lock (``async with``), on an
+    :class:`asyncio.Lock`, which a free lock's ``acquire`` returns from at once."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> _StateLock:
+        await self._lock.acquire()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def _use_asyncio_state_lock(connection: httpcore.AsyncHTTP11Connection) -> None:
+    """Give ``connection`` a :class:`_StateLock` in place of its anyio one.
+
+    httpcore's HTTP/1.1 connection takes its state lock twice per request (as the
+    request starts and as its response closes), and every acquisition of an
+    ``anyio.Lock`` ends in a cancel-shielded checkpoint, one event-loop round even
+    when the lock is free: the last loop rounds the async path pays over the sync one
+    (B1 in docs/performance.md). The lock still excludes what it excluded, here
+    nothing in practice: :class:`DirectTransport` sends one request at a time on a
+    connection. The attribute is httpcore's own, not its interface: a connection
+    without it (another httpcore) keeps its lock, so the loss is speed, not function
+    (``tests/providers/test_net.py`` says when that happens).
+    """
+    if hasattr(connection, "_state_lock"):
+        connection._state_lock = _StateLock()  # type: ignore[assignment]
 
 
 def environment_has_proxy() -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 import trustme
@@ -279,6 +280,32 @@ async def test_concurrent_requests_and_two_origins_each_keep_their_connection(
         for _ in range(2):
             await asyncio.gather(client.post(one.url(), json={}), client.post(one.url(), json={}))
     assert (one.connections, two.connections) == (2, 1)
+
+
+@TRANSPORTS
+async def test_requests_on_the_direct_transport_take_no_anyio_lock(
+    make: TransportFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each anyio.Lock acquisition is an event-loop round: httpcore's connection takes its
+    # state lock twice per request, and _net gives its connections an asyncio lock
+    # instead. httpx's own transport is the control: the count sees its acquisitions.
+    lock_class = type(anyio.Lock())
+    acquired: list[object] = []
+    acquire = lock_class.acquire
+
+    async def counted(self: object) -> None:
+        acquired.append(self)
+        await acquire(self)
+
+    monkeypatch.setattr(lock_class, "acquire", counted)
+    async with Server(_json_ok) as server, httpx.AsyncClient(transport=make(plain())) as client:
+        for _ in range(3):
+            assert (await client.post(server.url(), json={})).json() == {"ok": True}
+    assert server.connections == 1
+    if make is direct_transport:
+        assert acquired == []
+    else:
+        assert len(acquired) >= 6
 
 
 # --- timeouts, refusals and broken connections: the same httpx errors -----------------
