@@ -20,7 +20,12 @@ ratio of two such differences explodes when the divisor's comes out near zero: t
 targets take the ratio of the medians (not the median of paired ratios). Beside it,
 the same cost read inside the run at the largest N: the model server's arrival times
 of the request after turn a and after turn b (the client's work per turn and the
-server's reply, start-up and exit left out), ÷ (b − a), paired per repetition.
+server's reply, start-up and exit left out), ÷ (b − a), paired per repetition. The
+targets are judged on that one: on a shared host a fresh process's CPU time varies by
+tens of milliseconds from run to run, as much as the 80 turns between N = 20 and 100
+cost, so the difference of two processes can put a variant at half the raw loop's
+cost per turn (seen: 0.46 ×); the server's clock sees only the turns, and it is
+outside lich.
 B2-cold (N = 0: the task is answered by one model call): the whole process against
 the raw one making the same request.
 
@@ -266,13 +271,16 @@ def _results(turns: Sequence[int], reps: int, variants: Sequence[str],
     if marginal:
         a, b = marginal["between"]
         for name, m in marginal["variants"].items():
-            if "ratio_sync" in m:
-                inside_ratio = (f"; inside the run: {m['in_run_ratio_sync']['median']:.2f} ×"
-                                if "in_run_ratio_sync" in m else "")
+            if "in_run_ratio_sync" in m:
+                targets.append(Target(
+                    f"B1-cli {name}: cost per turn inside the run (N={b}) ÷ sync raw "
+                    f"(whole processes N={a}→{b}: {m['ratio_sync']:.2f} ×, CPU "
+                    f"{m['cpu_ratio_sync']:.2f} ×)", "<=", 1.5,
+                    m["in_run_ratio_sync"]["median"]))
+            elif "ratio_sync" in m:
                 targets.append(Target(
                     f"B1-cli {name}: cost per turn (N={a}→{b}) ÷ sync raw (CPU: "
-                    f"{m['cpu_ratio_sync']:.2f} ×{inside_ratio})", "<=", 1.5,
-                    m["ratio_sync"]))
+                    f"{m['cpu_ratio_sync']:.2f} ×)", "<=", 1.5, m["ratio_sync"]))
     if 0 in turns:
         for name in ("lich stream", "lich"):
             e = rows["0"].get(name, {})
