@@ -104,6 +104,9 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
+_httpx: Any = None  # the module, once _import_httpx() has imported it
+
+
 def _import_httpx() -> Any:
     """``import httpx``, without httpx's own command line.
 
@@ -115,10 +118,13 @@ def _import_httpx() -> Any:
     fail; it is removed again at once, so an explicit ``import httpx._main`` later
     still works.
     """
+    global _httpx
+    if _httpx is not None:  # called several times per request: once imported, at once
+        return _httpx
     import sys
 
-    # Always through the import statement: a module another thread is still importing
-    # is in sys.modules already, and only the import waits for it to be complete.
+    # Through the import statement until it has returned here: a module another thread
+    # is still importing is in sys.modules already, and only the import waits for it.
     blocked = "httpx" not in sys.modules and "httpx._main" not in sys.modules
     if blocked:
         sys.modules["httpx._main"] = None  # type: ignore[assignment]
@@ -127,6 +133,7 @@ def _import_httpx() -> Any:
     finally:
         if blocked and sys.modules.get("httpx._main", 0) is None:
             del sys.modules["httpx._main"]
+    _httpx = httpx
     return httpx
 
 
