@@ -5,6 +5,7 @@ Nothing here imports a network library; the bus and every adapter use it.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -104,6 +105,21 @@ def _slugs(platform: str, chat_id: str) -> tuple[str, str]:
     platform_slug = _SLUG_UNSAFE.sub("-", platform).strip("-._")[:24] or "p"
     chat_slug = _SLUG_UNSAFE.sub("-", chat_id).strip("-._")[:48] or "chat"
     return platform_slug, chat_slug
+
+
+def keyed_status_id(name: str, key: bytes) -> str:
+    """A status id for ``name`` (a message's admission id): an HMAC-SHA256 under ``key``
+    (the install's secret), 18 bytes in URL-safe base64 — the shape of a random one.
+
+    Every process of an install computes the same id for the same message, and no one
+    without the key can: a worker can answer the status URL of a message whose ingress
+    died (docs/cluster.md), and knowing an admission id (it is in the logs) does not
+    give the URL.
+    """
+    if len(key) < 16:
+        raise ValueError("the status id key must be at least 16 bytes")
+    mac = hmac.new(key, f"lich-status\x00{name}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac[:18]).decode("ascii")
 
 
 def conversation_session_id(platform: str, chat_id: str, key: bytes) -> str:

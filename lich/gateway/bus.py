@@ -48,6 +48,7 @@ from lich.cancel import CancelToken
 from lich.events import EventHandler
 from lich.gateway._format import (
     conversation_session_id,
+    keyed_status_id,
     legacy_session_id,
     log_event,
     redact,
@@ -451,6 +452,11 @@ class GatewayBus:
     def session_id_for(self, platform: str, chat_id: str) -> str:
         """The session id of a conversation (keyed: not computable without the install's key)."""
         return conversation_session_id(platform, chat_id, self._id_key)
+
+    def status_id_for(self, admission: str) -> str:
+        """The status id of the message admitted as ``admission``: the same in every
+        process sharing this install's key, not computable without it."""
+        return keyed_status_id(admission, self._id_key)
 
     def conversation_keys(self) -> list[tuple[str, str]]:
         """The conversations in memory, least recently used first."""
@@ -889,9 +895,10 @@ class GatewayBus:
 
 
 def park_in(parked: OrderedDict[str, asyncio.Future[BusReply]],
-            pending: asyncio.Future[BusReply]) -> str:
-    """Put ``pending`` in ``parked`` under a new status id, keeping at most :data:`MAX_PARKED`."""
-    status_id = new_status_id()
+            pending: asyncio.Future[BusReply], status_id: str | None = None) -> str:
+    """Put ``pending`` in ``parked`` under ``status_id`` (a new one by default), keeping
+    at most :data:`MAX_PARKED`."""
+    status_id = status_id or new_status_id()
     parked[status_id] = pending
     while len(parked) > MAX_PARKED:
         victim = next((k for k, f in parked.items() if f.done()), next(iter(parked)))

@@ -59,7 +59,7 @@ import secrets
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import nats
@@ -423,8 +423,15 @@ class NatsBus:
         ingress that admitted the message. Replies cross the broker as messages
         do; the id is unguessable. A bucket write that fails is logged: this
         process still answers the URL.
+
+        The id of a message this process admitted is derived from its admission
+        (:meth:`GatewayBus.status_id_for`): when this process dies before the reply
+        comes, the worker that ran the message, finding no one to take it, writes it
+        under the same id (:meth:`_park_for_lost_ingress`).
         """
-        status_id = park_in(self._parked, pending)
+        admission = next((a for a, w in self._waiters.items() if w.future is pending), None)
+        status_id = park_in(self._parked, pending, None if admission is None
+                            else self.local.status_id_for(admission))
         if self._js is None:
             return status_id
         # Awaited: the client may ask another ingress as soon as it has the URL. Failed
@@ -442,9 +449,7 @@ class NatsBus:
         if local is not None or self._js is None or not is_status_id(status_id):
             return local
         try:
-            if self._parked_kv is None:
-                self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
-            entry = await self._parked_kv.get(status_id)
+            entry = await (await self._replies_bucket()).get(status_id)
             data = json.loads(entry.value or b"{}")
             if data.get("status") == PENDING:
                 return PENDING
@@ -456,11 +461,15 @@ class NatsBus:
                       error=f"{type(exc).__name__}: {exc}")
             return BusReply("unavailable", UNAVAILABLE_TEXT, "")
 
+    async def _replies_bucket(self) -> KeyValue:
+        if self._parked_kv is None:
+            self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
+        return self._parked_kv
+
     async def _write_parked(self, status_id: str, value: Mapping[str, Any]) -> bool:
         try:
-            if self._parked_kv is None:
-                self._parked_kv = await self._bucket("REPLIES", self.settings.status_ttl_s)
-            await self._parked_kv.put(status_id, json.dumps(value, ensure_ascii=False).encode())
+            kv = await self._replies_bucket()
+            await kv.put(status_id, json.dumps(value, ensure_ascii=False).encode())
         except Exception as exc:
             log_event(log, logging.WARNING, "reply_park_failed",
                       error=f"{type(exc).__name__}: {exc}")
@@ -1084,23 +1093,69 @@ class NatsBus:
                           ensure_ascii=False).encode()
         loop = asyncio.get_running_loop()
         ingress = reply_to.rsplit(".", 2)[-2] if reply_to.count(".") >= 2 else reply_to
+        parked = False
+
+        def park_for_status_url() -> None:
+            # At the first answer missed, not after the retries: a client polling the
+            # status URL of a message whose ingress died gets the reply from another.
+            nonlocal parked
+            if not parked:
+                parked = True
+                self._in_background(self._park_for_lost_ingress(admission, reply, fields),
+                                    "lich-nats-park-lost")
+
         now = loop.time()
         if self._unreachable.get(ingress, 0.0) <= now:
-            if await self._request_reply(nc, reply_to, body, now + _REPLY_INLINE_S):
+            if await self._request_reply(nc, reply_to, body, now + _REPLY_INLINE_S,
+                                         on_failure=park_for_status_url):
                 self._unreachable.pop(ingress, None)
                 return True
             self._unreachable[ingress] = loop.time() + _REPLY_RETRY_S
             while len(self._unreachable) > _RECENT_REPLIES:
                 self._unreachable.pop(next(iter(self._unreachable)))
-        task = asyncio.create_task(self._deliver_reply(nc, reply_to, body, fields),
-                                   name="lich-nats-reply")
-        self._replies.add(task)
-        task.add_done_callback(self._replies.discard)
+        park_for_status_url()
+        self._in_background(self._deliver_reply(nc, reply_to, body, fields), "lich-nats-reply")
         return False
 
+    def _in_background(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``work`` as a task that :meth:`drain` waits for (up to ``_REPLY_GRACE_S``)."""
+        task = asyncio.create_task(work, name=name)
+        self._replies.add(task)
+        task.add_done_callback(self._replies.discard)
+
+    async def _park_for_lost_ingress(self, admission: str, reply: BusReply,
+                                     fields: Mapping[str, Any]) -> None:
+        """Answer the status URL of a message whose ingress does not take its reply.
+
+        The ingress that admitted the message parked it as pending under an id derived
+        from its admission (:meth:`park`). Written here as done — only while it is still
+        pending: compare-and-set on the entry's revision — any ingress answers the URL
+        with it. A message given no status URL has no entry, and nothing is written.
+        """
+        status_id = self.local.status_id_for(admission)
+        value = {"status": "done", "reply": _reply_to_dict(reply)}
+        try:
+            kv = await self._replies_bucket()
+            entry = await kv.get(status_id)
+            if json.loads(entry.value or b"{}").get("status") != PENDING:
+                return
+            await kv.update(status_id, json.dumps(value, ensure_ascii=False).encode(),
+                            last=entry.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return  # the ingress wrote it meanwhile: it took the reply after all
+        except nats.js.errors.NotFoundError:
+            return  # no status URL was given for this message (or it expired)
+        except Exception as exc:
+            log_event(log, logging.WARNING, "reply_park_failed", **fields,
+                      error=f"{type(exc).__name__}: {exc}")
+            return
+        log_event(log, logging.INFO, "reply_parked_for_status_url", **fields)
+
     async def _request_reply(self, nc: Client, reply_to: str, body: bytes,
-                             deadline: float) -> bool:
-        """Send the reply until the ingress answers or ``deadline``; whether it answered."""
+                             deadline: float,
+                             on_failure: Callable[[], None] | None = None) -> bool:
+        """Send the reply until the ingress answers or ``deadline``; whether it answered.
+        ``on_failure`` is called when the first try goes unanswered."""
         loop = asyncio.get_running_loop()
         delay = 0.1
         while True:
@@ -1110,6 +1165,9 @@ class NatsBus:
                 return True
             except Exception as exc:  # no responder yet, timeout, reconnecting
                 reraise_cancel(exc)
+                if on_failure is not None:
+                    on_failure()
+                    on_failure = None
                 if loop.time() + delay > deadline or nc.is_closed:
                     return False
             await asyncio.sleep(delay)

@@ -14,6 +14,7 @@ from attrs import define
 
 from lich.agent import Agent
 from lich.gateway.bus import GatewayBus
+from lich.nats_bus import bus as nats_bus_module
 from lich.nats_bus.bus import NatsBus
 from lich.nats_bus.settings import NatsBusSettings, partition_of
 from lich.testing import async_wait_for, make_test_config
@@ -31,6 +32,16 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def short_reply_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second, not ten, for an in-process bus's reply windows: the inline retries of a
+    reply whose ingress does not answer, and the wait for them when the bus stops. For
+    tests whose point is not those windows but that have replies no one takes. Ask for it
+    before the buses' fixtures: it must still hold while they stop."""
+    monkeypatch.setattr(nats_bus_module, "_REPLY_INLINE_S", 1.0)
+    monkeypatch.setattr(nats_bus_module, "_REPLY_GRACE_S", 1.0)
 
 
 def chats_in_distinct_partitions(platform: str, count: int, partitions: int) -> tuple[str, ...]:

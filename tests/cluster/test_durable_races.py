@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-import lich.nats_bus.bus as nats_bus_module
 from lich.agent import Agent
 from lich.gateway.bus import GatewayBus, InboundMessage
 from lich.nats_bus.bus import NatsBus
@@ -238,12 +237,9 @@ class Race:
 
 @pytest.fixture
 async def race(nats_server: NatsServer, lich_postgres_dsn: str, tmp_path: Path,
-               monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Race]:
+               short_reply_windows: None) -> AsyncIterator[Race]:
     # A consumer woken after its message was answered sends the ingress an empty reply
-    # nobody waits for, and retries it: 10 s inline, then up to 10 s more while its bus
-    # stops. No race here is about those windows; a second bounds each of them.
-    monkeypatch.setattr(nats_bus_module, "_REPLY_INLINE_S", 1.0)
-    monkeypatch.setattr(nats_bus_module, "_REPLY_GRACE_S", 1.0)
+    # nobody waits for, and retries it: no race here is about those windows.
     made = Race(nats_server.url, lich_postgres_dsn, tmp_path)
     try:
         yield made

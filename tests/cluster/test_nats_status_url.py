@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from gateway_process import gateway_process
+from lich_env import lich_env
 
 from lich.agent import load_plugins
+from lich.gateway._format import keyed_status_id
+from lich.gateway.bus import BusReply, is_status_id
 from lich.gateway.runner import GatewayRunner
+from lich.nats_bus.bus import NatsBus
 from lich.testing import async_wait_for, make_test_config
 from lich.testing.contracts import ContractModel, contract_responder
 from lich.testing.nats import NatsServer
@@ -75,3 +83,75 @@ async def test_a_status_url_from_one_ingress_is_answered_by_another(
         unknown = await client.get(f"{second_url}/message/status/{'A' * 24}")
         assert unknown.status_code == 404
         assert (await client.get(f"{second_url}/message/status/x.y")).status_code == 404
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+async def test_a_status_url_is_answered_after_the_ingress_that_gave_it_was_killed(
+    short_reply_windows: None, tmp_path: Path, nats_server: NatsServer,
+    ingress: Callable[..., Any], make_nats_bus: Callable[..., Any],
+):
+    model = ContractModel()
+    await make_nats_bus(model)  # the worker; every process here shares tmp_path's install
+    _, second_url = await ingress()
+    (tmp_path / ".lich" / "config.toml").write_text(
+        'plugins = ["+nats"]\n[gateway]\nplatforms = ["webhook"]\n'
+        '[gateway.webhook]\nport = 0\nreply_timeout_s = 0.2\n'
+        f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 4\n',
+        encoding="utf-8")
+    async with gateway_process(tmp_path, lich_env(tmp_path)) as first, \
+            httpx.AsyncClient(timeout=WAIT_S) as client:
+        accepted = await client.post(f"http://127.0.0.1:{first.port}/message",
+                                     json={"text": "hold lost", "chat_id": "orphan"})
+        assert accepted.status_code == 202, accepted.text
+        status_path = accepted.json()["status_url"]
+        await async_wait_for(lambda: "hold lost" in model.started, WAIT_S, "the held run")
+        # The ingress that admitted the message, and would have taken its reply, dies.
+        first.process.send_signal(signal.SIGKILL)
+        await first.process.wait()
+        pending = await client.get(f"{second_url}{status_path}")
+        assert (pending.status_code, pending.json()) == (202, {"status": "pending"})
+        model.release("lost")
+
+        async def answered() -> httpx.Response | None:
+            r = await client.get(f"{second_url}{status_path}")
+            return r if r.status_code != 202 else None
+
+        # The worker finds no one to take the reply and answers the URL itself.
+        done = await async_wait_for(answered, WAIT_S, "the reply on the surviving ingress")
+        assert done.status_code == 200, done.text
+        assert done.json()["reply"] == "you said: hold lost | earlier: -"
+
+
+def test_a_status_id_is_keyed_by_the_install_and_shaped_like_a_random_one():
+    key, other = b"k" * 32, b"o" * 32
+    one = keyed_status_id("m0123", key)
+    assert one == keyed_status_id("m0123", key)  # every process of the install agrees
+    assert is_status_id(one)
+    assert len(one) == 24
+    # Without the key the admission id (it is in the logs) does not give the URL.
+    assert keyed_status_id("m0123", other) != one
+    assert keyed_status_id("m0124", key) != one
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        keyed_status_id("m0123", b"short")
+
+
+async def test_a_worker_writes_a_lost_reply_only_over_a_pending_entry(
+    make_nats_bus: Callable[..., Any],
+):
+    # What the worker does when no ingress takes a reply, entry by entry in the bucket:
+    # it answers a status URL still pending, and leaves alone an entry that the ingress
+    # answered itself (or one never made: that message was given no URL).
+    worker: NatsBus = await make_nats_bus(ContractModel())
+    kv = await worker._replies_bucket()
+    reply = BusReply("reply", "the lost one", "s1")
+    fields = {"platform": "test", "chat": "c", "admission": "x"}
+    pending, answered, absent = (worker.local.status_id_for(a) for a in ("a1", "a2", "a3"))
+    await kv.put(pending, json.dumps({"status": "pending", "session_id": "s1"}).encode())
+    mine = {"status": "done",
+            "reply": {"kind": "reply", "text": "the ingress's", "session_id": "s1"}}
+    await kv.put(answered, json.dumps(mine).encode())
+    for admission in ("a1", "a2", "a3"):
+        await worker._park_for_lost_ingress(admission, reply, fields)
+    assert await worker.parked(pending) == reply
+    assert json.loads((await kv.get(answered)).value or b"") == mine
+    assert await worker.parked(absent) is None
