@@ -80,7 +80,7 @@ from lich import serialization
 from lich.events import Envelope, EventHandler
 from lich.gateway._format import log_event, redact
 from lich.gateway._pacing import sleep_or_stop
-from lich.gateway.approvals import Notify
+from lich.gateway.approvals import APPROVAL_COMMAND, Notify
 from lich.gateway.bus import (
     BUSY_TEXT,
     CLOSED_TEXT,
@@ -149,23 +149,29 @@ _REPLY_RETRY_S = 60.0
 #: How much of that the partition waits for (then the message is acknowledged, and the
 #: retries go on in the background).
 _REPLY_INLINE_S = 10.0
+# A worker's text for the chat of a message, on the message's reply subject: the compact
+# JSON object {"type":"notify","text":...}, its type first so it is told apart at once.
+_NOTIFY_PREFIX = b'{"type":"notify",'
+_SENT = b"sent"
 
 
 class _Waiter:
-    """The reply an ingress waits for, and who wants the run's events.
+    """The reply an ingress waits for, who wants the run's events, and how to send to
+    the message's chat while it runs (``notify``: an approval request from the worker).
 
     ``uncertain_until`` is set when the publish timed out: the broker may have
     stored the message all the same, so the waiter stays (a retry of the same
     message joins it) until the duplicate window has passed.
     """
 
-    __slots__ = ("future", "handlers", "session_id", "uncertain_until")
+    __slots__ = ("future", "handlers", "notify", "session_id", "uncertain_until")
 
     def __init__(self, future: asyncio.Future[BusReply], session_id: str,
-                 handler: EventHandler | None) -> None:
+                 handler: EventHandler | None, notify: Notify | None = None) -> None:
         self.future = future
         self.session_id = session_id
         self.handlers: list[EventHandler] = [handler] if handler is not None else []
+        self.notify = notify
         self.uncertain_until: float | None = None
 
 
@@ -536,6 +542,8 @@ class NatsBus:
             await self._nc.subscribe(f"{self.settings.stream}.reply.{self.ingress_id}.*",
                                      cb=self._on_reply)
             if self.settings.consume:
+                await self._nc.subscribe(f"{self.settings.stream}.approval",
+                                         cb=self._on_approval)
                 await self._start_consumers()
                 self.consuming = True
         except BaseException:
@@ -706,11 +714,14 @@ class NatsBus:
 
         Refused messages (``busy``, ``closed``, ``unavailable``) and duplicates
         (``duplicate``, or the reply already received) have a future already done.
-        ``notify`` is not carried to the worker that runs the message: a call
-        needing approval is denied there (``approval_unavailable``), so allow what a
-        cluster's conversations need in ``[approvals]`` (docs/cluster.md).
+        ``notify`` stays with this process: the worker running the message asks it to
+        send its approval requests to the chat. An ``/approve`` or ``/deny`` is not
+        published (the run it answers holds its partition): it goes to the process
+        whose run waits for it (:meth:`_answer_approval`).
         """
         session_id = self.session_id_for(message.platform, message.chat_id)
+        if APPROVAL_COMMAND.match(message.text.strip()):
+            return _done(await self._answer_approval(message, session_id))
         if self._closed or self._js is None:
             return _done(BusReply("closed", CLOSED_TEXT, session_id))
         admission = (admission_token(message.platform, message.chat_id, message.message_id)
@@ -729,7 +740,7 @@ class NatsBus:
             return _done(self._recent[admission])
         future: asyncio.Future[BusReply] = asyncio.get_running_loop().create_future()
         return await self._publish(message, admission, session_id,
-                                   _Waiter(future, session_id, on_event))
+                                   _Waiter(future, session_id, on_event, notify))
 
     async def _publish(self, message: InboundMessage, admission: str, session_id: str,
                        waiter: _Waiter) -> asyncio.Future[BusReply]:
@@ -748,6 +759,7 @@ class NatsBus:
             "admission": admission,
             "reply_to": self._reply_subject(admission),
             "events": bool(waiter.handlers),
+            "notify": waiter.notify is not None,  # the worker's approvals can ask the chat
         }
         fields = {"platform": message.platform, "chat": message.chat_id,
                   "admission": admission, "partition": partition}
@@ -821,6 +833,12 @@ class NatsBus:
 
     async def _on_reply(self, msg: Msg) -> None:
         admission = msg.subject.rsplit(".", 1)[-1]
+        if msg.reply and msg.data.startswith(_NOTIFY_PREFIX):
+            # A worker's approval request for the chat: answered once it is sent (or not),
+            # in a task of its own (a platform's send must not hold up the replies).
+            self._in_background(self._send_to_chat(msg, self._waiters.get(admission)),
+                                "lich-nats-notify")
+            return
         if msg.reply:
             # Received: the sender stops sending it again (also for one we no longer
             # wait for, or a duplicate of one that came already).
@@ -842,6 +860,74 @@ class NatsBus:
                       error=f"{type(exc).__name__}: {exc}")
             return
         self._resolve(admission, reply)
+
+    async def _send_to_chat(self, msg: Msg, waiter: _Waiter | None) -> None:
+        """Send a worker's text to the chat of the message ``waiter`` waits for; answer
+        ``sent``, or nothing-sent (no waiter, or no way to the chat: the worker's
+        approver then cannot ask, and the call is denied)."""
+        sent = False
+        if waiter is not None and waiter.notify is not None:
+            try:
+                await waiter.notify(str(json.loads(msg.data)["text"]))
+                sent = True
+            except Exception as exc:  # the platform is away: the worker is told
+                log_event(log, logging.WARNING, "notify_failed",
+                          error=f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(Exception):
+            await msg.respond(_SENT if sent else b"")
+
+    async def _answer_approval(self, message: InboundMessage, session_id: str) -> BusReply:
+        """The answer to an ``/approve`` or ``/deny``: from this process when the request
+        waits here, else from the worker whose run waits for it (the one that answers
+        the broadcast on ``<stream>.approval``; the others hold no such request and stay
+        silent). No one answering: this process's own words for an unknown id."""
+        local = self.local.approvals
+        command = APPROVAL_COMMAND.match(message.text.strip())
+        nc = self._nc
+        if (command is not None and command.group(2) and not local.holds(message)
+                and nc is not None and nc.is_connected):
+            body = json.dumps({"platform": message.platform, "chat_id": message.chat_id,
+                               "user_id": message.user_id, "text": message.text},
+                              ensure_ascii=False).encode()
+            try:
+                answer = await nc.request(f"{self.settings.stream}.approval", body,
+                                          timeout=self.settings.publish_timeout_s)
+                return BusReply("approval", answer.data.decode(), session_id)
+            except Exception as exc:  # no worker holds the request (or none is there)
+                reraise_cancel(exc)
+        return BusReply("approval", local.answer(message) or "", session_id)
+
+    async def _on_approval(self, msg: Msg) -> None:
+        """An ``/approve`` or ``/deny`` another ingress received: answered here only if
+        the request it names waits in this process."""
+        try:
+            data = json.loads(msg.data)
+            message = InboundMessage(str(data["platform"]), str(data["chat_id"]),
+                                     str(data["user_id"]), str(data["text"]))
+        except Exception as exc:
+            log_event(log, logging.ERROR, "approval_unreadable",
+                      error=f"{type(exc).__name__}: {exc}")
+            return
+        approvals = self.local.approvals
+        if msg.reply and approvals.holds(message):
+            with contextlib.suppress(Exception):
+                await msg.respond((approvals.answer(message) or "").encode())
+
+    def _ingress_notify(self, nc: Client, reply_to: str) -> Notify:
+        """How a run of a message admitted elsewhere sends to its chat: through the
+        ingress that admitted it (:meth:`_send_to_chat`), which holds the platform's
+        send. It raises when that ingress does not send it: the approver then fails,
+        and the core denies the call."""
+
+        async def notify(text: str) -> None:
+            body = json.dumps({"type": "notify", "text": text}, ensure_ascii=False,
+                              separators=(",", ":")).encode()
+            answer = await nc.request(reply_to, body, timeout=self.settings.publish_timeout_s)
+            if answer.data != _SENT:
+                raise GatewayError("the ingress that admitted this message cannot send to "
+                                   "its chat")
+
+        return notify
 
     def _resolve(self, admission: str, reply: BusReply) -> None:
         """Answer the waiter of ``admission`` and remember the reply for a late duplicate."""
@@ -955,8 +1041,14 @@ class NatsBus:
                         handler(envelope)
         elif data.get("events") and self._nc is not None:
             forwarder = on_event = _EventForwarder(self._nc, reply_to)
+        notify: Notify | None = None
+        if waiter is not None:
+            notify = waiter.notify
+        elif data.get("notify") and self._nc is not None:
+            notify = self._ingress_notify(self._nc, reply_to)
         try:
-            reply = await self.local.handle(inbound, on_event=on_event, turn=turn)
+            reply = await self.local.handle(inbound, on_event=on_event, notify=notify,
+                                            turn=turn)
         finally:
             if forwarder is not None:
                 await forwarder.close()

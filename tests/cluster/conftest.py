@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +71,21 @@ def chats_in_one_partition(platform: str, count: int, partitions: int) -> tuple[
 async def make_nats_bus(
     nats_server: NatsServer, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Any]]:
-    """``await make_nats_bus(chat, queue_limit=5, **settings)``: a started nats bus whose
-    consumers run messages on an agent calling ``chat`` (``consume=False``: an ingress
-    only); every bus is drained afterwards."""
+    """``await make_nats_bus(chat, queue_limit=5, plugins=(), objects=(), **settings)``: a
+    started nats bus whose consumers run messages on an agent calling ``chat``, with the
+    ``plugins`` of its config and the plugin ``objects`` (name, object) registered
+    (``consume=False``: an ingress only); every bus is drained afterwards."""
     buses: list[NatsBus] = []
 
-    async def make(chat: Any, *, queue_limit: int = 5, **settings: Any) -> NatsBus:
+    async def make(chat: Any, *, queue_limit: int = 5, plugins: Sequence[str] = (),
+                   objects: Sequence[tuple[str, object]] = (), **settings: Any) -> NatsBus:
         values: dict[str, Any] = {"servers": (nats_server.url,), "partitions": 4,
                                   "consume": True}
         values.update(settings)
-        local = GatewayBus(Agent(make_test_config(tmp_path), chat=chat),
-                           queue_limit=queue_limit)
+        agent = Agent(make_test_config(tmp_path, plugins=tuple(plugins)), chat=chat)
+        for name, plugin in objects:
+            agent.host.register_object(plugin, name)
+        local = GatewayBus(agent, queue_limit=queue_limit)
         bus = NatsBus(NatsBusSettings(**values), local)
         await bus.start()
         buses.append(bus)
