@@ -149,11 +149,20 @@ class ToolkitInput:
 
     async def line(self, prompt: str, default: str = "") -> str:
         """See :class:`LineInput`."""
-        # The run owns the loop: its SIGINT handler (which prompt_toolkit would replace,
-        # and remove on leaving, leaving later Ctrl-Cs unanswered) and its exception
-        # handler stay. In raw mode Ctrl-C is a key, raised here as KeyboardInterrupt.
-        return str(await self._get_session().prompt_async(
-            prompt, default=default, handle_sigint=False, set_exception_handler=False))
+        from prompt_toolkit.application.current import create_app_session
+
+        session = self._get_session()
+        # An app session of its own: prompt_toolkit keeps "the running application" in
+        # an AppSession object that every task shares unless one makes its own. A
+        # question abandoned at approval_timeout_s finishes after the run went on, and
+        # on finishing puts back the application it found there — over the chat prompt
+        # started meanwhile, whose Enter then ended nothing: the next line was lost.
+        with create_app_session(input=session.input, output=session.output):
+            # The run owns the loop: its SIGINT handler (which prompt_toolkit would
+            # replace, and remove on leaving, leaving later Ctrl-Cs unanswered) and its
+            # exception handler stay. In raw mode Ctrl-C is a key: KeyboardInterrupt here.
+            return str(await session.prompt_async(
+                prompt, default=default, handle_sigint=False, set_exception_handler=False))
 
 
 class FdLineInput:
