@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lich.gateway.bus import InboundMessage
+from lich.gateway.bus import BusReply, InboundMessage
 from lich.nats_bus.bus import NatsBus
 from lich.testing import AskFor, Reply, ScriptedChat, ScriptRequest, Step, async_wait_for
 from lich.types import ToolCall
@@ -60,14 +60,20 @@ def said(bus: NatsBus, text: str, user: str = "alice") -> Any:
     return bus.handle(InboundMessage("telegram", "chat-1", user, text))
 
 
+async def ask_to_read(ingress: NatsBus) -> tuple[Chat, asyncio.Future[BusReply], str]:
+    """alice's ``read notes.txt`` through ``ingress``: her chat, the pending reply, and the
+    id of the approval request that reached her chat."""
+    chat = Chat()
+    run = await ingress.submit(InboundMessage("telegram", "chat-1", "alice", "read notes.txt"),
+                               notify=chat.notify)
+    return chat, run, await chat.request_id()
+
+
 async def test_a_worker_asks_the_chat_through_the_ingress_and_the_sender_approves(
     make_nats_bus: Callable[..., Any], tmp_path: Path,
 ):
     first, second, worker = await cluster(make_nats_bus, tmp_path)
-    chat = Chat()
-    run = await first.submit(InboundMessage("telegram", "chat-1", "alice", "read notes.txt"),
-                             notify=chat.notify)
-    request_id = await chat.request_id()
+    chat, run, request_id = await ask_to_read(first)
     assert "read_file" in chat.sent[0]
     assert worker.local.approvals.pending_ids == [request_id]  # it waits in the worker
     # Another user of the same chat, through the other ingress: not theirs to answer.
@@ -90,10 +96,7 @@ async def test_a_denial_from_the_admitting_ingress_reaches_the_worker(
     make_nats_bus: Callable[..., Any], tmp_path: Path,
 ):
     first, _, _ = await cluster(make_nats_bus, tmp_path)
-    chat = Chat()
-    run = await first.submit(InboundMessage("telegram", "chat-1", "alice", "read notes.txt"),
-                             notify=chat.notify)
-    request_id = await chat.request_id()
+    _, run, request_id = await ask_to_read(first)
     denied = await asyncio.wait_for(said(first, f"/deny {request_id} not now"), WAIT_S)
     assert denied.text.startswith("Denied: read_file")
     reply = await asyncio.wait_for(run, WAIT_S)

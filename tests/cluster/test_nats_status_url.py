@@ -51,6 +51,23 @@ async def ingress(nats_server: NatsServer,
         await runner.stop(grace_s=2)
 
 
+async def answered_once_released(client: httpx.AsyncClient, url: str, model: ContractModel,
+                                 tag: str) -> httpx.Response:
+    """The status URL ``url``: ``202 pending`` while its run is held on ``hold <tag>``, then,
+    released, polled until it is answered (``200``)."""
+    pending = await client.get(url)
+    assert (pending.status_code, pending.json()) == (202, {"status": "pending"})
+    model.release(tag)
+
+    async def done() -> httpx.Response | None:
+        r = await client.get(url)
+        return r if r.status_code != 202 else None
+
+    answer = await async_wait_for(done, WAIT_S, f"{url} to be answered")
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
 async def test_a_status_url_from_one_ingress_is_answered_by_another(
     ingress: Callable[..., Any], make_nats_bus: Callable[..., Any],
 ):
@@ -64,16 +81,8 @@ async def test_a_status_url_from_one_ingress_is_answered_by_another(
         assert accepted.status_code == 202, accepted.text
         status_path = accepted.json()["status_url"]
         # The load balancer sends the poll to the other ingress: it knows the id too.
-        pending = await client.get(f"{second_url}{status_path}")
-        assert (pending.status_code, pending.json()) == (202, {"status": "pending"})
-        model.release("slow")
-
-        async def answered() -> httpx.Response | None:
-            r = await client.get(f"{second_url}{status_path}")
-            return r if r.status_code != 202 else None
-
-        done = await async_wait_for(answered, WAIT_S, "the parked reply on the other ingress")
-        assert done.status_code == 200, done.text
+        done = await answered_once_released(client, f"{second_url}{status_path}", model,
+                                            "slow")
         assert done.json()["reply"] == "you said: hold slow | earlier: -"
         # Read from the broker, not from the admitting process's memory: it is gone now.
         await first.stop(grace_s=2)
@@ -108,17 +117,9 @@ async def test_a_status_url_is_answered_after_the_ingress_that_gave_it_was_kille
         # The ingress that admitted the message, and would have taken its reply, dies.
         first.process.send_signal(signal.SIGKILL)
         await first.process.wait()
-        pending = await client.get(f"{second_url}{status_path}")
-        assert (pending.status_code, pending.json()) == (202, {"status": "pending"})
-        model.release("lost")
-
-        async def answered() -> httpx.Response | None:
-            r = await client.get(f"{second_url}{status_path}")
-            return r if r.status_code != 202 else None
-
         # The worker finds no one to take the reply and answers the URL itself.
-        done = await async_wait_for(answered, WAIT_S, "the reply on the surviving ingress")
-        assert done.status_code == 200, done.text
+        done = await answered_once_released(client, f"{second_url}{status_path}", model,
+                                            "lost")
         assert done.json()["reply"] == "you said: hold lost | earlier: -"
 
 
