@@ -502,25 +502,10 @@ class DirectTransport(httpx.AsyncBaseTransport):
             await connection.aclose()
 
 
-class _StateLock:
-    """What httpcore's connection needs of its state lock (``async with``), on an
-    :class:`asyncio.Lock`, which a free lock's ``acquire`` returns from at once."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-
-    async def __aenter__(self) -> _StateLock:
-        await self._lock.acquire()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._lock.release()
-
-
 def _use_asyncio_state_lock(connection: httpcore.AsyncHTTP11Connection) -> None:
-    """Give ``connection`` a :class:`_StateLock` in place of its anyio one.
+    """Give ``connection`` an :class:`asyncio.Lock` (which a free lock's ``acquire``
+    returns from at once; httpcore only enters it with ``async with``) in place of its
+    anyio one.
 
     httpcore's HTTP/1.1 connection takes its state lock twice per request (as the
     request starts and as its response closes), and every acquisition of an
@@ -533,7 +518,7 @@ def _use_asyncio_state_lock(connection: httpcore.AsyncHTTP11Connection) -> None:
     (``tests/providers/test_net.py`` says when that happens).
     """
     if hasattr(connection, "_state_lock"):
-        connection._state_lock = _StateLock()  # type: ignore[assignment]
+        connection._state_lock = asyncio.Lock()  # type: ignore[assignment]
 
 
 def environment_has_proxy() -> bool:

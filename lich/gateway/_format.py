@@ -107,6 +107,14 @@ def _slugs(platform: str, chat_id: str) -> tuple[str, str]:
     return platform_slug, chat_slug
 
 
+def _keyed_mac(key: bytes, text: str, what: str) -> bytes:
+    """HMAC-SHA256 of ``text`` under the install's ``key`` (``what`` names the id it
+    makes, for the error about a key too short to be a secret)."""
+    if len(key) < 16:
+        raise ValueError(f"the {what} key must be at least 16 bytes")
+    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
 def keyed_status_id(name: str, key: bytes) -> str:
     """A status id for ``name`` (a message's admission id): an HMAC-SHA256 under ``key``
     (the install's secret), 18 bytes in URL-safe base64 — the shape of a random one.
@@ -116,9 +124,7 @@ def keyed_status_id(name: str, key: bytes) -> str:
     died (docs/cluster.md), and knowing an admission id (it is in the logs) does not
     give the URL.
     """
-    if len(key) < 16:
-        raise ValueError("the status id key must be at least 16 bytes")
-    mac = hmac.new(key, f"lich-status\x00{name}".encode(), hashlib.sha256).digest()
+    mac = _keyed_mac(key, f"lich-status\x00{name}", "status id")
     return base64.urlsafe_b64encode(mac[:18]).decode("ascii")
 
 
@@ -132,9 +138,7 @@ def conversation_session_id(platform: str, chat_id: str, key: bytes) -> str:
     chat ids that slug alike still differ. Always a valid session id,
     whatever characters the platform uses for its chat ids.
     """
-    if len(key) < 16:
-        raise ValueError("the session id key must be at least 16 bytes")
-    mac = hmac.new(key, f"{platform}\x00{chat_id}".encode(), hashlib.sha256).hexdigest()[:24]
+    mac = _keyed_mac(key, f"{platform}\x00{chat_id}", "session id").hex()[:24]
     platform_slug, chat_slug = _slugs(platform, chat_id)
     return f"gw-{platform_slug}-{chat_slug}-{mac}"
 

@@ -133,12 +133,10 @@ class ChatApprovals:
 
     # ------------------------------------------------------------- the answers
 
-    def holds(self, message: InboundMessage) -> bool:
-        """Whether ``message`` is an ``/approve`` or ``/deny`` of a request waiting here
-        (whoever sent it: :meth:`answer` checks that)."""
-        match = APPROVAL_COMMAND.match(message.text.strip())
-        return (match is not None and match.group(2) is not None
-                and match.group(2).lower() in self._pending)
+    def holds(self, request_id: str) -> bool:
+        """Whether the request ``request_id`` (of an ``/approve`` or ``/deny``) waits here;
+        who may answer it is :meth:`answer`'s to check."""
+        return request_id.lower() in self._pending
 
     def answer(self, message: InboundMessage) -> str | None:
         """The reply to an ``/approve`` or ``/deny`` message, after resolving the request

@@ -720,8 +720,9 @@ class NatsBus:
         whose run waits for it (:meth:`_answer_approval`).
         """
         session_id = self.session_id_for(message.platform, message.chat_id)
-        if APPROVAL_COMMAND.match(message.text.strip()):
-            return _done(await self._answer_approval(message, session_id))
+        command = APPROVAL_COMMAND.match(message.text.strip())
+        if command is not None:
+            return _done(await self._answer_approval(message, command.group(2), session_id))
         if self._closed or self._js is None:
             return _done(BusReply("closed", CLOSED_TEXT, session_id))
         admission = (admission_token(message.platform, message.chat_id, message.message_id)
@@ -876,16 +877,16 @@ class NatsBus:
         with contextlib.suppress(Exception):
             await msg.respond(_SENT if sent else b"")
 
-    async def _answer_approval(self, message: InboundMessage, session_id: str) -> BusReply:
+    async def _answer_approval(self, message: InboundMessage, request_id: str | None,
+                               session_id: str) -> BusReply:
         """The answer to an ``/approve`` or ``/deny``: from this process when the request
         waits here, else from the worker whose run waits for it (the one that answers
         the broadcast on ``<stream>.approval``; the others hold no such request and stay
         silent). No one answering: this process's own words for an unknown id."""
         local = self.local.approvals
-        command = APPROVAL_COMMAND.match(message.text.strip())
         nc = self._nc
-        if (command is not None and command.group(2) and not local.holds(message)
-                and nc is not None and nc.is_connected):
+        if (request_id and not local.holds(request_id) and nc is not None
+                and nc.is_connected):
             body = json.dumps({"platform": message.platform, "chat_id": message.chat_id,
                                "user_id": message.user_id, "text": message.text},
                               ensure_ascii=False).encode()
@@ -909,7 +910,9 @@ class NatsBus:
                       error=f"{type(exc).__name__}: {exc}")
             return
         approvals = self.local.approvals
-        if msg.reply and approvals.holds(message):
+        command = APPROVAL_COMMAND.match(message.text.strip())
+        if msg.reply and command is not None and command.group(2) \
+                and approvals.holds(command.group(2)):
             with contextlib.suppress(Exception):
                 await msg.respond((approvals.answer(message) or "").encode())
 
