@@ -42,6 +42,7 @@ class Variant:
     the lich variant's config; ``objects``: makes extra plugin objects (and says how
     to reset them between runs). A lich variant with ``config`` or ``objects`` is also
     paired with plain ``lich`` (``÷ lich``, extra ms per turn): what those plugins cost.
+    ``threaded_tool``: the tool without ``runs_inline`` (in a worker thread), paired so too.
     """
 
     kind: str
@@ -49,6 +50,7 @@ class Variant:
     persist: bool = True
     config: dict[str, Any] = field(default_factory=dict)
     objects: Callable[[], list[tuple[str, Any]]] | None = None
+    threaded_tool: bool = False
 
     @property
     def is_lich(self) -> bool:
@@ -93,6 +95,8 @@ VARIANTS: dict[str, Variant] = {
     "lich": Variant("lich"),
     "lich stream": Variant("lich", stream=True),
     "lich no-sessions": Variant("lich", persist=False),
+    # The tool as an ordinary plain function, run in a worker thread: the hop's cost.
+    "lich thread tool": Variant("lich", threaded_tool=True),
     # Pricing every call and checking a cost budget before each.
     "lich prices": Variant("lich", config={
         "plugins": ("openai_compat", "prices", "budgets"), "max_cost_usd": 1000.0, **_PRICES}),
@@ -242,7 +246,8 @@ async def _measure(turns: Sequence[int], reps: int, variants: Sequence[str]) -> 
                         **extra,
                     }
                     config = LichConfig(**values)
-                    objects = [("bench_tool", _tool_plugin), *(v.objects() if v.objects else [])]
+                    tool_plugin = _tool_plugin.THREADED if v.threaded_tool else _tool_plugin
+                    objects = [("bench_tool", tool_plugin), *(v.objects() if v.objects else [])]
                     agents[n, name] = Agent(config, plugins=objects)
                     failed = [r.entry for r in agents[n, name].host.reports
                               if r.status != "loaded"]
@@ -360,8 +365,10 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 7,
                 entry["vs_sync"] = sync_base
                 entry["ratio_sync"] = paired(s, wall[n][sync_base])["ratio"]
                 entry["cpu_ratio_sync"] = paired(c, cpu[n][sync_base])["ratio"]
-            if v.is_lich and (v.config or v.objects) and TARGET_VARIANT in wall[n]:
-                # The same loop without the extra plugins, in the same repetition.
+            if v.is_lich and (v.config or v.objects or v.threaded_tool) \
+                    and TARGET_VARIANT in wall[n]:
+                # The same loop without the extra plugins (or with the tool inline), in the
+                # same repetition.
                 pw = paired(s, wall[n][TARGET_VARIANT], n)
                 pc = paired(c, cpu[n][TARGET_VARIANT], n)
                 entry["ratio_vs_lich"] = pw["ratio"]
@@ -440,7 +447,8 @@ def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
              for n, per_n in result["runs"].items() for name, e in per_n.items()
              if "ratio_vs_lich" in e]
     if body3:
-        out.append((f"B1 plugins enabled ÷ plain \"{TARGET_VARIANT}\", paired per run",
+        out.append((f"B1 plugins enabled (or the tool in a thread) ÷ plain \"{TARGET_VARIANT}\", "
+                    "paired per run",
                     markdown_table(["N", "variant", "÷ lich", "extra/turn ms",
                                     "CPU extra/turn ms"], body3)))
     return out

@@ -11,6 +11,7 @@ re-exports :class:`ToolExecutor`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -39,10 +40,18 @@ if TYPE_CHECKING:
     from lich.plugins import PluginHost
     from lich.plugins.calling import ToolDecision
 
-__all__ = ["APPROVAL_UNAVAILABLE", "HookedToolRunner", "ToolExecutor"]
+__all__ = ["APPROVAL_UNAVAILABLE", "SLOW_INLINE_S", "HookedToolRunner", "ToolExecutor"]
 
 # The name it had when the executor lived in lich.tools: log filters and formats keep working.
 log = logging.getLogger("lich.tools")
+
+#: A ``runs_inline`` tool call that takes longer than this (seconds) is logged as a
+#: warning, once per tool and executor: it held up the whole event loop meanwhile.
+SLOW_INLINE_S = 0.05
+
+
+class _InlineOverran(Exception):
+    """A ``runs_inline`` call returned after its deadline (nothing could stop it sooner)."""
 
 
 class ToolExecutor:
@@ -73,6 +82,7 @@ class ToolExecutor:
         self.tool_settings = tool_settings or {}
         self.secret_env_names = secret_env_names
         self.protected = protected if protected is not None else ProtectedPaths()
+        self._warned_slow: set[str] = set()
 
     def limits(self, item: Tool) -> tuple[float, int]:
         """The effective ``(timeout_s, max_output_chars)`` of ``item``.
@@ -122,7 +132,7 @@ class ToolExecutor:
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
-                invoke = self._invoke(item, dict(call.args), ctx)
+                invoke = self._invoke(item, dict(call.args), ctx, timeout_s)
                 if cancel is None:
                     result = await invoke
                 else:
@@ -133,6 +143,9 @@ class ToolExecutor:
         except asyncio.CancelledError:
             call_token.cancel()  # the task running the call is cancelled: same for the tool
             raise
+        except _InlineOverran:
+            call_token.cancel()
+            return ToolResult.failure(f"timeout: tool:{item.name} exceeded {timeout_s:g}s")
         except TimeoutError as exc:
             if not deadline.expired():  # the tool's own TimeoutError, not our deadline
                 return ToolResult.failure(f"TimeoutError: {exc}" if str(exc) else "TimeoutError")
@@ -154,15 +167,36 @@ class ToolExecutor:
             result = attrs.evolve(result, output=truncate_text(result.output, max_chars))
         return result
 
-    async def _invoke(self, item: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def _invoke(
+        self, item: Tool, args: dict[str, Any], ctx: ToolContext, timeout_s: float
+    ) -> ToolResult:
         if item.is_async:
             return await item.execute(args, ctx)  # type: ignore[misc,no-any-return]
-        # A plain function may block (file system, subprocess): keep it off the loop, in a
-        # daemon thread so that one that never returns cannot block the exit (_threads).
-        result = await run_in_daemon_thread(item.execute, args, ctx)
+        if item.runs_inline:
+            # Declared never to block: no thread hop. In a copy of the context, as in a
+            # worker, so a tool's context variables stay its own.
+            started = time.perf_counter()
+            result = contextvars.copy_context().run(item.execute, args, ctx)
+            took = time.perf_counter() - started
+            if took > SLOW_INLINE_S:
+                self._warn_slow_inline(item.name, took)
+            if took > timeout_s:
+                raise _InlineOverran
+        else:
+            # A plain function may block (file system, subprocess): keep it off the loop,
+            # in a daemon thread so that one that never returns cannot block the exit.
+            result = await run_in_daemon_thread(item.execute, args, ctx)
         if inspect.isawaitable(result):  # a callable object returning an awaitable
             return await result
         return result
+
+    def _warn_slow_inline(self, name: str, took: float) -> None:
+        if name in self._warned_slow:
+            return
+        self._warned_slow.add(name)
+        log.warning("tool %s runs inline but took %.3gs: the event loop (every run of this "
+                    "process) waited for it; a tool that can block must not be runs_inline",
+                    name, took)
 
 
 APPROVAL_UNAVAILABLE = (

@@ -89,7 +89,7 @@ class Tool:
     """A tool the model can call.
 
     ``execute(args, ctx)`` may be a plain function (run in a worker thread so
-    it cannot block the event loop) or a coroutine function. It returns a
+    it cannot block the event loop, unless ``runs_inline``) or a coroutine function. It returns a
     :class:`ToolResult`, or raises :class:`lich.guards.ToolError` for a coded
     failure. ``timeout_s`` and ``max_output_chars`` are the tool's own limits;
     ``[tools.<name>]`` in the config may override them.
@@ -115,6 +115,14 @@ class Tool:
       resumed after its process died runs such a call again; a call of any other
       tool that may have started is not run twice, and the model is told so.
       Default: ``read_only``.
+
+    ``runs_inline`` — a plain function that returns at once and never blocks (pure
+    computation on its arguments) runs on the event loop itself, without the hop to a
+    worker thread and back (about a tenth of a millisecond). While it runs nothing else
+    in the process does: no other run, no cancel, no timer. Its ``timeout_s`` still
+    holds, measured when it returns (a result that came too late is a timeout failure),
+    and one that takes more than :data:`lich.executor.SLOW_INLINE_S` is logged as a
+    warning. Only for plain functions: a coroutine function runs on the loop already.
     """
 
     name: str
@@ -131,6 +139,7 @@ class Tool:
     preview: PreviewFn | None = field(default=None, eq=False, repr=False)
     # After read_only: its default is read_only's value.
     idempotent: bool = field(default=Factory(lambda self: self.read_only, takes_self=True))
+    runs_inline: bool = False
     is_async: bool = field(init=False, eq=False, repr=False)
 
     @primary_arg.validator
@@ -176,6 +185,7 @@ def tool(
     primary_kind: PrimaryKind | None = None,
     preview: PreviewFn | None = None,
     idempotent: bool | None = None,
+    runs_inline: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -193,6 +203,7 @@ def tool(
     primary_kind: PrimaryKind | None = None,
     preview: PreviewFn | None = None,
     idempotent: bool | None = None,
+    runs_inline: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` from a typed function.
 
@@ -215,12 +226,16 @@ def tool(
 
     ``read_only``, ``requires_approval``, ``primary_arg``, ``primary_kind`` and
     ``preview`` are the :class:`Tool` fields approvals read; ``idempotent`` (default:
-    ``read_only``) is what a resumed turn reads. Usable bare
+    ``read_only``) is what a resumed turn reads; ``runs_inline`` runs a plain function
+    that never blocks on the event loop, without the worker thread. Usable bare
     (``@tool``) or with options (``@tool(timeout_s=5, read_only=True)``)."""
 
     def build(func: Callable[..., Any]) -> Tool:
         signature = _schema.compile_signature(func, _is_context_param)
         is_coro = inspect.iscoroutinefunction(func)
+        if is_coro and runs_inline:
+            raise TypeError(f"tool {name or func.__name__!r}: runs_inline is for plain "
+                            "functions; a coroutine function runs on the event loop already")
 
         def call_kwargs(args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
             kwargs = signature.bind(args)  # raises ToolError for a bad argument
@@ -255,6 +270,7 @@ def tool(
             primary_kind=primary_kind,
             preview=preview,
             idempotent=read_only if idempotent is None else idempotent,
+            runs_inline=runs_inline,
         )
 
     return build(fn) if fn is not None else build

@@ -479,6 +479,123 @@ async def test_sync_tools_do_not_block_the_event_loop(tmp_path: Path) -> None:
     assert (await asyncio.wait_for(task, 10)).output == "released"
 
 
+async def test_an_inline_tool_runs_on_the_loops_thread_and_a_plain_one_does_not(
+    tmp_path: Path,
+) -> None:
+    @tool(runs_inline=True)
+    def where_inline() -> str:
+        """Says which thread it ran in."""
+        return str(threading.get_ident())
+
+    @tool
+    def where_plain() -> str:
+        """Says which thread it ran in."""
+        return str(threading.get_ident())
+
+    registry = ToolRegistry()
+    registry.register(where_inline)
+    registry.register(where_plain)
+    ex = ToolExecutor(registry, work_dir=tmp_path)
+    assert where_inline.runs_inline
+    assert not where_plain.runs_inline
+    here = str(threading.get_ident())
+    assert (await ex.execute(ToolCall("1", "where_inline", {}))).output == here
+    assert (await ex.execute(ToolCall("2", "where_plain", {}))).output != here
+
+
+async def test_an_inline_tool_keeps_the_executors_guarantees(tmp_path: Path) -> None:
+    """Errors, coded failures, the output cap, a pre-cancelled run, an awaitable result
+    and context variables behave as for a tool in a worker thread."""
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="caller's")
+
+    class Later:
+        """A callable object whose plain ``__call__`` returns an awaitable."""
+
+        def __call__(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+            async def answer() -> ToolResult:
+                return ToolResult.success("awaited")
+
+            return answer()
+
+    def sets_var(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        var.set("the tool's")
+        return ToolResult.success("x" * 50)
+
+    def fails(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise ToolError("no_such_thing: gone")
+
+    def crashes(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise ValueError("bad value")
+
+    ran: list[str] = []
+    registry = ToolRegistry()
+    registry.register(Tool("later", "l", {}, Later(), runs_inline=True))  # type: ignore[arg-type]
+    registry.register(Tool("sets_var", "s", {}, sets_var, max_output_chars=10, runs_inline=True))
+    registry.register(Tool("fails", "f", {}, fails, runs_inline=True))
+    registry.register(Tool("crashes", "c", {}, crashes, runs_inline=True))
+    registry.register(Tool("counts", "c", {},
+                           lambda a, c: ran.append("ran") or ToolResult.success(""),
+                           runs_inline=True))
+    ex = ToolExecutor(registry, work_dir=tmp_path)
+    assert (await ex.execute(ToolCall("1", "later", {}))).output == "awaited"
+    capped = await ex.execute(ToolCall("2", "sets_var", {}))
+    assert capped.ok
+    assert len(capped.output) < 50
+    assert "truncated" in capped.output
+    assert var.get() == "caller's"
+    assert (await ex.execute(ToolCall("3", "fails", {}))).error == "no_such_thing: gone"
+    assert (await ex.execute(ToolCall("4", "crashes", {}))).error == "ValueError: bad value"
+    token = CancelToken()
+    token.cancel()
+    assert (await ex.execute(ToolCall("5", "counts", {}), cancel=token)).error == "cancelled"
+    assert ran == []
+
+
+async def test_an_inline_tool_past_its_deadline_is_a_timeout_and_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing can stop an inline call early; one that returns after its deadline is
+    reported as the timeout it was, and its holding up the loop is logged, once."""
+    import time
+
+    @tool(runs_inline=True, timeout_s=0.05)
+    def stalls() -> str:
+        """Blocks the loop although it said it would not."""
+        time.sleep(0.12)
+        return "late"
+
+    @tool(runs_inline=True)
+    def slow_but_in_time() -> str:
+        """Slow, within its (default) timeout."""
+        time.sleep(0.06)
+        return "slow"
+
+    registry = ToolRegistry()
+    registry.register(stalls)
+    registry.register(slow_but_in_time)
+    ex = ToolExecutor(registry, work_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="lich.tools"):
+        first = await ex.execute(ToolCall("1", "stalls", {}))
+        again = await ex.execute(ToolCall("2", "stalls", {}))
+        in_time = await ex.execute(ToolCall("3", "slow_but_in_time", {}))
+    assert first.error == again.error == "timeout: tool:stalls exceeded 0.05s"
+    assert in_time.output == "slow"
+    warnings = [r.getMessage() for r in caplog.records if "runs inline" in r.getMessage()]
+    assert len(warnings) == 2  # once per tool, not per call
+    assert warnings[0].startswith("tool stalls runs inline but took ")
+
+
+def test_runs_inline_is_refused_for_a_coroutine_function() -> None:
+    async def already_on_the_loop() -> str:
+        """Async."""
+        return ""
+
+    with pytest.raises(TypeError, match="'already_on_the_loop': runs_inline is for plain"):
+        tool(runs_inline=True)(already_on_the_loop)
+
+
 async def test_a_tool_returning_the_wrong_type_is_reported(tmp_path: Path) -> None:
     registry = ToolRegistry()
     registry.register(Tool("weird", "w", {}, lambda a, c: "a bare string"))  # type: ignore[arg-type,return-value]
