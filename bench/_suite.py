@@ -13,6 +13,8 @@ SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
            {"turns": (1, 3), "reps": 1}),
     "b1cli": ("bench.b1_cli", {"turns": (1, 20, 100), "reps": 9},
               {"turns": (1, 2), "reps": 1, "warm_up": False}),
+    "b1work": ("bench.b1_work", {"turns": (20, 100)},
+               {"turns": (1, 2), "variants": ("raw sync", "lich", "lich --json")}),
     "b2cold": ("bench.b1_cli", {"turns": (0,), "reps": 15},
                {"turns": (0,), "reps": 1, "warm_up": False}),
     "b2": ("bench.b2_startup", {"plugins": 50, "reps": 15},

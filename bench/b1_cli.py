@@ -52,7 +52,7 @@ from bench._model_server import ModelServer
 from bench._tool_plugin import TOOL
 from bench.b2_startup import _clean_env
 
-__all__ = ["CLI_VARIANTS", "CliVariant", "run", "tables"]
+__all__ = ["CLI_VARIANTS", "CliVariant", "check", "commands", "run", "tables"]
 
 MODEL = "scripted"
 TASK = "go"
@@ -102,7 +102,7 @@ def _write_config(path: Path, base_url: str, stream: bool, turns: int) -> None:
         encoding="utf-8")
 
 
-def _check(name: str, v: CliVariant, n: int, proc: subprocess.CompletedProcess[str]) -> str:
+def check(name: str, v: CliVariant, n: int, proc: subprocess.CompletedProcess[str]) -> str:
     """What is wrong with a run's outcome ('' when it answered as scripted)."""
     if proc.returncode != 0:
         return f"exited {proc.returncode}: {proc.stderr[-400:]}"
@@ -122,14 +122,41 @@ def _check(name: str, v: CliVariant, n: int, proc: subprocess.CompletedProcess[s
     return ""
 
 
+def commands(root: Path, work: Path, server: ModelServer, turns: Sequence[int],
+             variants: Sequence[str]) -> dict[tuple[int, str], list[str]]:
+    """The command line of each (N, variant), its config or spec file written in ``root``."""
+    from lich.agent import default_system_prompt
+
+    d = _tool_plugin.echo_tool.definition()
+    tools = [{"type": "function", "function": {
+        "name": d.name, "description": d.description, "parameters": dict(d.parameters)}}]
+    argv: dict[tuple[int, str], list[str]] = {}
+    for n in turns:
+        spec = root / f"raw-{n}.json"
+        spec.write_text(json.dumps({
+            "base_url": server.base_url(n), "model": MODEL, "task": TASK, "tools": tools,
+            "system": default_system_prompt(str(work.resolve()))}), encoding="utf-8")
+        for stream in (False, True):
+            _write_config(root / f"lich-{n}-{int(stream)}.toml", server.base_url(n), stream, n)
+        for name in variants:
+            v = CLI_VARIANTS[name]
+            if v.kind == "lich":
+                argv[n, name] = [*_lich_command(), "--config",
+                                 str(root / f"lich-{n}-{int(v.stream)}.toml"),
+                                 "--work-dir", str(work), *v.args, TASK]
+            else:
+                argv[n, name] = [sys.executable, str(BENCH / "_raw_cli.py"), str(spec),
+                                 "sync" if v.kind == "raw sync" else "async",
+                                 "stream" if v.stream else "whole"]
+    return argv
+
+
 def run(turns: Sequence[int] = (1, 20, 100), reps: int = 5,
         variants: Sequence[str] = tuple(CLI_VARIANTS), warm_up: bool = True) -> dict[str, Any]:
     """Run B1-cli (or B2-cold, with ``turns=(0,)``) and return its results (JSON-able).
 
     ``warm_up``: one unmeasured round first (the smoke test skips it).
     """
-    from lich.agent import default_system_prompt
-
     checks: list[str] = []
     wall: dict[int, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in turns}
     cpu: dict[int, dict[str, list[float]]] = {n: {v: [] for v in variants} for n in turns}
@@ -144,28 +171,7 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 5,
         work.mkdir()
         home.mkdir()
         env = _clean_env(home)
-        d = _tool_plugin.echo_tool.definition()
-        tools = [{"type": "function", "function": {
-            "name": d.name, "description": d.description, "parameters": dict(d.parameters)}}]
-        argv: dict[tuple[int, str], list[str]] = {}
-        for n in turns:
-            spec = root / f"raw-{n}.json"
-            spec.write_text(json.dumps({
-                "base_url": server.base_url(n), "model": MODEL, "task": TASK, "tools": tools,
-                "system": default_system_prompt(str(work.resolve()))}), encoding="utf-8")
-            for stream in (False, True):
-                _write_config(root / f"lich-{n}-{int(stream)}.toml", server.base_url(n),
-                              stream, n)
-            for name in variants:
-                v = CLI_VARIANTS[name]
-                if v.kind == "lich":
-                    argv[n, name] = [*_lich_command(), "--config",
-                                     str(root / f"lich-{n}-{int(v.stream)}.toml"),
-                                     "--work-dir", str(work), *v.args, TASK]
-                else:
-                    argv[n, name] = [sys.executable, str(BENCH / "_raw_cli.py"), str(spec),
-                                     "sync" if v.kind == "raw sync" else "async",
-                                     "stream" if v.stream else "whole"]
+        argv = commands(root, work, server, turns, variants)
 
         def once(n: int, name: str) -> tuple[float, float, float | None]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -174,7 +180,7 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 5,
                                   text=True, stdin=subprocess.DEVNULL, timeout=300)
             elapsed = time.perf_counter() - started
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            problem = _check(name, CLI_VARIANTS[name], n, proc)
+            problem = check(name, CLI_VARIANTS[name], n, proc)
             # Request k arrives after k tool turns (request 0 is the task's first call).
             arrived = server.take_times(n)
             per_turn = None

@@ -60,8 +60,8 @@ class ToolExecutor:
     :param registry: where tools are looked up.
     :param work_dir: the directory tools work in (and are confined to).
     :param env: extra environment handed to tools in their context.
-    :param tool_settings: the ``[tools.<name>]`` tables; ``timeout_s`` and
-        ``max_output_chars`` there override the tool's own limits.
+    :param tool_settings: the ``[tools.<name>]`` tables; ``timeout_s``,
+        ``max_output_chars`` and ``runs_inline`` there override the tool's own.
     :param protected: what no tool may read, list or search (handed to every
         call as ``ctx.protected``); nothing by default.
     """
@@ -90,10 +90,22 @@ class ToolExecutor:
         :raises lich.config.ConfigError: ``[tools.<name>]`` sets them wrong (a loaded
             config never does: :func:`lich.config.load_config` checks them).
         """
+        timeout, cap, _ = self._effective(item)
+        return timeout, cap
+
+    def runs_inline(self, item: Tool) -> bool:
+        """Whether a call of ``item`` runs on the event loop without a worker thread: a
+        plain function declared ``runs_inline``, unless ``[tools.<name>] runs_inline``
+        says otherwise (an operator's word over the plugin's). False for async tools,
+        which run on the loop as coroutines. Raises as :meth:`limits` does."""
+        return self._effective(item)[2]
+
+    def _effective(self, item: Tool) -> tuple[float, int, bool]:
         limits = tool_limits(self.tool_settings.get(item.name), item.name)
         timeout = item.timeout_s if limits.timeout_s is None else limits.timeout_s
         cap = item.max_output_chars if limits.max_output_chars is None else limits.max_output_chars
-        return float(timeout), int(cap)
+        inline = item.runs_inline if limits.runs_inline is None else limits.runs_inline
+        return float(timeout), int(cap), inline and not item.is_async
 
     async def execute(
         self,
@@ -111,7 +123,7 @@ class ToolExecutor:
         if cancel is not None and cancel.cancelled:
             return ToolResult.failure("cancelled")
         try:
-            timeout_s, max_chars = self.limits(item)
+            timeout_s, max_chars, inline = self._effective(item)
         except ConfigError as exc:
             return ToolResult.failure(f"invalid_setting: {'; '.join(exc.problems)}")
         # The call's own token, fired by the run's cancel *and* by the deadline: an async
@@ -132,7 +144,7 @@ class ToolExecutor:
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
-                invoke = self._invoke(item, dict(call.args), ctx, timeout_s)
+                invoke = self._invoke(item, dict(call.args), ctx, timeout_s, inline)
                 if cancel is None:
                     result = await invoke
                 else:
@@ -168,11 +180,12 @@ class ToolExecutor:
         return result
 
     async def _invoke(
-        self, item: Tool, args: dict[str, Any], ctx: ToolContext, timeout_s: float
+        self, item: Tool, args: dict[str, Any], ctx: ToolContext, timeout_s: float,
+        inline: bool,
     ) -> ToolResult:
         if item.is_async:
             return await item.execute(args, ctx)  # type: ignore[misc,no-any-return]
-        if item.runs_inline:
+        if inline:
             # Declared never to block: no thread hop. In a copy of the context, as in a
             # worker, so a tool's context variables stay its own.
             started = time.perf_counter()

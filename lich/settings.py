@@ -298,7 +298,7 @@ class ToolSettings:
     """The keys of a ``[tools.<name>]`` table that lich's executor reads for every tool.
 
     A tool with settings of its own extends it, so that its table accepts these
-    two as well and its own keys are checked like any settings::
+    as well and its own keys are checked like any settings::
 
         @frozen
         class QuerySettings(ToolSettings):
@@ -306,13 +306,17 @@ class ToolSettings:
 
         structure_settings(config.tool_settings("query"), QuerySettings, "$.tools.query")
 
-    ``None`` means "the tool's own limit" (``Tool.timeout_s``, ``Tool.max_output_chars``).
+    ``None`` means "the tool's own" (``Tool.timeout_s``, ``Tool.max_output_chars``,
+    ``Tool.runs_inline``).
     """
 
     timeout_s: float | None = setting(None, check=greater_than(0),
                                       help="the executor's time limit for one call")
     max_output_chars: int | None = setting(None, check=greater_than(0),
                                            help="the output cap of one call")
+    runs_inline: bool | None = setting(
+        None, help="false: run the tool in a worker thread although it declares "
+                   "runs_inline (true: on the event loop, for a plain tool that never blocks)")
 
 
 TOOL_LIMIT_KEYS: tuple[str, ...] = tuple(a.name for a in attrs.fields(ToolSettings))

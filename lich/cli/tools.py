@@ -63,7 +63,7 @@ def tools_list(settings: Settings, as_json: bool) -> int:
             timeout_s, max_chars = limits.limits(t)
             rows.append({"name": t.name, "plugin": t.plugin, "description": t.description,
                          "parameters": t.parameters, "timeout_s": timeout_s,
-                         "max_output_chars": max_chars})
+                         "max_output_chars": max_chars, "runs_inline": limits.runs_inline(t)})
         print_json(rows)
         return EXIT_OK
     if not tools:

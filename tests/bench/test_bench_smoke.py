@@ -124,6 +124,70 @@ def test_b1_cli_and_b2_cold(name: str) -> None:
         assert [t["name"].startswith("B2-cold") for t in result["targets"]] == [True, True]
 
 
+def test_b1_work_counts_the_calls_of_a_turn() -> None:
+    from bench.b1_cli import CLI_VARIANTS
+
+    result, tables = run_one("b1work", quick=True)
+    _check_common(result, tables)  # every counted process answered as scripted
+    assert result["targets"] == []  # counted, not timed: reported beside B1-cli
+    rows = result["per_turn"]
+    assert set(rows) == set(SUITE["b1work"][2]["variants"]) <= set(CLI_VARIANTS)
+    for name, e in rows.items():
+        # A tool turn is a model request and a tool call: never free.
+        assert e["python"] > 10, name
+        assert e["builtin"] > 0, name
+        if result["strace"] == "used":
+            assert e["syscalls"] == pytest.approx(sum(e["by_syscall"].values()))
+            assert e["by_syscall"].get("sendto", 0) + e["by_syscall"].get("write", 0) >= 1
+    # The lich command writes its transcript (and --json its event lines) every turn;
+    # the raw loop writes nothing.
+    if result["strace"] == "used":
+        assert rows["lich"]["by_syscall"].get("write", 0) >= 1
+        assert rows["lich --json"]["by_syscall"]["write"] > rows["lich"]["by_syscall"]["write"]
+        assert rows["raw sync"]["by_syscall"].get("write", 0) == 0
+
+
+def test_the_call_counter_counts_every_thread_and_refuses_bad_arguments(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    script = tmp_path / "work.py"
+    script.write_text(
+        "import sys, threading\n"
+        "def f():\n    pass\n"
+        "n = int(sys.argv[1])\n"
+        "def many():\n    for _ in range(n):\n        f()\n"
+        "t = threading.Thread(target=many)\nt.start()\nt.join()\nmany()\n",
+        encoding="utf-8")
+    counter = str(ROOT / "bench" / "_count_calls.py")
+    counts = []
+    for n in (10, 110):
+        out = tmp_path / f"{n}.json"
+        subprocess.run([sys.executable, counter, str(out), str(script), str(n)], check=True,
+                       timeout=60)
+        counts.append(json.loads(out.read_text(encoding="utf-8")))
+    # 100 more calls of f in each of two threads.
+    assert counts[1]["python"] - counts[0]["python"] == 200
+    bad = subprocess.run([sys.executable, counter, str(tmp_path / "x.json"), "-m"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2
+    assert "usage: _count_calls.py" in bad.stderr
+
+
+def test_strace_tables_are_read_by_name() -> None:
+    from bench.b1_work import _strace_table
+
+    text = (
+        "% time     seconds  usecs/call     calls    errors syscall\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        " 40.00    0.000400           4       100           write\n"
+        " 30.00    0.000300           3        90        12 openat\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        "100.00    0.001000           5       190        12 total\n")
+    assert _strace_table(text) == {"write": 100, "openat": 90}
+
+
 def test_b2_startup() -> None:
     result, tables = run_one("b2", quick=True)
     _check_common(result, tables)

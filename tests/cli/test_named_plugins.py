@@ -150,13 +150,28 @@ def test_inspection_commands_run_the_settings_checks_a_run_runs(
 def test_tools_json_shows_the_limits_a_run_uses(work: Path, scripted: Any, lich: Any) -> None:
     server = scripted()
     write_config(work, server.base_url,
-                 extra="[tools.list_dir]\ntimeout_s = 5\nmax_output_chars = 100\n")
+                 extra="[tools.list_dir]\ntimeout_s = 5\nmax_output_chars = 100\n"
+                       "runs_inline = true\n"
+                       "[tools.grep_files]\nruns_inline = true\n")
 
     result = lich("tools", "--json")
 
     assert result.exit_code == 0, result.stderr
-    (row,) = [t for t in json.loads(result.stdout) if t["name"] == "list_dir"]
-    assert (row["timeout_s"], row["max_output_chars"]) == (5.0, 100)
+    rows = {t["name"]: t for t in json.loads(result.stdout)}
+    row = rows["list_dir"]
+    assert (row["timeout_s"], row["max_output_chars"], row["runs_inline"]) == (5.0, 100, True)
+    assert rows["read_file"]["runs_inline"] is False  # a plain tool, in a worker thread
+    assert rows["grep_files"]["runs_inline"] is False  # async: on the loop as a coroutine
+
+
+def test_a_bad_runs_inline_setting_is_a_config_error(work: Path, scripted: Any, lich: Any) -> None:
+    server = scripted()
+    write_config(work, server.base_url, extra="[tools.list_dir]\nruns_inline = \"yes\"\n")
+
+    result = lich("tools", "--json")
+
+    assert result.exit_code == 2
+    assert "$.tools.list_dir.runs_inline: expected true or false, got string" in result.stderr
 
 
 def test_a_plugin_that_loads_changes_nothing(work: Path, scripted: Any) -> None:

@@ -230,7 +230,7 @@ def test_a_tool_settings_class_extends_the_executor_keys() -> None:
 def test_tool_limits_reads_only_the_executor_keys() -> None:
     assert tool_limits({"timeout_s": 3, "own": "x"}, "t") == ToolSettings(timeout_s=3.0)
     assert tool_limits(None, "t") == ToolSettings()
-    assert TOOL_LIMIT_KEYS == ("timeout_s", "max_output_chars")
+    assert TOOL_LIMIT_KEYS == ("timeout_s", "max_output_chars", "runs_inline")
     with pytest.raises(ConfigError) as info:
         tool_limits({"max_output_chars": "many", "own": object()}, "t")
     assert info.value.problems == ["$.tools.t.max_output_chars: expected an integer, got string"]

@@ -587,6 +587,28 @@ async def test_an_inline_tool_past_its_deadline_is_a_timeout_and_a_warning(
     assert warnings[0].startswith("tool stalls runs inline but took ")
 
 
+async def test_the_config_overrides_runs_inline_either_way(tmp_path: Path) -> None:
+    """``[tools.<name>] runs_inline``: an operator sends a tool that says it is inline to
+    a worker thread (or the other way round); the tool's word is only the default."""
+    here = str(threading.get_ident())
+
+    def where(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.success(str(threading.get_ident()))
+
+    registry = ToolRegistry()
+    registry.register(Tool("says_inline", "s", {}, where, runs_inline=True))
+    registry.register(Tool("says_thread", "s", {}, where))
+    ex = ToolExecutor(registry, work_dir=tmp_path, tool_settings={
+        "says_inline": {"runs_inline": False}, "says_thread": {"runs_inline": True}})
+    assert (await ex.execute(ToolCall("1", "says_inline", {}))).output != here
+    assert (await ex.execute(ToolCall("2", "says_thread", {}))).output == here
+    assert ex.runs_inline(registry.get("says_thread"))  # type: ignore[arg-type]
+    bad = ToolExecutor(registry, work_dir=tmp_path,
+                       tool_settings={"says_thread": {"runs_inline": "yes"}})
+    assert (await bad.execute(ToolCall("3", "says_thread", {}))).error == (
+        "invalid_setting: $.tools.says_thread.runs_inline: expected true or false, got string")
+
+
 def test_runs_inline_is_refused_for_a_coroutine_function() -> None:
     async def already_on_the_loop() -> str:
         """Async."""
