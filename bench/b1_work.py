@@ -171,5 +171,6 @@ def tables(result: dict[str, Any]) -> list[tuple[str, str]]:
     strace = result["strace"]
     note = "" if strace == "used" else f" (no system calls: {strace})"
     return [(f"B1-work — per tool turn, counted: (run at N={b} − run at N={a}) ÷ {b - a}, "
-             f"one run each; ratios against the sync raw loop of the same streaming mode{note}",
+             f"the smaller of {result['params']['repeat']} runs each; ratios against the sync raw "
+             f"loop of the same streaming mode{note}",
              markdown_table(head, body))]
