@@ -8,8 +8,7 @@ single-file plugin (``bench/_tool_plugin.py`` by path), transcripts on, stdout a
 stderr to files, as ``lich … >out 2>log`` (so the progress lines are the plain
 ``[lich] …`` ones a log gets; files, not pipes: a pipe wakes its reader — this
 process, on the same cores as lich and the model — at every line, and only lich writes
-lines every turn, so that reader's work was charged to lich: 1.52–1.57 × the sync raw
-loop in-run with pipes, 1.21–1.38 × with files, two runs back to back);
+lines every turn, so that reader's work would be charged to lich);
 variants with ``--json`` (every event as a JSON line) and streamed or not.
 **raw**: ``python bench/_raw_cli.py`` — a process that imports httpx and runs the bare
 loop (sync ``httpx.Client`` or async ``httpx.AsyncClient``) with the same system
