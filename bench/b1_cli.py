@@ -55,7 +55,7 @@ from bench._model_server import ModelServer
 from bench._tool_plugin import TOOL
 from bench.b2_startup import _clean_env
 
-__all__ = ["CLI_VARIANTS", "CliVariant", "check", "commands", "run", "tables"]
+__all__ = ["CLI_VARIANTS", "CliVariant", "check", "commands", "run", "tables", "workspace"]
 
 MODEL = "scripted"
 TASK = "go"
@@ -125,6 +125,14 @@ def check(name: str, v: CliVariant, n: int, proc: subprocess.CompletedProcess[st
     return ""
 
 
+def workspace(root: Path) -> tuple[Path, dict[str, str]]:
+    """A work dir and a clean environment (its own empty ``HOME``) under ``root``."""
+    work, home = root / "work", root / "home"
+    work.mkdir()
+    home.mkdir()
+    return work, _clean_env(home)
+
+
 def commands(root: Path, work: Path, server: ModelServer, turns: Sequence[int],
              variants: Sequence[str]) -> dict[tuple[int, str], list[str]]:
     """The command line of each (N, variant), its config or spec file written in ``root``."""
@@ -170,10 +178,7 @@ def run(turns: Sequence[int] = (1, 20, 100), reps: int = 5,
     with ModelServer(TOOL, list(turns)) as server, \
             tempfile.TemporaryDirectory(prefix="lich-bench-cli-") as tmp:
         root = Path(tmp)
-        work, home = root / "work", root / "home"
-        work.mkdir()
-        home.mkdir()
-        env = _clean_env(home)
+        work, env = workspace(root)
         argv = commands(root, work, server, turns, variants)
 
         def once(n: int, name: str) -> tuple[float, float, float | None]:

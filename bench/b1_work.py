@@ -31,8 +31,7 @@ from typing import Any
 from bench._common import fmt_ratio, markdown_table
 from bench._model_server import ModelServer
 from bench._tool_plugin import TOOL
-from bench.b1_cli import CLI_VARIANTS, check, commands
-from bench.b2_startup import _clean_env
+from bench.b1_cli import CLI_VARIANTS, check, commands, workspace
 
 __all__ = ["run", "tables"]
 
@@ -86,10 +85,7 @@ def run(turns: Sequence[int] = (20, 100), variants: Sequence[str] = tuple(CLI_VA
     with ModelServer(TOOL, [a, b]) as server, \
             tempfile.TemporaryDirectory(prefix="lich-bench-work-") as tmp:
         root = Path(tmp)
-        work, home = root / "work", root / "home"
-        work.mkdir()
-        home.mkdir()
-        env = _clean_env(home)
+        work, env = workspace(root)
         argv = commands(root, work, server, (a, b), variants)
 
         def once(n: int, name: str, command: list[str]) -> bool:
