@@ -228,13 +228,25 @@ def _services(root: Path) -> tuple[Any, Any]:
     return nats, postgres
 
 
-async def _stream_depths(url: str, streams: Sequence[str]) -> dict[str, int]:
+async def _stream_depths(url: str, streams: Sequence[str],
+                         settle_s: float = 10.0) -> dict[str, int]:
+    """The messages left in each stream once it has emptied, or after ``settle_s``.
+
+    A worker acknowledges a message after the ingress has its reply (docs/cluster.md),
+    so the last replies of a load can reach the load generator a moment before their
+    messages leave the stream: a depth read at once can still count them.
+    """
     import nats
 
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        return {s: int((await js.stream_info(s)).state.messages) for s in streams}
+        deadline = asyncio.get_running_loop().time() + settle_s
+        while True:
+            depths = {s: int((await js.stream_info(s)).state.messages) for s in streams}
+            if not any(depths.values()) or asyncio.get_running_loop().time() >= deadline:
+                return depths
+            await asyncio.sleep(0.05)
     finally:
         await nc.close()
 

@@ -1296,7 +1296,8 @@ class NatsBus:
 
     async def _ack(self, msg: Msg, fields: Mapping[str, Any]) -> None:
         try:
-            # Confirmed: the broker has removed the message before its reply goes out.
+            # Confirmed: once this returns the broker has removed the message (the ingress
+            # has its reply already: acknowledged after, so a reply is never lost).
             await msg.ack_sync(timeout=self.settings.publish_timeout_s)
         except Exception as exc:
             # The broker will deliver it again after ack_wait: that turn may run twice.
