@@ -81,7 +81,7 @@ def gateway_command(
     """
     import asyncio
 
-    from lich.cli.common import CommandError, echo_error
+    from lich.cli.common import CommandError, echo_error, freeze_startup_heap
     from lich.config import ConfigError
     from lich.gateway.config import with_overrides
     from lich.gateway.registry import GatewayError, UnknownPlatformError
@@ -104,6 +104,7 @@ def gateway_command(
         changes["grace_s"] = grace_s
     if changes:
         gateway = with_overrides(gateway, **changes)
+    freeze_startup_heap()
     try:
         code = asyncio.run(run_gateway(built.config, platforms, host=built.host, gateway=gateway))
     except (UnknownPlatformError, ConfigError, PluginLoadError) as exc:

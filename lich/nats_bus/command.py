@@ -41,7 +41,7 @@ def worker_command(ctx: click.Context, concurrency: int | None, grace_s: float |
     """
     import asyncio
 
-    from lich.cli.common import CommandError, echo_error
+    from lich.cli.common import CommandError, echo_error, freeze_startup_heap
     from lich.config import ConfigError
     from lich.gateway.command import assemble_gateway
     from lich.gateway.config import with_overrides
@@ -57,6 +57,7 @@ def worker_command(ctx: click.Context, concurrency: int | None, grace_s: float |
     built, gateway = assemble_gateway(ctx)  # as `lich gateway` does: every plugin checked
     if grace_s is not None:
         gateway = with_overrides(gateway, grace_s=grace_s)
+    freeze_startup_heap()
     try:
         code = asyncio.run(run_worker(built.config, host=built.host, gateway=gateway,
                                       concurrency=concurrency, health=health))
