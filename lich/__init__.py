@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lich._lazy import lazy_exports
+from lich.lazy import lazy_exports
 
 __version__ = "0.1.0"
 

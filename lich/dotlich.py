@@ -12,7 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from lich._private import make_private_dirs
+from lich.private_files import make_private_dirs
 
 __all__ = ["GITIGNORE_TEXT", "LICH_DIR", "ensure_gitignore", "make_dirs"]
 

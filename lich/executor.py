@@ -24,7 +24,6 @@ import attrs
 from attrs import evolve
 
 from lich._schema import validate_args
-from lich._threads import run_in_daemon_thread
 from lich.approvals.grants import ApprovalGrants
 from lich.cancel import Cancelled, CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Event
@@ -33,6 +32,7 @@ from lich.hooks import ApprovalRequest, RunInfo
 from lich.loop import ToolOutcome, unless_cancelled
 from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
+from lich.threads import run_in_daemon_thread
 from lich.tools import Tool, ToolContext, ToolRegistry
 from lich.types import ToolCall, ToolResult
 

@@ -12,7 +12,7 @@ whole story across ingress and worker.
 :class:`AdmissionFilter` puts it on each record as ``record.admission``
 (``None`` outside a message); :class:`ServiceFormatter`, the format of
 ``lich gateway`` and ``lich worker`` lines, writes it as ``admission=<id>``.
-:func:`lich.gateway._format.log_event` writes it among its own fields.
+:func:`lich.gateway.formatting.log_event` writes it among its own fields.
 Nothing here is imported for a plain run.
 """
 
@@ -71,7 +71,7 @@ class AdmissionFilter(logging.Filter):
 class ServiceFormatter(logging.Formatter):
     """``<time> level=<LEVEL> [admission=<id>] <message>``: a long-running service's lines.
 
-    The rest of a gateway line is the logfmt :func:`~lich.gateway._format.log_event`
+    The rest of a gateway line is the logfmt :func:`~lich.gateway.formatting.log_event`
     writes, which carries the admission among its fields already (``logfmt``
     records are marked so); any other record in a message's context gets
     ``admission=<id>`` before its message.

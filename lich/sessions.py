@@ -39,8 +39,8 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
 from attrs import Factory, field, frozen
 
 from lich import serialization
-from lich._private import open_private_append
 from lich.dotlich import make_dirs
+from lich.private_files import open_private_append
 from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
 if TYPE_CHECKING:

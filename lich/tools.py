@@ -24,10 +24,10 @@ import attrs
 from attrs import Factory, field, frozen
 
 from lich import _schema
-from lich._lazy import lazy_exports
 from lich.cancel import CancelToken
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from lich.hooks import RunInfo
+from lich.lazy import lazy_exports
 from lich.protected import ProtectedPaths
 from lich.registry import DuplicateNameError, Registry
 from lich.types import ToolDefinition, ToolResult

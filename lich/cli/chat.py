@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich._private import touch_private
 from lich._slash import SLASH_COMMANDS, model_lines
 from lich.cli._render import HumanRenderer, make_err_console
 from lich.cli.common import (
@@ -32,6 +31,7 @@ from lich.cli.common import (
 )
 from lich.cli.options import Settings, get_settings, json_option, session_options
 from lich.cli.run import describe_provider_error, run_agent
+from lich.private_files import touch_private
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -348,7 +348,7 @@ def chat_command(ctx: click.Context) -> None:
 
 def chat(settings: Settings) -> int:
     """``lich chat``: returns the exit code."""
-    from lich.cli._output import refuse_json
+    from lich.cli.output import refuse_json
 
     if refuse_json(settings, "lich chat",
                    "for a run's events as JSON lines, use lich --json TASK"):

@@ -17,14 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich.cli._output import (
-    add_row,
-    load_or_report,
-    out_console,
-    print_json,
-    print_table,
-    refuse_json,
-)
 from lich.cli.common import (
     EXIT_OK,
     EXIT_STOPPED,
@@ -37,6 +29,14 @@ from lich.cli.common import (
     quiet_plugin_log,
 )
 from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.output import (
+    add_row,
+    load_or_report,
+    out_console,
+    print_json,
+    print_table,
+    refuse_json,
+)
 
 if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig, ProviderConfig

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
 from lich.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -19,6 +18,7 @@ from lich.cli.common import (
     quiet_plugin_log,
 )
 from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 
 if TYPE_CHECKING:
     from lich.config import LichConfig

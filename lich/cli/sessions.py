@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 import click
 
-from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
 from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error, echo_warning
 from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 from lich.guards import truncate_text
 
 if TYPE_CHECKING:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
 from lich.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -15,6 +14,7 @@ from lich.cli.common import (
     warn_plugin_failures,
 )
 from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 
 __all__ = ["tools_command", "tools_list"]
 

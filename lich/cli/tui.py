@@ -42,7 +42,7 @@ def launch_tui(settings: Settings) -> int:
     (or an ambiguous id prefix) exits 2, as ``lich --resume`` does, instead of opening
     a TUI on a conversation the user did not ask for.
     """
-    from lich.cli._output import refuse_json
+    from lich.cli.output import refuse_json
     from lich.sessions import SessionNotFound
     from lich.tui import TuiUnavailableError, require_textual, run_tui
 

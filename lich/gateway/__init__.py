@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lich._lazy import lazy_exports
+from lich.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from lich.gateway.bus import BusReply, GatewayBus, InboundMessage, MessageBus, cap_history

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from lich.backoff import Backoff
-from lich.gateway._format import log_event, redact
-from lich.gateway._pacing import sleep_or_stop
 from lich.gateway.config import Allowlist
+from lich.gateway.formatting import log_event, redact
+from lich.gateway.pacing import sleep_or_stop
 from lich.gateway.registry import AdapterContext, GatewayError
 
 __all__ = ["ChatAdapterBase", "Reconnect", "WebsocketAdapterBase"]

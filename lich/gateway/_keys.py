@@ -16,7 +16,7 @@ import os
 import secrets
 from pathlib import Path
 
-from lich._private import PRIVATE_FILE_MODE, make_private_dirs
+from lich.private_files import PRIVATE_FILE_MODE, make_private_dirs
 
 __all__ = ["KEY_BYTES", "KEY_FILE_NAME", "load_or_create_key"]
 

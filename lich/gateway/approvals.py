@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from attrs import define
 
 from lich.approvals.present import MAX_PREVIEW_CHARS, describe
-from lich.gateway._format import log_event
+from lich.gateway.formatting import log_event
 from lich.guards import truncate_text
 from lich.hooks import Approval, ApprovalRequest, RunInfo, hookimpl
 

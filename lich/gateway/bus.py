@@ -3,7 +3,7 @@
 * Runs are serialised per conversation (``platform`` + ``chat_id``) and run in
   parallel across conversations, on one shared :class:`lich.Agent`.
 * Each conversation is a lich session with a stable, unguessable id
-  (:func:`~lich.gateway._format.conversation_session_id`, keyed with the
+  (:func:`~lich.gateway.formatting.conversation_session_id`, keyed with the
   install's secret), so after a gateway restart — or after the conversation
   was evicted from memory — it resumes from its JSONL transcript. A
   transcript under the unkeyed name of earlier versions is renamed to the
@@ -46,7 +46,9 @@ from attrs import frozen
 
 from lich.cancel import CancelToken
 from lich.events import EventHandler
-from lich.gateway._format import (
+from lich.gateway._keys import KEY_BYTES, load_or_create_key
+from lich.gateway.approvals import ChatApprovals, Notify
+from lich.gateway.formatting import (
     conversation_session_id,
     keyed_status_id,
     legacy_session_id,
@@ -54,8 +56,6 @@ from lich.gateway._format import (
     redact,
     sanitize_error,
 )
-from lich.gateway._keys import KEY_BYTES, load_or_create_key
-from lich.gateway.approvals import ChatApprovals, Notify
 from lich.types import Message, SystemMessage, ToolMessage, Usage, UserMessage
 
 if TYPE_CHECKING:

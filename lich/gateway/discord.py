@@ -33,9 +33,9 @@ from urllib.parse import urlsplit
 
 from lich.backoff import Backoff
 from lich.gateway._base import Reconnect, WebsocketAdapterBase
-from lich.gateway._format import log_event, split_text
-from lich.gateway._pacing import KeyedPacer, adapter_backoff
 from lich.gateway.bus import InboundMessage
+from lich.gateway.formatting import log_event, split_text
+from lich.gateway.pacing import KeyedPacer, adapter_backoff
 from lich.gateway.registry import AdapterContext, GatewayError
 
 if TYPE_CHECKING:

@@ -16,10 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lich.config import LichConfig, config_with
-from lich.gateway._format import log_event, redact
-from lich.gateway._signals import stop_on_signals
 from lich.gateway.bus import GatewayBus, MessageBus, bus_kind
 from lich.gateway.config import GatewayConfig, parse_gateway_config
+from lich.gateway.formatting import log_event, redact
 from lich.gateway.registry import (
     Adapter,
     AdapterContext,
@@ -27,6 +26,7 @@ from lich.gateway.registry import (
     GatewayError,
     UnknownPlatformError,
 )
+from lich.gateway.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from lich.agent import Agent

@@ -29,9 +29,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lich.gateway._base import ChatAdapterBase
-from lich.gateway._format import log_event, split_text, utf16_len
-from lich.gateway._pacing import KeyedPacer, adapter_backoff, sleep_or_stop
 from lich.gateway.bus import BusReply, InboundMessage
+from lich.gateway.formatting import log_event, split_text, utf16_len
+from lich.gateway.pacing import KeyedPacer, adapter_backoff, sleep_or_stop
 from lich.gateway.registry import AdapterContext, GatewayError
 
 if TYPE_CHECKING:

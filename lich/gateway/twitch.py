@@ -23,10 +23,10 @@ from attrs import field, frozen
 
 from lich.backoff import Backoff
 from lich.gateway._base import Reconnect, WebsocketAdapterBase
-from lich.gateway._format import flatten_line, log_event, split_text
-from lich.gateway._pacing import SlidingWindow, adapter_backoff
 from lich.gateway.bus import InboundMessage
 from lich.gateway.config import TwitchSettings
+from lich.gateway.formatting import flatten_line, log_event, split_text
+from lich.gateway.pacing import SlidingWindow, adapter_backoff
 from lich.gateway.registry import AdapterContext, GatewayError
 
 __all__ = ["IrcLine", "TwitchAdapter", "parse_irc_line"]

@@ -50,8 +50,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lich import serialization
-from lich.gateway._format import log_event
 from lich.gateway.bus import PENDING, BusReply, InboundMessage
+from lich.gateway.formatting import log_event
 from lich.gateway.registry import AdapterContext, GatewayError
 
 if TYPE_CHECKING:

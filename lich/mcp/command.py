@@ -44,8 +44,8 @@ def list_command(ctx: click.Context) -> None:
 
 
 def _list(settings: Any, as_json: bool) -> int:
-    from lich.cli._output import add_row, load_or_report, out_console, print_json, print_table
     from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error
+    from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
     from lich.config import ConfigError
     from lich.mcp.config import parse_mcp_settings
     from lich.mcp.plugin import missing_sdk_message, open_runtime

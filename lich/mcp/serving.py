@@ -44,7 +44,6 @@ from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from lich import __version__
-from lich._threads import run_in_daemon_thread
 from lich.cancel import Cancelled, CancelToken, race
 from lich.events import (
     Event,
@@ -58,6 +57,7 @@ from lich.events import (
 from lich.executor import HookedToolRunner
 from lich.hooks import RunInfo, RunOutcome
 from lich.loop import ToolOutcome
+from lich.threads import run_in_daemon_thread
 from lich.types import ProviderError, ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:
@@ -463,7 +463,7 @@ class _WireReader:
 
     Not ``anyio.wrap_file``: its worker threads are joined at exit, and one blocked
     reading a client that never closes its end would keep a signalled server from
-    exiting (:mod:`lich._threads`). :meth:`stop` ends the lines as if the client
+    exiting (:mod:`lich.threads`). :meth:`stop` ends the lines as if the client
     had closed its end: the server then winds down the way it does when it has.
     """
 

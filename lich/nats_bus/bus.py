@@ -78,8 +78,6 @@ from nats.js.api import (
 
 from lich import serialization
 from lich.events import Envelope, EventHandler
-from lich.gateway._format import log_event, redact
-from lich.gateway._pacing import sleep_or_stop
 from lich.gateway.approvals import APPROVAL_COMMAND, Notify
 from lich.gateway.bus import (
     BUSY_TEXT,
@@ -94,6 +92,8 @@ from lich.gateway.bus import (
     park_in,
     parked_in,
 )
+from lich.gateway.formatting import log_event, redact
+from lich.gateway.pacing import sleep_or_stop
 from lich.gateway.registry import GatewayError
 from lich.logcontext import reset_admission, set_admission
 from lich.nats_bus._cancel import reraise_cancel

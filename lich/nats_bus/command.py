@@ -91,9 +91,9 @@ def cluster_status_command(ctx: click.Context, store_timeout_s: float) -> None:
     and whether the session store answers a read. Exit 1 when the broker
     cannot be reached. See docs/cluster.md.
     """
-    from lich.cli._output import load_or_report
     from lich.cli.common import CommandError, echo_error, host_for, quiet_plugin_log
     from lich.cli.options import get_settings
+    from lich.cli.output import load_or_report
     from lich.config import ConfigError
     from lich.gateway.registry import GatewayError
     from lich.nats_bus.settings import nats_bus_settings_of
@@ -129,7 +129,7 @@ def cluster_status_command(ctx: click.Context, store_timeout_s: float) -> None:
         echo_error(str(exc))
         ctx.exit(1)
     if settings.json:
-        from lich.cli._output import print_json
+        from lich.cli.output import print_json
 
         print_json(status)
     else:
@@ -147,7 +147,7 @@ def _print_status(status: dict[str, Any]) -> None:
 
     from rich.table import Column, Table
 
-    from lich.cli._output import add_row, out_console, print_table
+    from lich.cli.output import add_row, out_console, print_table
 
     console = out_console()
     now = time.time()

@@ -26,9 +26,9 @@ import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lich._threads import run_in_daemon_thread
-from lich.gateway._format import log_event, redact
+from lich.gateway.formatting import log_event, redact
 from lich.gateway.registry import GatewayError
+from lich.threads import run_in_daemon_thread
 
 if TYPE_CHECKING:
     from starlette.requests import Request

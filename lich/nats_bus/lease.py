@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import nats.js.errors
 
-from lich.gateway._format import log_event
+from lich.gateway.formatting import log_event
 from lich.nats_bus._cancel import reraise_cancel
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import nats
 import nats.errors
 import nats.js.errors
 
-from lich.gateway._format import redact
+from lich.gateway.formatting import redact
 from lich.gateway.registry import GatewayError
 from lich.nats_bus.settings import NatsBusSettings
 

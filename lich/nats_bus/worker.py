@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from lich.gateway._format import log_event
-from lich.gateway._signals import stop_on_signals
+from lich.gateway.formatting import log_event
+from lich.gateway.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from lich.config import LichConfig

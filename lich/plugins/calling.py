@@ -2,7 +2,7 @@
 and ``lich_event``.
 
 Every implementation runs under the host's ``hook_timeout_s``: an ``async def``
-one on the event loop, a plain one in a daemon thread (:mod:`lich._threads`), so
+one on the event loop, a plain one in a daemon thread (:mod:`lich.threads`), so
 a hook that blocks cannot freeze the loop or keep lich from exiting — unless it is
 marked :func:`lich.hooks.runs_inline` (quick and never waiting): then it is called
 directly, in the caller's task, and its time checked against the deadline after. A failure
@@ -33,7 +33,6 @@ import pluggy
 from attrs import evolve, frozen
 
 from lich._eager import start_eagerly
-from lich._threads import _plugin_error, run_in_daemon_thread
 from lich.hooks import (
     RUNS_INLINE_ATTR,
     Approval,
@@ -45,6 +44,7 @@ from lich.hooks import (
     RunOutcome,
     Stop,
 )
+from lich.threads import _plugin_error, run_in_daemon_thread
 from lich.types import ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from lich._threads import run_in_daemon_thread
 from lich.cancel import Cancelled
 from lich.config import ProviderConfig
 from lich.testing import async_wait_for
+from lich.threads import run_in_daemon_thread
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -262,7 +262,7 @@ async def test_plugin_calls_see_the_callers_context_and_raise_in_the_caller() ->
 
 _FORK_CHECK = """
 import asyncio, os, sys
-from lich._threads import run_in_daemon_thread
+from lich.threads import run_in_daemon_thread
 from lich.cancel import Cancelled
 
 asyncio.run(run_in_daemon_thread(lambda: None))  # leaves an idle worker behind

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from lich.cli.common import setup_logging
-from lich.gateway._format import log_event
+from lich.gateway.formatting import log_event
 from lich.logcontext import reset_admission, set_admission
 
 
@@ -111,7 +111,7 @@ def test_service_line_times_are_loggings_own(converter: str) -> None:
 
 
 def test_logfmt_values_are_quoted_only_when_they_must_be() -> None:
-    from lich.gateway._format import parse_logfmt
+    from lich.gateway.formatting import parse_logfmt
 
     logger = logging.getLogger("lich.test.logfmt")
     lines: list[str] = []

@@ -15,8 +15,8 @@ from gateway_process import gateway_process
 from lich_env import lich_env
 
 from lich.agent import load_plugins
-from lich.gateway._format import keyed_status_id
 from lich.gateway.bus import BusReply, is_status_id
+from lich.gateway.formatting import keyed_status_id
 from lich.gateway.runner import GatewayRunner
 from lich.nats_bus.bus import NatsBus
 from lich.testing import async_wait_for, make_test_config

@@ -1,4 +1,4 @@
-"""lich._threads: plain plugin functions in reused daemon threads, under failure and cancel.
+"""lich.threads: plain plugin functions in reused daemon threads, under failure and cancel.
 
 (Reuse, context and fork are covered in tests/bench/test_perf_fixes.py.)
 """
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from lich import _threads
-from lich._threads import run_in_daemon_thread
+from lich import threads as _threads
 from lich.agent import Agent
 from lich.hooks import hookimpl
 from lich.testing import Reply, ScriptedChat, async_wait_for, make_test_config
+from lich.threads import run_in_daemon_thread
 from lich.tools import Tool, ToolExecutor, ToolRegistry
 from lich.types import ToolCall, ToolMessage
 

@@ -175,7 +175,7 @@ def gateway_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, str]]:
     """The structured log lines of ``event=<name>``, parsed."""
-    from lich.gateway._format import parse_logfmt
+    from lich.gateway.formatting import parse_logfmt
 
     out = []
     for record in caplog.records:

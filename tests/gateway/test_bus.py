@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lich.gateway._format import conversation_session_id
 from lich.gateway.bus import (
     BUSY_TEXT,
     CLOSED_TEXT,
@@ -21,6 +20,7 @@ from lich.gateway.bus import (
     InboundMessage,
     cap_history,
 )
+from lich.gateway.formatting import conversation_session_id
 from lich.sessions import SessionStore
 from lich.testing import Fail, ScriptedChat, async_wait_for
 from lich.types import (

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lich.gateway._format import sanitize_error, split_text, utf16_len
+from lich.gateway.formatting import sanitize_error, split_text, utf16_len
 from lich.types import ProviderError
 
 EMOJI = "\U0001F600"

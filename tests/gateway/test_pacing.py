@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from lich.gateway._pacing import KeyedPacer, SlidingWindow, adapter_backoff, sleep_or_stop
+from lich.gateway.pacing import KeyedPacer, SlidingWindow, adapter_backoff, sleep_or_stop
 
 
 def test_the_adapters_backoff_is_jittered_within_the_upper_half_of_each_step():

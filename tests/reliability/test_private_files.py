@@ -26,10 +26,10 @@ import pytest
 from lich_env import lich_env
 
 from lich.agent import Agent
-from lich.gateway._format import conversation_session_id, legacy_session_id
 from lich.gateway._keys import KEY_BYTES, KEY_FILE_NAME, load_or_create_key
 from lich.gateway.bus import GatewayBus, InboundMessage
 from lich.gateway.config import DEFAULT_GATEWAY_TOOLS, parse_gateway_config
+from lich.gateway.formatting import conversation_session_id, legacy_session_id
 from lich.gateway.runner import gateway_agent_config
 from lich.testing import (
     Reply,

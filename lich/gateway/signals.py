@@ -9,7 +9,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from lich.gateway._format import log_event
+from lich.gateway.formatting import log_event
 
 __all__ = ["stop_on_signals"]
 

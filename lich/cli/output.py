@@ -1,5 +1,9 @@
-"""Output shared by the inspection commands: consoles, tables that never cut what users
-copy, JSON, and loading the configuration with its error reported."""
+"""Output for commands, builtin and third-party alike: consoles, tables that never cut
+what users copy, JSON, and loading the configuration with its error reported.
+
+This module is public: a plugin's ``lich_register_commands`` uses it (with
+:mod:`lich.cli.common` for error lines and :mod:`lich.cli.options` for the shared
+flags), so that every command prints tables, JSON and errors the same way."""
 
 from __future__ import annotations
 
