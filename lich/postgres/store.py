@@ -30,6 +30,12 @@ is recognised on the retry (its row, with the writer's epoch, is there), so a
 restart neither loses nor doubles a record. Past ``reconnect_s`` the writer
 fails with :class:`~lich.sessions.StoreError` and writes nothing more (the
 agent logs it and the run goes on without its transcript).
+
+**Never reached.** A database this process has not reached yet is not a restart
+to ride out: the first statement fails at the pool's first failed connection
+attempt (or after ``connect_timeout_s``), with libpq's reason, so ``lich
+sessions list`` against a database that is down is one error line at once. The
+pool's own log lines for each attempt are dropped: the store's one line says it.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from lich import serialization
 from lich.postgres.schema import migrate
@@ -81,6 +87,20 @@ Conn = psycopg.Connection[Any]
 
 _TITLE_LIMIT = 80
 _READERS = 2  # connections beyond the writer threads' (see PostgresStore._open_pool)
+_POOL_NAME = "lich-session-store"
+_FIRST_CONNECT_POLL_S = 0.05  # how often a first checkout looks for a failed attempt
+
+
+class _QuietPool(logging.Filter):
+    """Drops psycopg_pool's line for each failed connection attempt of the store's
+    pools: the store reports the failure itself, once, with what it was doing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (record.levelno <= logging.WARNING and _POOL_NAME in args)
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietPool())
 
 
 class StoreUnavailable(StoreError):
@@ -227,6 +247,10 @@ class PostgresStore:
         self._migrated = False
         self._closed = False
         self._local = threading.local()  # the connection a writer's task holds
+        # Set once a connection was had: from then on a failure is a restart to ride out.
+        self._reached = threading.Event()
+        # The last failed connection attempt of the pool (its worker thread sets it).
+        self._connect_failure: psycopg.OperationalError | None = None
 
     # ------------------------------------------------------------ connections
 
@@ -239,8 +263,8 @@ class PostgresStore:
                 # are for reads, so a busy writer never makes a read wait for one.
                 pool: ConnectionPool[Conn] = ConnectionPool(
                     self._dsn, min_size=1, max_size=self.settings.pool_size + _READERS,
-                    open=False,
-                    name="lich-session-store", timeout=self.settings.connect_timeout_s,
+                    open=False, connection_class=self._connection_class(),
+                    name=_POOL_NAME, timeout=self.settings.connect_timeout_s,
                     kwargs={"autocommit": True, "application_name": "lich",
                             "connect_timeout": max(1, round(self.settings.connect_timeout_s))})
                 # Not waiting: an unreachable database is the first statement's error
@@ -248,6 +272,45 @@ class PostgresStore:
                 pool.open(wait=False)
                 self._pool = pool
             return self._pool
+
+    def _connection_class(self) -> type[Conn]:
+        """psycopg's connection class, noting each failed connection attempt of the
+        pool (which retries in its own thread and would only make a checkout wait)."""
+        store = self
+
+        class _Connection(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return super().connect(*args, **kwargs)
+                except psycopg.OperationalError as exc:
+                    store._connect_failure = exc
+                    raise
+
+        return _Connection
+
+    def _checkout(self, pool: ConnectionPool[Conn]) -> Conn:
+        """A connection from the pool. Before the database was ever reached, the pool's
+        first failed attempt ends the wait (raised as it is), as does
+        ``connect_timeout_s``."""
+        if self._reached.is_set():
+            return pool.getconn()
+        self._connect_failure = None
+        deadline = time.monotonic() + self.settings.connect_timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                conn = pool.getconn(timeout=max(0.001, min(_FIRST_CONNECT_POLL_S, remaining)))
+            except PoolTimeout:
+                failure = self._connect_failure
+                if failure is not None:
+                    raise failure from None
+                if remaining <= _FIRST_CONNECT_POLL_S:
+                    raise PoolTimeout(f"no connection after {self.settings.connect_timeout_s:g} "
+                                      "s (connect_timeout_s)") from None
+                continue
+            self._reached.set()
+            return conn
 
     def _executor_for_writers(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -279,6 +342,7 @@ class PostgresStore:
         retried = False
         while True:
             pool = self._open_pool()
+            reached = self._reached.is_set()
             try:
                 with self._connection(pool) as conn:
                     if migrated and not self._migrated:
@@ -287,7 +351,8 @@ class PostgresStore:
             except psycopg.OperationalError as exc:
                 # A broken connection, a restarting server, the pool's wait for one: all
                 # worth another connection; the pool drops the broken one by itself.
-                if time.monotonic() + delay > deadline:
+                # Never reached: down or misconfigured, not restarting (see the module doc).
+                if not reached or time.monotonic() + delay > deadline:
                     raise StoreUnavailable(
                         f"{what}: the session store ({self._where}) is unreachable: "
                         f"{self._redact(_first_line(exc))}") from None
@@ -307,7 +372,7 @@ class PostgresStore:
         drops it."""
         local = self._local
         held: Conn | None = getattr(local, "conn", None)
-        conn = held if held is not None else pool.getconn()
+        conn = held if held is not None else self._checkout(pool)
         if held is None and getattr(local, "holding", False):
             local.conn, local.pool = conn, pool
         try:
