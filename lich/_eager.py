@@ -161,13 +161,17 @@ if sys.version_info >= (3, 12):
         return asyncio.Task(coro, loop=loop, eager_start=True)
 
 else:
+    # The two private functions this relies on are those of every 3.11 release (a
+    # release line that only takes security fixes now); should one be missing, tasks
+    # start the ordinary way: a loop round slower per hook, nothing else changes.
+    _SWAPS_TASKS = all(hasattr(asyncio.tasks, name) for name in ("_enter_task", "_leave_task"))
 
     def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """A task running ``coro``, its first step already taken as that task; a done
         future with the outcome instead if that step finished it. A loop with a task
         factory gets a task from it (not eager), as on 3.12."""
         loop = asyncio.get_running_loop()
-        if loop.get_task_factory() is not None:
+        if not _SWAPS_TASKS or loop.get_task_factory() is not None:
             # The factory may run the coroutine inside one of its own (tracing): it
             # must get the coroutine itself, which a half-run one no longer is.
             return loop.create_task(coro)

@@ -624,7 +624,7 @@ class HttpClient:
             return self._transport
         from lich_providers import _net
 
-        if _net.environment_has_proxy():
+        if not _net.usable() or _net.environment_has_proxy():
             return None
         return _net.DirectTransport(_verify_for(self.base_url))
 

@@ -31,6 +31,7 @@ request ends in.
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import ssl
 import sys
@@ -43,7 +44,20 @@ from typing import Any
 import httpcore
 import httpx
 
-__all__ = ["AsyncioBackend", "AsyncioStream", "DirectTransport", "environment_has_proxy"]
+__all__ = [
+    "TESTED_HTTPCORE",
+    "AsyncioBackend",
+    "AsyncioStream",
+    "DirectTransport",
+    "environment_has_proxy",
+    "usable",
+]
+
+# The httpcore release line this module is tested with (pyproject.toml bounds it the
+# same way). It builds on httpcore's public classes, but on how they behave in detail
+# (a read that returns at once, how a connection closes): another line gets httpx's
+# own transport until the tests have run against it.
+TESTED_HTTPCORE = "1.0"
 
 # Reading is paused while more than this is buffered and not yet read (a server
 # that sends faster than lich consumes cannot make it buffer without bound), and
@@ -526,3 +540,14 @@ def environment_has_proxy() -> bool:
     :func:`urllib.request.getproxies`). Then lich leaves the routing, ``no_proxy``
     included, to httpx's own transport, exactly as before this module existed."""
     return any(key != "no" and value for key, value in urllib.request.getproxies().items())
+
+
+def usable(version: str | None = None) -> bool:
+    """Whether this backend may serve: not switched off by ``LICH_PLAIN_TRANSPORT=1``
+    (the way back to httpx's own transport, should an upstream release break this
+    one), and the installed httpcore (``version``, by default its ``__version__``) is
+    of the tested release line."""
+    if os.environ.get("LICH_PLAIN_TRANSPORT", "").strip() not in ("", "0"):
+        return False
+    installed = httpcore.__version__ if version is None else version
+    return installed == TESTED_HTTPCORE or installed.startswith(TESTED_HTTPCORE + ".")

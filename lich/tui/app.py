@@ -65,8 +65,8 @@ from lich.tui.input_history import InputHistory
 from lich.tui.log_capture import LogCapture
 from lich.tui.messages import AgentEventMessage, LogNotice, RunFinished
 from lich.tui.widgets import PromptInput, StatusBar, Transcript
-from lich.tui.widgets._text import plain
 from lich.tui.widgets.approval import ApprovalScreen
+from lich.tui.widgets.text import plain
 from lich.types import Message, UserMessage
 
 __all__ = ["LichApp"]

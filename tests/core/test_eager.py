@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import gc
 import logging
+import sys
 from collections.abc import Coroutine
 from typing import Any
 
@@ -347,3 +348,25 @@ async def test_the_started_coroutine_refuses_to_be_copied_as_a_coroutine_does() 
         with pytest.raises(TypeError):
             attempt(coro)
     await fut
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ uses the standard eager start")
+async def test_without_the_task_swap_functions_tasks_start_the_ordinary_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The 3.11 path relies on asyncio.tasks._enter_task/_leave_task; were a release to
+    # drop them, start_eagerly must still run every coroutine, just not eagerly.
+    import lich._eager as eager
+
+    monkeypatch.setattr(eager, "_SWAPS_TASKS", False)
+    ran: list[str] = []
+
+    async def quick() -> str:
+        ran.append("quick")
+        return "done"
+
+    future = start_eagerly(quick())
+    assert not future.done()  # not started in the call: an ordinary task
+    assert ran == []
+    assert await future == "done"
+    assert ran == ["quick"]

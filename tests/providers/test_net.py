@@ -576,6 +576,55 @@ async def test_a_proxy_from_the_environment_keeps_httpx_s_transport(
     assert _net.environment_has_proxy()
 
 
+# --- the way back to httpx's transport ---------------------------------------------------
+
+
+@pytest.mark.parametrize("switch", ["1", "yes"])
+async def test_lich_plain_transport_puts_every_lane_on_httpx_s_transport(
+    monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response(b'{"ok": true}'))
+        await writer.drain()
+
+    monkeypatch.setenv("LICH_PLAIN_TRANSPORT", switch)
+    async with Server(answer) as server:
+        client = HttpClient(provider="p", base_url=server.url("/v1"), overflow=OVERFLOW)
+        assert client._lane_transport() is None
+        try:
+            assert await client.post_json("/chat", {}) == {"ok": True}
+        finally:
+            await client.aclose()
+    monkeypatch.setenv("LICH_PLAIN_TRANSPORT", "0")  # "0" (or empty) is off
+    assert _net.usable()
+
+
+@pytest.mark.parametrize(("version", "usable"), [
+    ("1.0", True), ("1.0.9", True), ("1.0.12", True),
+    ("1.1.0", False), ("1.10.0", False), ("2.0.0", False), ("0.18.0", False),
+])
+def test_only_the_tested_httpcore_line_gets_the_direct_transport(
+    monkeypatch: pytest.MonkeyPatch, version: str, usable: bool
+) -> None:
+    monkeypatch.delenv("LICH_PLAIN_TRANSPORT", raising=False)
+    assert _net.usable(version) is usable
+    monkeypatch.setattr(_net.httpcore, "__version__", version)
+    client = HttpClient(provider="p", base_url="http://model.invalid/v1", overflow=OVERFLOW)
+    assert isinstance(client._lane_transport(), DirectTransport) is usable
+
+
+def test_the_installed_httpcore_is_the_tested_line_and_pyproject_bounds_it() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    bound = next(d for d in deps if d.startswith("httpcore"))
+    major, minor = _net.TESTED_HTTPCORE.split(".")
+    assert bound.endswith(f",<{major}.{int(minor) + 1}"), bound
+    assert _net.usable(), "httpcore outside the tested line: run the tests, then move both"
+
+
 # --- the backend on its own: Unix sockets, end of stream ---------------------------------
 
 

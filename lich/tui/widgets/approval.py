@@ -43,7 +43,7 @@ from textual.widgets.option_list import Option
 
 from lich.approvals.present import CHOICES, args_text, describe_sections
 from lich.hooks import Approval, ApprovalRequest
-from lich.tui.widgets._text import plain
+from lich.tui.widgets.text import plain
 
 __all__ = [
     "APPROVER",

@@ -10,7 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from lich.tui.format.tools import OUTPUT_PREVIEW_CHARS, tool_call_line, tool_result_line
-from lich.tui.widgets._text import plain
+from lich.tui.widgets.text import plain
 from lich.types import ToolCall, ToolResult
 
 __all__ = ["ToolResultLine", "ToolView"]

@@ -22,7 +22,7 @@ from lich.tui.format.blocks import (
     ToolBlock,
     UserBlock,
 )
-from lich.tui.widgets._text import plain
+from lich.tui.widgets.text import plain
 from lich.tui.widgets.tool_view import ToolView
 from lich.types import ToolCall, ToolResult
 
