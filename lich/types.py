@@ -44,7 +44,7 @@ __all__ = [
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 FinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "error", "unknown"]
 ProviderErrorKind: TypeAlias = Literal[
-    "auth", "rate_limit", "overflow", "bad_request", "network", "unknown"
+    "auth", "rate_limit", "server_error", "overflow", "bad_request", "network", "unknown"
 ]
 
 
@@ -279,8 +279,9 @@ class Provider(Protocol):
 class ProviderError(Exception):
     """The one exception a :data:`ChatFn` may raise.
 
-    ``kind`` tells the router what to do: retry ``rate_limit`` and ``network``
-    in place, fail over at once on the rest. ``retry_after`` is in seconds.
+    ``kind`` tells the router what to do: retry ``rate_limit`` (429),
+    ``server_error`` (5xx) and ``network`` in place, fail over at once on the rest.
+    ``retry_after`` is in seconds.
     ``attempts`` is filled by a router: one ``(provider, attempt, kind, message)``
     tuple per failed attempt. ``url`` is the endpoint the request went to and
     ``proxy`` the HTTP proxy it went through (``"<url> from <VARIABLE>"``, when the

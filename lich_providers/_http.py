@@ -10,7 +10,8 @@ speaks JSON in, JSON (or a stream of lines) out, and turns every failure into a
 
 ========== =============================================================
 auth       401, 403 (and a missing required key, raised by the provider)
-rate_limit 429, 529 and every 5xx
+rate_limit 429
+server_error every 5xx (and Anthropic's 529 "overloaded")
 overflow   400 whose body matches the provider's overflow pattern
 bad_request every other non-2xx status; a 2xx body that does not parse
 network    connection errors, timeouts, a stream that breaks mid-way
@@ -186,8 +187,10 @@ def kind_for_status(status: int, body: str, overflow: re.Pattern[str]) -> Provid
     """The error kind for a non-2xx ``status`` whose body is ``body``."""
     if status in (401, 403):
         return "auth"
-    if status in (429, 529) or status >= 500:
+    if status == 429:
         return "rate_limit"
+    if status >= 500:
+        return "server_error"
     if status == 400 and overflow.search(body):
         return "overflow"
     return "bad_request"

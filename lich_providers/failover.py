@@ -1,7 +1,7 @@
 """The ``failover`` router plugin: walk the providers in config order.
 
-Per provider, ``rate_limit`` and ``network`` failures are retried in place (at
-most ``max_attempts`` attempts) after a backoff (deterministic unless
+Per provider, ``rate_limit``, ``server_error`` and ``network`` failures are
+retried in place (at most ``max_attempts`` attempts) after a backoff (deterministic unless
 ``jitter`` is set; :mod:`lich.backoff`); a server's
 ``Retry-After`` is a floor for that delay, capped at ``retry_after_cap_s``.
 ``auth``, ``overflow``, ``bad_request`` and ``unknown`` move on to the next
@@ -67,7 +67,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BASE_DELAY_S = 0.5
 DEFAULT_MAX_DELAY_S = 8.0
 DEFAULT_RETRY_AFTER_CAP_S = 30.0
-RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limit", "network"})
+RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limit", "server_error", "network"})
 
 # Exception class names (anywhere in the MRO) that mean "the network failed",
 # for providers that let a transport error escape; httpx is not imported here.

@@ -177,14 +177,12 @@ def redact(text: str, secrets_: Iterable[str] = ()) -> str:
 _KIND_TEXT = {
     "auth": "the model provider rejected lich's credentials",
     "rate_limit": "the model provider is rate limiting requests; try again shortly",
+    "server_error": "the model provider failed (a server error); try again shortly",
     "overflow": "the conversation is too long for the model; send /new to start over",
     "bad_request": "the model provider refused the request",
     "network": "the model provider could not be reached; try again shortly",
     "unknown": "the model provider failed",
 }
-# rate_limit also covers a provider's 5xx answers (they are retried the same way), but a
-# user whose model failed must not be told it is rate limiting them. 529 is "overloaded".
-_SERVER_ERROR_TEXT = "the model provider failed (a server error); try again shortly"
 
 
 def sanitize_error(exc: BaseException) -> tuple[str, str]:
@@ -199,9 +197,6 @@ def sanitize_error(exc: BaseException) -> tuple[str, str]:
     kind = getattr(exc, "kind", None)
     if isinstance(kind, str) and kind in _KIND_TEXT and hasattr(exc, "provider_name"):
         reason = _KIND_TEXT[kind]
-        status = getattr(exc, "status", None)
-        if kind == "rate_limit" and isinstance(status, int) and status >= 500 and status != 529:
-            reason = _SERVER_ERROR_TEXT
     elif isinstance(exc, TimeoutError):
         reason = "the request timed out"
     else:

@@ -176,8 +176,10 @@ def _seconds(value: str | None) -> float | None:
 def _kind_for_status(status: int) -> Any:
     if status in (401, 403):
         return "auth"
-    if status == 429 or status >= 500:
+    if status == 429:
         return "rate_limit"
+    if status >= 500:
+        return "server_error"
     return "bad_request"
 
 

@@ -99,10 +99,10 @@ def test_different_causes_are_each_said_once(work: Path, lich: Any, scripted: An
     line = error_line(result.stderr)
     assert line.startswith(
         f"lich: error: model call failed: provider 'scripted' ({server.base_url}"
-        "/chat/completions): rate_limit 500: HTTP 500: ")
+        "/chat/completions): server_error 500: HTTP 500: ")
     assert "broke" in line
     assert line.count("warming up") == 1
-    assert "(3 attempts; before that: rate_limit 503: HTTP 503: " in line
+    assert "(3 attempts; before that: server_error 503: HTTP 503: " in line
     assert len(server.requests) == 3
 
 

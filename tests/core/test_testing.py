@@ -92,7 +92,7 @@ async def test_scripted_chat_answers_and_records() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "kind"), [(401, "auth"), (403, "auth"), (429, "rate_limit"), (500, "rate_limit"),
+    ("status", "kind"), [(401, "auth"), (403, "auth"), (429, "rate_limit"), (500, "server_error"),
                          (400, "bad_request")],
 )
 async def test_scripted_failures_raise_provider_errors(status: int, kind: str) -> None:
@@ -107,7 +107,7 @@ async def test_a_retry_after_date_is_ignored_in_process() -> None:
     date = "Wed, 21 Oct 2015 07:28:00 GMT"
     with pytest.raises(ProviderError) as info:
         await ScriptedChat([Fail(503, headers={"Retry-After": date})])([], [], ChatOptions())
-    assert info.value.kind == "rate_limit"
+    assert info.value.kind == "server_error"
     assert info.value.retry_after is None
 
 

@@ -66,13 +66,13 @@ def test_utf16_chunks_fit_and_keep_every_non_space_character(text: str, limit: i
         (502, "the model provider failed (a server error); try again shortly"),
         (503, "the model provider failed (a server error); try again shortly"),
         (429, "the model provider is rate limiting requests; try again shortly"),
-        (529, "the model provider is rate limiting requests; try again shortly"),
+        (529, "the model provider failed (a server error); try again shortly"),
         (None, "the model provider is rate limiting requests; try again shortly"),
     ],
 )
 def test_a_server_error_is_not_called_rate_limiting(status: int | None, said: str) -> None:
-    # Every 5xx is retried like a rate limit (kind rate_limit); the user is told what
-    # really happened.
-    error = ProviderError("rate_limit", "p", f"HTTP {status}: upstream broke", status=status)
+    # A 5xx is server_error (retried in place as a rate limit is); only 429 is rate_limit.
+    kind = "rate_limit" if status in (429, None) else "server_error"
+    error = ProviderError(kind, "p", f"HTTP {status}: upstream broke", status=status)
     text, ref = sanitize_error(error)
     assert text == f"agent error: {said} (ref {ref})"

@@ -126,7 +126,8 @@ async def test_tool_use_blocks() -> None:
 
 @pytest.mark.parametrize(
     ("error", "kind", "status"),
-    [({"type": "overloaded_error", "message": "Overloaded"}, "rate_limit", 529),
+    [({"type": "overloaded_error", "message": "Overloaded"}, "server_error", 529),
+     ({"type": "rate_limit_error", "message": "slow down"}, "rate_limit", 429),
      ({"type": "invalid_request_error",
        "message": "prompt is too long: 210000 tokens > 200000 maximum"}, "overflow", 400),
      ({"type": "authentication_error", "message": "invalid x-api-key"}, "auth", 401),
@@ -194,4 +195,4 @@ async def test_error_body_with_200_is_mapped() -> None:
     body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     with pytest.raises(ProviderError) as info:
         await chat([httpx.Response(200, json=body)])
-    assert info.value.kind == "rate_limit"
+    assert info.value.kind == "server_error"

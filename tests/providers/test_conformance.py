@@ -295,10 +295,10 @@ OVERFLOW_BODY = "This model's maximum context length is 8192 tokens; your messag
         (401, "invalid x-api-key", "auth"),
         (403, "permission denied", "auth"),
         (429, "slow down", "rate_limit"),
-        (500, "internal error", "rate_limit"),
-        (502, "bad gateway", "rate_limit"),
-        (503, "unavailable", "rate_limit"),
-        (529, "overloaded", "rate_limit"),
+        (500, "internal error", "server_error"),
+        (502, "bad gateway", "server_error"),
+        (503, "unavailable", "server_error"),
+        (529, "overloaded", "server_error"),
         (400, OVERFLOW_BODY, "overflow"),
         (400, "invalid value for field 'foo'", "bad_request"),
         (404, "model not found", "bad_request"),
@@ -439,7 +439,7 @@ async def test_retry_after_seconds(kind: str, status: int) -> None:
     with pytest.raises(ProviderError) as info:
         await ask(kind, Fail(status, headers={"retry-after": "2"}))
     assert info.value.retry_after == 2.0
-    assert info.value.kind == "rate_limit"
+    assert info.value.kind == ("rate_limit" if status == 429 else "server_error")
 
 
 async def test_retry_after_http_date(kind: str) -> None:

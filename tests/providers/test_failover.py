@@ -601,7 +601,7 @@ async def test_router_over_scripted_failures_in_every_dialect() -> None:
     result = await call(r, events)
     assert result.message.content == "from openai"
     assert [(type(e).__name__, getattr(e, "kind", "")) for e in events] == [
-        ("Retry", "rate_limit"), ("Retry", "rate_limit"), ("Failover", "rate_limit"),
+        ("Retry", "server_error"), ("Retry", "server_error"), ("Failover", "server_error"),
         ("Failover", "bad_request"),
     ]
     for p in providers:

@@ -23,8 +23,8 @@ OVERFLOW = re.compile(r"context|token|maximum", re.I)
 
 @pytest.mark.parametrize(
     ("status", "body", "kind"),
-    [(401, "", "auth"), (403, "", "auth"), (429, "", "rate_limit"), (529, "", "rate_limit"),
-     (500, "", "rate_limit"), (599, "", "rate_limit"), (400, "max context", "overflow"),
+    [(401, "", "auth"), (403, "", "auth"), (429, "", "rate_limit"), (529, "", "server_error"),
+     (500, "", "server_error"), (599, "", "server_error"), (400, "max context", "overflow"),
      (400, "Too many TOKENS", "overflow"), (400, "bad field", "bad_request"),
      (413, "maximum size", "bad_request"), (404, "", "bad_request"), (302, "", "bad_request")],
 )

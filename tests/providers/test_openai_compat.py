@@ -177,7 +177,7 @@ async def test_stream_tool_calls_without_index() -> None:
 
 @pytest.mark.parametrize(
     ("error", "kind"),
-    [({"message": "overloaded", "code": 503}, "rate_limit"),
+    [({"message": "overloaded", "code": 503}, "server_error"),
      ({"message": "something broke"}, "network")],
 )
 async def test_error_inside_the_stream(error: Any, kind: str) -> None:
