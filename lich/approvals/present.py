@@ -8,11 +8,11 @@ modal, a chat message). Nothing here reads files or asks anything.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from lich.guards import truncate_text
 from lich.hooks import ApprovalRequest
+from lich.visible import visible
 
 __all__ = [
     "CHOICES",
@@ -24,7 +24,6 @@ __all__ = [
     "describe",
     "describe_sections",
     "headline",
-    "visible",
 ]
 
 #: The answers a person can give, by key, as every interactive front end offers them.
@@ -111,17 +110,6 @@ def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
     if request.timeout_s is not None:
         lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
     return [visible(line) for line in lines]
-
-
-# C0 controls but the tab, DEL and the C1 controls (0x9b is a CSI to some terminals).
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """``text`` with its control characters written out (``\\x1b``): what a person
-    approves is shown as it is — a file's content, or the model's arguments, must
-    not move the cursor or erase lines of the request on their terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def choice_prompt() -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from lich.guards import truncate_text
+from lich.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -275,6 +276,7 @@ class HumanRenderer(_Output):
         if not text:
             return
         self._stop_spinner()
+        text = visible(text)  # the model's text: escapes spelled out (lich.visible)
         if self.send(text):
             self._line_open = not text.endswith("\n")
 
@@ -289,6 +291,7 @@ class HumanRenderer(_Output):
         if not (self.progress or always):
             return
         self.end_line()
+        text = visible(text)  # tool names, arguments and errors come from the model
         line = f"[lich] {text}"
         if not self.live and not self.err.quiet and not _RICH_REWRITES.search(line):
             # What rich would write for this line, without building and rendering a Text
@@ -313,7 +316,7 @@ class HumanRenderer(_Output):
 
         # One line, cut with an ellipsis: a wrapped status line would leave debris behind.
         room = max(10, self.err.width - 4)  # the spinner and its space take the rest
-        status = Text(text, style="dim")
+        status = Text(visible(text), style="dim")
         status.truncate(room, overflow="ellipsis")
         if self._status is None:
             self._status = self.err.status(status, spinner="dots")
@@ -375,7 +378,8 @@ class HumanRenderer(_Output):
 
         size = shutil.get_terminal_size()
         width = max(1, size.columns)
-        rows = sum(max(1, math.ceil(cell_len(line) / width)) for line in text.split("\n"))
+        rows = sum(max(1, math.ceil(cell_len(line) / width))
+                   for line in visible(text).split("\n"))  # as _write showed it
         if rows >= size.lines:
             return False  # part of it scrolled away; it cannot be taken back
         # Up to the first row of the partial text, column 0, then clear to the end of screen.

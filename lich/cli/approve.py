@@ -32,8 +32,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lich.approvals.present import CHOICE_WORDS, CHOICES, choice_prompt, describe, visible
+from lich.approvals.present import CHOICE_WORDS, CHOICES, choice_prompt, describe
 from lich.hooks import Approval, ApprovalRequest, hookimpl
+from lich.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -333,7 +334,7 @@ class TerminalApprover:
                     style = "cyan"
             else:
                 in_preview = False
-            self.console.print(Text(line, style=style if colour else ""), soft_wrap=True)
+            self.console.print(Text(visible(line), style=style if colour else ""), soft_wrap=True)
 
     # ------------------------------------------------------------- asking
 

@@ -32,6 +32,7 @@ from lich.cli.common import (
 from lich.cli.options import Settings, get_settings, json_option, session_options
 from lich.cli.run import describe_provider_error, run_agent
 from lich.private_files import touch_private
+from lich.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -151,7 +152,8 @@ class ChatSession:
         """A line for the user on stderr."""
         from rich.text import Text
 
-        self.err.print(Text(text, style=style if self.err.is_terminal else ""), soft_wrap=True)
+        self.err.print(Text(visible(text), style=style if self.err.is_terminal else ""),
+                       soft_wrap=True)
 
     # -------------------------------------------------------------- sessions
 

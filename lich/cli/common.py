@@ -33,6 +33,7 @@ import click
 from attrs import frozen
 
 from lich.cli.options import Settings
+from lich.visible import visible
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -74,12 +75,12 @@ EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 def echo_error(message: str) -> None:
     """``lich: error: <message>`` on stderr, never wrapped: the message holds paths and
     ``$.path`` problems to copy (a multi-line message keeps its own lines)."""
-    click.echo(f"lich: error: {message}", err=True)
+    click.echo(f"lich: error: {visible(message)}", err=True)
 
 
 def echo_warning(message: str) -> None:
     """``lich: warning: <message>`` on stderr."""
-    click.echo(f"lich: warning: {message}", err=True)
+    click.echo(f"lich: warning: {visible(message)}", err=True)
 
 
 # ---------------------------------------------------------------- logging
@@ -96,7 +97,7 @@ class _CliLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            line = self.format(record)
+            line = visible(self.format(record))  # a message may quote a model's text
             console = self.console
             if console is not None and console.is_terminal:
                 from rich.text import Text

@@ -15,6 +15,7 @@ import click
 
 from lich.cli.common import echo_error, load_settings_config, setup_logging
 from lich.cli.options import Settings
+from lich.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,7 +53,7 @@ def add_row(table: Any, *cells: Any) -> None:
     contain ``[brackets]`` that rich would otherwise take for markup."""
     from rich.text import Text
 
-    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
+    table.add_row(*(Text(visible(c)) if isinstance(c, str) else c for c in cells))
 
 
 def print_table(console: Console, table: Table) -> None:

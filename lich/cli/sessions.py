@@ -16,6 +16,7 @@ from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error, echo_
 from lich.cli.options import Settings, config_options, get_settings, json_option
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 from lich.guards import truncate_text
+from lich.visible import visible
 
 if TYPE_CHECKING:
     from lich.sessions import SessionInfo, TranscriptStore
@@ -352,7 +353,7 @@ def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
     console = out_console()
 
     def line(text: str, style: str = "") -> None:
-        console.print(Text(text, style=style), soft_wrap=True)
+        console.print(Text(visible(text), style=style), soft_wrap=True)
 
     line(f"session {contents.session_id}  ({contents.location})", "bold")
     for record in contents.records:
@@ -429,8 +430,7 @@ def _waited(event: Mapping[str, Any]) -> str:
     return f"{ms / 1000:.1f}s" if ms >= 100 else f"{ms:.0f} ms"
 
 
-def _show_approval_request(raw_line: Any, event: Mapping[str, Any]) -> None:
-    line = _inert(raw_line)
+def _show_approval_request(line: Any, event: Mapping[str, Any]) -> None:
     call = event.get("call") or {}
     asked_by = ", ".join(str(p) for p in event.get("asked_by") or ())
     by = f" (asked by {asked_by})" if asked_by else ""
@@ -438,15 +438,7 @@ def _show_approval_request(raw_line: Any, event: Mapping[str, Any]) -> None:
          f"{by}", "yellow")
 
 
-def _inert(line: Any) -> Any:
-    """``line`` for text from a transcript: control characters written out."""
-    from lich.approvals.present import visible
-
-    return lambda text, style="": line(visible(text), style)
-
-
-def _show_approval_resolution(raw_line: Any, event: Mapping[str, Any]) -> None:
-    line = _inert(raw_line)
+def _show_approval_resolution(line: Any, event: Mapping[str, Any]) -> None:
     approver = event.get("approver")
     waited = _waited(event)
     after = f", after {waited}" if waited else ""

@@ -44,6 +44,7 @@ from textual.widgets.option_list import Option
 from lich.approvals.present import CHOICES, args_text, describe_sections
 from lich.hooks import Approval, ApprovalRequest
 from lich.tui.widgets.text import plain
+from lich.visible import visible
 
 __all__ = [
     "APPROVER",
@@ -94,7 +95,7 @@ def diff_text(lines: Sequence[str]) -> Text:
             style = "cyan"
         else:
             style = ""
-        text.append(line, style=style)
+        text.append(visible(line), style=style)
     return text
 
 

@@ -25,6 +25,7 @@ from lich.tui.format.blocks import (
 from lich.tui.widgets.text import plain
 from lich.tui.widgets.tool_view import ToolView
 from lich.types import ToolCall, ToolResult
+from lich.visible import visible
 
 __all__ = ["TRANSCRIPT_CAP", "Transcript"]
 
@@ -75,10 +76,10 @@ class Transcript(VerticalScroll):
         """Append one block."""
         if isinstance(block, UserBlock):
             text = Text("you › ", style="bold")
-            text.append(block.text)
+            text.append(visible(block.text))
             await self.add(Static(text, classes="user", markup=False))
         elif isinstance(block, AssistantBlock):
-            await self.add(Markdown(block.text, classes="assistant"))
+            await self.add(Markdown(visible(block.text), classes="assistant"))
         elif isinstance(block, ToolBlock):
             await self.add(ToolView(block.call, block.result))
         else:
