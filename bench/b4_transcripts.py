@@ -4,9 +4,9 @@
   run writes them (each serialised, written and flushed on its own): a repeating
   mix of user messages, assistant tool calls, ``tool_call_end`` events,
   200-character tool results and final answers;
-* **list** — :meth:`SessionStore.list` over S session files (a few records each,
+* **list** — :meth:`JsonlSessionStore.list` over S session files (a few records each,
   titled by their first user message);
-* **resume** — :meth:`SessionStore.history` of one conversation of H messages
+* **resume** — :meth:`JsonlSessionStore.history` of one conversation of H messages
   (what ``Agent.run(session_id=…)`` reads to resume).
 """
 
@@ -42,10 +42,10 @@ def _append(directory: Path, records: int) -> tuple[float, int]:
     """Write ``records`` records; returns (seconds, records written)."""
     from lich.events import ToolCallEnd
     from lich.serialization import event_to_dict
-    from lich.sessions import SessionStore
+    from lich.sessions import JsonlSessionStore
     from lich.types import AssistantMessage, ToolResult
 
-    writer = SessionStore(directory).open()
+    writer = JsonlSessionStore(directory).open()
     messages = _messages(records)
     written = 0
     started = time.perf_counter()
@@ -76,7 +76,7 @@ def _write_session(store: Any, session_id: str, messages: list[Any]) -> None:
 def run(records: int = 10_000, sessions: int = 1_000, resume_messages: int = 10_000,
         reps: int = 5) -> dict[str, Any]:
     """Run B4 and return its results (JSON-able)."""
-    from lich.sessions import SessionStore, repair_dangling_tool_calls
+    from lich.sessions import JsonlSessionStore, repair_dangling_tool_calls
 
     out: dict[str, Any] = {"params": {"records": records, "sessions": sessions,
                                       "resume_messages": resume_messages, "reps": reps},
@@ -86,11 +86,11 @@ def run(records: int = 10_000, sessions: int = 1_000, resume_messages: int = 10_
     resume_s: list[float] = []
     with tempfile.TemporaryDirectory(prefix="lich-bench-b4-") as tmp:
         root = Path(tmp)
-        listing = SessionStore(root / "many")
+        listing = JsonlSessionStore(root / "many")
         few = _messages(4)
         for i in range(sessions):
             _write_session(listing, f"s{i:05d}", few)
-        resumed = SessionStore(root / "long")
+        resumed = JsonlSessionStore(root / "long")
         long = _messages(resume_messages)
         _write_session(resumed, "long", long)
         # A conversation cut mid-turn is resumed with its dangling tool call closed.

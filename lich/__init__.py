@@ -17,47 +17,55 @@ from lich.lazy import lazy_exports
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from lich._schema import Param
-    from lich.agent import Agent, RunResult
-    from lich.cancel import CancelToken
-    from lich.config import ConfigError, LichConfig, ProviderConfig, load_config
-    from lich.events import Envelope
-    from lich.gateway.bus import GatewayBus, MessageBus
-    from lich.gateway.registry import AdapterRegistry
-    from lich.guards import ToolError
-    from lich.hooks import (
-        Approval,
-        ApprovalRequest,
-        Ask,
-        Block,
-        Rewrite,
-        RunInfo,
-        RunOutcome,
-        Stop,
-        hookimpl,
-    )
-    from lich.plugins import LoadReport, PluginHost, PluginLoadError
-    from lich.providers import ProviderDefaults, ProviderRegistry
-    from lich.tools import Tool, ToolContext, ToolRegistry, tool
-    from lich.types import (
-        AssistantMessage,
-        ChatFn,
-        ChatOptions,
-        ChatResult,
-        Message,
-        Provider,
-        ProviderError,
-        SystemMessage,
-        ToolCall,
-        ToolDefinition,
-        ToolMessage,
-        ToolResult,
-        Usage,
-        UserMessage,
-    )
+    # What type checkers see: each name of _EXPORTS, re-exported explicitly (`X as X`).
+    # tests/test_meta.py checks that this block and _EXPORTS say the same.
+    from lich._schema import Param as Param
+    from lich.agent import Agent as Agent
+    from lich.agent import RunResult as RunResult
+    from lich.cancel import CancelToken as CancelToken
+    from lich.config import ConfigError as ConfigError
+    from lich.config import LichConfig as LichConfig
+    from lich.config import ProviderConfig as ProviderConfig
+    from lich.config import load_config as load_config
+    from lich.events import Envelope as Envelope
+    from lich.guards import ToolError as ToolError
+    from lich.hooks import Approval as Approval
+    from lich.hooks import ApprovalRequest as ApprovalRequest
+    from lich.hooks import Ask as Ask
+    from lich.hooks import Block as Block
+    from lich.hooks import Rewrite as Rewrite
+    from lich.hooks import RunInfo as RunInfo
+    from lich.hooks import RunOutcome as RunOutcome
+    from lich.hooks import Stop as Stop
+    from lich.hooks import hookimpl as hookimpl
+    from lich.plugins import LoadReport as LoadReport
+    from lich.plugins import PluginHost as PluginHost
+    from lich.plugins import PluginLoadError as PluginLoadError
+    from lich.providers import ProviderDefaults as ProviderDefaults
+    from lich.providers import ProviderRegistry as ProviderRegistry
+    from lich.sessions import SessionStore as SessionStore
+    from lich.tools import Tool as Tool
+    from lich.tools import ToolContext as ToolContext
+    from lich.tools import ToolRegistry as ToolRegistry
+    from lich.tools import tool as tool
+    from lich.types import AssistantMessage as AssistantMessage
+    from lich.types import ChatFn as ChatFn
+    from lich.types import ChatOptions as ChatOptions
+    from lich.types import ChatResult as ChatResult
+    from lich.types import Message as Message
+    from lich.types import Provider as Provider
+    from lich.types import ProviderError as ProviderError
+    from lich.types import SystemMessage as SystemMessage
+    from lich.types import ToolCall as ToolCall
+    from lich.types import ToolDefinition as ToolDefinition
+    from lich.types import ToolMessage as ToolMessage
+    from lich.types import ToolResult as ToolResult
+    from lich.types import Usage as Usage
+    from lich.types import UserMessage as UserMessage
 
+# The one list of what `lich` exports: name -> the module it is imported from on first
+# use. __all__ is derived from it.
 _EXPORTS = {
-    "AdapterRegistry": "lich.gateway.registry",
     "Agent": "lich.agent",
     "Approval": "lich.hooks",
     "ApprovalRequest": "lich.hooks",
@@ -70,11 +78,9 @@ _EXPORTS = {
     "ChatResult": "lich.types",
     "ConfigError": "lich.config",
     "Envelope": "lich.events",
-    "GatewayBus": "lich.gateway.bus",
     "LichConfig": "lich.config",
     "LoadReport": "lich.plugins",
     "Message": "lich.types",
-    "MessageBus": "lich.gateway.bus",
     "Param": "lich._schema",
     "PluginHost": "lich.plugins",
     "PluginLoadError": "lich.plugins",
@@ -87,6 +93,7 @@ _EXPORTS = {
     "RunInfo": "lich.hooks",
     "RunOutcome": "lich.hooks",
     "RunResult": "lich.agent",
+    "SessionStore": "lich.sessions",
     "Stop": "lich.hooks",
     "SystemMessage": "lich.types",
     "Tool": "lich.tools",
@@ -97,7 +104,6 @@ _EXPORTS = {
     "ToolMessage": "lich.types",
     "ToolRegistry": "lich.tools",
     "ToolResult": "lich.types",
-    "TranscriptStore": "lich.sessions",
     "Usage": "lich.types",
     "UserMessage": "lich.types",
     "hookimpl": "lich.hooks",
@@ -105,56 +111,6 @@ _EXPORTS = {
     "tool": "lich.tools",
 }
 
-# A literal list, so linters and type checkers see what the lazy imports provide.
-__all__ = [
-    "AdapterRegistry",
-    "Agent",
-    "Approval",
-    "ApprovalRequest",
-    "Ask",
-    "AssistantMessage",
-    "Block",
-    "CancelToken",
-    "ChatFn",
-    "ChatOptions",
-    "ChatResult",
-    "ConfigError",
-    "Envelope",
-    "GatewayBus",
-    "LichConfig",
-    "LoadReport",
-    "Message",
-    "MessageBus",
-    "Param",
-    "PluginHost",
-    "PluginLoadError",
-    "Provider",
-    "ProviderConfig",
-    "ProviderDefaults",
-    "ProviderError",
-    "ProviderRegistry",
-    "Rewrite",
-    "RunInfo",
-    "RunOutcome",
-    "RunResult",
-    "Stop",
-    "SystemMessage",
-    "Tool",
-    "ToolCall",
-    "ToolContext",
-    "ToolDefinition",
-    "ToolError",
-    "ToolMessage",
-    "ToolRegistry",
-    "ToolResult",
-    "TranscriptStore",
-    "Usage",
-    "UserMessage",
-    "__version__",
-    "hookimpl",
-    "load_config",
-    "tool",
-]
-
+__all__ = sorted([*_EXPORTS, "__version__"])
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

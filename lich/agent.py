@@ -66,10 +66,10 @@ from lich.providers import (
     secret_env_names,
 )
 from lich.sessions import (
+    JsonlSessionStore,
     SessionStore,
     SessionWriter,
     StaleWriter,
-    TranscriptStore,
     TranscriptWriter,
     open_session_store,
 )
@@ -236,7 +236,7 @@ class Agent:
         chat: ChatFn | None = None,
         env: dict[str, str] | None = None,
         today: Callable[[], datetime.date] = datetime.date.today,
-        sessions: TranscriptStore | None = None,
+        sessions: SessionStore | None = None,
         model_optional: bool = False,
     ) -> None:
         self.config = config
@@ -285,7 +285,7 @@ class Agent:
         )
         # After the checks: a bad [session_store] is reported with everything else.
         self._owns_sessions = sessions is None
-        self.sessions: TranscriptStore = (
+        self.sessions: SessionStore = (
             open_session_store(config, host) if sessions is None else sessions)
         #: What ``session``/``always`` approvals granted, per session, for every run
         #: of this agent (and of the agents :meth:`with_model` makes from it).
@@ -635,7 +635,7 @@ class Agent:
                 return False, None
             return True, store.history(session_id) if want_history else None
 
-        if isinstance(store, SessionStore):
+        if isinstance(store, JsonlSessionStore):
             return load()
         return await asyncio.to_thread(load)
 

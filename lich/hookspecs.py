@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         Stop,
     )
     from lich.providers import ProviderRegistry
-    from lich.sessions import TranscriptStore
+    from lich.sessions import SessionStore
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider, ToolCall, ToolResult, Usage
 
@@ -117,13 +117,13 @@ def lich_make_router(providers: list[Provider], config: LichConfig) -> ChatFn | 
 
 
 @hookspec(firstresult=True)
-def lich_make_session_store(config: LichConfig) -> TranscriptStore | None:
+def lich_make_session_store(config: LichConfig) -> SessionStore | None:
     """Return the transcript store: where the agent, ``lich sessions``,
     ``--resume``, the TUI and the gateway keep and find sessions.
 
     :param config: the effective configuration; ``config.session_store`` is the
         ``[session_store]`` table, whose ``kind`` says which store is wanted.
-    :return: a :class:`lich.sessions.TranscriptStore`, or ``None`` to let the
+    :return: a :class:`lich.sessions.SessionStore`, or ``None`` to let the
         next implementation decide (a plugin answers only for its own ``kind``).
 
     Asked only when ``kind`` is set and is not ``"jsonl"``: no table (or

@@ -17,7 +17,7 @@ Each record is written and flushed on its own, so a killed process leaves
 every finished record readable. The reader tolerates a torn last line and
 reports — without hiding or stopping at — a corrupt line in the middle.
 
-:class:`SessionStore` is the default implementation of :class:`TranscriptStore`,
+:class:`JsonlSessionStore` is the default implementation of :class:`SessionStore`,
 the interface every user of transcripts (the agent, ``lich sessions``,
 ``--resume``, the TUI, the gateway) goes through; a plugin supplies another one
 through ``lich_make_session_store`` (:func:`open_session_store` asks it).
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_STORE_KIND",
     "RECORD_VERSION",
+    "JsonlSessionStore",
     "SessionAmbiguous",
     "SessionContents",
     "SessionInfo",
@@ -58,7 +59,6 @@ __all__ = [
     "SessionWriter",
     "StaleWriter",
     "StoreError",
-    "TranscriptStore",
     "TranscriptWriter",
     "apply_record",
     "encode_record",
@@ -162,7 +162,7 @@ def _encode_clean(record: Mapping[str, Any]) -> bytes:
 
 @runtime_checkable
 class TranscriptWriter(Protocol):
-    """Appends the records of one run to one session (what :meth:`TranscriptStore.open` gives).
+    """Appends the records of one run to one session (what :meth:`SessionStore.open` gives).
 
     Records keep their order. ``append`` may hand the record to a background
     writer (a database store does): a failure then surfaces on a later
@@ -230,11 +230,11 @@ class ConditionalWriter(Protocol):
 
 
 @runtime_checkable
-class TranscriptStore(Protocol):
+class SessionStore(Protocol):
     """Where transcripts are kept: the interface the agent, ``lich sessions``,
     ``--resume``, the TUI and the gateway use.
 
-    :class:`SessionStore` (JSONL files) is the default; a plugin returns another
+    :class:`JsonlSessionStore` (JSONL files) is the default; a plugin returns another
     from ``lich_make_session_store``. ``lich.testing.contracts.SessionStoreContract``
     is the test suite every implementation must pass. A session id matches
     ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``; a ``ref`` is an id, ``latest``, or the
@@ -401,7 +401,7 @@ class SessionContents:
 
 @frozen
 class SessionInfo:
-    """One entry of :meth:`SessionStore.list`.
+    """One entry of :meth:`JsonlSessionStore.list`.
 
     ``status`` is how the session's last run ended: its ``stopped_reason``
     (``final``, ``budget``, ``aborted``, ``error``), ``open`` when the last run
@@ -438,8 +438,8 @@ class SessionInfo:
         return self.failed and not self.answered
 
 
-class SessionStore:
-    """The session files under one directory: the default :class:`TranscriptStore`."""
+class JsonlSessionStore:
+    """The session files under one directory: the default :class:`SessionStore`."""
 
     fenced = False  # one process owns a file at a time; nothing claims it away
 
@@ -736,7 +736,7 @@ def _title(path: Path, limit: int = 80) -> str:
 DEFAULT_STORE_KIND = "jsonl"
 
 
-def open_session_store(config: LichConfig, host: PluginHost | None = None) -> TranscriptStore:
+def open_session_store(config: LichConfig, host: PluginHost | None = None) -> SessionStore:
     """The session store of ``config``: the JSONL store under ``config.session_dir``,
     or, when ``[session_store]`` names another ``kind``, the store a plugin of
     ``host`` makes for it (``lich_make_session_store``).
@@ -757,7 +757,7 @@ def open_session_store(config: LichConfig, host: PluginHost | None = None) -> Tr
         if extra:
             raise ConfigError([f"$.session_store.{k}: the {DEFAULT_STORE_KIND} store takes "
                                "no settings (its directory is session_dir)" for k in extra])
-        return SessionStore(config.session_dir)
+        return JsonlSessionStore(config.session_dir)
     store = host.make_session_store(config) if host is not None else None
     if store is None:
         raise ConfigError([

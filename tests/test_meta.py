@@ -179,9 +179,32 @@ def test_lich_all_is_sorted_and_complete() -> None:
         for annotation in fn.__annotations__.values():
             needed.update(re.findall(r"\b[A-Z][A-Za-z]+\b", str(annotation)))
     needed -= {"Any", "None", "Group"}  # typing and click, not lich
+    # The gateway's own types are found in the package that owns them, not the root.
+    needed -= set(importlib.import_module("lich.gateway").__all__)
     needed |= {"hookimpl", "tool", "Tool", "Block", "Rewrite", "ToolResult", "ToolContext",
                "ToolError", "Agent"}
     assert needed <= set(exported), needed - set(exported)
+
+
+def test_lich_exports_and_its_type_checking_block_say_the_same() -> None:
+    # `_EXPORTS` is the one list (the lazy imports and __all__ come from it); type
+    # checkers read the TYPE_CHECKING block instead, so the two must not drift apart.
+    tree = ast.parse(Path(lich.__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    seen: dict[str, str] = {}
+    for statement in block.body:
+        assert isinstance(statement, ast.ImportFrom), ast.dump(statement)
+        for alias in statement.names:
+            assert alias.asname == alias.name, f"{alias.name}: re-export it as itself"
+            seen[alias.name] = statement.module or ""
+    assert seen == lich._EXPORTS
+
+
+def test_the_gateway_s_types_are_not_in_the_root_namespace() -> None:
+    for name in ("AdapterRegistry", "GatewayBus", "MessageBus"):
+        assert name not in lich.__all__
+        assert name in importlib.import_module("lich.gateway").__all__
 
 
 # ===========================================================================
@@ -353,9 +376,9 @@ async def test_hook_lich_make_router(tmp_path: Path) -> None:
 
 
 async def test_hook_lich_make_session_store(tmp_path: Path) -> None:
-    from lich.sessions import SessionStore
+    from lich.sessions import JsonlSessionStore
 
-    class Memo(SessionStore):
+    class Memo(JsonlSessionStore):
         """A store of its own kind (files, elsewhere): what the agent must then use."""
 
     class Wants:
@@ -388,7 +411,7 @@ async def test_hook_lich_make_session_store(tmp_path: Path) -> None:
 
     # No answer: the JSONL store for no kind (or "jsonl"); any other kind is an error.
     default = lich.Agent(make_test_config(tmp_path), chat=chat, plugins=[("wants", Wants())])
-    assert type(default.sessions) is SessionStore
+    assert type(default.sessions) is JsonlSessionStore
     assert default.sessions.describe() == str(tmp_path / ".lich" / "sessions")
     with pytest.raises(ConfigError, match=r"\$\.session_store\.kind: no loaded plugin "
                                           r"provides the session store 'memo'"):

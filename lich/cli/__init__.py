@@ -9,7 +9,7 @@ belongs to the builtin gateway plugin (``lich/gateway/command.py``) and is
 registered through ``lich_register_commands`` like any plugin's.
 
 Public for plugin commands: :mod:`lich.cli.options` (the shared flags and the
-:class:`~lich.cli.options.Settings` they fill) and :mod:`lich.cli.common` (exit
+:class:`~lich.cli.options.CliSettings` they fill) and :mod:`lich.cli.common` (exit
 codes, error lines, logging, and :func:`~lich.cli.common.assemble`, the one way
 the effective settings become a plugin host and an agent). See ``docs/cli.md``.
 """

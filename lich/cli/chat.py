@@ -29,7 +29,7 @@ from lich.cli.common import (
     assemble,
     echo_error,
 )
-from lich.cli.options import Settings, get_settings, json_option, session_options
+from lich.cli.options import CliSettings, get_settings, json_option, session_options
 from lich.cli.run import describe_provider_error, run_agent
 from lich.private_files import touch_private
 from lich.visible import visible
@@ -129,7 +129,7 @@ class ChatSession:
     """The state of one ``lich chat``: agent, session id, history, usage so far."""
 
     def __init__(
-        self, settings: Settings, config: LichConfig, agent: Agent, err: Console
+        self, settings: CliSettings, config: LichConfig, agent: Agent, err: Console
     ) -> None:
         self.settings = settings
         self.config = config
@@ -348,7 +348,7 @@ def chat_command(ctx: click.Context) -> None:
     ctx.exit(chat(get_settings(ctx)))
 
 
-def chat(settings: Settings) -> int:
+def chat(settings: CliSettings) -> int:
     """``lich chat``: returns the exit code."""
     from lich.cli.output import refuse_json
 

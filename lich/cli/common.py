@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from attrs import frozen
 
-from lich.cli.options import Settings
+from lich.cli.options import CliSettings
 from lich.visible import visible
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def quiet_plugin_log() -> Iterator[None]:
 # ------------------------------------------------------- config and plugins
 
 
-def load_settings_config(settings: Settings, *, with_plugins: bool = True) -> LoadedConfig:
+def load_settings_config(settings: CliSettings, *, with_plugins: bool = True) -> LoadedConfig:
     """:func:`lich.config.load_config` with this invocation's flags.
 
     :raises lich.config.ConfigError: naming the file and the ``$.path``.
@@ -198,7 +198,7 @@ def load_settings_config(settings: Settings, *, with_plugins: bool = True) -> Lo
                        flags=settings.flags(with_plugins=with_plugins))
 
 
-def host_for(settings: Settings, config: LichConfig) -> PluginHost:
+def host_for(settings: CliSettings, config: LichConfig) -> PluginHost:
     """A plugin host with ``config.plugins`` loaded, shared within one invocation."""
     key = (config.work_dir, tuple(config.plugins))
     host = settings.hosts.get(key)
@@ -222,7 +222,7 @@ def warn_plugin_failures(host: PluginHost) -> None:
         )
 
 
-def named_plugin_failures(settings: Settings, host: PluginHost) -> list[LoadReport]:
+def named_plugin_failures(settings: CliSettings, host: PluginHost) -> list[LoadReport]:
     """The reports of the ``--plugin`` entries that did not load (at import, at
     registration or in ``lich_check_config``), in load order."""
     named = set(settings.plugins)
@@ -234,7 +234,7 @@ def named_plugin_failures(settings: Settings, host: PluginHost) -> list[LoadRepo
             and not (r.status == "skipped" and r.resolved in loaded)]
 
 
-def check_named_plugins(settings: Settings, host: PluginHost) -> None:
+def check_named_plugins(settings: CliSettings, host: PluginHost) -> None:
     """A plugin named on the command line must load: a guard given with ``--plugin``
     that has a typo would otherwise mean no guard at all. Plugins from the config keep
     warn-and-continue (``--strict-plugins`` makes them fatal too).
@@ -279,7 +279,7 @@ class Assembly:
 
 
 def assemble(
-    settings: Settings,
+    settings: CliSettings,
     *,
     config: LichConfig | None = None,
     agent: bool = True,
@@ -372,7 +372,9 @@ def assemble(
     return Assembly(loaded=loaded, host=host, agent=built)
 
 
-def tools_for_run(settings: Settings, tools: ToolRegistry, config: LichConfig) -> tuple[str, ...]:
+def tools_for_run(
+    settings: CliSettings, tools: ToolRegistry, config: LichConfig
+) -> tuple[str, ...]:
     """The tools one run offers by its flags: ``--tools a,b`` those (each must be a tool a
     loaded plugin provides), ``--no-tools`` none, ``--read-only`` only the tools that
     only read (of those chosen, or of all the config enables).

@@ -28,7 +28,7 @@ from lich.cli.common import (
     named_plugin_failures,
     quiet_plugin_log,
 )
-from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, config_options, get_settings, json_option
 from lich.cli.output import (
     add_row,
     load_or_report,
@@ -195,7 +195,7 @@ def _show_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def config_show(settings: Settings, as_json: bool) -> int:
+def config_show(settings: CliSettings, as_json: bool) -> int:
     """``lich config show``: the effective configuration with where each value came from."""
     loaded = load_or_report(settings)
     if loaded is None:
@@ -229,7 +229,7 @@ def config_show(settings: Settings, as_json: bool) -> int:
     return EXIT_OK
 
 
-def config_path(settings: Settings) -> int:
+def config_path(settings: CliSettings) -> int:
     """``lich config path``: the config file in use on stdout, why on stderr (exit 1
     when there is none, with the places looked in)."""
     from lich.config import ConfigError, config_search_dirs, locate_config, user_config_path
@@ -262,7 +262,7 @@ def toml_value(value: Any) -> str:
 
 
 def config_template(
-    settings: Settings | None = None, kinds: Sequence[ProviderKind] = ()
+    settings: CliSettings | None = None, kinds: Sequence[ProviderKind] = ()
 ) -> str:
     """The commented ``config.toml`` that ``lich config init`` writes.
 
@@ -276,7 +276,7 @@ def config_template(
     from lich.config import BUILTIN_PLUGINS
 
     env = os.environ
-    s = settings or Settings()
+    s = settings or CliSettings()
     by_name = {k.name: k for k in kinds}
     model = s.model or env.get("LICH_MODEL")
     kind_name = s.provider_kind or env.get("LICH_PROVIDER_KIND") or (
@@ -381,7 +381,7 @@ def config_template(
     return "\n".join(lines)
 
 
-def provider_kinds(settings: Settings, config: LichConfig | None = None) -> ProviderRegistry:
+def provider_kinds(settings: CliSettings, config: LichConfig | None = None) -> ProviderRegistry:
     """The provider kinds the plugins of ``config`` register (the defaults without one)."""
     from lich.config import LichConfig
     from lich.providers import ProviderRegistry
@@ -414,7 +414,7 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
-def config_init(settings: Settings, *, user: bool, force: bool, to_stdout: bool) -> int:
+def config_init(settings: CliSettings, *, user: bool, force: bool, to_stdout: bool) -> int:
     """``lich config init``: write the commented template."""
     from lich.config import ConfigError, user_config_path
 
@@ -459,7 +459,7 @@ def _session_store_problems(config: LichConfig, host: PluginHost) -> list[str]:
     return []
 
 
-def config_validate(settings: Settings) -> int:
+def config_validate(settings: CliSettings) -> int:
     """``lich config validate``: config errors (file and ``$.path``), plugin and provider checks."""
     from lich.agent import build_tool_registry
     from lich.config import ConfigError, no_model_message

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lich.cli.common import CommandError, echo_error, setup_logging
-from lich.cli.options import JSON_OPTION, Settings, get_settings
+from lich.cli.options import JSON_OPTION, CliSettings, get_settings
 
 if TYPE_CHECKING:
     from lich.agent import RunResult
@@ -56,7 +56,7 @@ def demo_command(ctx: click.Context) -> None:
     ctx.exit(demo(get_settings(ctx)))
 
 
-def demo(settings: Settings) -> int:
+def demo(settings: CliSettings) -> int:
     """Run the demo; returns the exit code."""
     from lich.cli._render import HumanRenderer, JsonRenderer, make_err_console
     from lich.cli.common import assemble

@@ -2,7 +2,7 @@
 
 Every flag may be given before or after the command name (``lich --model m
 chat`` and ``lich chat --model m`` are the same). Each option stores its value
-in one :class:`Settings` object on the click context (``ctx.obj``), which
+in one :class:`CliSettings` object on the click context (``ctx.obj``), which
 child contexts share; a later (command-level) value wins over an earlier
 (group-level) one, and ``--plugin`` accumulates.
 
@@ -24,7 +24,7 @@ __all__ = [
     "RESUME_OPTION",
     "RUN_OPTIONS",
     "TOOL_OPTIONS",
-    "Settings",
+    "CliSettings",
     "config_options",
     "get_settings",
     "json_option",
@@ -37,7 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 
 
-class Settings:
+class CliSettings:
     """The flags of one invocation, gathered from every level of the command line."""
 
     def __init__(self) -> None:
@@ -96,9 +96,9 @@ class Settings:
         return {k: v for k, v in flags.items() if v is not None}
 
 
-def get_settings(ctx: click.Context) -> Settings:
-    """The :class:`Settings` of this invocation (created on first use)."""
-    return ctx.ensure_object(Settings)
+def get_settings(ctx: click.Context) -> CliSettings:
+    """The :class:`CliSettings` of this invocation (created on first use)."""
+    return ctx.ensure_object(CliSettings)
 
 
 def _plugin_entry(entry: str) -> str:
@@ -198,7 +198,7 @@ RESUME_OPTION: Callable[[F], F] = _option(
 
 
 def json_option(help: str = "As JSON.") -> Callable[[F], F]:
-    """``--json``, stored in :attr:`Settings.json` like every flag, so that it may come
+    """``--json``, stored in :attr:`CliSettings.json` like every flag, so that it may come
     before or after the command name (``lich --json tools`` = ``lich tools --json``).
 
     Every builtin command takes it; one that cannot print JSON (``chat``, ``tui``,

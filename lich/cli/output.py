@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lich.cli.common import echo_error, load_settings_config, setup_logging
-from lich.cli.options import Settings
+from lich.cli.options import CliSettings
 from lich.visible import visible
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _print_unpadded(console: Console, renderable: Any) -> None:
     console.file.flush()
 
 
-def refuse_json(settings: Settings, command: str, instead: str) -> bool:
+def refuse_json(settings: CliSettings, command: str, instead: str) -> bool:
     """True, after saying so, when ``--json`` was given to a command that cannot honour it.
 
     The caller exits 2: a script asking for JSON must not get text it cannot parse.
@@ -120,7 +120,7 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
-def load_or_report(settings: Settings) -> LoadedConfig | None:
+def load_or_report(settings: CliSettings) -> LoadedConfig | None:
     """The configuration of this invocation, or ``None`` after printing why it is unusable."""
     from lich.config import ConfigError
 

@@ -17,7 +17,7 @@ from lich.cli.common import (
     named_plugin_failures,
     quiet_plugin_log,
 )
-from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, config_options, get_settings, json_option
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _exercise(host: PluginHost, config: LichConfig) -> str | None:
     return unasked_warning(host, tools.list(), config)
 
 
-def plugins_list(settings: Settings, as_json: bool) -> int:
+def plugins_list(settings: CliSettings, as_json: bool) -> int:
     """``lich plugins``: one row per configured entry; exit 2 when a ``--plugin`` entry
     (or, in strict mode, any entry) did not load."""
     from lich import serialization
@@ -116,7 +116,7 @@ def plugins_list(settings: Settings, as_json: bool) -> int:
     return EXIT_OK
 
 
-def plugins_available(settings: Settings, as_json: bool) -> int:
+def plugins_available(settings: CliSettings, as_json: bool) -> int:
     """``lich plugins available``: installed ``lich`` entry points, from metadata only."""
     from lich.config import BUILTIN_PLUGINS, ConfigError
     from lich.plugins import available_plugins

@@ -213,7 +213,7 @@ class LichGroup(click.Group):
 
 def _takes_json(command: click.Command) -> bool:
     """Whether ``command`` declares a ``--json`` option (a plugin command that does is
-    trusted to honour it, reading :attr:`Settings.json` or its own value)."""
+    trusted to honour it, reading :attr:`CliSettings.json` or its own value)."""
     return any("--json" in getattr(p, "opts", ()) for p in command.params)
 
 

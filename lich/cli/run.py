@@ -28,7 +28,7 @@ from lich.cli.common import (
     assemble,
     echo_error,
 )
-from lich.cli.options import Settings, get_settings, run_options
+from lich.cli.options import CliSettings, get_settings, run_options
 
 if TYPE_CHECKING:
     from lich.agent import Agent, RunResult
@@ -185,7 +185,7 @@ def _stdin_is_terminal() -> bool:
         return False
 
 
-def one_shot(settings: Settings, words: tuple[str, ...]) -> int:
+def one_shot(settings: CliSettings, words: tuple[str, ...]) -> int:
     """``lich TASK…``: run the task once; returns the exit code."""
     from lich.cli._render import HumanRenderer, JsonRenderer, make_err_console
     from lich.sessions import SessionNotFound

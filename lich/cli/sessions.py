@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import click
 
 from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error, echo_warning
-from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, config_options, get_settings, json_option
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 from lich.guards import truncate_text
 from lich.visible import visible
 
 if TYPE_CHECKING:
-    from lich.sessions import SessionInfo, TranscriptStore
+    from lich.sessions import SessionInfo, SessionStore
 
 __all__ = [
     "approvals_of",
@@ -129,7 +129,7 @@ def sessions_prune_command(ctx: click.Context, older_than: float | None, failed:
 
 
 @contextlib.contextmanager
-def _store(settings: Settings) -> Iterator[TranscriptStore | None]:
+def _store(settings: CliSettings) -> Iterator[SessionStore | None]:
     """The configured session store (``None`` after saying why there is none), closed
     when the command is done with it."""
     from lich.cli.common import host_for, quiet_plugin_log, warn_plugin_failures
@@ -191,7 +191,7 @@ def _info_json(s: SessionInfo) -> dict[str, Any]:
 
 
 @_store_errors_reported
-def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
+def sessions_list(settings: CliSettings, as_json: bool, limit: int) -> int:
     """``lich sessions list``: newest first."""
     with _store(settings) as store:
         if store is None:
@@ -221,7 +221,7 @@ def sessions_list(settings: Settings, as_json: bool, limit: int) -> int:
 
 
 @_store_errors_reported
-def sessions_path(settings: Settings, ref: str | None) -> int:
+def sessions_path(settings: CliSettings, ref: str | None) -> int:
     """``lich sessions path [ID]``: the session dir, or one session's file (for another
     store: where it keeps the sessions, or one of them)."""
     from lich.sessions import SessionNotFound
@@ -241,7 +241,7 @@ def sessions_path(settings: Settings, ref: str | None) -> int:
     return EXIT_OK
 
 
-def _remove(settings: Settings, store: TranscriptStore, doomed: Sequence[SessionInfo],
+def _remove(settings: CliSettings, store: SessionStore, doomed: Sequence[SessionInfo],
             *, dry_run: bool) -> int:
     """Remove ``doomed`` (or, with ``dry_run``, only say so), one line per session."""
     from lich.sessions import SessionNotFound
@@ -269,7 +269,7 @@ def _remove(settings: Settings, store: TranscriptStore, doomed: Sequence[Session
 
 
 @_store_errors_reported
-def sessions_rm(settings: Settings, refs: Sequence[str], *, dry_run: bool = False) -> int:
+def sessions_rm(settings: CliSettings, refs: Sequence[str], *, dry_run: bool = False) -> int:
     """``lich sessions rm SESSION...``: all or nothing — every ref resolves, or none goes."""
     with _store(settings) as store:
         if store is None:
@@ -277,7 +277,7 @@ def sessions_rm(settings: Settings, refs: Sequence[str], *, dry_run: bool = Fals
         return _rm(settings, store, refs, dry_run=dry_run)
 
 
-def _rm(settings: Settings, store: TranscriptStore, refs: Sequence[str], *,
+def _rm(settings: CliSettings, store: SessionStore, refs: Sequence[str], *,
         dry_run: bool) -> int:
     from lich.sessions import SessionNotFound
 
@@ -301,7 +301,7 @@ def _rm(settings: Settings, store: TranscriptStore, refs: Sequence[str], *,
 
 
 @_store_errors_reported
-def sessions_prune(settings: Settings, *, older_than: float | None, failed: bool,
+def sessions_prune(settings: CliSettings, *, older_than: float | None, failed: bool,
                    dry_run: bool = False) -> int:
     """``lich sessions prune``: remove the sessions older than ``older_than`` seconds
     and/or whose last run failed."""
@@ -323,7 +323,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 @_store_errors_reported
-def sessions_show(settings: Settings, ref: str, as_json: bool) -> int:
+def sessions_show(settings: CliSettings, ref: str, as_json: bool) -> int:
     """``lich sessions show ID``: the conversation, readable (or as JSON)."""
     from lich import serialization
     from lich.sessions import SessionNotFound, session_cost

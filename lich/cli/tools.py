@@ -13,7 +13,7 @@ from lich.cli.common import (
     quiet_plugin_log,
     warn_plugin_failures,
 )
-from lich.cli.options import Settings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, config_options, get_settings, json_option
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 
 __all__ = ["tools_command", "tools_list"]
@@ -29,7 +29,7 @@ def tools_command(ctx: click.Context) -> None:
     ctx.exit(tools_list(settings, settings.json))
 
 
-def tools_list(settings: Settings, as_json: bool) -> int:
+def tools_list(settings: CliSettings, as_json: bool) -> int:
     """``lich tools``: the enabled tools with their plugin and description."""
     from lich.agent import build_tool_registry
     from lich.providers import ProviderRegistry

@@ -7,7 +7,7 @@ import sys
 import click
 
 from lich.cli.common import EXIT_USAGE, CommandError, assemble, echo_error
-from lich.cli.options import Settings, get_settings, json_option, session_options
+from lich.cli.options import CliSettings, get_settings, json_option, session_options
 
 __all__ = ["launch_tui", "terminal_problem", "tui_command"]
 
@@ -35,7 +35,7 @@ def terminal_problem() -> str | None:
     return None
 
 
-def launch_tui(settings: Settings) -> int:
+def launch_tui(settings: CliSettings) -> int:
     """Assemble the agent as every command does and run the TUI on it; the exit code.
 
     ``--resume`` is checked before the screen opens: a session that does not exist

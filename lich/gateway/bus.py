@@ -679,10 +679,10 @@ class GatewayBus:
         So a conversation started before ids were keyed resumes where it was;
         the guessable name disappears from the session directory.
         """
-        from lich.sessions import SessionStore
+        from lich.sessions import JsonlSessionStore
 
         sessions = self.agent.sessions
-        if not isinstance(sessions, SessionStore):
+        if not isinstance(sessions, JsonlSessionStore):
             return False  # only JSONL files were ever written under the old names
         old = sessions.path_for(legacy_session_id(*conv.key))
         new = sessions.path_for(conv.session_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from lich.cli.options import Settings, config_options, get_settings
+from lich.cli.options import CliSettings, config_options, get_settings
 
 __all__ = ["parse_tool_names", "serve", "serve_command"]
 
@@ -50,7 +50,7 @@ def serve_command(ctx: click.Context, tool_names: tuple[str, ...]) -> None:
     ctx.exit(serve(get_settings(ctx), names))
 
 
-def serve(settings: Settings, names: list[str] | None) -> int:
+def serve(settings: CliSettings, names: list[str] | None) -> int:
     """Assemble the agent and serve its tools (``names`` of them, when given) until
     the client leaves; the exit code."""
     from lich.cli.common import (

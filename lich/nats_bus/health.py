@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
     from lich.nats_bus.bus import NatsBus
-    from lich.sessions import TranscriptStore
+    from lich.sessions import SessionStore
 
 __all__ = ["HealthServer"]
 
@@ -55,7 +55,7 @@ class HealthServer:
     ``port`` is the bound port once started (useful with port 0).
     """
 
-    def __init__(self, bus: NatsBus, store: TranscriptStore, host: str, port: int) -> None:
+    def __init__(self, bus: NatsBus, store: SessionStore, host: str, port: int) -> None:
         self.bus = bus
         self.store = store
         self.host = host

@@ -30,7 +30,7 @@ from lich.nats_bus.settings import NatsBusSettings
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
 
-    from lich.sessions import TranscriptStore
+    from lich.sessions import SessionStore
 
 __all__ = ["cluster_status", "gather", "probe_store"]
 
@@ -40,7 +40,7 @@ _PROBE_ID = "lich-status-probe"
 _CONSUMER_PAGE = 256
 
 
-def probe_store(open_store: Callable[[], TranscriptStore], timeout_s: float) -> Callable[
+def probe_store(open_store: Callable[[], SessionStore], timeout_s: float) -> Callable[
         [], dict[str, Any]]:
     """Start a cheap read of the session store in a thread; the returned call waits for it.
 

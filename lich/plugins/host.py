@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
     from lich.providers import ProviderRegistry
-    from lich.sessions import TranscriptStore
+    from lich.sessions import SessionStore
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider
 
@@ -282,14 +282,14 @@ class PluginHost(PluginLoader, HookCaller):
             return result  # type: ignore[no-any-return]
         return None
 
-    def make_session_store(self, config: LichConfig) -> TranscriptStore | None:
+    def make_session_store(self, config: LichConfig) -> SessionStore | None:
         """``lich_make_session_store``: the first non-``None`` answer, or ``None``.
 
         :raises lich.config.ConfigError: a store plugin raised (its own
             ``ConfigError`` as it is; anything else named with the plugin).
         """
         from lich.config import ConfigError
-        from lich.sessions import TranscriptStore
+        from lich.sessions import SessionStore
 
         for impl in self._impls("lich_make_session_store"):
             try:
@@ -303,11 +303,11 @@ class PluginHost(PluginLoader, HookCaller):
                 ]) from exc
             if result is None:
                 continue
-            if not isinstance(result, TranscriptStore):
+            if not isinstance(result, SessionStore):
                 self._forget_everywhere(impl.plugin_name)
                 self._fail_loaded(impl.plugin_name, "register", TypeError(
                     f"lich_make_session_store returned {type(result).__name__}, not a "
-                    "session store (see lich.sessions.TranscriptStore)"))
+                    "session store (see lich.sessions.SessionStore)"))
                 continue
             return result
         return None

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import click
 
     from lich.config import LichConfig
-    from lich.sessions import TranscriptStore
+    from lich.sessions import SessionStore
 
 __all__ = ["lich_check_config", "lich_make_session_store", "lich_register_commands",
            "make_store"]
@@ -33,7 +33,7 @@ def _wanted(config: LichConfig) -> bool:
     return config.session_store.get("kind") == KIND
 
 
-def make_store(config: LichConfig) -> TranscriptStore:
+def make_store(config: LichConfig) -> SessionStore:
     """The store ``[session_store]`` describes (no connection is made yet).
 
     :raises lich.config.ConfigError: a bad table, an unset ``dsn_env``, or psycopg
@@ -60,7 +60,7 @@ def make_store(config: LichConfig) -> TranscriptStore:
 
 
 @hookimpl
-def lich_make_session_store(config: LichConfig) -> TranscriptStore | None:
+def lich_make_session_store(config: LichConfig) -> SessionStore | None:
     """The PostgreSQL store for ``kind = "postgres"``; ``None`` for any other kind."""
     return make_store(config) if _wanted(config) else None
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL :class:`~lich.sessions.TranscriptStore`.
+"""The PostgreSQL :class:`~lich.sessions.SessionStore`.
 
 Tables (see :mod:`lich.postgres.schema`): ``lich_sessions``, one row per session
 with its owner's ``epoch`` and the ``next_seq`` its next record must have, and
@@ -61,11 +61,11 @@ from lich.postgres.schema import migrate
 from lich.postgres.settings import PostgresStoreSettings
 from lich.sessions import (
     RECORD_VERSION,
+    JsonlSessionStore,
     SessionAmbiguous,
     SessionContents,
     SessionInfo,
     SessionNotFound,
-    SessionStore,
     StaleWriter,
     StoreError,
     apply_record,
@@ -413,7 +413,7 @@ class PostgresStore:
         self._migrated = True
         return versions
 
-    # ------------------------------------------------------------ TranscriptStore
+    # ------------------------------------------------------------ SessionStore
 
     def prepare(self) -> None:
         """Reach the database and migrate the schema now (the gateway does at start)."""
@@ -421,7 +421,7 @@ class PostgresStore:
 
     def new_id(self) -> str:
         """A new, time-sortable, unguessable session id (as the JSONL store makes)."""
-        return SessionStore.new_id()
+        return JsonlSessionStore.new_id()
 
     def describe(self) -> str:
         """``postgres user@host:port/dbname``."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lich.sessions import SessionStore
+from lich.sessions import JsonlSessionStore
 from lich.testing import Reply, ScriptRequest, calls_responder, wait_for
 from lich.types import ToolCall
 
@@ -58,7 +58,7 @@ def setup(work: Path, scripted: Any, *calls: tuple[str, dict[str, Any]],
 
 def resolutions(work: Path) -> list[dict[str, Any]]:
     """The approval_resolved events of the only session's transcript."""
-    store = SessionStore(work / ".lich" / "sessions")
+    store = JsonlSessionStore(work / ".lich" / "sessions")
     (info,) = store.list()
     records = store.read(info.session_id).records
     return [r["event"] for r in records
@@ -222,7 +222,7 @@ def test_one_shot_ctrl_c_at_the_prompt_denies_and_aborts(
     assert len(server.requests) == 1  # the model is not called again
     (resolved,) = resolutions(work)
     assert resolved["approved"] is False
-    store = SessionStore(work / ".lich" / "sessions")
+    store = JsonlSessionStore(work / ".lich" / "sessions")
     assert store.list()[0].status == "aborted"
 
 

@@ -12,8 +12,8 @@ from rich.console import Console
 from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
 from lich.cli.chat import KEYS_HELP, ChatSession
-from lich.cli.options import Settings
-from lich.sessions import SessionStore
+from lich.cli.options import CliSettings
+from lich.sessions import JsonlSessionStore
 from lich.testing import Fail, Reply, ScriptedChat, ScriptRequest, make_test_config
 
 from .conftest import run_lich, write_config
@@ -43,9 +43,9 @@ def test_chat_remembers_the_first_line_in_the_second(
                                                               "what is my name?"]
     assert any(m.role == "assistant" and m.content == "Noted: my name is Ada" for m in second)
     # One session file holds the whole conversation.
-    sessions = SessionStore(work / ".lich" / "sessions").list()
+    sessions = JsonlSessionStore(work / ".lich" / "sessions").list()
     assert len(sessions) == 1
-    history = SessionStore(work / ".lich" / "sessions").history(sessions[0].session_id)
+    history = JsonlSessionStore(work / ".lich" / "sessions").history(sessions[0].session_id)
     assert [m.content for m in history if m.role == "user"] == ["my name is Ada",
                                                                "what is my name?"]
 
@@ -99,7 +99,7 @@ def test_chat_resume_latest_and_by_id(work: Path, scripted: Any, lich: Any) -> N
     server = scripted(responder=remembering)
     write_config(work, server.base_url)
     assert lich("remember pears").exit_code == 0
-    sid = SessionStore(work / ".lich" / "sessions").list()[0].session_id
+    sid = JsonlSessionStore(work / ".lich" / "sessions").list()[0].session_id
 
     by_flag = lich("chat", "--resume", "latest", input="what did I say?\n")
     by_command = lich("chat", input=f"/resume {sid}\nand now?\n")
@@ -175,7 +175,7 @@ def _session(tmp_path: Path, console: Console) -> ChatSession:
     """A chat session on a scripted model, its stderr going to ``console``."""
     config = make_test_config(tmp_path)
     agent = Agent(config, chat=ScriptedChat([]))
-    return ChatSession(Settings(), config, agent, console)
+    return ChatSession(CliSettings(), config, agent, console)
 
 
 def test_chat_help_is_generated_from_the_shared_table(

@@ -209,9 +209,9 @@ def test_sessions_show_displays_the_approvals_where_they_happened(
 
 
 def test_sessions_show_displays_a_denial_and_edited_arguments(work: Path, lich: Any) -> None:
-    from lich.sessions import SessionStore
+    from lich.sessions import JsonlSessionStore
 
-    store = SessionStore(work / ".lich" / "sessions")
+    store = JsonlSessionStore(work / ".lich" / "sessions")
     writer = store.open("20260101-000000-abcdef12")
     call = {"id": "c1", "name": "note", "args": {"path": "a.txt", "text": "x"}}
     writer.append("event", seq=1, event={

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lich.sessions import SessionAmbiguous, SessionStore
+from lich.sessions import JsonlSessionStore, SessionAmbiguous
 from lich.testing import Fail
 from lich.types import AssistantMessage, UserMessage
 
@@ -25,7 +25,7 @@ def _sessions_dir(work: Path) -> Path:
     return work / ".lich" / "sessions"
 
 
-def _write(store: SessionStore, sid: str, *, reason: str = "final", answered: bool = True,
+def _write(store: JsonlSessionStore, sid: str, *, reason: str = "final", answered: bool = True,
            age_s: float = 0.0, text: str = "hello") -> Path:
     """A session file as the agent writes one: run_start, messages, run_end; aged ``age_s``."""
     writer = store.open(sid)
@@ -45,7 +45,7 @@ def _write(store: SessionStore, sid: str, *, reason: str = "final", answered: bo
 
 
 def test_a_unique_prefix_names_the_session(work: Path, lich: Any) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     _write(store, "20260101-aaaa")
     _write(store, "20260202-bbbb", text="second")
 
@@ -61,7 +61,7 @@ def test_an_ambiguous_prefix_is_an_error_listing_the_candidates(work: Path, lich
                                                                   scripted: Any) -> None:
     server = scripted(["never asked"])
     write_config(work, server.base_url)
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     _write(store, "2026-x1")
     _write(store, "2026-x2")
 
@@ -81,7 +81,7 @@ def test_an_ambiguous_prefix_is_an_error_listing_the_candidates(work: Path, lich
 
 
 def test_an_exact_id_wins_over_a_longer_one_it_starts(work: Path) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     _write(store, "abc")
     _write(store, "abcd")
 
@@ -90,7 +90,7 @@ def test_an_exact_id_wins_over_a_longer_one_it_starts(work: Path) -> None:
 
 
 def test_a_prefix_matching_nothing_is_not_found(work: Path, lich: Any) -> None:
-    _write(SessionStore(_sessions_dir(work)), "20260101-aaaa")
+    _write(JsonlSessionStore(_sessions_dir(work)), "20260101-aaaa")
 
     result = lich("sessions", "path", "1999")
 
@@ -102,7 +102,7 @@ def test_a_prefix_matching_nothing_is_not_found(work: Path, lich: Any) -> None:
 
 
 def test_rm_removes_several_sessions_by_id_and_prefix(work: Path, lich: Any) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     a, b, c = (_write(store, sid) for sid in ("s-aaa", "s-bbb", "s-ccc"))
 
     result = lich("sessions", "rm", "s-aaa", "s-b", "s-aaa")
@@ -115,7 +115,7 @@ def test_rm_removes_several_sessions_by_id_and_prefix(work: Path, lich: Any) -> 
 
 
 def test_rm_with_one_unknown_session_removes_nothing(work: Path, lich: Any) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     a, b = _write(store, "s-aaa"), _write(store, "s-bbb")
 
     result = lich("sessions", "rm", "s-aaa", "nope", "s-bbb")
@@ -130,7 +130,7 @@ def test_rm_with_one_unknown_session_removes_nothing(work: Path, lich: Any) -> N
 
 
 def test_rm_dry_run_and_json(work: Path, lich: Any) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     a = _write(store, "s-aaa")
 
     dry = lich("sessions", "rm", "--dry-run", "s-aaa")
@@ -146,7 +146,7 @@ def test_rm_dry_run_and_json(work: Path, lich: Any) -> None:
 def test_rm_takes_the_link_never_what_it_points_to(work: Path, lich: Any,
                                                    tmp_path: Path) -> None:
     outside = tmp_path / "precious.jsonl"
-    _write(SessionStore(tmp_path), "precious")
+    _write(JsonlSessionStore(tmp_path), "precious")
     _sessions_dir(work).mkdir(parents=True)
     link = _sessions_dir(work) / "linked.jsonl"
     link.symlink_to(outside)
@@ -159,7 +159,7 @@ def test_rm_takes_the_link_never_what_it_points_to(work: Path, lich: Any,
 
 
 def test_rm_refuses_a_directory_named_like_a_session(work: Path) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     (_sessions_dir(work) / "odd.jsonl").mkdir(parents=True)
 
     with pytest.raises(ValueError, match="not a session file"):
@@ -173,7 +173,7 @@ def test_rm_refuses_a_directory_named_like_a_session(work: Path) -> None:
 
 
 def test_prune_older_than_removes_only_old_sessions(work: Path, lich: Any) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     old = _write(store, "old", age_s=31 * DAY)
     recent = _write(store, "recent", age_s=29 * DAY)
     fresh = _write(store, "fresh", age_s=3600)
@@ -194,7 +194,7 @@ def test_prune_older_than_removes_only_old_sessions(work: Path, lich: Any) -> No
 
 
 def test_prune_failed_and_both_conditions(work: Path, lich: Any) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     failed_old = _write(store, "failed-old", reason="error", answered=False, age_s=10 * DAY)
     failed_new = _write(store, "failed-new", reason="error", age_s=60)
     fine_old = _write(store, "fine-old", age_s=10 * DAY)
@@ -212,7 +212,7 @@ def test_prune_failed_and_both_conditions(work: Path, lich: Any) -> None:
 
 
 def test_prune_needs_a_condition_and_a_valid_duration(work: Path, lich: Any) -> None:
-    kept = _write(SessionStore(_sessions_dir(work)), "kept", age_s=100 * DAY)
+    kept = _write(JsonlSessionStore(_sessions_dir(work)), "kept", age_s=100 * DAY)
 
     bare = lich("sessions", "prune")
     bad = lich("sessions", "prune", "--older-than", "30 days")
@@ -251,7 +251,7 @@ def test_a_run_that_failed_before_any_answer_is_marked(work: Path, lich: Any,
 
 
 def test_status_of_the_last_run(work: Path) -> None:
-    store = SessionStore(_sessions_dir(work))
+    store = JsonlSessionStore(_sessions_dir(work))
     _write(store, "answered-then-failed", reason="error", answered=True)
     _write(store, "aborted", reason="aborted", answered=False)
     open_run = store.open("open-run")

@@ -316,7 +316,7 @@ async def test_the_in_process_bus_waits_on_its_store_no_more_than_a_plain_run(
     # The single-process default pays nothing for durable turns: its run's writer is
     # never flushed mid-run (no turn_start, no tool_start to wait for), only closed once
     # at the run's end, and no extra writer is opened for the turn's records.
-    from lich.sessions import SessionStore, SessionWriter
+    from lich.sessions import JsonlSessionStore, SessionWriter
 
     calls: list[str] = []
 
@@ -329,7 +329,7 @@ async def test_the_in_process_bus_waits_on_its_store_no_more_than_a_plain_run(
             calls.append("aclose")
             await super().aclose()
 
-    class CountingStore(SessionStore):
+    class CountingStore(JsonlSessionStore):
         def open(self, session_id: str | None = None) -> SessionWriter:
             calls.append("open")
             plain = super().open(session_id)

@@ -23,7 +23,7 @@ from lich import Approval, ApprovalRequest, Ask, Block, Rewrite, ToolCall, hooki
 from lich.cancel import CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Envelope, ToolCallEnd
 from lich.executor import APPROVAL_UNAVAILABLE
-from lich.sessions import SessionStore
+from lich.sessions import JsonlSessionStore
 from lich.testing import (
     AskFor,
     ScriptedApprover,
@@ -503,7 +503,7 @@ async def test_the_transcript_records_each_request_and_resolution(tmp_path: Path
     assert resolved["scope"] == "once"
     assert resolved["waited_ms"] >= 0
     # The session still resumes: the new records do not upset reading it back.
-    assert SessionStore(str(tmp_path / ".lich" / "sessions")).history(result.session_id)
+    assert JsonlSessionStore(str(tmp_path / ".lich" / "sessions")).history(result.session_id)
 
 
 # ---------------------------------------------------------------------------

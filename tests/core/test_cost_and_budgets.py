@@ -13,7 +13,7 @@ import pytest
 import lich
 from lich.events import BudgetExhausted, Envelope, LlmEnd, RunEnd
 from lich.providers import ProviderDefaults
-from lich.sessions import SessionStore, read_session_file
+from lich.sessions import JsonlSessionStore, read_session_file
 from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.types import ToolCall, Usage
 
@@ -293,7 +293,7 @@ def test_an_old_transcript_still_reads(tmp_path: Path) -> None:
     contents = read_session_file(path)
     assert contents.problems == ()
     assert [m.content for m in contents.messages] == ["hi", "hello"]
-    (info,) = SessionStore(sessions).list()
+    (info,) = JsonlSessionStore(sessions).list()
     assert (info.status, info.answered, info.cost_usd) == ("final", True, None)
     from lich.serialization import event_from_dict
 

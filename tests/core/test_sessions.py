@@ -10,8 +10,8 @@ import pytest
 
 from lich.sessions import (
     RECORD_VERSION,
+    JsonlSessionStore,
     SessionNotFound,
-    SessionStore,
     repair_dangling_tool_calls,
     sanitize,
 )
@@ -35,7 +35,7 @@ CONVERSATION: list[Message] = [
 ]
 
 
-def write(store: SessionStore, sid: str, messages: list[Message]) -> Path:
+def write(store: JsonlSessionStore, sid: str, messages: list[Message]) -> Path:
     writer = store.open(sid)
     writer.append("meta", event="run_start", input="x")
     for m in messages:
@@ -45,7 +45,7 @@ def write(store: SessionStore, sid: str, messages: list[Message]) -> Path:
 
 
 def test_records_are_versioned_lines_flushed_as_written(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path / "sessions")
+    store = JsonlSessionStore(tmp_path / "sessions")
     writer = store.open("s1")
     writer.message(UserMessage("hi"))
     # Flushed per record: readable before the writer is closed.
@@ -62,7 +62,7 @@ def test_records_are_versioned_lines_flushed_as_written(tmp_path: Path) -> None:
 
 
 def test_round_trip_of_a_conversation(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     write(store, "s1", CONVERSATION)
     contents = store.read("s1")
     assert list(contents.messages) == CONVERSATION
@@ -72,7 +72,7 @@ def test_round_trip_of_a_conversation(tmp_path: Path) -> None:
 
 
 def test_a_torn_last_line_is_tolerated(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     path = write(store, "s1", CONVERSATION)
     whole = path.read_bytes()
     path.write_bytes(whole + b'{"v":1,"ts":1.0,"kind":"message","message":{"role":"us')
@@ -83,7 +83,7 @@ def test_a_torn_last_line_is_tolerated(tmp_path: Path) -> None:
 
 
 def test_appending_after_a_torn_line_starts_a_fresh_line(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     path = write(store, "s1", CONVERSATION[:2])
     with open(path, "ab") as f:
         f.write(b'{"v":1,"kind":"mess')
@@ -98,7 +98,7 @@ def test_appending_after_a_torn_line_starts_a_fresh_line(tmp_path: Path) -> None
 
 
 def test_a_corrupt_middle_line_is_reported_and_reading_goes_on(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     path = write(store, "s1", CONVERSATION)
     lines = path.read_text("utf-8").splitlines()
     lines.insert(3, "this is not json")
@@ -116,7 +116,7 @@ def test_a_corrupt_middle_line_is_reported_and_reading_goes_on(tmp_path: Path) -
 
 
 def test_nul_bytes_and_lone_surrogates_are_sanitised(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     writer = store.open("s1")
     writer.message(UserMessage("nul\x00here"))
     writer.message(ToolMessage("c1", "read_file", "bad \udcff byte"))
@@ -133,7 +133,7 @@ def test_nul_bytes_and_lone_surrogates_are_sanitised(tmp_path: Path) -> None:
 
 
 def test_compact_records_replace_the_history(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     writer = store.open("s1")
     for m in CONVERSATION:
         writer.message(m)
@@ -145,7 +145,7 @@ def test_compact_records_replace_the_history(tmp_path: Path) -> None:
 
 
 def test_list_is_newest_first_with_the_first_user_line_as_title(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     assert store.list() == []
     old = write(store, "older", CONVERSATION)
     new = write(store, "newer", [SystemMessage("s"), UserMessage("second conversation")])
@@ -160,7 +160,7 @@ def test_list_is_newest_first_with_the_first_user_line_as_title(tmp_path: Path) 
 
 
 def test_resolve_and_ids(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     with pytest.raises(SessionNotFound):
         store.resolve("latest")
     with pytest.raises(SessionNotFound):
@@ -169,7 +169,7 @@ def test_resolve_and_ids(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="invalid session id"):
             store.path_for(bad)
         assert not store.exists(bad)
-    first, second = SessionStore.new_id(), SessionStore.new_id()
+    first, second = JsonlSessionStore.new_id(), JsonlSessionStore.new_id()
     assert first != second
     store.path_for(first)  # a generated id is a valid one
 
@@ -193,7 +193,7 @@ def test_repair_closes_dangling_tool_calls_right_after_their_turn() -> None:
 
 
 def test_history_for_resume_repairs_the_file_contents(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     write(store, "s1", CONVERSATION[:3])  # killed while list_dir ran
     history = store.history("s1")
     assert_valid_transcript(history)

@@ -483,7 +483,7 @@ async def test_a_call_whose_tool_start_was_written_but_not_confirmed_does_not_ru
     # database answer lost): the call cannot be told from one that ran, so it does not
     # run now, and a later resume, which finds the tool_start, does not run it either.
     from lich.agent import NOT_RECORDED_ERROR
-    from lich.sessions import SessionStore, SessionWriter
+    from lich.sessions import JsonlSessionStore, SessionWriter
 
     class FailingWriter(SessionWriter):
         def append(self, kind: str, **fields: Any) -> None:
@@ -491,7 +491,7 @@ async def test_a_call_whose_tool_start_was_written_but_not_confirmed_does_not_ru
             if fields.get("event") == "tool_start":
                 raise OSError("No space left on device")
 
-    class FailingStore(SessionStore):
+    class FailingStore(JsonlSessionStore):
         def open(self, session_id: str | None = None) -> SessionWriter:
             plain = super().open(session_id)
             return FailingWriter(plain.session_id, plain.path)
@@ -514,7 +514,7 @@ async def test_a_call_whose_tool_start_was_written_but_not_confirmed_does_not_ru
     state = find_turn(contents.records, "adm", contents.messages)
     assert (state.state, state.started_calls) == ("running", {"c1"})
     again = Agent(make_test_config(tmp_path), plugins=[("tools", Tools())],
-                  chat=ScriptedChat(["told"]), sessions=SessionStore(tmp_path / "sessions"))
+                  chat=ScriptedChat(["told"]), sessions=JsonlSessionStore(tmp_path / "sessions"))
     SESSION["agent"] = again
     await again.continue_turn(list(state.messages), "s1", interrupted=state.started_calls,
                               turn=DurableTurn("adm", resume=state))

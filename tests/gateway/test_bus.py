@@ -21,7 +21,7 @@ from lich.gateway.bus import (
     cap_history,
 )
 from lich.gateway.formatting import conversation_session_id
-from lich.sessions import SessionStore
+from lich.sessions import JsonlSessionStore
 from lich.testing import Fail, ScriptedChat, async_wait_for
 from lich.types import (
     AssistantMessage,
@@ -359,7 +359,7 @@ def test_session_ids_are_always_valid_and_distinct(chat_id: str, platform: str):
     key = b"k" * 32
     sid = conversation_session_id(platform, chat_id, key)
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", sid)
-    SessionStore("/tmp/x").path_for(sid)  # accepted by the store
+    JsonlSessionStore("/tmp/x").path_for(sid)  # accepted by the store
     assert sid != conversation_session_id(platform, chat_id + "x", key)
     assert sid == conversation_session_id(platform, chat_id, key)
     # Another install's key names the same chat differently.

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lich.sessions import SessionContents, SessionStore
+from lich.sessions import JsonlSessionStore, SessionContents
 from lich.types import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 
@@ -89,7 +89,7 @@ def check_pairs(messages: Sequence[Message], *, allow_dangling: bool = False) ->
 
 def read_session(session_dir: str | Path, session_id: str) -> SessionContents:
     """A session read back, asserting it has no problems and no torn line."""
-    contents = SessionStore(session_dir).read(session_id)
+    contents = JsonlSessionStore(session_dir).read(session_id)
     assert contents.problems == (), contents.problems
     assert not contents.torn_tail
     return contents

@@ -34,7 +34,7 @@ from lich.cancel import CancelToken
 from lich.context import COMPRESSION_SYSTEM_PROMPT
 from lich.events import CompressStart, Envelope, LlmStart, Retry, ToolCallStart
 from lich.hooks import hookimpl
-from lich.sessions import SessionStore
+from lich.sessions import JsonlSessionStore
 from lich.testing import Fail, Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.tools import ToolContext, tool
 from lich.types import (
@@ -282,7 +282,7 @@ async def test_cancel_at_random_points_leaves_a_valid_transcript_and_nothing_beh
 
         contents = read_session(outcome["session_dir"], outcome["sid"])
         assert [e["stopped_reason"] for e in run_ends(contents)] == ["aborted"], label
-        check_pairs(SessionStore(outcome["session_dir"]).history(outcome["sid"]))
+        check_pairs(JsonlSessionStore(outcome["session_dir"]).history(outcome["sid"]))
         if not by_task:
             # A token lets the loop close every call itself.
             check_pairs(contents.messages)

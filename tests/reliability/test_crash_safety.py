@@ -31,7 +31,7 @@ from lich_examples.audit import read_audit_log
 
 from lich.agent import Agent
 from lich.hooks import hookimpl
-from lich.sessions import SessionStore
+from lich.sessions import JsonlSessionStore
 from lich.testing import Reply, ScriptedChat, ScriptRequest, WaitTimeout, make_test_config, wait_for
 from lich.tools import tool
 from lich.types import ToolCall, ToolMessage, UserMessage
@@ -140,12 +140,12 @@ async def test_sigkill_at_random_points_loses_nothing(tmp_path: Path) -> None:
         child = _Child(work, sid, rng.randrange(10**6))
         child.kill_after(rng.uniform(0.0, 0.8))
         label = f"iteration {i} (seed {seed})"
-        session = SessionStore(work / ".lich" / "sessions").path_for(sid)
+        session = JsonlSessionStore(work / ".lich" / "sessions").path_for(sid)
         audit_log = work / "audit.jsonl"
 
         # Everything written before the kill reads back, nothing is corrupt.
         lines = check_reported(session, child.reported["S"], f"{label}: session")
-        store = SessionStore(work / ".lich" / "sessions")
+        store = JsonlSessionStore(work / ".lich" / "sessions")
         contents = store.read(sid)
         assert contents.problems == (), (label, contents.problems)
         assert len(contents.records) == len(lines), label
@@ -209,7 +209,7 @@ async def test_sigkill_at_random_points_loses_nothing(tmp_path: Path) -> None:
 def test_a_cut_off_call_is_answered_cancelled_on_resume(tmp_path: Path) -> None:
     """The history handed to the model after a kill in the middle of a tool: the
     assistant's call is closed with a ``cancelled`` result right after its turn."""
-    store = SessionStore(tmp_path)
+    store = JsonlSessionStore(tmp_path)
     writer = store.open("cut")
     from lich.types import AssistantMessage, SystemMessage
 

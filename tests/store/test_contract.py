@@ -9,20 +9,20 @@ from typing import Any
 
 import pytest
 
-from lich.sessions import SessionStore, TranscriptStore
+from lich.sessions import JsonlSessionStore, SessionStore
 from lich.testing.contracts import SessionStoreContract
 
 
 class TestJsonlStore(SessionStoreContract):
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[TranscriptStore]:
-        store = SessionStore(tmp_path / "sessions")
+    def store(self, tmp_path: Path) -> Iterator[SessionStore]:
+        store = JsonlSessionStore(tmp_path / "sessions")
         yield store
         store.close()
 
-    def damage_last_record(self, store: TranscriptStore, session_id: str) -> None:
+    def damage_last_record(self, store: SessionStore, session_id: str) -> None:
         # A process killed mid-write: the last line cut off, without its newline.
-        assert isinstance(store, SessionStore)
+        assert isinstance(store, JsonlSessionStore)
         path = store.path_for(session_id)
         data = path.read_bytes()
         last = data.rstrip(b"\n").rfind(b"\n") + 1
@@ -31,11 +31,11 @@ class TestJsonlStore(SessionStoreContract):
 
 class TestPostgresStore(SessionStoreContract):
     @pytest.fixture
-    def store(self, pg_store: Callable[..., Any]) -> TranscriptStore:
-        store: TranscriptStore = pg_store()
+    def store(self, pg_store: Callable[..., Any]) -> SessionStore:
+        store: SessionStore = pg_store()
         return store  # pg_store closes it
 
-    def damage_last_record(self, store: TranscriptStore, session_id: str) -> None:
+    def damage_last_record(self, store: SessionStore, session_id: str) -> None:
         # A row whose text is not a record (a bad manual edit, a bug of another writer).
         import psycopg
 

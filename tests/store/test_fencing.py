@@ -198,9 +198,9 @@ def test_a_claim_after_a_read_fails_when_the_session_changed_since(
         stale_empty.claim()
     assert store.read("conv").end == 4
     # The JSONL store's contents have no end, and its writers no conditional claim.
-    from lich.sessions import SessionStore
+    from lich.sessions import JsonlSessionStore
 
-    files = SessionStore(tmp_path)
+    files = JsonlSessionStore(tmp_path)
     writer = files.open("conv")
     assert not isinstance(writer, ConditionalWriter)
     writer.message(UserMessage("one"))

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from lich.postgres.schema import _VERSION_TABLE, MIGRATIONS, SCHEMA_VERSION
-from lich.sessions import RECORD_VERSION, SessionStore, StoreError, encode_record
+from lich.sessions import RECORD_VERSION, JsonlSessionStore, StoreError, encode_record
 from lich.types import UserMessage
 
 
@@ -95,7 +95,7 @@ def test_the_cost_migration_sums_what_sessions_recorded_before_as_the_jsonl_stor
         "no_run": [start],
     }
 
-    jsonl = SessionStore(tmp_path / "sessions")
+    jsonl = JsonlSessionStore(tmp_path / "sessions")
     jsonl.directory.mkdir()
     with psycopg.connect(lich_postgres_dsn) as conn:
         conn.execute(_VERSION_TABLE)

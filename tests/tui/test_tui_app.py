@@ -429,7 +429,7 @@ async def test_model_lists_the_models_as_chat_does(
     from rich.console import Console
 
     from lich.cli.chat import ChatSession
-    from lich.cli.options import Settings
+    from lich.cli.options import CliSettings
 
     server = lich_scripted_server(["one"])
     providers = (
@@ -443,7 +443,7 @@ async def test_model_lists_the_models_as_chat_does(
 
     async def chat_lines(*commands: str) -> list[str]:
         out = io.StringIO()
-        session = ChatSession(Settings(), config, Agent(config), Console(file=out, width=200))
+        session = ChatSession(CliSettings(), config, Agent(config), Console(file=out, width=200))
         for command in commands:
             await session.command(command)
         await session.agent.aclose()

@@ -1,7 +1,7 @@
 """Contract test suites: what every implementation of a lich interface must pass.
 
 :class:`SessionStoreContract` is the suite for a
-:class:`lich.sessions.TranscriptStore`. Subclass it in a test module (the
+:class:`lich.sessions.SessionStore`. Subclass it in a test module (the
 subclass's name starts with ``Test``), give it a ``store`` fixture returning a
 fresh, empty store, and say how a record of that store is damaged::
 
@@ -41,8 +41,8 @@ from lich.sessions import (
     ConditionalWriter,
     SessionAmbiguous,
     SessionNotFound,
+    SessionStore,
     StaleWriter,
-    TranscriptStore,
     TranscriptWriter,
     is_valid_session_id,
 )
@@ -63,7 +63,7 @@ def _write_run(writer: TranscriptWriter, question: str, answer: str, *,
         writer.close()
 
 
-def _later(store: TranscriptStore) -> None:
+def _later(store: SessionStore) -> None:
     """Return once a write now gets a later ``modified`` than every session's so far.
 
     A file's mtime comes from a coarse clock (a few milliseconds), so sessions
@@ -73,7 +73,7 @@ def _later(store: TranscriptStore) -> None:
     wait_for(lambda: time.time() > newest + 0.05, what="the clock to pass the newest session")
 
 
-def _texts(store: TranscriptStore, sid: str) -> list[str]:
+def _texts(store: SessionStore, sid: str) -> list[str]:
     return [m.content for m in store.read(sid).messages]
 
 
@@ -84,29 +84,29 @@ class SessionStoreContract:
     """
 
     @pytest.fixture
-    def store(self) -> Iterator[TranscriptStore]:
+    def store(self) -> Iterator[SessionStore]:
         """A fresh, empty store (the subclass's); closed afterwards."""
         raise NotImplementedError("a SessionStoreContract subclass provides a store fixture")
 
-    def damage_last_record(self, store: TranscriptStore, session_id: str) -> None:
+    def damage_last_record(self, store: SessionStore, session_id: str) -> None:
         """Leave the last record of ``session_id`` unreadable, in the store's own way
         (a file's last line cut off; a row whose text is not a record)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ basics
 
-    def test_is_a_transcript_store(self, store: TranscriptStore) -> None:
-        assert isinstance(store, TranscriptStore)
+    def test_is_a_transcript_store(self, store: SessionStore) -> None:
+        assert isinstance(store, SessionStore)
         assert isinstance(store.open(), TranscriptWriter)
         assert isinstance(store.describe(), str)
         assert store.describe()
 
-    def test_prepare_is_idempotent_and_changes_nothing(self, store: TranscriptStore) -> None:
+    def test_prepare_is_idempotent_and_changes_nothing(self, store: SessionStore) -> None:
         store.prepare()
         store.prepare()
         assert store.list() == []
 
-    def test_a_new_store_is_empty(self, store: TranscriptStore) -> None:
+    def test_a_new_store_is_empty(self, store: SessionStore) -> None:
         assert store.list() == []
         assert store.ids() == []
         assert not store.exists("nothing-here")
@@ -115,19 +115,19 @@ class SessionStoreContract:
         with pytest.raises(SessionNotFound):
             store.read("nothing-here")
 
-    def test_new_ids_are_valid_and_distinct(self, store: TranscriptStore) -> None:
+    def test_new_ids_are_valid_and_distinct(self, store: SessionStore) -> None:
         ids = {store.new_id() for _ in range(50)}
         assert len(ids) == 50
         assert all(is_valid_session_id(i) for i in ids)
 
     def test_an_opened_writer_that_wrote_nothing_makes_no_session(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         writer = store.open("quiet")
         writer.close()
         assert not store.exists("quiet")
         assert store.list() == []
 
-    def test_invalid_ids_are_refused(self, store: TranscriptStore) -> None:
+    def test_invalid_ids_are_refused(self, store: SessionStore) -> None:
         assert not store.exists("")
         for bad in ("../escape", "a/b", ".hidden", "x" * 200):
             assert not store.exists(bad)
@@ -136,7 +136,7 @@ class SessionStoreContract:
 
     # ------------------------------------------------------------ append / read
 
-    def test_records_read_back_in_order(self, store: TranscriptStore) -> None:
+    def test_records_read_back_in_order(self, store: SessionStore) -> None:
         writer = store.open("s1")
         assert writer.session_id == "s1"
         call = ToolCall("c1", "list_dir", {"path": "."})
@@ -166,13 +166,13 @@ class SessionStoreContract:
         assert store.history("s1") == list(contents.messages)
 
     def test_text_that_json_cannot_hold_is_replaced_not_lost(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         writer = store.open("odd")
         writer.message(UserMessage("nul\x00here, lone \ud800 surrogate, ünïcødé ✓"))
         writer.close()
         assert _texts(store, "odd") == ["nul\ufffdhere, lone \ufffd surrogate, ünïcødé ✓"]
 
-    def test_compact_replaces_the_history(self, store: TranscriptStore) -> None:
+    def test_compact_replaces_the_history(self, store: SessionStore) -> None:
         writer = store.open("c")
         writer.message(UserMessage("one"))
         writer.message(AssistantMessage("two"))
@@ -181,7 +181,7 @@ class SessionStoreContract:
         writer.close()
         assert _texts(store, "c") == ["summary", "three"]
 
-    def test_history_closes_dangling_tool_calls(self, store: TranscriptStore) -> None:
+    def test_history_closes_dangling_tool_calls(self, store: SessionStore) -> None:
         writer = store.open("d")
         writer.message(UserMessage("go"))
         writer.message(AssistantMessage("", (ToolCall("c9", "terminal", {"cmd": "x"}),)))
@@ -194,7 +194,7 @@ class SessionStoreContract:
     # ------------------------------------------------------------ list
 
     def test_list_is_newest_first_with_title_and_how_the_last_run_ended(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         _write_run(store.open("older"), "first question\nsecond line", "answer")
         _later(store)
         _write_run(store.open("failed"), "this one fails", "", reason="error")
@@ -214,7 +214,7 @@ class SessionStoreContract:
         assert all(s.size > 0 and s.modified > 0 and s.location for s in listed)
         assert by_id["older"].modified <= by_id["newest"].modified
 
-    def test_a_new_run_resets_whether_it_was_answered(self, store: TranscriptStore) -> None:
+    def test_a_new_run_resets_whether_it_was_answered(self, store: SessionStore) -> None:
         writer = store.open("s")
         _write_run(writer, "q1", "a1")
         writer.append("meta", event="run_start", run_id="r2", input="q2")
@@ -224,7 +224,7 @@ class SessionStoreContract:
         assert info.failed_unanswered
 
     def test_list_sums_the_runs_costs_and_an_unknown_cost_makes_it_unknown(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         priced = store.open("priced")
         for cost in (0.1, 0.2, 0.0):
             _write_run(priced, "q", "a", close=False, cost_usd=cost)
@@ -250,7 +250,7 @@ class SessionStoreContract:
 
     # ------------------------------------------------------------ resolve / resume
 
-    def test_resolve_ids_prefixes_and_latest(self, store: TranscriptStore) -> None:
+    def test_resolve_ids_prefixes_and_latest(self, store: SessionStore) -> None:
         for sid in ("abc-1", "abc-2", "xyz_1"):
             _later(store)
             _write_run(store.open(sid), f"about {sid}", "ok")
@@ -268,7 +268,7 @@ class SessionStoreContract:
         with pytest.raises(SessionNotFound):
             store.resolve("")
 
-    def test_a_second_run_resumes_the_session(self, store: TranscriptStore) -> None:
+    def test_a_second_run_resumes_the_session(self, store: SessionStore) -> None:
         _write_run(store.open("conv"), "first", "one")
         second = store.open("conv")  # the next run, as the agent opens it
         _write_run(second, "second", "two")
@@ -276,7 +276,7 @@ class SessionStoreContract:
         assert store.ids() == ["conv"]
         assert store.list()[0].title == "first"
 
-    def test_a_writer_goes_on_after_close(self, store: TranscriptStore) -> None:
+    def test_a_writer_goes_on_after_close(self, store: SessionStore) -> None:
         writer = store.open("w")
         writer.message(UserMessage("a"))
         writer.close()
@@ -286,7 +286,7 @@ class SessionStoreContract:
         assert _texts(store, "w") == ["a", "b"]
 
     def test_a_conditional_claim_holds_only_while_the_session_is_as_read(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         # Optional: a store whose writers claim conditionally (ConditionalWriter) gives
         # every read an end, and such a claim fails once the session changed since.
         writer = store.open("cond")
@@ -314,7 +314,7 @@ class SessionStoreContract:
     # ------------------------------------------------------------ damage
 
     def test_a_damaged_record_is_skipped_and_reported_and_writing_goes_on(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         writer = store.open("torn")
         for text in ("one", "two", "three"):
             writer.message(UserMessage(text))
@@ -333,7 +333,7 @@ class SessionStoreContract:
 
     # ------------------------------------------------------------ remove
 
-    def test_remove(self, store: TranscriptStore) -> None:
+    def test_remove(self, store: SessionStore) -> None:
         _write_run(store.open("gone"), "bye", "ok")
         _write_run(store.open("kept"), "stay", "ok")
         store.remove("gone")
@@ -349,7 +349,7 @@ class SessionStoreContract:
     # ------------------------------------------------------------ concurrency
 
     def test_concurrent_appends_to_many_sessions_from_threads(
-            self, store: TranscriptStore) -> None:
+            self, store: SessionStore) -> None:
         sessions, records = 6, 20
         start = threading.Barrier(sessions)
         errors: list[BaseException] = []
@@ -374,7 +374,7 @@ class SessionStoreContract:
         for i in range(sessions):
             assert _texts(store, f"t{i}") == [f"{i}:{n}" for n in range(records)]
 
-    def test_interleaved_writers_on_one_event_loop(self, store: TranscriptStore) -> None:
+    def test_interleaved_writers_on_one_event_loop(self, store: SessionStore) -> None:
         async def run(index: int) -> None:
             writer = store.open(f"a{index}")
             for n in range(10):
@@ -392,7 +392,7 @@ class SessionStoreContract:
     # ------------------------------------------------------------ through the agent
 
     def test_the_agent_records_and_resumes_through_the_store(
-            self, store: TranscriptStore, tmp_path: Path) -> None:
+            self, store: SessionStore, tmp_path: Path) -> None:
         from lich.agent import Agent
         from lich.testing import ScriptedChat, make_test_config
 
