@@ -127,6 +127,23 @@ def test_every_hook_spec_is_documented_with_its_exact_signature() -> None:
     assert mentioned <= set(hook_specs()), mentioned - set(hook_specs())
 
 
+def test_the_hook_reference_is_generated_from_the_current_docstrings() -> None:
+    # docs/plugins.md's hook reference is rendered from the specifications' docstrings:
+    # a spec changed without rerunning the generator leaves the page stale.
+    spec = importlib.util.spec_from_file_location(
+        "make_hook_reference", ROOT / "docs" / "make_hook_reference.py")
+    assert spec is not None
+    assert spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    page = PLUGIN_DOCS.read_text(encoding="utf-8")
+    assert generator.rendered(page) == page, (
+        "docs/plugins.md: the hook reference is stale; run python docs/make_hook_reference.py")
+    documented = set(re.findall(r"^#### `(lich_[a-z_]+)`", generator.reference(), re.M))
+    assert documented == set(hook_specs()) | {
+        name for module in generator.spec_modules()[1:] for name, _ in generator.specs(module)}
+
+
 async def test_the_python_examples_in_the_plugin_docs_work(
     tmp_path: Path, lich_agent_factory: Callable[..., Any]
 ) -> None:
