@@ -82,17 +82,6 @@ def needed_when(predicate: Callable[[LichConfig], bool]) -> Callable[[_F], _F]:
 #: The attribute :func:`runs_inline` sets on a hook implementation.
 RUNS_INLINE_ATTR = "lich_runs_inline"
 
-#: The hooks whose implementations may be marked :func:`runs_inline`: the run-time
-#: hooks lich calls under a deadline (``hook_timeout_s``; ``approval_timeout_s`` for
-#: the approver). The others are called inline already (``lich_event``,
-#: ``lich_price_call``) or once, outside any run (the registration hooks).
-INLINE_HOOKS = frozenset({
-    "lich_run_start", "lich_before_model_call", "lich_before_tool_call",
-    "lich_check_tool_call", "lich_request_approval", "lich_after_tool_call",
-    "lich_run_end", "lich_shutdown",
-})
-
-
 def runs_inline(function: _F) -> _F:
     """Declare that a plain ``def`` run-time hook implementation is quick and never
     waits: lich calls it directly on the event loop, in the run's own task.
@@ -120,11 +109,13 @@ def runs_inline(function: _F) -> _F:
     not an awaitable: one that hands back a coroutine fails (a hook that waits
     is an ``async def``, unmarked).
 
-    For the run-time hooks in :data:`INLINE_HOOKS` (``lich_before_tool_call``,
+    For the run-time hooks lich calls under a deadline (``hook_timeout_s``;
+    ``approval_timeout_s`` for the approver): ``lich_before_tool_call``,
     ``lich_check_tool_call``, ``lich_after_tool_call``, ``lich_request_approval``,
     ``lich_before_model_call``, ``lich_run_start``, ``lich_run_end``,
-    ``lich_shutdown``). On an ``async def``, or on any other hook, the plugin
-    fails to load (phase ``validate``).
+    ``lich_shutdown`` — every row of :mod:`lich.plugins.policy` not called inline
+    already. On an ``async def``, or on any other hook, the plugin fails to load
+    (phase ``validate``).
     """
     setattr(function, RUNS_INLINE_ATTR, True)
     return function

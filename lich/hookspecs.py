@@ -16,6 +16,9 @@ Rules that hold for every hook:
 * Implementations run in pluggy order: the most recently registered plugin
   first, ``tryfirst``/``trylast`` respected. Builtins are registered before
   third-party plugins, so a third-party implementation runs before a builtin.
+* How lich calls a hook (the answers it accepts, fail open or closed, its
+  deadline, the wording of its reports) is the hook's row in
+  :mod:`lich.plugins.policy`: a new hook is its spec here and one row there.
 """
 
 from __future__ import annotations

@@ -1,22 +1,33 @@
-"""Calling the run-time hooks: the before/after tool-call hooks, the run observers
-and ``lich_event``.
+"""Calling hooks: one caller for every ``lich_*`` hook, driven by the hook's
+:class:`~lich.plugins.policy.HookPolicy` row.
 
-Every implementation runs under the host's ``hook_timeout_s``: an ``async def``
-one on the event loop, a plain one in a daemon thread (:mod:`lich.threads`), so
-a hook that blocks cannot freeze the loop or keep lich from exiting — unless it is
-marked :func:`lich.hooks.runs_inline` (quick and never waiting): then it is called
-directly, in the caller's task, and its time checked against the deadline after. A failure
-never escapes: a before-hook that fails blocks the call (fail closed), any other
-hook is skipped with a warning naming its plugin.
+:meth:`HookCaller.call_hook` calls a run-time hook's implementations one at a
+time, in pluggy order, and settles each answer by its row: accepted (it stops
+the chain, is collected, or replaces an argument the next one sees) or a
+failure (an exception, a timeout, a bad answer: reported and skipped, blocking,
+unloading the plugin, or raised as a configuration error), with the row's
+wording. :meth:`HookCaller.call_hook_sync` does the same for the hooks called
+outside a run's loop or inline (registration, ``lich_price_call``,
+``lich_event``). The typed methods below (:meth:`~HookCaller.before_tool_call`,
+:meth:`~HookCaller.request_approval`, ...) turn an outcome into what their call
+sites use.
 
-Before-hooks compose one at a time — a :class:`~lich.hooks.Rewrite` chains into
-the next hook, the first :class:`~lich.hooks.Block` wins, an :class:`~lich.hooks.Ask`
-is collected and the chain goes on — then the check-hooks judge the final
-arguments (they can only block), and after-hooks may each replace the result.
-The approver (``lich_request_approval``) runs under ``approval_timeout_s``, not
-``hook_timeout_s``: a person is slower than a hook. Each before- and check-hook
-gets its own copy of the call (nothing in it that can change is shared, see
-``_own_call``), so the arguments that run are exactly the ones the last check saw.
+Every run-time implementation runs under a deadline (the host's
+``hook_timeout_s``, or the one the call site gives: the approver's
+``approval_timeout_s``): an ``async def`` one on the event loop, a plain one in a
+daemon thread (:mod:`lich.threads`), so a hook that blocks cannot freeze the
+loop or keep lich from exiting — unless it is marked :func:`lich.hooks.runs_inline`
+(quick and never waiting): then it is called directly, in the caller's task, and
+its time checked against the deadline after. A failure never escapes but as the
+row says.
+
+Each before- and check-hook gets its own copy of the call (nothing in it that
+can change is shared, see ``_own_call``), so the arguments that run are exactly
+the ones the last check saw.
+
+pluggy's hook wrappers are refused at load (:mod:`lich.plugins.loading`): this
+caller calls each implementation itself, under its deadline and in its thread,
+so there is no call for a wrapper to wrap.
 """
 
 from __future__ import annotations
@@ -25,8 +36,8 @@ import asyncio
 import copy
 import inspect
 import logging
-import math
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -37,13 +48,19 @@ from lich.hooks import (
     RUNS_INLINE_ATTR,
     Approval,
     ApprovalRequest,
-    Ask,
     Block,
-    Rewrite,
     RunInfo,
     RunOutcome,
     Stop,
 )
+from lich.plugins.policy import (
+    HookPolicy,
+    OnFailure,
+    RefusedAnswer,
+    UnloadPhase,
+    policy_table,
+)
+from lich.settings import ConfigError
 from lich.threads import _plugin_error, run_in_daemon_thread
 from lich.types import ToolCall, ToolResult, Usage
 
@@ -52,10 +69,103 @@ if TYPE_CHECKING:
     from lich.events import Envelope
     from lich.tools import ToolRegistry
 
-__all__ = ["ApprovalAnswer", "HookCaller", "ToolDecision"]
+__all__ = ["Answer", "ApprovalAnswer", "HookCaller", "HookFailure", "HookOutcome",
+           "ToolDecision"]
 
 # The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
 log = logging.getLogger("lich.plugins")
+
+
+@frozen
+class Answer:
+    """One implementation's accepted answer: ``value``, given by ``plugin``."""
+
+    plugin: str
+    value: Any
+
+
+@frozen
+class HookFailure:
+    """The failure that ended a chain (a row whose failures ``"block"``).
+
+    :param plugin: whose implementation failed.
+    :param reason: the row's report (``hook_error (guard): RuntimeError: boom``).
+    :param error: the failure itself (``RuntimeError: boom``, ``timed out after 10s``,
+        or the row's ``timed_out`` wording).
+    :param timed_out: it overran its deadline.
+    """
+
+    plugin: str
+    reason: str
+    error: str
+    timed_out: bool = False
+
+
+class HookOutcome:
+    """What one call of a hook came to.
+
+    Built by the caller as it walks the implementations (one object per call, no
+    copy at the end: a hook called on every streamed token must cost little), and
+    final once returned: read it, never change it.
+
+    :ivar hook: the hook called.
+    :ivar kwargs: its arguments after the chain (an argument a ``"chain"`` answer
+        replaced holds the last replacement).
+    :ivar stopped: the answer that ended the chain (a ``firstresult`` hook's
+        winner, a ``Block``), if any.
+    :ivar failure: the failure that ended the chain, if any.
+    """
+
+    __slots__ = ("_chained_by", "_collected", "failure", "hook", "kwargs", "policy",
+                 "stopped")
+
+    def __init__(self, policy: HookPolicy, kwargs: dict[str, Any]) -> None:
+        self.policy = policy
+        self.hook = policy.name
+        self.kwargs = kwargs
+        self.stopped: Answer | None = None
+        self.failure: HookFailure | None = None
+        self._collected: list[Answer] | None = None
+        self._chained_by: list[str] | None = None
+
+    @property
+    def collected(self) -> tuple[Answer, ...]:
+        """The ``"collect"`` answers, in call order."""
+        return () if self._collected is None else tuple(self._collected)
+
+    @property
+    def chained_by(self) -> tuple[str, ...]:
+        """The plugins whose ``"chain"`` answers replaced an argument, in call order."""
+        return () if self._chained_by is None else tuple(self._chained_by)
+
+    @property
+    def value(self) -> Any:
+        """The stopping answer's value, or ``None``."""
+        return None if self.stopped is None else self.stopped.value
+
+    def __repr__(self) -> str:
+        return (f"HookOutcome({self.hook!r}, stopped={self.stopped!r}, "
+                f"collected={self.collected!r}, chained_by={self.chained_by!r}, "
+                f"failure={self.failure!r})")
+
+    def _args(self) -> tuple[dict[str, Any], ToolCall | None]:
+        """The arguments for the next implementation, and its own copy of the call
+        (``None`` when the row shares the call)."""
+        if self.policy.own_call is None:
+            return self.kwargs, None
+        own = _own_call(self.kwargs["call"])
+        return {**self.kwargs, "call": own}, own
+
+    def _collect(self, answer: Answer) -> None:
+        if self._collected is None:
+            self._collected = []
+        self._collected.append(answer)
+
+    def _chain(self, plugin: str, replaced: Mapping[str, Any]) -> None:
+        self.kwargs = {**self.kwargs, **replaced}
+        if self._chained_by is None:
+            self._chained_by = []
+        self._chained_by.append(plugin)
 
 
 @frozen
@@ -87,6 +197,28 @@ class ApprovalAnswer:
     plugin: str | None = None
     error: str | None = None
     timed_out: bool = False
+
+
+def _run_id(kwargs: Mapping[str, Any]) -> str:
+    """The run a hook call belongs to (by its ``run`` or ``event`` argument)."""
+    for name in ("run", "event"):
+        run_id = getattr(kwargs.get(name), "run_id", None)
+        if isinstance(run_id, str):
+            return run_id
+    return ""
+
+
+def _finish_here(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """A registration hook's coroutine run to its end, outside the caller's loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    # Inside a running loop we cannot block on it here: run it on a helper loop.
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 # Exactly these types (not subclasses, which may carry mutable state) are immutable
@@ -160,30 +292,48 @@ def _collect(task: asyncio.Future[Any]) -> None:
 
 
 class HookCaller:
-    """Calls the run-time hooks of the plugins registered in a pluggy manager.
+    """Calls the hooks of the plugins registered in a pluggy manager, each as its
+    :class:`~lich.plugins.policy.HookPolicy` says.
 
     :class:`~lich.plugins.PluginHost` is a hook caller over its own manager.
 
     :param pm: the manager, with lich's hook specifications added.
     :param hook_timeout_s: how long a run-time hook may take before it counts
         as failed (a before-hook then blocks the call).
+    :param policies: the rows by hook name (:func:`lich.plugins.policy.policy_table`
+        by default): a hook without a row cannot be called.
     """
 
-    def __init__(self, pm: pluggy.PluginManager, *, hook_timeout_s: float = 10.0) -> None:
+    def __init__(self, pm: pluggy.PluginManager, *, hook_timeout_s: float = 10.0,
+                 policies: dict[str, HookPolicy] | None = None) -> None:
         self.pm = pm
         self.hook_timeout_s = hook_timeout_s
-        self._pending_events: set[asyncio.Task[Any]] = set()
+        self.policies = policy_table() if policies is None else policies
+        self._pending_events: set[asyncio.Future[Any]] = set()
         # Hooks that overran hook_timeout_s, cancelled but maybe still running
         # (one may catch the cancellation): referenced until they finish.
         self._abandoned: set[asyncio.Future[Any]] = set()
-        # plugin name -> the run whose lich_event failure was last logged as a warning
-        self._event_warned: dict[str, str] = {}
+        # (hook, plugin name) -> the run whose failure was last logged as a warning
+        self._warned: dict[tuple[str, str], str] = {}
+
+    def policy(self, hook_name: str) -> HookPolicy:
+        """The row of ``hook_name``.
+
+        :raises KeyError: it has none (a hook spec added without its row).
+        """
+        try:
+            return self.policies[hook_name]
+        except KeyError:
+            raise KeyError(f"no HookPolicy for {hook_name}: a hook is its spec and one "
+                           "row (lich.plugins.policy)") from None
 
     def _describe(self, exc: BaseException) -> str:
         """A hook's failure for a log line or a ``hook_error``: ``ErrorType: message``,
         or ``timed out after <hook_timeout_s>s`` for a :class:`TimeoutError`."""
         if isinstance(exc, TimeoutError):
             return f"timed out after {self.hook_timeout_s:g}s"
+        if isinstance(exc, RefusedAnswer):
+            return str(exc)
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
@@ -195,15 +345,195 @@ class HookCaller:
         """Whether any loaded plugin implements ``hook_name``."""
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
+    async def call_hook(self, hook_name: str, /, *, limit_s: float | None = None,
+                        **kwargs: Any) -> HookOutcome:
+        """Call the run-time hook ``hook_name`` with ``kwargs``, as its row says.
+
+        :param limit_s: for a row with ``timeout="given"``: the one deadline of all
+            its implementations together, in seconds (``None``: none).
+        :return: what the implementations answered. Never raises for a plugin's
+            failure but as the row says (``"raise"``); cancellation propagates.
+        """
+        policy = self.policies.get(hook_name) or self.policy(hook_name)
+        if policy.sync:
+            raise TypeError(f"{hook_name} is called inline: use call_hook_sync")
+        walk = HookOutcome(policy, kwargs)
+        impls = self._impls(hook_name)
+        if not impls:
+            return walk
+        limit = None if policy.timeout == "none" else self.hook_timeout_s
+        loop, deadline = None, 0.0  # a deadline shared by all implementations ("given")
+        if policy.timeout == "given":
+            limit = None
+            if limit_s is not None:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + limit_s
+        for impl in impls:
+            args, own = (walk.kwargs, None) if policy.own_call is None else walk._args()
+            if loop is not None:
+                limit = max(0.0, deadline - loop.time())
+            try:
+                answer = await self._call_timed(impl, args, limit)
+            except Exception as exc:
+                done = self._failed(walk, impl, exc, limit_s)
+            else:
+                if answer is None and own is None:
+                    continue  # the common answer: nothing to settle
+                done = self._settle(walk, impl, answer, own)
+            if done is not None:
+                return done
+        return walk
+
+    def call_hook_sync(
+        self, hook_name: str, /, *,
+        each: Callable[[str], AbstractContextManager[object]] | None = None,
+        **kwargs: Any,
+    ) -> HookOutcome:
+        """Call ``hook_name`` (a row with ``sync=True``) inline, as its row says.
+
+        :param each: a context entered around each implementation with its plugin's
+            name (a registry's ``current_plugin``); it sees the implementation's
+            exception before the caller settles it.
+        """
+        policy = self.policies.get(hook_name) or self.policy(hook_name)
+        walk = HookOutcome(policy, kwargs)
+        for impl in self._impls(hook_name):
+            args, own = (walk.kwargs, None) if policy.own_call is None else walk._args()
+            try:
+                if each is None:
+                    answer = self._call_now(policy, impl, args)
+                else:
+                    with each(impl.plugin_name):
+                        answer = self._call_now(policy, impl, args)
+            except Exception as exc:
+                done = self._failed(walk, impl, exc, None)
+            else:
+                if answer is None and own is None:
+                    continue  # the common answer: nothing to settle
+                done = self._settle(walk, impl, answer, own)
+            if done is not None:
+                return done
+        return walk
+
+    def _call_now(self, policy: HookPolicy, impl: pluggy.HookImpl,
+                  kwargs: Mapping[str, Any]) -> Any:
+        answer = impl.function(**{name: kwargs[name] for name in impl.argnames})
+        if not inspect.isawaitable(answer):
+            return answer
+        if policy.awaitable == "schedule":
+            task = asyncio.ensure_future(answer)
+            self._pending_events.add(task)
+            task.add_done_callback(self._event_done)
+            return None
+        if inspect.iscoroutine(answer):
+            if policy.awaitable == "run":
+                return _finish_here(answer)
+            answer.close()  # never awaited: no "never awaited" warning
+        elif policy.awaitable == "run":
+            return answer  # an awaitable that is not a coroutine: an answer like any other
+        raise RefusedAnswer("it is async; it must be a plain def (it is called inline)")
+
+    def _settle(self, walk: HookOutcome, impl: pluggy.HookImpl, answer: Any,
+                own: ToolCall | None) -> HookOutcome | None:
+        """Take one implementation's answer: the outcome if it ends the chain."""
+        policy = walk.policy
+        plugin = impl.plugin_name
+        if own is not None and _changed(own.args, walk.kwargs["call"].args):
+            if policy.own_call == "refuse":
+                error = f"{policy.name} changed call.args in place; return a Rewrite instead"
+                return self._fail(walk, impl, policy.on_error, policy.failed.format(
+                    hook=policy.name, plugin=plugin, error=error), None, error)
+            log.warning("%s of plugin %s changed call.args in place (ignored; the arguments "
+                        "are what the tool ran with)", policy.name, plugin)
+        if answer is None:
+            return None
+        action = policy.action(answer)
+        problem = None
+        if action is not None and policy.check is not None:
+            try:
+                problem = policy.check(answer)
+            except Exception as exc:
+                problem = self._describe(exc)
+        if action is None or problem is not None:
+            message = policy.bad_answer.format(hook=policy.name, plugin=plugin,
+                                               type=type(answer).__name__, answer=answer,
+                                               problem=problem)
+            return self._fail(walk, impl, policy.on_bad_answer, message, None, message)
+        if action == "stop":
+            walk.stopped = Answer(plugin, answer)
+            return walk
+        if action == "collect":
+            walk._collect(Answer(plugin, answer))
+            return None
+        assert policy.chain is not None, f"{policy.name}: a chain answer needs a chain"
+        try:
+            replaced = policy.chain(walk.kwargs, answer)
+        except RefusedAnswer as exc:
+            return self._failed(walk, impl, exc, None)
+        walk._chain(plugin, replaced)
+        return None
+
+    def _failed(self, walk: HookOutcome, impl: pluggy.HookImpl, exc: Exception,
+                limit_s: float | None) -> HookOutcome | None:
+        """Take one implementation's exception or timeout: the outcome if it ends the chain."""
+        policy = walk.policy
+        if policy.config_error != "failure" and isinstance(exc, ConfigError):
+            if policy.config_error == "raise":
+                raise exc
+            walk._collect(Answer(impl.plugin_name, exc))
+            return None
+        if isinstance(exc, TimeoutError):
+            timeout = limit_s if policy.timeout == "given" else self.hook_timeout_s
+            error = policy.timed_out.format(timeout=timeout)
+        else:
+            error = self._describe(exc)
+        message = policy.failed.format(hook=policy.name, plugin=impl.plugin_name, error=error)
+        return self._fail(walk, impl, policy.on_error, message, exc, error)
+
+    def _fail(self, walk: HookOutcome, impl: pluggy.HookImpl, on: OnFailure, message: str,
+              exc: Exception | None, error: str) -> HookOutcome | None:
+        """Do what ``on`` says with one failure of ``impl``."""
+        plugin = impl.plugin_name
+        if on == "block":
+            walk.failure = HookFailure(plugin, message, error, isinstance(exc, TimeoutError))
+            return walk
+        if on == "raise":
+            raise ConfigError([message]) from exc
+        if on == "unload":
+            self._fail_plugin(plugin, walk.policy.phase,
+                              exc if exc is not None else TypeError(message))
+        elif on == "report":
+            self._report_failure(walk, plugin, message, exc)
+        return None
+
+    def _report_failure(self, walk: HookOutcome, plugin: str, message: str,
+                        exc: Exception | None) -> None:
+        if not walk.policy.once_per_run:
+            log.warning("%s", message)
+            return
+        # Once per plugin and run: a broken observer fails on every event (every
+        # streamed token), and a warning for each would drown the output.
+        key, run_id = (walk.policy.name, plugin), _run_id(walk.kwargs)
+        if self._warned.get(key) == run_id:
+            log.debug("%s of plugin %s failed again (skipped)", walk.policy.name, plugin,
+                      exc_info=exc)
+            return
+        self._warned[key] = run_id
+        log.warning("%s", message, exc_info=exc)
+
+    def _fail_plugin(self, plugin_name: str, phase: UnloadPhase, exc: BaseException) -> None:
+        """A row's ``"unload"``: :class:`~lich.plugins.PluginHost` fails the plugin in
+        its load report and unloads it; a bare caller can only say so."""
+        log.warning("plugin %s failed (%s): %s", plugin_name, phase, self._describe(
+            exc) if isinstance(exc, Exception) else exc)
+
     async def _call_timed(
-        self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any], timeout_s: float | None = -1.0
+        self, impl: pluggy.HookImpl, kwargs: Mapping[str, Any], timeout_s: float | None
     ) -> Any:
-        """Call ``impl`` under ``timeout_s`` (``hook_timeout_s`` by default; ``None``:
-        no limit): inline if it is marked so, an ``async def`` as a task of its own,
-        a plain ``def`` in a worker thread."""
+        """Call ``impl`` under ``timeout_s`` (``None``: no limit): inline if it is
+        marked so, an ``async def`` as a task of its own, a plain ``def`` in a
+        worker thread."""
         args = {name: kwargs[name] for name in impl.argnames}
-        if timeout_s is not None and timeout_s < 0:
-            timeout_s = self.hook_timeout_s
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         if getattr(impl.function, RUNS_INLINE_ATTR, False):
@@ -212,7 +542,7 @@ class HookCaller:
             return await self._until(impl.function(**args), deadline)
         # A plain function may block; a worker thread keeps a hanging hook from
         # freezing the event loop, and lets the timeout apply. A daemon thread, so a
-        # hook that never returns cannot keep the process from exiting (see _threads).
+        # hook that never returns cannot keep the process from exiting (see lich.threads).
         result = await self._until(run_in_daemon_thread(impl.function, **args), deadline)
         if inspect.isawaitable(result):
             # One budget for the whole hook: a plain function handing back a
@@ -335,21 +665,16 @@ class HookCaller:
         self._abandoned.discard(task)
         _collect(task)
 
-    async def _observe(self, hook_name: str, kwargs: Mapping[str, Any]) -> None:
-        for impl in self._impls(hook_name):
-            try:
-                await self._call_timed(impl, kwargs)
-            except Exception as exc:
-                log.warning("%s of plugin %s failed (skipped): %s", hook_name, impl.plugin_name,
-                            self._describe(exc))
+
+    # -- the typed calls: each turns an outcome into what its call site uses --------
 
     async def run_start(self, run: RunInfo) -> None:
         """``lich_run_start`` for every plugin; failures are logged and skipped."""
-        await self._observe("lich_run_start", {"run": run})
+        await self.call_hook("lich_run_start", run=run)
 
     async def run_end(self, run: RunInfo, outcome: RunOutcome) -> None:
         """``lich_run_end`` for every plugin; failures are logged and skipped."""
-        await self._observe("lich_run_end", {"run": run, "outcome": outcome})
+        await self.call_hook("lich_run_end", run=run, outcome=outcome)
 
     def price_call(
         self, provider: ProviderConfig | None, model: str, usage: Usage, config: LichConfig
@@ -360,29 +685,9 @@ class HookCaller:
         an implementation that raises, is ``async`` or answers something other
         than a finite number >= 0 is logged and the next one asked.
         """
-        kwargs = {"provider": provider, "model": model, "usage": usage, "config": config}
-        for impl in self._impls("lich_price_call"):
-            try:
-                answer = impl.function(**{name: kwargs[name] for name in impl.argnames})
-            except Exception as exc:
-                log.warning("lich_price_call of plugin %s failed (skipped): %s",
-                            impl.plugin_name, self._describe(exc))
-                continue
-            if answer is None:
-                continue
-            if inspect.isawaitable(answer):
-                if inspect.iscoroutine(answer):
-                    answer.close()  # never awaited: no "never awaited" warning
-                log.warning("lich_price_call of plugin %s is async (skipped); it must be a "
-                            "plain def", impl.plugin_name)
-                continue
-            if (isinstance(answer, bool) or not isinstance(answer, int | float)
-                    or not math.isfinite(answer) or answer < 0):
-                log.warning("lich_price_call of plugin %s returned %r (skipped); expected a "
-                            "cost >= 0 in US dollars or None", impl.plugin_name, answer)
-                continue
-            return float(answer)
-        return None
+        price = self.call_hook_sync("lich_price_call", provider=provider, model=model,
+                                    usage=usage, config=config).value
+        return None if price is None else float(price)
 
     async def before_model_call(
         self, run: RunInfo, turn: int, usage: Usage, cost_usd: float | None
@@ -391,26 +696,15 @@ class HookCaller:
 
         Failures are logged and skipped (see the hook's docstring).
         """
-        kwargs = {"run": run, "turn": turn, "usage": usage, "cost_usd": cost_usd}
-        for impl in self._impls("lich_before_model_call"):
-            try:
-                answer = await self._call_timed(impl, kwargs)
-            except Exception as exc:
-                log.warning("lich_before_model_call of plugin %s failed (skipped): %s",
-                            impl.plugin_name, self._describe(exc))
-                continue
-            if isinstance(answer, Stop):
-                return answer, impl.plugin_name
-            if answer is not None:
-                log.warning("lich_before_model_call of plugin %s returned %s (ignored); "
-                            "expected Stop or None", impl.plugin_name, type(answer).__name__)
-        return None
+        stopped = (await self.call_hook("lich_before_model_call", run=run, turn=turn,
+                                        usage=usage, cost_usd=cost_usd)).stopped
+        return None if stopped is None else (stopped.value, stopped.plugin)
 
     async def shutdown(self, registry: ToolRegistry) -> None:
         """``lich_shutdown`` for every plugin: the agent whose tools ``registry`` holds
         is closing. Failures are logged and skipped; each is bounded by
         ``hook_timeout_s``."""
-        await self._observe("lich_shutdown", {"registry": registry})
+        await self.call_hook("lich_shutdown", registry=registry)
 
     def shutdown_sync(self, registry: ToolRegistry) -> None:
         """:meth:`shutdown` outside an event loop (commands that build a registry
@@ -418,75 +712,25 @@ class HookCaller:
         if self.has_impls("lich_shutdown"):
             asyncio.run(self.shutdown(registry))
 
-    async def _ask(
-        self, impl: pluggy.HookImpl, hook_name: str, call: ToolCall, kwargs: Mapping[str, Any]
-    ) -> tuple[Any, str | None]:
-        """One before- or check-hook on its own copy of ``call``: its answer, or
-        the ``hook_error`` reason that blocks the call.
-
-        A copy per hook rather than a read-only view: the arguments stay the plain
-        JSON values a hook expects (lists, dicts), and whatever a hook does to its
-        copy — at once or later, from a task it left behind — never reaches the
-        tool. Changing it in place is refused, so a plugin author learns that a
-        change is only ever a ``Rewrite``.
-        """
-        own = _own_call(call)
-        try:
-            answer = await self._call_timed(impl, {**kwargs, "call": own})
-        except Exception as exc:
-            return None, f"hook_error ({impl.plugin_name}): {self._describe(exc)}"
-        if _changed(own.args, call.args):
-            return None, (
-                f"hook_error ({impl.plugin_name}): {hook_name} changed call.args in place; "
-                "return a Rewrite instead"
-            )
-        return answer, None
-
     async def before_tool_call(self, call: ToolCall, run: RunInfo) -> ToolDecision:
         """Run the before-hooks one at a time (rewrites chain, the first block wins,
         asks are collected), then the check-hooks on the final arguments; a hook that
         fails blocks (fail closed)."""
-        rewritten_by: list[str] = []
-        asked_by: list[str] = []
-        reasons: list[str] = []
-        for impl in self._impls("lich_before_tool_call"):
-            answer, error = await self._ask(impl, "lich_before_tool_call", call, {"run": run})
-            if error is not None:
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, error)
-            if answer is None:
-                continue
-            if isinstance(answer, Block):
-                return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, answer.reason)
-            if isinstance(answer, Ask):
-                # Not decided here: a later hook may still block (a Block wins over
-                # every Ask) or rewrite what the person will be asked about.
-                asked_by.append(impl.plugin_name)
-                reasons.append(answer.reason)
-                continue
-            if isinstance(answer, Rewrite):
-                # A deep copy: the hook keeps no handle on the arguments that run.
-                try:
-                    args = copy.deepcopy(dict(answer.args))
-                except Exception as exc:
-                    reason = (f"hook_error ({impl.plugin_name}): its Rewrite arguments cannot "
-                              f"be copied: {self._describe(exc)}")
-                    return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
-                call = evolve(call, args=args)
-                rewritten_by.append(impl.plugin_name)
-                continue
-            reason = (
-                f"hook_error ({impl.plugin_name}): lich_before_tool_call returned "
-                f"{type(answer).__name__}; expected Block, Ask, Rewrite or None"
-            )
-            return ToolDecision(call, tuple(rewritten_by), impl.plugin_name, reason)
+        before = await self.call_hook("lich_before_tool_call", call=call, run=run)
+        call, rewritten_by = before.kwargs["call"], before.chained_by
+        blocked = _blocked(call, before, rewritten_by)
+        if blocked is not None:
+            return blocked
         checked = await self.check_tool_call(call, run)
-        if not rewritten_by and not asked_by:
+        asked = before.collected
+        if not rewritten_by and not asked:
             return checked  # the common case: nothing to merge
         # One question, with each plugin's reason once: the approvals plugin asks in
         # both phases about arguments no one rewrote in between.
-        asks = list(dict.fromkeys([*zip(asked_by, reasons, strict=True),
-                                   *zip(checked.asked_by, checked.ask_reasons, strict=True)]))
-        return evolve(checked, rewritten_by=tuple(rewritten_by),
+        asks = list(dict.fromkeys([
+            *((a.plugin, a.value.reason) for a in asked),
+            *zip(checked.asked_by, checked.ask_reasons, strict=True)]))
+        return evolve(checked, rewritten_by=rewritten_by,
                       asked_by=tuple(dict.fromkeys(p for p, _ in asks)),
                       ask_reasons=tuple(r for _, r in asks))
 
@@ -494,26 +738,15 @@ class HookCaller:
         """Run the check-hooks on ``call`` as it will run: each may block or ask; one
         that fails blocks (fail closed). Also what judges arguments a person edited
         (whose ``Ask`` answers the caller then ignores: that person said yes)."""
-        asked_by: list[str] = []
-        reasons: list[str] = []
-        for impl in self._impls("lich_check_tool_call"):
-            answer, error = await self._ask(impl, "lich_check_tool_call", call, {"run": run})
-            if error is not None:
-                return ToolDecision(call, blocked_by=impl.plugin_name, reason=error)
-            if answer is None:
-                continue
-            if isinstance(answer, Block):
-                return ToolDecision(call, blocked_by=impl.plugin_name, reason=answer.reason)
-            if isinstance(answer, Ask):
-                asked_by.append(impl.plugin_name)
-                reasons.append(answer.reason)
-                continue
-            reason = (
-                f"hook_error ({impl.plugin_name}): lich_check_tool_call returned "
-                f"{type(answer).__name__}; expected Block, Ask or None (it cannot rewrite)"
-            )
-            return ToolDecision(call, blocked_by=impl.plugin_name, reason=reason)
-        return ToolDecision(call, asked_by=tuple(asked_by), ask_reasons=tuple(reasons))
+        checked = await self.call_hook("lich_check_tool_call", call=call, run=run)
+        blocked = _blocked(call, checked, ())
+        if blocked is not None:
+            return blocked
+        asks = checked.collected
+        if not asks:
+            return ToolDecision(call)
+        return ToolDecision(call, asked_by=tuple(a.plugin for a in asks),
+                            ask_reasons=tuple(a.value.reason for a in asks))
 
     async def request_approval(
         self, request: ApprovalRequest, run: RunInfo, timeout_s: float | None
@@ -522,80 +755,29 @@ class HookCaller:
         ``request.call``, all of them together under ``timeout_s`` (``None``: no
         limit). Never raises but for cancellation: a failing approver is an
         :class:`ApprovalAnswer` with an ``error``, which denies the call."""
-        impls = self._impls("lich_request_approval")
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        kwargs = {"call": request.call, "run": run, "reason": request.reason,
-                  "request": request}
-        for impl in impls:
-            left = None if deadline is None else max(0.0, deadline - loop.time())
-            try:
-                answer = await self._call_timed(impl, kwargs, left)
-            except TimeoutError:
-                return ApprovalAnswer(plugin=impl.plugin_name, timed_out=True,
-                                      error=f"no answer within {timeout_s:g}s")
-            except Exception as exc:
-                return ApprovalAnswer(plugin=impl.plugin_name, error=(
-                    f"approval_error ({impl.plugin_name}): {self._describe(exc)}"))
-            if answer is None:
-                continue
-            if isinstance(answer, Approval):
-                return ApprovalAnswer(answer, impl.plugin_name)
-            return ApprovalAnswer(plugin=impl.plugin_name, error=(
-                f"approval_error ({impl.plugin_name}): lich_request_approval returned "
-                f"{type(answer).__name__}; expected Approval or None"))
+        asked = await self.call_hook("lich_request_approval", limit_s=timeout_s,
+                                     call=request.call, run=run, reason=request.reason,
+                                     request=request)
+        failure = asked.failure
+        if failure is not None:
+            return ApprovalAnswer(plugin=failure.plugin, timed_out=failure.timed_out,
+                                  error=failure.error if failure.timed_out else failure.reason)
+        if asked.stopped is not None:
+            return ApprovalAnswer(asked.stopped.value, asked.stopped.plugin)
         return ApprovalAnswer()
 
     async def after_tool_call(
         self, call: ToolCall, result: ToolResult, run: RunInfo
     ) -> tuple[ToolResult, str | None]:
         """Run the after-hooks; returns the (possibly replaced) result and who replaced it last."""
-        replaced_by: str | None = None
-        for impl in self._impls("lich_after_tool_call"):
-            # Its own copy, as for the before-hooks: one after-hook changing
-            # call.args in place must not alter what a later one (an audit log)
-            # records as the arguments the tool ran with.
-            own = _own_call(call)
-            try:
-                answer = await self._call_timed(impl, {"call": own, "result": result, "run": run})
-            except Exception as exc:
-                log.warning("lich_after_tool_call of plugin %s failed (skipped): %s",
-                            impl.plugin_name, self._describe(exc))
-                continue
-            if _changed(own.args, call.args):
-                log.warning("lich_after_tool_call of plugin %s changed call.args in place "
-                            "(ignored; the arguments are what the tool ran with)",
-                            impl.plugin_name)
-            if isinstance(answer, ToolResult):
-                result, replaced_by = answer, impl.plugin_name
-            elif answer is not None:
-                log.warning("lich_after_tool_call of plugin %s returned %s (ignored)",
-                            impl.plugin_name, type(answer).__name__)
-        return result, replaced_by
+        after = await self.call_hook("lich_after_tool_call", call=call, result=result, run=run)
+        return after.kwargs["result"], after.chained_by[-1] if after.chained_by else None
 
     def event(self, envelope: Envelope) -> None:
         """``lich_event`` for every plugin, synchronously; async implementations are scheduled."""
-        for impl in self._impls("lich_event"):
-            try:
-                result = impl.function(**({"event": envelope} if impl.argnames else {}))
-                if inspect.isawaitable(result):
-                    task = asyncio.ensure_future(result)
-                    self._pending_events.add(task)
-                    task.add_done_callback(self._event_done)
-            except Exception as exc:
-                # Once per plugin and run: a broken observer fails on every event (every
-                # streamed token), and a warning for each would drown the output.
-                run_id = getattr(envelope, "run_id", "")
-                if self._event_warned.get(impl.plugin_name) == run_id:
-                    log.debug("lich_event of plugin %s failed again (skipped)",
-                              impl.plugin_name, exc_info=True)
-                    continue
-                self._event_warned[impl.plugin_name] = run_id
-                log.warning("lich_event of plugin %s failed (skipped; further failures in "
-                            "this run are logged at debug level): %s", impl.plugin_name,
-                            self._describe(exc), exc_info=True)
+        self.call_hook_sync("lich_event", event=envelope)
 
-    def _event_done(self, task: asyncio.Task[Any]) -> None:
+    def _event_done(self, task: asyncio.Future[Any]) -> None:
         self._pending_events.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("async lich_event implementation failed: %s", task.exception())
@@ -609,3 +791,13 @@ class HookCaller:
         for task in late:
             task.cancel()
 
+
+def _blocked(call: ToolCall, outcome: HookOutcome,
+             rewritten_by: tuple[str, ...]) -> ToolDecision | None:
+    """The decision of a tool-call phase that blocked: a failure or a ``Block``."""
+    if outcome.failure is not None:
+        return ToolDecision(call, rewritten_by, outcome.failure.plugin, outcome.failure.reason)
+    if outcome.stopped is not None:
+        block: Block = outcome.stopped.value
+        return ToolDecision(call, rewritten_by, outcome.stopped.plugin, block.reason)
+    return None

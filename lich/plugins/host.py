@@ -11,20 +11,17 @@ registry.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import inspect
 import logging
 import os
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-
-import pluggy
 
 from lich.hooks import NEEDED_WHEN_ATTR
 from lich.plugins.calling import HookCaller
 from lich.plugins.loading import PluginLoader
+from lich.plugins.policy import HookPolicy, UnloadPhase
 
 if TYPE_CHECKING:
     import click
@@ -60,32 +57,43 @@ class PluginHost(PluginLoader, HookCaller):
         # Two independent bases over one manager, each initialised by name: they take
         # different parameters, and the caller gets the manager the loader made.
         PluginLoader.__init__(self, work_dir=work_dir)
-        HookCaller.__init__(self, self.pm, hook_timeout_s=hook_timeout_s)
+        HookCaller.__init__(self, self.pm, hook_timeout_s=hook_timeout_s,
+                            policies=self.policies)
         # Registries that can forget a plugin's items (tools, provider kinds, adapters),
         # held weakly: every agent assembled on this host (each /model switch) makes new
         # registries, and the host must not keep the old ones alive.
         self._undo: list[weakref.WeakMethod[Callable[[str], object]]] = []
 
-    def _register_each(
-        self,
-        hook_name: str,
-        kwargs: Mapping[str, Any],
-        registry: Any,
-        undo: Callable[[str], object],
-    ) -> None:
-        for impl in self._impls(hook_name):
-            previous = getattr(registry, "current_plugin", None)
-            if registry is not None:
-                registry.current_plugin = impl.plugin_name
+    def _fail_plugin(self, plugin_name: str, phase: UnloadPhase, exc: BaseException) -> None:
+        # A plugin that fails in one registration hook loses what it registered in the
+        # others too, then its load report says why.
+        self._forget_everywhere(plugin_name)
+        self._fail_loaded(plugin_name, phase, exc)
+
+    def add_hook_policies(self, *policies: HookPolicy) -> None:
+        """Add the rows of hooks a plugin specifies (beside its hook specs).
+
+        :raises ValueError: a row for a hook that already has one.
+        """
+        for row in policies:
+            if row.name in self.policies:
+                raise ValueError(f"two hook policies for {row.name}")
+            self.policies[row.name] = row
+
+    def _register_each(self, hook_name: str, registry: Any, **kwargs: Any) -> None:
+        """A registration hook whose implementations fill ``registry``, each as its
+        plugin (``registry.current_plugin``)."""
+
+        @contextmanager
+        def as_plugin(plugin_name: str) -> Iterator[None]:
+            previous = registry.current_plugin
+            registry.current_plugin = plugin_name
             try:
-                _call_sync(impl, kwargs)
-            except Exception as exc:
-                undo(impl.plugin_name)
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", exc)
+                yield
             finally:
-                if registry is not None:
-                    registry.current_plugin = previous
+                registry.current_plugin = previous
+
+        self.call_hook_sync(hook_name, each=as_plugin, registry=registry, **kwargs)
 
     def _forget_everywhere(self, plugin_name: str) -> None:
         # A plugin that fails in one registration hook loses what it registered in the others.
@@ -126,19 +134,14 @@ class PluginHost(PluginLoader, HookCaller):
         registry.on_duplicate = self._warn
         registry.on_warning = self._warn
         self._track(registry.remove_plugin)
-        self._register_each(
-            "lich_register_tools", {"registry": registry, "config": config}, registry,
-            registry.remove_plugin,
-        )
+        self._register_each("lich_register_tools", registry, config=config)
 
     def register_providers(self, registry: ProviderRegistry) -> None:
         """Call ``lich_register_providers``; a plugin whose hook raises is unloaded whole."""
         registry.on_duplicate = self._warn
         registry.plugin_order = self.plugin_names()
         self._track(registry.remove_plugin)
-        self._register_each(
-            "lich_register_providers", {"registry": registry}, registry, registry.remove_plugin
-        )
+        self._register_each("lich_register_providers", registry)
 
     def register_gateway_adapters(self, registry: AdapterRegistry) -> None:
         """Call ``lich_register_gateway_adapters``; a failing plugin is unloaded whole."""
@@ -146,10 +149,7 @@ class PluginHost(PluginLoader, HookCaller):
         # on the later plugin's load report and skipped, not a reason to unload it.
         registry.on_duplicate = self._warn
         self._track(registry.remove_plugin)
-        self._register_each(
-            "lich_register_gateway_adapters", {"registry": registry}, registry,
-            registry.remove_plugin,
-        )
+        self._register_each("lich_register_gateway_adapters", registry)
 
     def check_config(self, config: LichConfig) -> list[str]:
         """``lich_check_config`` of every plugin: the problems they report, in plugin order.
@@ -158,17 +158,8 @@ class PluginHost(PluginLoader, HookCaller):
         fails (phase ``validate``) and is unloaded. A budget (``max_cost_usd``,
         ``max_total_tokens``) that no loaded plugin enforces is a problem too.
         """
-        from lich.settings import ConfigError
-
-        problems: list[str] = []
-        for impl in self._impls("lich_check_config"):
-            try:
-                _call_sync(impl, {"config": config})
-            except ConfigError as exc:
-                problems.extend(exc.problems)
-            except Exception as exc:
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "validate", exc)
+        checked = self.call_hook_sync("lich_check_config", config=config)
+        problems = [problem for answer in checked.collected for problem in answer.value.problems]
         # The budgets are core keys that a plugin enforces: set with no such plugin loaded
         # (a plugin list without `budgets`), they would silently limit nothing.
         limits = [key for key in ("max_cost_usd", "max_total_tokens")
@@ -187,16 +178,16 @@ class PluginHost(PluginLoader, HookCaller):
         and the plugin's load report gets a warning naming the collision.
         """
         owners: dict[str, str] = {}
-        for impl in self._impls("lich_register_commands"):
+
+        @contextmanager
+        def adding(plugin_name: str) -> Iterator[None]:
             before = dict(cli.commands)
             try:
-                _call_sync(impl, {"cli": cli})
-            except Exception as exc:
+                yield
+            except Exception:
                 for name in set(cli.commands) - set(before):
                     del cli.commands[name]
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", exc)
-                continue
+                raise
             for name, command in list(cli.commands.items()):
                 if before.get(name) is command:
                     continue
@@ -207,15 +198,17 @@ class PluginHost(PluginLoader, HookCaller):
                     taken = (f"plugin {owner!r}'s command" if owner
                              else "an existing command")
                 else:
-                    owners[name] = impl.plugin_name
+                    owners[name] = plugin_name
                     continue
                 if name in before:
                     cli.commands[name] = before[name]
                 else:
                     del cli.commands[name]
-                self._warn(impl.plugin_name,
+                self._warn(plugin_name,
                            f"command_name_taken: command {name!r} not added; {taken} "
                            f"{name!r} keeps the name (rename the plugin's command)")
+
+        self.call_hook_sync("lich_register_commands", each=adding, cli=cli)
 
     def make_router(self, providers: list[Provider], config: LichConfig) -> ChatFn | None:
         """``lich_make_router``: the first non-``None`` answer, or ``None``.
@@ -223,31 +216,8 @@ class PluginHost(PluginLoader, HookCaller):
         :raises lich.config.ConfigError: a router plugin raised (its own
             ``ConfigError`` as it is; anything else named with the plugin).
         """
-        from lich.config import ConfigError
-
-        for impl in self._impls("lich_make_router"):
-            try:
-                result = _call_sync(impl, {"providers": providers, "config": config})
-            except ConfigError:
-                raise
-            except Exception as exc:
-                # A configuration error naming the plugin, not a traceback out of the CLI.
-                raise ConfigError([
-                    f"$.plugins: lich_make_router of plugin {impl.plugin_name!r} failed: "
-                    f"{self._describe(exc)}"
-                ]) from exc
-            if result is None:
-                continue
-            if not callable(result):
-                # Caught here, with the plugin's name, rather than as a bare TypeError at
-                # the first model call; the next router (or none) decides instead.
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", TypeError(
-                    f"lich_make_router returned {type(result).__name__}, not a chat function "
-                    "(an async callable (messages, tools, options) -> ChatResult)"))
-                continue
-            return result  # type: ignore[no-any-return]
-        return None
+        router = self.call_hook_sync("lich_make_router", providers=providers, config=config)
+        return router.value  # type: ignore[no-any-return]
 
     def make_bus(self, config: LichConfig, local: GatewayBus) -> MessageBus | None:
         """``lich_make_bus``: the first non-``None`` answer, or ``None`` (use ``local``).
@@ -256,31 +226,8 @@ class PluginHost(PluginLoader, HookCaller):
             ``ConfigError`` as it is; anything else named with the plugin), or
             answered with something that is not a bus.
         """
-        from lich.config import ConfigError
-
-        for impl in self._impls("lich_make_bus"):
-            try:
-                result = _call_sync(impl, {"config": config, "local": local})
-            except ConfigError:
-                raise
-            except Exception as exc:
-                raise ConfigError([
-                    f"$.bus: lich_make_bus of plugin {impl.plugin_name!r} failed: "
-                    f"{self._describe(exc)}"
-                ]) from exc
-            if result is None:
-                continue
-            needed = ("submit", "handle", "start", "drain", "close", "cancel_runs", "park",
-                      "parked")
-            missing = [name for name in needed if not callable(getattr(result, name, None))]
-            if missing:
-                # The gateway would fail at its first message, far from the cause.
-                raise ConfigError([
-                    f"$.bus: lich_make_bus of plugin {impl.plugin_name!r} returned "
-                    f"{type(result).__name__}, not a bus (it has no {', '.join(missing)})"
-                ])
-            return result  # type: ignore[no-any-return]
-        return None
+        return self.call_hook_sync(  # type: ignore[no-any-return]
+            "lich_make_bus", config=config, local=local).value
 
     def make_session_store(self, config: LichConfig) -> SessionStore | None:
         """``lich_make_session_store``: the first non-``None`` answer, or ``None``.
@@ -288,40 +235,5 @@ class PluginHost(PluginLoader, HookCaller):
         :raises lich.config.ConfigError: a store plugin raised (its own
             ``ConfigError`` as it is; anything else named with the plugin).
         """
-        from lich.config import ConfigError
-        from lich.sessions import SessionStore
-
-        for impl in self._impls("lich_make_session_store"):
-            try:
-                result = _call_sync(impl, {"config": config})
-            except ConfigError:
-                raise
-            except Exception as exc:
-                raise ConfigError([
-                    f"$.session_store: lich_make_session_store of plugin "
-                    f"{impl.plugin_name!r} failed: {self._describe(exc)}"
-                ]) from exc
-            if result is None:
-                continue
-            if not isinstance(result, SessionStore):
-                self._forget_everywhere(impl.plugin_name)
-                self._fail_loaded(impl.plugin_name, "register", TypeError(
-                    f"lich_make_session_store returned {type(result).__name__}, not a "
-                    "session store (see lich.sessions.SessionStore)"))
-                continue
-            return result
-        return None
-
-
-def _call_sync(impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
-    """Call a registration-time hook, awaiting it if it is ``async def``."""
-    result = impl.function(**{name: kwargs[name] for name in impl.argnames})
-    if inspect.iscoroutine(result):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(result)
-        # Inside a running loop we cannot block on it here: run it on a helper loop.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, result).result()
-    return result
+        return self.call_hook_sync(  # type: ignore[no-any-return]
+            "lich_make_session_store", config=config).value

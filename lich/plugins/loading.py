@@ -37,8 +37,9 @@ from attrs import evolve, field, frozen
 from lich import hookspecs
 from lich._converter import did_you_mean
 from lich.config import is_path_entry
-from lich.hooks import INLINE_HOOKS, PROJECT, RUNS_INLINE_ATTR
+from lich.hooks import PROJECT, RUNS_INLINE_ATTR
 from lich.plugins import _entry_points as ep_index
+from lich.plugins.policy import HookPolicy, inline_hooks, policy_table
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -176,6 +177,9 @@ class PluginLoader:
         self.work_dir = Path(work_dir or os.getcwd())
         self.pm: pluggy.PluginManager = _Manager(PROJECT)
         self.pm.add_hookspecs(hookspecs)
+        #: How each hook is called (:mod:`lich.plugins.policy`): a hook is its spec
+        #: and its row, so the loader that adds specs keeps the rows too.
+        self.policies: dict[str, HookPolicy] = policy_table()
         self.reports: list[LoadReport] = []
 
     # ------------------------------------------------------------------ loading
@@ -336,15 +340,16 @@ class PluginLoader:
         on an ``async def`` (inline means called and answered at once), or on a hook
         lich does not call under a deadline (already inline, or no run-time hook)."""
         problems = []
+        allowed = inline_hooks(self.policies)
         for caller in self.pm.get_hookcallers(plugin) or ():
             for impl in caller.get_hookimpls():
                 if impl.plugin is not plugin or not getattr(impl.function, RUNS_INLINE_ATTR,
                                                             False):
                     continue
-                if caller.name not in INLINE_HOOKS:
+                if caller.name not in allowed:
                     problems.append(
                         f"{caller.name} cannot be marked runs_inline (only "
-                        f"{', '.join(sorted(INLINE_HOOKS))})")
+                        f"{', '.join(sorted(allowed))})")
                 elif inspect.iscoroutinefunction(impl.function) or inspect.isasyncgenfunction(
                         impl.function):
                     problems.append(
