@@ -42,7 +42,13 @@ __all__ = [
     "ToolExecutor",
     "ToolRegistry",
     "tool",
+    "validate_args",
 ]
+
+validate_args = _schema.validate_args
+"""``validate_args(args, schema)``: the first problem with ``args`` against a tool's JSON
+Schema as a coded message (``missing_arg: x``, ...), or ``None`` — the check the
+executor makes before every call, for a front end that lets a person edit arguments."""
 
 ToolFn: TypeAlias = Callable[
     [dict[str, Any], "ToolContext"], "Awaitable[ToolResult] | ToolResult"

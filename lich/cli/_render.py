@@ -208,11 +208,10 @@ class _EnvelopeLines:
     """
 
     def __init__(self) -> None:
-        from lich._converter import converter
         from lich.events import EVENT_SCHEMA_VERSION
-        from lich.serialization import envelope_to_dict
+        from lich.serialization import envelope_to_dict, unstructure
 
-        self._unstructure = converter.unstructure
+        self._unstructure = unstructure
         self._to_dict = envelope_to_dict
         self._version = EVENT_SCHEMA_VERSION
         self._encode = _compact_encoder()

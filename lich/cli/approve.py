@@ -417,7 +417,7 @@ class TerminalApprover:
     async def _edit(self, request: ApprovalRequest) -> dict[str, Any] | None:
         """The arguments as the person edited them; ``None`` (back to the choices)
         when they left them empty or the editor failed."""
-        from lich._schema import validate_args
+        from lich.tools import validate_args
 
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
         args = dict(request.call.args)
