@@ -113,19 +113,67 @@ def docstring_markdown(doc: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def _entry(name: str, fn: Callable[..., Any]) -> str:
-    opts = fn.lich_spec  # type: ignore[attr-defined]
-    kind = "`firstresult`: the first answer that is not `None` wins." \
-        if opts.get("firstresult") else ""
+_ACTIONS = {"stop": "ends the chain: it is the answer",
+            "collect": "is kept, and the next implementation is asked",
+            "chain": "replaces what the next implementation is given"}
+_FAILURES = {"report": "is logged and the plugin skipped (fail open)",
+             "block": "blocks, with a reason naming the plugin (fail closed)",
+             "unload": "fails the plugin (phase `{phase}`), which is unloaded whole",
+             "raise": "is a configuration error: nothing starts",
+             "ignore": "is ignored"}
+_TIME = {"hook": "`hook_timeout_s` for each implementation",
+         "given": "one deadline for all implementations together (`approval_timeout_s`)",
+         "none": "none"}
+_SYNC = {"run": "called inline; an `async def` is run to its end",
+         "schedule": "called inline, as it happens; an `async def` is scheduled on the loop",
+         "refuse": "called inline: it must be a fast plain `def` (an `async def` fails)"}
+
+
+def policy_lines(row: Any) -> list[str]:
+    """How the host calls a hook, from its row of the policy table
+    (:mod:`lich.plugins.policy`): the table is what the caller obeys."""
+    answers = [f"`{kind.__name__}` {_ACTIONS[action]}" for kind, action in row.answers.items()]
+    lines = [
+        "**How it is called** (its row in `lich.plugins.policy`):",
+        "",
+        "- **Answers:** " + ("; ".join(answers) + "; `None` asks the next implementation"
+                              if answers else "none: every implementation is called") + ".",
+        "- **An exception or a timeout** " + _FAILURES[row.on_error].format(phase=row.phase)
+        + ".",
+    ]
+    if answers:
+        lines.append("- **Another answer** " + _FAILURES[row.on_bad_answer].format(
+            phase=row.phase) + ".")
+    lines.append("- **Time limit:** " + _TIME[row.timeout] + ".")
+    if row.sync:
+        lines.append("- **Runs:** " + _SYNC[row.awaitable] + ".")
+    else:
+        lines.append("- **Runs:** an `async def` on the event loop, a plain `def` in a "
+                     "worker thread (or inline, marked `runs_inline`).")
+    return lines
+
+
+def _rows() -> dict[str, Any]:
+    from lich.plugins.policy import policy_table
+
+    rows = dict(policy_table())
+    for module in spec_modules()[1:]:
+        for row in getattr(module, "HOOK_POLICIES", ()):
+            rows[row.name] = row
+    return rows
+
+
+def _entry(name: str, fn: Callable[..., Any], rows: dict[str, Any]) -> str:
     body = docstring_markdown(fn.__doc__ or "(undocumented)")
     parts = [f"#### `{name}`", "", "```", spec_signature(name, fn), "```", "", body]
-    if kind:
-        parts.append(kind + "\n")
+    if name in rows:
+        parts += [*policy_lines(rows[name]), ""]
     return "\n".join(parts)
 
 
 def reference() -> str:
     """The generated part of the hook reference, markers included."""
+    rows = _rows()
     registration: list[str] = []
     run_time: list[str] = []
     owned: list[str] = []
@@ -137,10 +185,11 @@ def reference() -> str:
                 package = owner.removeprefix("lich.")
                 owned.append(f"### Hooks of the `{package}` plugin\n\n"
                              f"Added by `{module.__name__}` when the plugin is loaded.\n")
-                owned += [_entry(name, fn) for name, fn in entries]
+                owned += [_entry(name, fn, rows) for name, fn in entries]
             continue
         for name, fn in entries:
-            (registration if _REGISTRATION.match(name) else run_time).append(_entry(name, fn))
+            (registration if _REGISTRATION.match(name) else run_time).append(
+                _entry(name, fn, rows))
     sections = ["### Registration hooks\n", *registration, "### Run-time hooks\n", *run_time,
                 *owned]
     return BEGIN + "\n\n" + "\n".join(sections).rstrip() + "\n\n" + END
