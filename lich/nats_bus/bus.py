@@ -380,6 +380,7 @@ class NatsBus:
             "in_flight": self.running,
             "waiting_replies": len(self._waiters),
             "draining": self._closed,
+            "renew_s": self.settings.lease_ttl_s / 4,
             "started": self.started_at,
             "last_seen": time.time(),
         }
@@ -390,7 +391,7 @@ class NatsBus:
         A process that dies stops renewing and its entry expires, so what
         ``lich cluster status`` lists was alive within the last ``lease_ttl_s``.
         """
-        every = self.settings.lease_ttl_s / 4
+        every = self.presence()["renew_s"]
         while not self._withdrawn.is_set():
             try:
                 if self._processes_kv is None:

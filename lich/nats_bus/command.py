@@ -195,7 +195,7 @@ def _print_status(status: dict[str, Any]) -> None:
             add_row(table, str(p.get("role", "")), str(p.get("host", "")), str(p.get("pid", "")),
                     "" if p.get("concurrency") is None else str(p["concurrency"]),
                     str(p.get("in_flight", "")), started, _ago(p.get("last_seen"), now),
-                    "draining" if p.get("draining") else "serving")
+                    str(p.get("state", "")))
         print_table(console, table)
 
     by_id = {p.get("id"): p for p in processes}

@@ -4,11 +4,13 @@
   answered at all: it is served by the worker's own event loop, so an answer
   means the loop turns (a loop blocked by a stuck call answers nothing, and
   the probe times out). ``loop_lag_ms`` is how late the loop's last tick was.
-* ``GET /readyz`` — ``200 {"status": "ready", "checks"}`` when the worker is
-  connected to the broker, its partition consumers run, the session store
-  answered its last read and it is not draining (SIGTERM); else ``503
-  {"status": "not ready", "reasons": [...], "checks"}``, one reason per
-  failing check. The store is read in a thread every few seconds, not per
+* ``GET /readyz`` — ``200 {"status": "ready", "draining": false, "checks"}``
+  when the worker is connected to the broker, its partition consumers run, the
+  session store answered its last read and it is not draining (SIGTERM); else
+  ``503 {"status": "not ready", "draining", "reasons": [...], "checks"}``, one
+  reason per failing check. ``checks`` maps each check to whether it passes
+  (``broker``, ``consumers``, ``store``, ``accepting``); ``draining`` is the
+  state itself, true only after SIGTERM. The store is read in a thread every few seconds, not per
   request, so probes cost nothing.
 
 Served by uvicorn (the ``gateway`` extra's starlette and uvicorn), without
@@ -77,7 +79,7 @@ class HealthServer:
             "broker": True if bus.connected else "not connected to the broker",
             "consumers": True if bus.consuming else "the partition consumers are not running",
             "store": True if self._store_problem is None else self._store_problem,
-            "draining": True if not bus.closed else "draining: stopping, takes no messages",
+            "accepting": True if not bus.closed else "draining: stopping, takes no messages",
         }
 
     async def _tick(self) -> None:
@@ -124,6 +126,7 @@ class HealthServer:
             checks = self.checks()
             reasons = [v for v in checks.values() if v is not True]
             body: dict[str, Any] = {"status": "not ready" if reasons else "ready",
+                                    "draining": self.bus.closed,
                                     "checks": {k: v is True for k, v in checks.items()}}
             if reasons:
                 body["reasons"] = reasons

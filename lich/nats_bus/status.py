@@ -32,12 +32,30 @@ if TYPE_CHECKING:
 
     from lich.sessions import SessionStore
 
-__all__ = ["cluster_status", "gather", "probe_store"]
+__all__ = ["cluster_status", "gather", "probe_store", "process_state"]
 
 #: The session id a store probe asks about: any valid id; its answer does not matter.
 _PROBE_ID = "lich-status-probe"
 #: The broker lists consumers in pages of this many.
 _CONSUMER_PAGE = 256
+#: Renewals a process may miss before it counts as unresponsive, and the seconds of
+#: slack on top (a renewal's own latency, a small difference between hosts' clocks).
+_MISSED_RENEWALS = 2
+_LATE_SLACK_S = 1.0
+
+
+def process_state(entry: dict[str, Any], now: float, default_renew_s: float) -> str:
+    """``serving``, ``draining`` (after SIGTERM), or ``unresponsive``: its entry was not
+    renewed for two of its renewal periods (``renew_s``, which it announces; else
+    ``default_renew_s``). A process killed without a chance to withdraw its entry
+    shows so until the entry expires, not as serving. ``now`` and the entry's
+    ``last_seen`` are wall-clock times of different hosts: they assume synced clocks."""
+    renew = entry.get("renew_s")
+    renew_s = renew if isinstance(renew, int | float) and renew > 0 else default_renew_s
+    seen = entry.get("last_seen")
+    if isinstance(seen, int | float) and now - seen > _MISSED_RENEWALS * renew_s + _LATE_SLACK_S:
+        return "unresponsive"
+    return "draining" if entry.get("draining") else "serving"
 
 
 def probe_store(open_store: Callable[[], SessionStore], timeout_s: float) -> Callable[
@@ -106,7 +124,8 @@ async def cluster_status(settings: NatsBusSettings, *, token: str = "") -> dict[
             "broker": {"url": nc.connected_url.geturl() if nc.connected_url else None,
                        "version": _version(nc)},
             **await _stream(js, settings),
-            "processes": await _entries(js, f"{settings.stream}_PROCESSES"),
+            "processes": _with_states(await _entries(js, f"{settings.stream}_PROCESSES"),
+                                      settings.lease_ttl_s / 4),
             "leases": await _leases(js, settings),
         }
     except nats.errors.Error as exc:  # the broker went away, or does not answer JetStream
@@ -201,6 +220,11 @@ async def _entries(js: JetStreamContext, bucket: str) -> list[dict[str, Any]]:
             out.append(value)
     out.sort(key=lambda e: (str(e.get("role")), str(e.get("host")), e.get("pid") or 0))
     return out
+
+
+def _with_states(entries: list[dict[str, Any]], renew_s: float) -> list[dict[str, Any]]:
+    now = time.time()
+    return [{**e, "state": process_state(e, now, renew_s)} for e in entries]
 
 
 async def _leases(js: JetStreamContext, settings: NatsBusSettings) -> list[dict[str, Any]]:

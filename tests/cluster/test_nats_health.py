@@ -66,8 +66,8 @@ async def test_liveness_and_readiness_follow_the_broker_and_the_drain(
             assert live.status_code == 200
             assert live.json()["status"] == "alive"
             ready = await async_wait_for(lambda: readiness(200), WAIT_S, "the worker ready")
-            assert ready == {"status": "ready", "checks": {
-                "broker": True, "consumers": True, "store": True, "draining": True}}
+            assert ready == {"status": "ready", "draining": False, "checks": {
+                "broker": True, "consumers": True, "store": True, "accepting": True}}
 
             # The broker dies: not ready (still alive); back once it is.
             nats_server.kill()
@@ -89,7 +89,8 @@ async def test_liveness_and_readiness_follow_the_broker_and_the_drain(
             worker.process.send_signal(signal.SIGTERM)
             draining = await async_wait_for(lambda: readiness(503, "draining"), WAIT_S,
                                             "readiness to say the worker drains")
-            assert draining["checks"]["draining"] is False
+            assert draining["draining"] is True
+            assert draining["checks"]["accepting"] is False
             assert (await client.get(f"{base}/livez")).status_code == 200
             reply = await asyncio.wait_for(pending, WAIT_S)
             assert (reply.kind, reply.text) == ("reply", "done job")
@@ -136,7 +137,46 @@ async def test_an_unreachable_store_makes_the_worker_not_ready():
                 "the session store is unreachable: StoreError: the session store "
                 "(postgres lich@db:5432/lich) is unreachable"]
             assert response.json()["checks"] == {
-                "broker": True, "consumers": True, "store": False, "draining": True}
+                "broker": True, "consumers": True, "store": False, "accepting": True}
+            assert response.json()["draining"] is False
             assert (await client.get(f"{url}/livez")).status_code == 200
     finally:
         await probes.stop()
+
+
+@pytest.mark.parametrize(("health", "postgres"), [(False, False), (True, True)])
+async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_grace(
+    tmp_path: Path, nats_server: NatsServer, make_nats_bus: Callable[..., Any], health: bool,
+    postgres: bool, request: pytest.FixtureRequest,
+):
+    # A grace period far longer than the test waits: a worker that waited it out with
+    # nothing to finish would fail here. It ran a message first, so what a turn leaves
+    # behind (a reply on its way, a session writer, a heartbeat) is in play.
+    model = ScriptedServer(ScriptedModel(responder=responder)).start()
+    try:
+        work = tmp_path / "work"
+        (work / ".lich").mkdir(parents=True)
+        (work / ".lich" / "config.toml").write_text(
+            'stream = false\nplugins = ["+nats"]\n'
+            '[[providers]]\nkind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
+            f'base_url = "{model.base_url}"\n'
+            f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 2\n'
+            + ('[session_store]\nkind = "postgres"\ndsn_env = "LICH_POSTGRES_DSN"\n'
+               if postgres else ''),
+            encoding="utf-8")
+        env = lich_env(tmp_path)
+        if postgres:
+            env["LICH_POSTGRES_DSN"] = request.getfixturevalue("lich_postgres_dsn")
+        extra = ("--health", f"127.0.0.1:{free_port()}") if health else ()
+        async with workers(work, env, 1, "--grace", "3600",
+                           *extra) as (worker,):
+            ingress: NatsBus = await make_nats_bus(ContractModel(), consume=False,
+                                                   partitions=2)
+            pending = await ingress.submit(InboundMessage("test", "idle", "u", "hello"))
+            reply = await asyncio.wait_for(pending, WAIT_S)
+            assert reply.kind == "reply"
+            worker.process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(worker.process.wait(), WAIT_S) == 0
+            assert worker.saw("event=worker_stopped clean=True")
+    finally:
+        model.stop()

@@ -141,3 +141,38 @@ async def test_another_bus_kind_is_a_usage_error(tmp_path: Path):
     code, _, err = await status(work, tmp_path)
     assert code == 2
     assert "lich cluster status reads the nats bus; [bus] kind is 'memory'" in err
+
+
+async def test_a_process_whose_entry_is_not_renewed_is_unresponsive_not_serving(
+    tmp_path: Path, nats_server: NatsServer, make_nats_bus: Callable[..., Any],
+):
+    # A SIGKILLed worker cannot withdraw its entry: what it last announced (running one
+    # message) stays until the entry expires. Here its last renewal is a minute old while
+    # it promised one every second: it is unresponsive, whatever it says it runs.
+    import time
+
+    import nats
+
+    worker: NatsBus = await make_nats_bus(ContractModel(), lease_ttl_s=60)
+    await async_wait_for(lambda: worker._processes_kv is not None, WAIT_S, "the announcement")
+    dead = {**worker.presence(), "id": "killed", "pid": 999_999, "in_flight": 1,
+            "renew_s": 1.0, "started": time.time() - 120, "last_seen": time.time() - 60}
+    nc = await nats.connect(nats_server.url)
+    try:
+        kv = await nc.jetstream().key_value("LICH_INBOUND_PROCESSES")
+        await kv.put("killed", json.dumps(dead).encode())
+    finally:
+        await nc.close()
+    work = tmp_path / "status"
+    write_config(work, f'servers = ["{nats_server.url}"]\npartitions = 4\n')
+
+    code, out, err = await status(work, tmp_path, "--json")
+    assert code == 0, err
+    states = {p["id"]: p["state"] for p in json.loads(out)["processes"]}
+    assert states == {"killed": "unresponsive", worker.ingress_id: "serving"}
+
+    code, out, err = await status(work, tmp_path)
+    assert code == 0, err
+    (row,) = [line for line in out.splitlines() if "999999" in line]
+    assert row.split()[-1] == "unresponsive"
+    assert "serving" not in row
