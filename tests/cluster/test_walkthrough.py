@@ -59,10 +59,10 @@ def test_the_sql_makes_a_database_lich_migrates_with_synchronous_commit_on(
     assert password is not None
     with psycopg.connect(lich_postgres.dsn(), autocommit=True) as conn:
         for statement in filter(str.strip, sql.split(";")):
-            conn.execute(statement)  # type: ignore[call-overload]
+            conn.execute(statement)
         # Off for the database, as a server tuned for throughput may have it: the role's
         # setting (the doc's ALTER ROLE) comes first, so lich's sessions keep it on.
-        conn.execute(f"ALTER DATABASE {suffix} SET synchronous_commit = off")  # type: ignore[call-overload]
+        conn.execute(f"ALTER DATABASE {suffix} SET synchronous_commit = off")
     dsn = (f"postgresql://{suffix}:{password.group(1)}@{lich_postgres.host}:"
            f"{lich_postgres.port}/{suffix}")
     config = tmp_path / "cluster.toml"
