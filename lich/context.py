@@ -40,6 +40,7 @@ __all__ = [
     "CompressionSplit",
     "compress_messages",
     "estimate_text_tokens",
+    "estimate_usage",
     "is_summary",
     "message_tokens",
     "schema_tokens",
@@ -77,6 +78,16 @@ def message_tokens(message: Message) -> int:
     elif isinstance(message, ToolMessage):
         tokens += 8
     return tokens
+
+
+def estimate_usage(prompt_tokens: int, answer: Message) -> Usage:
+    """The estimated :class:`~lich.types.Usage` of a call whose provider reported none:
+    ``prompt_tokens`` (the request's estimate: :func:`message_tokens` of its messages
+    plus :func:`schema_tokens` of its tools) and the answer's :func:`message_tokens`,
+    marked ``estimated``."""
+    completion = message_tokens(answer)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion,
+                 total_tokens=prompt_tokens + completion, estimated=True)
 
 
 def schema_tokens(definitions: Sequence[ToolDefinition]) -> int:

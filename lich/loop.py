@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
+import attrs
 from attrs import field, frozen
 
 from lich import context
@@ -386,6 +387,11 @@ async def run_conversation(
         except Exception as exc:
             emit(ErrorEvent("unknown", f"{type(exc).__name__}: {exc}"))
             raise
+        if not result.usage.reported:
+            # No usage from the provider: estimate it (marked so), or --max-tokens,
+            # --max-cost and a gateway's daily budget would count this call as free.
+            result = attrs.evolve(result, usage=context.estimate_usage(
+                history.tokens + schema_cache[1], result.message))
         usage = usage + result.usage
         emit(LlmEnd(turn, result, priced(result)))
         message = result.message

@@ -185,6 +185,11 @@ class Usage:
     They are breakdowns, never added on top: a provider that does not report
     them leaves them 0, and ``prompt_tokens + completion_tokens`` stays the
     whole call.
+
+    ``estimated`` is true when the counts are lich's estimate (characters / 4,
+    :func:`lich.context.estimate_usage`), not the provider's: an answer that
+    reported no usage at all still counts against ``max_total_tokens`` and is
+    priced. A sum is estimated when any part of it is.
     """
 
     prompt_tokens: int = 0
@@ -193,6 +198,14 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def reported(self) -> bool:
+        """Whether these are counts at all: a provider that reported no usage leaves
+        every count 0 (no real call has an empty prompt)."""
+        return self.estimated or bool(self.prompt_tokens or self.completion_tokens
+                                      or self.total_tokens)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -202,6 +215,7 @@ class Usage:
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
             self.reasoning_tokens + other.reasoning_tokens,
+            self.estimated or other.estimated,
         )
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "config_options",
     "get_settings",
     "json_option",
+    "plugin_entry",
     "run_options",
     "session_options",
 ]
@@ -101,7 +102,8 @@ def get_settings(ctx: click.Context) -> CliSettings:
     return ctx.ensure_object(CliSettings)
 
 
-def _plugin_entry(entry: str) -> str:
+def plugin_entry(entry: str) -> str:
+    """A ``--plugin`` value as the config's loader reads it (a relative path made absolute)."""
     # A path given on the command line means a path from where the user stands, not from
     # the work dir (which is how the config file's relative entries are read).
     from lich.config import is_path_entry
@@ -138,7 +140,7 @@ def _store(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
             return  # not given at this level: keep what another level set
         settings = get_settings(ctx)
         if attr == "plugins":
-            settings.plugins.extend(_plugin_entry(v) for v in value)
+            settings.plugins.extend(plugin_entry(v) for v in value)
         elif attr == "work_dir":
             settings.work_dir = _work_dir(value)
         elif attr == "tools":

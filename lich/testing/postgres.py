@@ -24,7 +24,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from attrs import frozen
 
+from lich.testing.ports import ReservedPort, reserve_port
 from lich.testing.wait import wait_for
 
 __all__ = ["PostgresBinaries", "PostgresCluster", "PostgresUnavailable", "find_binaries"]
@@ -82,12 +82,6 @@ def find_binaries(prefer: int = 15) -> PostgresBinaries:
         "or on PATH: install the Debian package postgresql-15 (or postgresql)")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _temp_parent(user: pwd.struct_passwd | None) -> str:
     """Where the cluster's directory goes: the temp dir, unless another user (the
     server's) could not reach into it; then ``/tmp``."""
@@ -126,6 +120,8 @@ class PostgresCluster:
         self.host = "127.0.0.1"
         self._user = user
         self.pid: int | None = None
+        #: The port's reservation (lich.testing.ports): held until stop(), restarts included.
+        self._reserved: ReservedPort | None = None
 
     # ---------------------------------------------------------------- running
 
@@ -163,7 +159,9 @@ class PostgresCluster:
         if user is not None:
             os.chown(root, user.pw_uid, user.pw_gid)
         password = secrets.token_hex(12)
-        cluster = cls(binaries, root, _free_port(), password, user)
+        reserved = reserve_port()
+        cluster = cls(binaries, root, reserved.port, password, user)
+        cluster._reserved = reserved
         pwfile = root / "pwfile"
         pwfile.write_text(password + "\n", encoding="utf-8")
         if user is not None:
@@ -197,8 +195,12 @@ class PostgresCluster:
             if attempt == 2 or "could not bind" not in self._log_tail():
                 raise RuntimeError(f"pg_ctl start failed: {proc.stderr.strip()}\n"
                                    f"{self._log_tail()}")
-            # Another process took the free port between our probe and the bind.
-            self.port = _free_port()
+            # A program outside the tests took the port (reserved ports are only kept
+            # from the kernel's own choices and from other tests): take another.
+            if self._reserved is not None:
+                self._reserved.release()
+            self._reserved = reserve_port()
+            self.port = self._reserved.port
             options = re.sub(r"-p \d+", f"-p {self.port}", options)
         self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
 
@@ -208,6 +210,8 @@ class PostgresCluster:
         if self.pid is not None:
             self.kill_server()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._reserved is not None:
+            self._reserved.release()
 
     def kill_server(self) -> None:
         """``pg_ctl stop -m immediate`` (as a crash would), and wait for the pid to be gone;

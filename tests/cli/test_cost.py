@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from lich.testing import Reply, ScriptRequest
 from lich.types import ToolCall, Usage
 
-from .conftest import json_lines
+from .conftest import json_lines, write_config
 
 # Every answer: 10,000 prompt tokens (4,000 of them cached) and 2,000 out. At gpt-4o's
 # prices ($2.50 / $1.25 cached / $10 per million) that is 0.015 + 0.005 + 0.02 = $0.04.
@@ -169,6 +170,40 @@ def test_max_cost_from_the_config_file(work: Path, scripted: Any, lich: Any) -> 
     assert result.exit_code == 1
     assert len(server.requests) == 2
     assert "max_cost_usd: $0.0800 spent of $0.0500" in result.stderr
+
+
+def test_max_cost_without_prices_is_a_usage_error_before_any_call(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    server = scripted(["never asked"])
+    write_config(work, server.base_url)  # the default plugins: no prices
+
+    result = lich("--max-cost", "0.5", "hello")
+
+    assert result.exit_code == 2
+    assert "lich: error: $.max_cost_usd (--max-cost): no loaded plugin prices model " \
+           "calls" in result.stderr
+    assert 'plugins = ["+prices"]' in result.stderr
+    assert "budget exhausted" not in result.stderr
+    assert server.requests == []
+    assert not (work / ".lich" / "sessions").exists()  # no transcript either
+
+
+def test_an_answer_without_usage_is_counted_estimated(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    # The server reports no usage: the run counts chars / 4 and says it is an estimate.
+    server = scripted([Reply("z" * 4000, usage=Usage())])
+    write_config(work, server.base_url)
+
+    result = lich("--max-tokens", "100000", "hello")
+
+    assert result.exit_code == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if "final after 1 turn," in x)
+    found = re.search(r"final after 1 turn, ([\d,]+) tokens \(estimated\)", line)
+    assert found, line
+    # At least the answer's 4,000 characters / 4, and the request's tokens besides.
+    assert int(found.group(1).replace(",", "")) > 1000
 
 
 def test_bad_budget_flags_are_usage_errors(lich: Any) -> None:

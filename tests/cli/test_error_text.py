@@ -1,12 +1,12 @@
 """What `lich` says when the model call (or its setup) fails: who failed, where, why.
 
-Real loopback sockets throughout: a port that refuses (bound, then closed), a
+Real loopback sockets throughout: a port that refuses (bound, never listening), a
 scripted server that records every request, a proxy named in the environment.
 """
 
 from __future__ import annotations
 
-import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +17,14 @@ from tests.cli.conftest import write_config
 NO_BACKOFF = "[plugin_settings.failover]\nbase_delay_s = 0\nmax_delay_s = 0"
 
 
-def refused_port() -> int:
-    """A loopback port nobody listens on: bound to get a free one, then closed."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def error_line(stderr: str) -> str:
     (line,) = [entry for entry in stderr.splitlines() if entry.startswith("lich: error:")]
     return line
 
 
-def test_a_refused_connection_names_the_provider_and_the_url(work: Path, lich: Any) -> None:
+def test_a_refused_connection_names_the_provider_and_the_url(
+    work: Path, lich: Any, refused_port: Callable[[], int]
+) -> None:
     port = refused_port()
     write_config(work, f"http://127.0.0.1:{port}/v1", extra=NO_BACKOFF)
 
@@ -48,7 +43,8 @@ def test_a_refused_connection_names_the_provider_and_the_url(work: Path, lich: A
 
 
 def test_a_proxy_from_the_environment_is_named(
-    work: Path, lich: Any, scripted: Any, monkeypatch: pytest.MonkeyPatch
+    work: Path, lich: Any, scripted: Any, monkeypatch: pytest.MonkeyPatch,
+    refused_port: Callable[[], int],
 ) -> None:
     # The model server works; the proxy in HTTP_PROXY refuses. Reaching the proxy (and
     # failing) proves the request went through it, and the message must say so.
@@ -71,7 +67,7 @@ def test_a_proxy_from_the_environment_is_named(
 
 
 def test_no_proxy_is_honoured_in_the_message_too(
-    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch
+    work: Path, lich: Any, monkeypatch: pytest.MonkeyPatch, refused_port: Callable[[], int]
 ) -> None:
     port = refused_port()
     write_config(work, f"http://127.0.0.1:{port}/v1", extra=NO_BACKOFF)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import write_config
+from .conftest import config_text, write_config
 
 
 @pytest.mark.parametrize(("words", "meant"), [
@@ -17,6 +17,16 @@ from .conftest import write_config
     (["tols"], "tools"),
     (["plugin"], "plugins"),
     (["chats"], "chat"),
+    # One edit (Damerau–Levenshtein) for words of three letters or more: a swap of two
+    # neighbours, an insertion, a deletion, a substitution.
+    (["chta"], "chat"),
+    (["cnofig", "show"], "config"),
+    (["toosl"], "tools"),
+    (["demmo"], "demo"),
+    (["sesions"], "sessions"),
+    (["tiu"], "tui"),
+    (["chst"], "chat"),
+    (["rnu", "it"], "run"),
 ])
 def test_a_command_name_mistyped_exits_2_and_calls_no_model(
     words: list[str], meant: str, work: Path, lich: Any, scripted: Any
@@ -37,6 +47,9 @@ def test_a_command_name_mistyped_exits_2_and_calls_no_model(
     ["--max-turns", "2", "--", "confg", "show"],
     ["what", "is", "in", "here?"],
     ["Run", "the", "tests"],  # a capitalised command word starts a sentence, not a typo
+    ["What", "is", "here"],  # one edit from "chat", but a sentence
+    ["ls"],  # two letters: one edit from too many names to be a typo of one
+    ["fix", "the", "bug"],
 ])
 def test_run_and_a_double_dash_always_run_the_task_as_given(
     args: list[str], work: Path, lich: Any, scripted: Any
@@ -81,3 +94,48 @@ def test_a_command_of_a_plugin_that_failed_to_load_names_the_failure(
     assert "failed to load" in result.stderr
     assert "no_such_module_here" in result.stderr
     assert server.requests == []
+
+
+def test_plugin_commands_are_found_from_flags_after_them(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["should never be asked"])
+    write_config(work, server.base_url)  # the default plugins: no nats
+    other = work / "cluster.toml"
+    other.write_text(config_text(server.base_url, extra='plugins = ["+nats"]'), encoding="utf-8")
+
+    worker = lich("worker", "--config", str(other), "--help")
+    worker_eq = lich("worker", f"--config={other}", "--help")
+    plugin = lich("worker", "--plugin", "nats", "--help")
+    status = lich("cluster", "status", "--config", str(other), "--help")
+    before = lich("--config", str(other), "cluster", "status", "--help")
+
+    for result in (worker, worker_eq, plugin):
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.startswith("Usage: cli worker [OPTIONS]"), result.stdout
+    for result in (status, before):
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.startswith("Usage: cli cluster status [OPTIONS]"), result.stdout
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(("words", "plugin"), [
+    (["worker", "--concurrency", "2"], "nats"),
+    (["cluster", "status"], "nats"),
+    (["mcp", "list"], "mcp"),
+    (["gateway"], "gateway"),
+])
+def test_a_command_of_an_installed_plugin_not_enabled_exits_2(
+    words: list[str], plugin: str, work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["should never be asked"])
+    write_config(work, server.base_url, plugins=["builtin_tools", "openai_compat"])
+
+    result = lich(*words)
+
+    assert result.exit_code == 2, result.stdout
+    assert (f"lich: error: the command {words[0]!r} is of the plugin {plugin!r}, which is "
+            f"installed but not enabled: add it with plugins = [\"+{plugin}\"]") in result.stderr
+    assert f"--plugin {plugin}" in result.stderr
+    assert server.requests == []
+    assert not (work / ".lich" / "sessions").exists()  # no run, so no transcript

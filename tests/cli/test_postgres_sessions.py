@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,13 +138,11 @@ def test_configuration_errors_name_the_setting(work: Path, lich: Any, scripted: 
     assert server.requests == []
 
 
-def test_an_unreachable_database_is_one_clear_error(work: Path, lich: Any, scripted: Any,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_an_unreachable_database_is_one_clear_error(
+    work: Path, lich: Any, scripted: Any, monkeypatch: pytest.MonkeyPatch,
+    refused_port: Callable[[], int],
+) -> None:
+    port = refused_port()
     monkeypatch.setenv(DSN_VAR, f"postgresql://lich:hunter2secret@127.0.0.1:{port}/x")
     write_config(work, scripted([]).base_url,
                  extra=STORE.replace("reconnect_s = 5", "reconnect_s = 0"))

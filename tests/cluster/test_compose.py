@@ -174,3 +174,31 @@ def test_the_image_installs_extras_that_exist():
     assert wanted is not None
     assert set(wanted.group(1).split(",")) <= extras
     assert {"gateway", "nats", "postgres"} <= set(wanted.group(1).split(","))
+
+
+def _compose_command_lines(compose: dict[str, Any]) -> list[list[str]]:
+    """Every ``lich`` command line the deployment runs or tells the operator to run
+    (the services' commands and the header's ``exec`` line), as given."""
+    lines = [list(s["command"]) for s in lich_services(compose).values()]
+    for line in COMPOSE.read_text(encoding="utf-8").splitlines():
+        if " exec " in line and " lich " in line:
+            lines.append(line.split(" lich ", 1)[1].split())
+    return lines
+
+
+def test_the_exact_command_lines_reach_their_commands(compose: dict[str, Any], tmp_path: Path):
+    # The config flag after the command name (`worker --config FILE`) chooses the plugins
+    # that add the command: it must be found, not sent to the model as a task.
+    path, target = mounted_config(compose["services"]["worker"])
+    lines = _compose_command_lines(compose)
+    assert len(lines) == 3
+    for line in lines:
+        args = [str(path) if a == target else a for a in line]
+        command = [a for a in line if not a.startswith("-") and a != target][:2]
+        if command[0] != "cluster":
+            command = command[:1]
+        result = subprocess.run(
+            [sys.executable, "-m", "lich", *args, "--help"], cwd=tmp_path,
+            env=lich_env(tmp_path), capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(f"Usage: lich {' '.join(command)} "), result.stdout

@@ -29,7 +29,8 @@ from lich.nats_bus.settings import (
 )
 from lich.testing import ScriptedChat, make_test_config
 from lich.testing.contracts import contract_responder
-from lich.testing.nats import NatsServer, free_port, nats_server_binary
+from lich.testing.nats import NatsServer, nats_server_binary
+from lich.testing.ports import refused_port
 
 WAIT_S = 30.0
 
@@ -109,7 +110,11 @@ async def test_events_reach_an_ingress_in_another_process(make_nats_bus: Callabl
 
 
 async def test_an_unreachable_broker_stops_the_gateway_at_start(tmp_path: Path):
-    port = free_port()
+    with refused_port() as port:
+        await _gateway_start_fails_on(tmp_path, port)
+
+
+async def _gateway_start_fails_on(tmp_path: Path, port: int) -> None:
     config = make_test_config(
         tmp_path, plugins=("gateway", "nats"),
         gateway={"platforms": ["webhook"], "webhook": {"port": 0}},

@@ -17,7 +17,8 @@ from lich.gateway.bus import InboundMessage
 from lich.nats_bus.bus import NatsBus
 from lich.testing import Reply, ScriptedModel, ScriptedServer, ScriptRequest, Step, async_wait_for
 from lich.testing.contracts import ContractModel, contract_responder
-from lich.testing.nats import NatsServer, free_port
+from lich.testing.nats import NatsServer
+from lich.testing.ports import reserve_port
 
 from .conftest import workers
 
@@ -38,6 +39,7 @@ async def test_liveness_and_readiness_follow_the_broker_and_the_drain(
     tmp_path: Path, nats_server: NatsServer, make_nats_bus: Callable[..., Any],
 ):
     model = ScriptedServer(ScriptedModel(responder=responder)).start()
+    reserved = reserve_port()  # the worker binds it: reserved, not "free right now"
     try:
         work = tmp_path / "work"
         (work / ".lich").mkdir(parents=True)
@@ -47,7 +49,7 @@ async def test_liveness_and_readiness_follow_the_broker_and_the_drain(
             f'base_url = "{model.base_url}"\n'
             f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 2\n',
             encoding="utf-8")
-        port = free_port()
+        port = reserved.port
         base = f"http://127.0.0.1:{port}"
         async with workers(work, lich_env(tmp_path), 1, "--grace", "30",
                            "--health", f"127.0.0.1:{port}") as (worker,), \
@@ -99,6 +101,7 @@ async def test_liveness_and_readiness_follow_the_broker_and_the_drain(
             await httpx.AsyncClient().get(f"{base}/livez")
     finally:
         model.stop()
+        reserved.release()
 
 
 class UnreachableStore:

@@ -17,7 +17,8 @@ from lich.nats_bus.bus import NatsBus
 from lich.nats_bus.settings import partition_of
 from lich.testing import async_wait_for
 from lich.testing.contracts import ContractModel
-from lich.testing.nats import NatsServer, free_port
+from lich.testing.nats import NatsServer
+from lich.testing.ports import refused_port
 
 WAIT_S = 30.0
 
@@ -109,11 +110,12 @@ async def test_an_unreachable_store_is_reported_through_its_plugin(
     tmp_path: Path, nats_server: NatsServer,
 ):
     work = tmp_path / "status"
-    write_config(work, f'servers = ["{nats_server.url}"]\n',
-                 '[session_store]\nkind = "postgres"\n'
-                 f'dsn = "postgresql://lich@127.0.0.1:{free_port()}/lich"\n'
-                 'connect_timeout_s = 1\nreconnect_s = 0\n')
-    code, out, err = await status(work, tmp_path, "--json")
+    with refused_port() as port:
+        write_config(work, f'servers = ["{nats_server.url}"]\n',
+                     '[session_store]\nkind = "postgres"\n'
+                     f'dsn = "postgresql://lich@127.0.0.1:{port}/lich"\n'
+                     'connect_timeout_s = 1\nreconnect_s = 0\n')
+        code, out, err = await status(work, tmp_path, "--json")
     assert code == 0, err
     report = json.loads(out)
     assert report["stream"] is None  # nothing started on this broker yet: nothing made
@@ -126,9 +128,9 @@ async def test_an_unreachable_store_is_reported_through_its_plugin(
 
 async def test_an_unreachable_broker_is_exit_1_with_the_reason(tmp_path: Path):
     work = tmp_path / "status"
-    port = free_port()
-    write_config(work, f'servers = ["nats://127.0.0.1:{port}"]\nconnect_timeout_s = 1\n')
-    code, out, err = await status(work, tmp_path)
+    with refused_port() as port:
+        write_config(work, f'servers = ["nats://127.0.0.1:{port}"]\nconnect_timeout_s = 1\n')
+        code, out, err = await status(work, tmp_path)
     assert code == 1
     assert out == ""
     assert f"the nats bus cannot reach nats://127.0.0.1:{port}" in err

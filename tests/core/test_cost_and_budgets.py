@@ -13,6 +13,7 @@ import pytest
 import lich
 from lich.events import BudgetExhausted, Envelope, LlmEnd, RunEnd
 from lich.providers import ProviderDefaults
+from lich.serialization import event_to_dict
 from lich.sessions import JsonlSessionStore, read_session_file
 from lich.testing import Reply, ScriptedChat, ScriptRequest, make_test_config
 from lich.types import ToolCall, Usage
@@ -227,17 +228,91 @@ async def test_budgets_stop_on_cost(tmp_path: Path) -> None:
     assert stop.reason == "max_cost_usd: $0.2200 spent of $0.2000"
 
 
-async def test_a_cost_budget_without_prices_says_so(tmp_path: Path) -> None:
+def test_a_cost_budget_with_nothing_to_price_calls_is_a_config_error(tmp_path: Path) -> None:
+    chat = ScriptedChat(responder=looping)
+    # Nothing prices calls: every cost would be unknown, and the run would stop before
+    # its first call. Said before any call, as a configuration error (exit 2 in the CLI).
+    with pytest.raises(lich.ConfigError) as info:
+        lich.Agent(budget_config(tmp_path, max_cost_usd=5.0), plugins=[("echo", Echo())],
+                   chat=chat)
+    (problem,) = info.value.problems
+    assert problem.startswith("$.max_cost_usd (--max-cost): no loaded plugin prices model "
+                              "calls")
+    assert 'plugins = ["+prices"]' in problem
+    assert chat.requests == []
+
+
+class KnowsNoPrice:
+    """A pricing plugin that cannot price this model (``None``: unknown)."""
+
+    def lich_price_call(self, provider: Any, model: str, usage: Usage) -> float | None:
+        return None
+
+
+async def test_a_cost_budget_with_an_unknown_price_stops_saying_so(tmp_path: Path) -> None:
     chat = ScriptedChat(responder=looping)
     result, events = await run(budget_config(tmp_path, max_cost_usd=5.0),
-                               [("echo", Echo())], chat)
-    # Nothing prices calls: the budget cannot be checked, and the run does not pretend.
-    assert (result.stopped_reason, result.outcome.turns_used, chat.requests) == (
-        "budget", 0, [])
+                               [("echo", Echo()), ("pricer", KnowsNoPrice())], chat)
+    # The first call's price is unknown: the budget cannot be checked, and the run does
+    # not pretend (it stops before the second call).
+    assert (result.stopped_reason, result.outcome.turns_used, len(chat.requests)) == (
+        "budget", 1, 1)
     (stop,) = [e.event for e in events if isinstance(e.event, BudgetExhausted)]
     assert stop.reason.startswith("max_cost_usd: the run's cost is unknown, so the budget "
                                   "of $5.00 cannot be checked")
     assert "prices" in stop.reason
+
+
+def no_usage(request: ScriptRequest) -> Reply:
+    """A tool call every turn with a 400-character argument, and no usage at all (as
+    some OpenAI-compatible servers answer)."""
+    n = len(request.tool_results_since_user())
+    return Reply(tool_calls=(ToolCall(f"c{n}", "echo", {"text": "y" * 400}),), usage=Usage())
+
+
+async def test_an_answer_without_usage_counts_as_estimated_tokens(tmp_path: Path) -> None:
+    chat = ScriptedChat(responder=no_usage)
+    result, events = await run(budget_config(tmp_path, max_total_tokens=1000),
+                               [("echo", Echo())], chat, text="x" * 800)
+    ends = [e.event for e in events if isinstance(e.event, LlmEnd)]
+    first = ends[0].result.usage
+    # chars / 4: the request (system prompt, the 800-character task, the tool schema)
+    # and the answer (its tool call, 400 characters of argument and the JSON around it).
+    assert first.estimated
+    assert first.prompt_tokens > 200
+    assert first.completion_tokens > 100
+    assert first.total_tokens == first.prompt_tokens + first.completion_tokens
+    # So --max-tokens stops the run, which counting 0 per answer never would.
+    assert result.stopped_reason == "budget"
+    assert result.usage.estimated
+    assert result.usage.total_tokens >= 1000
+    (stop,) = [e.event for e in events if isinstance(e.event, BudgetExhausted)]
+    assert stop.budget == "max_total_tokens"
+    # The transcript says the figures are estimates; reported ones carry no mark.
+    assert result.session_path is not None
+    records = read_session_file(Path(result.session_path)).records
+    (meta,) = [r for r in records if r.get("event") == "run_end"]
+    assert meta["usage"]["estimated"] is True
+
+
+async def test_an_estimated_usage_is_priced_so_a_cost_budget_stops(tmp_path: Path) -> None:
+    pricer = PerToken()
+    result, events = await run(budget_config(tmp_path, max_cost_usd=0.5),
+                               [("echo", Echo()), ("pricer", pricer)],
+                               ScriptedChat(responder=no_usage), text="x" * 800)
+    assert all(usage.estimated and usage.total_tokens > 0 for _, _, usage in pricer.seen)
+    assert result.stopped_reason == "budget"
+    (stop,) = [e.event for e in events if isinstance(e.event, BudgetExhausted)]
+    assert stop.budget == "max_cost_usd"
+
+
+async def test_a_reported_usage_is_not_estimated(tmp_path: Path) -> None:
+    result, events = await run(make_test_config(tmp_path), [("echo", Echo())],
+                               ScriptedChat([Reply("done", usage=Usage(7, 3, 10))]))
+    assert result.usage == Usage(7, 3, 10)
+    assert not result.usage.estimated
+    (end,) = [e.event for e in events if isinstance(e.event, RunEnd)]
+    assert "estimated" not in event_to_dict(end)["usage"]
 
 
 async def test_budgets_that_are_not_spent_change_nothing(tmp_path: Path) -> None:

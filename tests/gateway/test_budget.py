@@ -14,6 +14,8 @@ import pytest
 from lich.config import ConfigError
 from lich.gateway.bus import BUDGET_TEXT, GatewayBus, InboundMessage
 from lich.gateway.config import parse_gateway_config
+from lich.testing import Reply, ScriptedChat, ScriptRequest
+from lich.types import Usage
 
 
 class ThreeCents:
@@ -89,6 +91,32 @@ async def test_an_unknown_cost_counts_as_over_the_budget(
     assert (await _say(client, url, "one")).status_code == 200
     refused = await _say(client, url, "two")
     assert (refused.status_code, refused.json()["error"]) == (429, BUDGET_TEXT)
+
+
+class PerToken:
+    """Prices a call at $0.0001 per token: what it costs depends on its usage."""
+
+    def lich_price_call(self, usage: Usage) -> float:
+        return usage.total_tokens * 0.0001
+
+
+async def test_answers_without_usage_are_counted_from_estimated_tokens(
+    start_gateway: Any, client: httpx.AsyncClient
+) -> None:
+    # A model server that reports no usage: each answer is still priced from its
+    # estimated tokens (chars / 4), so the budget fills up instead of staying at $0.
+    def no_usage(request: ScriptRequest) -> Reply:
+        return Reply("w" * 2000, usage=Usage())
+
+    chat = ScriptedChat(responder=no_usage)
+    gateway = {"webhook": {"port": 0}, "max_cost_usd_per_conversation_day": 0.05}
+    runner = await start_gateway(["webhook"], gateway, chat=chat,
+                                 objects=[("pricer", PerToken())])
+    url = f"http://127.0.0.1:{runner.adapter('webhook').port}"
+    assert (await _say(client, url, "one")).status_code == 200  # ~500 tokens: $0.05
+    refused = await _say(client, url, "two")
+    assert (refused.status_code, refused.json()["error"]) == (429, BUDGET_TEXT)
+    assert len(chat.requests) == 1
 
 
 async def test_only_today_counts(make_agent: Callable[..., Any]) -> None:

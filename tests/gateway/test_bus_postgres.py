@@ -72,15 +72,12 @@ async def test_the_gateway_migrates_the_store_at_start(
 
 
 async def test_the_gateway_does_not_start_on_an_unreachable_store(
-        start_gateway: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
+        start_gateway: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
+        refused_port: Callable[[], int]) -> None:
     import lich.postgres.plugin as postgres_plugin
     from lich.gateway.registry import GatewayError
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = refused_port()
     monkeypatch.setenv(DSN_VAR, f"postgresql://lich:hunter2secret@127.0.0.1:{port}/x")
     with pytest.raises(GatewayError, match=r"the session store is not usable: .* unreachable") as e:
         await start_gateway(

@@ -384,10 +384,10 @@ async def test_waiting_for_the_only_connection_is_a_pool_timeout(make: Transport
 
 
 @TRANSPORTS
-async def test_a_refused_connection_is_a_connect_error(make: TransportFactory) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+async def test_a_refused_connection_is_a_connect_error(
+    make: TransportFactory, refused_port: Callable[[], int]
+) -> None:
+    port = refused_port()
     async with httpx.AsyncClient(transport=make(plain())) as client:
         with pytest.raises(httpx.ConnectError) as caught:
             await client.post(f"http://127.0.0.1:{port}/", json={})

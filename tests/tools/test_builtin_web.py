@@ -75,10 +75,10 @@ async def test_fetch_errors(run: Runner, http_server: ServerFactory) -> None:
     assert (await run("fetch_url", {})).error == "missing_arg: url"
 
 
-async def test_fetch_connection_refused_surfaces(run: Runner) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+async def test_fetch_connection_refused_surfaces(
+    run: Runner, refused_port: Callable[[], int]
+) -> None:
+    port = refused_port()
     result = await run("fetch_url", {"url": f"http://127.0.0.1:{port}/"}, settings=ALLOW)
     assert result.error is not None
     assert result.error.startswith("network_error:")
@@ -165,7 +165,9 @@ async def test_web_search_parses_results(run: Runner, http_server: ServerFactory
     assert one.output == "1. Node.js & More\n   https://nodejs.org/en"
 
 
-async def test_web_search_no_results_and_failures(run: Runner, http_server: ServerFactory) -> None:
+async def test_web_search_no_results_and_failures(
+    run: Runner, http_server: ServerFactory, refused_port: Callable[[], int]
+) -> None:
     server = http_server()
     server.routes["/empty"] = (200, {"content-type": "text/html"}, b"<html></html>")
     server.routes["/forbidden"] = (403, {}, b"no")
@@ -175,9 +177,7 @@ async def test_web_search_no_results_and_failures(run: Runner, http_server: Serv
     assert (await run("web_search", {"query": "x"},
                       settings={**allow, "base_url": server.url("/forbidden")})
             ).error == "search_failed: http_403"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/"
+    dead = f"http://127.0.0.1:{refused_port()}/"
     failed = await run("web_search", {"query": "x"}, settings={**allow, "base_url": dead})
     assert failed.error is not None
     assert failed.error.startswith("search_failed: network_error:")
