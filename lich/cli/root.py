@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from lich import __version__
-from lich.cli.options import Settings, get_settings, run_options
+from lich.cli.options import CliSettings, get_settings, run_options
 
 __all__ = ["BUILTIN_COMMANDS", "LichGroup", "build_cli", "main"]
 
@@ -73,7 +73,7 @@ class LichGroup(click.Group):
             command = self.commands[name] = _import_command(BUILTIN_COMMANDS[name])
         return command if name in BUILTIN_COMMANDS else None
 
-    def load_plugin_commands(self, ctx: click.Context, settings: Settings | None = None) -> None:
+    def load_plugin_commands(self, ctx: click.Context, settings: CliSettings | None = None) -> None:
         """Call ``lich_register_commands`` of the configured plugins, once per invocation
         (per ``settings``: by default the flags parsed so far).
 
@@ -255,7 +255,7 @@ class LichGroup(click.Group):
                     formatter.write(f"{indent}{line}\n")
 
 
-def _settings_with_flags(settings: Settings, args: list[str]) -> Settings | None:
+def _settings_with_flags(settings: CliSettings, args: list[str]) -> CliSettings | None:
     """A copy of ``settings`` with the ``--config``, ``--work-dir`` and ``--plugin`` values
     found in ``args`` (up to a ``--``), or ``None`` when ``args`` has none of them.
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from lich_env import lich_env
 
+from lich.testing.ports import refused_port
+
 # Far beyond the subprocess timeout below: a command that retried for reconnect_s, or
 # waited out a connect timeout, would be killed and the test would fail.
 PATIENT = "connect_timeout_s = 600\nreconnect_s = 3600\n"
@@ -23,9 +25,8 @@ PATIENT = "connect_timeout_s = 600\nreconnect_s = 3600\n"
 def refusing_port() -> Iterator[int]:
     """A loopback port bound but not listening: a connection to it is refused (and no
     other process can take it while the test runs)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield sock.getsockname()[1]
+    with refused_port() as port:
+        yield port
 
 
 @pytest.fixture
