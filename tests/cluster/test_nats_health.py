@@ -156,6 +156,7 @@ async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_gra
     # nothing to finish would fail here. It ran a message first, so what a turn leaves
     # behind (a reply on its way, a session writer, a heartbeat) is in play.
     model = ScriptedServer(ScriptedModel(responder=responder)).start()
+    reserved = reserve_port()
     try:
         work = tmp_path / "work"
         (work / ".lich").mkdir(parents=True)
@@ -170,7 +171,8 @@ async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_gra
         env = lich_env(tmp_path)
         if postgres:
             env["LICH_POSTGRES_DSN"] = request.getfixturevalue("lich_postgres_dsn")
-        extra = ("--health", f"127.0.0.1:{free_port()}") if health else ()
+        # Reserved for the worker to bind (lich.testing.ports), not "free right now".
+        extra = ("--health", f"127.0.0.1:{reserved.port}") if health else ()
         async with workers(work, env, 1, "--grace", "3600",
                            *extra) as (worker,):
             ingress: NatsBus = await make_nats_bus(ContractModel(), consume=False,
@@ -183,3 +185,4 @@ async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_gra
             assert worker.saw("event=worker_stopped clean=True")
     finally:
         model.stop()
+        reserved.release()
