@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from lich.plugins import LoadReport as LoadReport
     from lich.plugins import PluginHost as PluginHost
     from lich.plugins import PluginLoadError as PluginLoadError
+    from lich.processes import Launch as Launch
+    from lich.processes import ProcessRunner as ProcessRunner
     from lich.providers import ProviderDefaults as ProviderDefaults
     from lich.providers import ProviderRegistry as ProviderRegistry
     from lich.sessions import SessionStore as SessionStore
@@ -78,12 +80,14 @@ _EXPORTS = {
     "ChatResult": "lich.types",
     "ConfigError": "lich.config",
     "Envelope": "lich.events",
+    "Launch": "lich.processes",
     "LichConfig": "lich.config",
     "LoadReport": "lich.plugins",
     "Message": "lich.types",
     "Param": "lich._schema",
     "PluginHost": "lich.plugins",
     "PluginLoadError": "lich.plugins",
+    "ProcessRunner": "lich.processes",
     "Provider": "lich.types",
     "ProviderConfig": "lich.config",
     "ProviderDefaults": "lich.providers",

@@ -57,6 +57,7 @@ from lich.loop import (
     seed_system_prompt,
 )
 from lich.plugins import PluginHost
+from lich.processes import ProcessRunner
 from lich.protected import ProtectedPaths
 from lich.providers import (
     ProviderRegistry,
@@ -183,10 +184,15 @@ def load_plugins(config: LichConfig, extra: Sequence[tuple[str, object]] = ()) -
     return host
 
 
-def build_tool_registry(host: PluginHost, config: LichConfig) -> ToolRegistry:
-    """Every plugin's tools, with ``tools_enabled`` / ``tools_disabled`` applied."""
+def build_tool_registry(
+    host: PluginHost, config: LichConfig, runner: ProcessRunner | None = None,
+) -> ToolRegistry:
+    """Every plugin's tools, with ``tools_enabled`` / ``tools_disabled`` applied.
+
+    ``runner`` starts what registering starts (MCP servers); ``None`` asks the
+    plugins (``lich_make_process_runner``)."""
     registry = ToolRegistry()
-    host.register_tools(registry, config)
+    host.register_tools(registry, config, runner)
     registry.filter(config.tools_enabled, config.tools_disabled)
     return registry
 
@@ -253,7 +259,10 @@ class Agent:
         problems = host.check_config(config)
         if problems:
             raise ConfigError(problems)
-        self.tools = build_tool_registry(host, config)
+        #: What every process of a tool and every stdio MCP server is started through
+        #: (``lich_make_process_runner``; :data:`lich.processes.DIRECT` by default).
+        self.process_runner = host.make_process_runner(config)
+        self.tools = build_tool_registry(host, config, self.process_runner)
         self.providers: list[Provider] = []
         #: Why no model can be called (``model_optional`` agents only), else None.
         self.model_problem: ConfigError | None = None
@@ -282,6 +291,7 @@ class Agent:
             self.tools, work_dir=config.work_dir, env=env, tool_settings=config.tools,
             secret_env_names=secret_env_names(config, self.provider_kinds),
             protected=ProtectedPaths.for_config(config),
+            process_runner=self.process_runner,
         )
         # After the checks: a bad [session_store] is reported with everything else.
         self._owns_sessions = sessions is None

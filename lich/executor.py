@@ -30,6 +30,7 @@ from lich.events import ApprovalRequested, ApprovalResolved, Event
 from lich.guards import ToolError, truncate_text
 from lich.hooks import ApprovalRequest, RunInfo
 from lich.loop import ToolOutcome, unless_cancelled
+from lich.processes import DIRECT, ProcessRunner
 from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
 from lich.threads import run_in_daemon_thread
@@ -64,6 +65,8 @@ class ToolExecutor:
         ``max_output_chars`` and ``runs_inline`` there override the tool's own.
     :param protected: what no tool may read, list or search (handed to every
         call as ``ctx.protected``); nothing by default.
+    :param process_runner: starts every process a tool runs (handed to every call as
+        ``ctx.process_runner``); :data:`lich.processes.DIRECT` by default.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class ToolExecutor:
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
         secret_env_names: frozenset[str] = frozenset(),
         protected: ProtectedPaths | None = None,
+        process_runner: ProcessRunner | None = None,
     ) -> None:
         self.registry = registry
         self.work_dir = Path(work_dir)
@@ -82,6 +86,7 @@ class ToolExecutor:
         self.tool_settings = tool_settings or {}
         self.secret_env_names = secret_env_names
         self.protected = protected if protected is not None else ProtectedPaths()
+        self.process_runner = DIRECT if process_runner is None else process_runner
         self._warned_slow: set[str] = set()
 
     def limits(self, item: Tool) -> tuple[float, int]:
@@ -140,6 +145,7 @@ class ToolExecutor:
             call_id=call.id,
             secret_env_names=self.secret_env_names,
             protected=self.protected,
+            process_runner=self.process_runner,
         )
         deadline = asyncio.timeout(timeout_s)
         try:

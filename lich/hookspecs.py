@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         RunOutcome,
         Stop,
     )
+    from lich.processes import ProcessRunner
     from lich.providers import ProviderRegistry
     from lich.sessions import SessionStore
     from lich.tools import ToolRegistry
@@ -56,7 +57,9 @@ if TYPE_CHECKING:
 
 
 @hookspec
-def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
+def lich_register_tools(
+    registry: ToolRegistry, config: LichConfig, runner: ProcessRunner
+) -> None:
     """Add tools to the agent.
 
     Fires once per agent assembly, after every plugin of the config is loaded.
@@ -67,11 +70,59 @@ def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
         and skipped; the first registration wins.
     :param config: the effective configuration (``config.tools`` holds the
         ``[tools.<name>]`` tables, ``config.plugin_settings`` the plugins' own).
+    :param runner: the agent's :class:`lich.processes.ProcessRunner` (the answer of
+        ``lich_make_process_runner``): a plugin that starts processes while it
+        registers (the MCP plugin's stdio servers) starts them through it. Tools
+        get the same runner at call time as ``ctx.process_runner``.
     :return: nothing. ``tools_enabled`` / ``tools_disabled`` are applied to
         every registered tool afterwards, plugin tools included.
 
     If this hook raises, the plugin is unloaded whole: the tools it registered
     before raising are removed too.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_make_process_runner(config: LichConfig) -> ProcessRunner | None:
+    """Return the :class:`lich.processes.ProcessRunner` every process of a tool and
+    every stdio MCP server is started through.
+
+    :param config: the effective configuration (a sandbox plugin reads its own
+        table from it).
+    :return: a runner, or ``None`` to let the next implementation decide. With no
+        answer, :data:`lich.processes.DIRECT` runs every launch as given.
+
+    What goes through the runner: the ``terminal`` tool's command, the builtin
+    tools' helper programs (``grep_files``' worker, ``disk_usage``'s ``du``),
+    stdio MCP servers, and every process a third-party tool starts through
+    ``ctx.process_runner``. Each start is a :class:`lich.processes.Launch`
+    (argv, env, cwd, inherited descriptors, ``kind`` and ``owner``); the runner's
+    ``launch(spec)`` context yields the launch to really start — a sandbox
+    rewrites it to ``bwrap … -- <argv>`` — and is left when lich is done with
+    the process. An exception raised there fails that start (a tool error, a
+    failed MCP server), so a sandbox that cannot start fails closed.
+
+    ``firstresult``: the first non-``None`` answer wins. Called once per agent
+    assembly (and once per ``lich tools`` listing, which starts MCP servers),
+    before ``lich_register_tools``. A ``ConfigError`` raised here is reported as
+    it is; anything else is a configuration error naming the plugin. An answer
+    without a callable ``launch`` fails its plugin (phase ``register``) and the
+    next implementation decides.
+
+    Example::
+
+        import contextlib
+        import attrs
+        from lich import hookimpl
+
+        class Wrapped:
+            @contextlib.asynccontextmanager
+            async def launch(self, spec):
+                yield attrs.evolve(spec, argv=("nice", "-n", "10", *spec.argv))
+
+        @hookimpl
+        def lich_make_process_runner(config):
+            return Wrapped()
     """
 
 

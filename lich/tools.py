@@ -28,6 +28,7 @@ from lich.cancel import CancelToken
 from lich.guards import DEFAULT_MAX_OUTPUT_CHARS, DEFAULT_TOOL_TIMEOUT_S
 from lich.hooks import RunInfo
 from lich.lazy import lazy_exports
+from lich.processes import DIRECT, ProcessRunner
 from lich.protected import ProtectedPaths
 from lich.registry import DuplicateNameError, Registry
 from lich.types import ToolDefinition, ToolResult
@@ -78,6 +79,9 @@ class ToolContext:
     of the config): a tool must never show their values to the model.
     ``protected`` is what no tool may read, list or search (lich's own files,
     secret files): check resolved paths with :func:`lich.protected.is_protected`.
+    ``process_runner`` starts every process the tool runs (:mod:`lich.processes`):
+    enter ``process_runner.launch(Launch(...))`` and start what it yields, so an OS
+    sandbox plugin confines the tool's processes too.
     """
 
     work_dir: Path
@@ -88,6 +92,7 @@ class ToolContext:
     call_id: str = ""
     secret_env_names: frozenset[str] = frozenset()
     protected: ProtectedPaths = field(factory=ProtectedPaths)
+    process_runner: ProcessRunner = field(default=DIRECT, eq=False)
 
 
 @frozen

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from attrs import frozen
+
 from lich.guards import Opened, ToolError, check_path_arg, open_beneath, resolve_in_root
 from lich.protected import is_protected
 from lich.secrets import is_secret_entry
@@ -45,17 +47,68 @@ def schema(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[
     return out
 
 
-def time_cap_s(settings: ToolSettings, own_cap_s: float) -> float:
-    """How long the tool may run: its own cap, tightened by ``[tools.<name>] timeout_s``.
+# What a tool keeps back from the executor's limit for stopping its work and
+# returning: a share of the limit, within bounds. Half of it is for clean-up (killing,
+# reaping, closing pipes: each bounded by :attr:`Deadline.end`), half is slack for an
+# event loop woken late on a loaded machine.
+_RESERVE_SHARE = 0.2
+_RESERVE_MIN_S = 0.4
+_RESERVE_MAX_S = 5.0
 
-    The executor enforces the same ``timeout_s``; a tool that stops itself a
-    little earlier can still report what it got (partial output, exit code).
+
+def _reserve_s(limit_s: float) -> float:
+    return min(limit_s / 2, _RESERVE_MAX_S, max(_RESERVE_MIN_S, limit_s * _RESERVE_SHARE))
+
+
+def time_cap_s(settings: ToolSettings, own_cap_s: float) -> float:
+    """How long the tool may work: its own cap, tightened by ``[tools.<name>] timeout_s``.
+
+    The executor enforces the same ``timeout_s``; a tool that stops itself
+    earlier can still report what it got (partial output, exit code). A tool that
+    also cleans up after stopping (a child to kill) uses :func:`call_deadline`,
+    which bounds the clean-up too.
     """
     configured = settings.timeout_s
     if configured is None or configured >= own_cap_s:
         return own_cap_s
-    # Leave a small margin so the tool's own deadline fires before the executor's.
-    return max(0.001, configured - min(0.5, configured * 0.1))
+    return max(0.001, configured - _reserve_s(configured))
+
+
+@frozen
+class Deadline:
+    """The two moments of one tool call, on the event loop's clock.
+
+    ``stop``: when its work must stop (the command is killed, the search ends).
+    ``end``: by when it must have returned, clean-up included, a little before the
+    executor gives up on it (which would drop the partial output).
+    """
+
+    stop: float
+    end: float
+
+    def left(self) -> float:
+        """Seconds until :attr:`end` (0 when past): the bound of every clean-up wait."""
+        return max(0.0, self.end - asyncio.get_running_loop().time())
+
+    def work_left(self) -> float:
+        """Seconds until :attr:`stop` (0 when past)."""
+        return max(0.0, self.stop - asyncio.get_running_loop().time())
+
+
+def call_deadline(settings: ToolSettings, limit_s: float, work_s: float) -> Deadline:
+    """The :class:`Deadline` of a call starting now.
+
+    :param settings: the tool's table; its ``timeout_s`` is the executor's limit
+        when set.
+    :param limit_s: the tool's own ``timeout_s`` (the executor's limit otherwise).
+    :param work_s: how long the tool means to work (the model's ``timeout_ms``,
+        its own budget); shortened to leave the clean-up its time before the limit.
+    """
+    limit = limit_s if settings.timeout_s is None else settings.timeout_s
+    reserve = _reserve_s(limit)
+    now = asyncio.get_running_loop().time()
+    return Deadline(stop=now + max(0.001, min(work_s, limit - reserve)),
+                    end=now + limit - reserve / 2)
 
 
 def output_cap(settings: ToolSettings, own_cap: int) -> int:

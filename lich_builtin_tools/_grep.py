@@ -18,10 +18,13 @@ from typing import Any
 
 from lich import guards
 from lich.guards import ToolError, optional_int_arg, optional_string_arg, require_string_arg
+from lich.processes import Launch, ProcessRunner, launched
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
     SKIP_NAMES,
+    Deadline,
+    call_deadline,
     child_env,
     open_in_work_dir,
     real_root,
@@ -65,6 +68,9 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         args, "max_results", DEFAULT_MAX_RESULTS, lo=1, hi=MAX_RESULTS_CAP
     )
     settings = tool_settings(ctx, "grep_files", GrepFilesSettings)
+    # The search stops at its budget (or the configured limit, less the time kept back
+    # for killing the worker), and the call returns its matches before the executor's limit.
+    deadline = call_deadline(settings, grep_files_tool.timeout_s, settings.time_budget_s)
     budget = min(settings.time_budget_s, time_cap_s(settings, grep_files_tool.timeout_s))
     # The worker searches the very file or directory checked here: it inherits the
     # descriptor, and walks below it from descriptors too (see _grep_worker).
@@ -86,7 +92,8 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "protected_dirs": list(ctx.protected.dirs),
             "protected_names": list(ctx.protected.names),
         }
-        hits, finished = await _run_worker(spec, budget, opened.fd, child_env(ctx))
+        hits, finished = await _run_worker(spec, deadline, opened.fd, child_env(ctx),
+                                           ctx.process_runner, real_root(ctx))
     finally:
         os.close(opened.fd)
     lines = hits[:max_results]
@@ -104,15 +111,24 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 async def _run_worker(
-    spec: dict[str, Any], budget_s: float, fd: int, env: dict[str, str]
+    spec: dict[str, Any], deadline: Deadline, fd: int, env: dict[str, str],
+    runner: ProcessRunner, cwd: str,
 ) -> tuple[list[str], bool]:
-    """Run the worker on the file or directory open as ``fd`` (passed down to it), in
-    ``env`` (scrubbed of secrets); returns the hits and whether it finished within
-    ``budget_s``."""
+    """Run the worker through ``runner`` on the file or directory open as ``fd``
+    (passed down to it), in ``env`` (scrubbed of secrets); returns the hits and
+    whether it finished by ``deadline.stop``."""
+    launch = Launch(argv=(sys.executable, "-I", "-S", str(_WORKER)), env=env, cwd=cwd,
+                    kind="helper", owner="grep_files", pass_fds=(fd,))
+    async with launched(runner, launch) as run:
+        return await _search(spec, deadline, run)
+
+
+async def _search(spec: dict[str, Any], deadline: Deadline, run: Launch
+                  ) -> tuple[list[str], bool]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", str(_WORKER),
+        *run.argv,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        limit=1 << 20, pass_fds=(fd,), env=env,
+        limit=1 << 20, pass_fds=run.pass_fds, env=dict(run.env), cwd=run.cwd,
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -122,7 +138,7 @@ async def _run_worker(
     try:
         proc.stdin.write(json.dumps(spec).encode())
         proc.stdin.close()
-        async with asyncio.timeout(budget_s):
+        async with asyncio.timeout_at(deadline.stop):
             while line := await proc.stdout.readline():
                 if line.endswith(b"\n"):  # a line cut short by a dying worker is dropped
                     hits.append(json.loads(line))
@@ -136,7 +152,9 @@ async def _run_worker(
         pass
     finally:
         if proc.returncode is None:
-            await reap(proc)  # also when we are being cancelled
+            # Bounded by the call's end (also when we are being cancelled): the matches
+            # found so far are returned in time, the child watcher reaps the rest.
+            await reap(proc, grace_s=deadline.left())
     return hits, finished
 
 

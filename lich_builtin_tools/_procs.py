@@ -15,9 +15,16 @@ from ``/proc`` (Linux; elsewhere only the process group is killed):
 A recorded process is identified by its pid *and* start time, so a pid the
 system has reused for an unrelated process is never signalled.
 
-What escapes: a process that clears its environment and detaches from the
-tree between two polls (every :data:`POLL_S`); only a per-call cgroup would
-hold that, and it needs a delegated cgroup v2 subtree lich does not assume.
+On Linux the call's shell is also made a *child subreaper*
+(``PR_SET_CHILD_SUBREAPER``, :func:`subreaper_preexec`): a process that
+double-forks or calls ``setsid`` is re-parented to the shell, not to init, when
+its parent exits, so it stays in the tree for as long as the shell runs, however
+fast it detached and whatever it did to its environment. A timed-out or cancelled
+call is one whose shell is still running, so the kill finds it.
+
+What escapes: a process left behind by a shell that has exited (a ``server &``
+job, kept on purpose), and elsewhere than Linux anything outside the process
+group. The OS sandbox (a PID namespace per call) closes that structurally.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ import contextlib
 import os
 import secrets
 import signal
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 
-__all__ = ["MARK_ENV", "POLL_S", "CallProcesses"]
+__all__ = ["MARK_ENV", "POLL_S", "CallProcesses", "subreaper_preexec"]
 
 MARK_ENV = "LICH_TOOL_CALL"
 """The environment variable holding the call's token (inherited by its processes)."""
@@ -192,6 +200,46 @@ class CallProcesses:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.root, signal.SIGKILL)
         return len(stopped)
+
+
+# prctl(2) option: orphaned descendants are re-parented to this process, not to init.
+_PR_SET_CHILD_SUBREAPER = 36
+_preexec: list[Callable[[], None] | None] = []
+
+
+def subreaper_preexec() -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the started process a child subreaper (Linux), or
+    ``None`` where that is unavailable.
+
+    Why a ``preexec_fn`` is safe here: it is one foreign call, bound before the fork,
+    with constant arguments; it takes no Python-level lock (CPython holds the import
+    lock across the fork for ``preexec_fn`` anyway) and allocates nothing a thread
+    lost in the fork could be holding. The attribute survives ``execve``, so the
+    shell (or the command bash ``exec``-s into) keeps it; it is not inherited by
+    the shell's own children.
+    """
+    if not _preexec:
+        _preexec.append(_make_preexec())
+    return _preexec[0]
+
+
+def _make_preexec() -> Callable[[], None] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+
+    def become_subreaper() -> None:
+        prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+    return become_subreaper
 
 
 def _signal(procs: Iterable[int], sig: int) -> None:

@@ -14,11 +14,14 @@ from lich.guards import (
     optional_string_arg,
     truncate_text,
 )
+from lich.processes import DIRECT, Launch, ProcessRunner, launched
 from lich.secrets import is_secret_entry
 from lich.settings import ToolSettings
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
+    Deadline,
+    call_deadline,
     child_env,
     hidden,
     open_in_work_dir,
@@ -26,7 +29,6 @@ from lich_builtin_tools._common import (
     real_root,
     reap,
     schema,
-    time_cap_s,
 )
 from lich_builtin_tools._settings import tool_settings
 
@@ -122,8 +124,8 @@ def _protected_globs(ctx: ToolContext) -> tuple[str, ...]:
 
 
 async def _du(
-    dir_fd: int, names: list[str], seconds: float, env: dict[str, str],
-    exclude: tuple[str, ...] = (),
+    dir_fd: int, names: list[str], deadline: Deadline, env: dict[str, str],
+    exclude: tuple[str, ...] = (), runner: ProcessRunner = DIRECT,
 ) -> dict[str, int]:
     """Apparent sizes (``du -sbl``) of ``names`` inside the directory open as
     ``dir_fd``, in one ``du`` run, in ``env`` (scrubbed of secrets).
@@ -132,18 +134,22 @@ async def _du(
     measured, not followed (``du`` walks with ``fts`` relative to directory
     descriptors). NUL-separated output survives any file name. ``exclude`` are
     name globs left out of every size (protected files: a size would show them).
+    Started through ``runner``; stopped at ``deadline.stop``, reaped by its end.
     """
-    proc = await asyncio.create_subprocess_exec(
-        "du", "-sbl0", *(f"--exclude={glob}" for glob in exclude), "--", *names,
-        cwd=_fd_dir(dir_fd), pass_fds=(dir_fd,), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-    )
-    try:
-        async with asyncio.timeout(seconds):
-            out, _ = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            await reap(proc)
+    launch = Launch(
+        argv=("du", "-sbl0", *(f"--exclude={glob}" for glob in exclude), "--", *names),
+        env=env, cwd=_fd_dir(dir_fd), kind="helper", owner="disk_usage", pass_fds=(dir_fd,))
+    async with launched(runner, launch) as run:
+        proc = await asyncio.create_subprocess_exec(
+            *run.argv, cwd=run.cwd, pass_fds=run.pass_fds, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(run.env),
+        )
+        try:
+            async with asyncio.timeout_at(deadline.stop):
+                out, _ = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                await reap(proc, grace_s=deadline.left())
     sizes: dict[str, int] = {}
     for record in out.split(b"\x00"):
         size, sep, name = record.partition(b"\t")
@@ -155,7 +161,8 @@ async def _du(
 async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     target = optional_string_arg(args, "path", ".")
     max_entries = optional_int_arg(args, "max_entries", 25, lo=1, hi=200)
-    cap_s = time_cap_s(tool_settings(ctx, "disk_usage", ToolSettings), DU_TIMEOUT_S)
+    deadline = call_deadline(tool_settings(ctx, "disk_usage", ToolSettings),
+                             disk_usage_tool.timeout_s, DU_TIMEOUT_S)
     # Opened and listed in the event loop's thread (a few system calls): a worker thread
     # cancelled mid-way would leave the descriptor open, or see it closed under it.
     opened = open_in_work_dir(ctx, target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -171,8 +178,8 @@ async def _disk_usage(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         sizes: dict[str, int] = {}
         if names:
             try:
-                sizes = await _du(dir_fd, names, cap_s, child_env(ctx),
-                                  _protected_globs(ctx))
+                sizes = await _du(dir_fd, names, deadline, child_env(ctx),
+                                  _protected_globs(ctx), ctx.process_runner)
             except (OSError, TimeoutError) as exc:
                 raise ToolError("du_unavailable") from exc
     finally:

@@ -29,22 +29,25 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from lich.guards import ToolError, optional_number_arg, require_string_arg, truncate_text
+from lich.processes import DIRECT, Launch, ProcessRunner, launched
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import (
+    Deadline,
+    call_deadline,
     kill_process,
     output_cap,
     protect_process,
     reap,
     schema,
     scrub_env,
-    time_cap_s,
 )
-from lich_builtin_tools._procs import POLL_S, CallProcesses
+from lich_builtin_tools._procs import POLL_S, CallProcesses, subreaper_preexec
 from lich_builtin_tools._settings import TerminalSettings, tool_settings
 
 __all__ = ["make_terminal_tool"]
@@ -53,6 +56,9 @@ DEFAULT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_MS = 300_000
 STREAM_CAP_CHARS = 50_000
 OUTPUT_CAP_CHARS = 20_000
+# The executor's limit: the tool's own maximum plus the time kept back for killing
+# the command and returning what it printed (see call_deadline).
+TOOL_TIMEOUT_S = MAX_TIMEOUT_MS / 1000 + 5
 # How long to wait for the pipes to close once bash itself has exited. A
 # backgrounded child that keeps them open (``server &``) is left running: its
 # pipes stay open and are drained into nothing until it closes them (see
@@ -120,7 +126,10 @@ def make_terminal_tool() -> Tool:
         requested_ms = optional_number_arg(args, "timeout_ms", DEFAULT_TIMEOUT_MS)
         timeout_ms = min(max(1, int(requested_ms)), MAX_TIMEOUT_MS)
         settings = tool_settings(ctx, "terminal", TerminalSettings)
-        timeout_s = min(timeout_ms / 1000, time_cap_s(settings, MAX_TIMEOUT_MS / 1000))
+        # The command stops at its timeout (or the configured limit, less the time
+        # kept back for killing it) and the call returns before the executor's limit.
+        deadline = call_deadline(settings, TOOL_TIMEOUT_S,
+                                 min(timeout_ms, MAX_TIMEOUT_MS) / 1000)
         env = scrub_env({**os.environ, **ctx.env}, ctx.secret_env_names, settings.pass_env)
         cap = output_cap(settings, OUTPUT_CAP_CHARS)
         if settings.protect_process:
@@ -128,8 +137,9 @@ def make_terminal_tool() -> Tool:
             # environment (the provider keys) or memory through /proc.
             protect_process()
         return await run_command(
-            command, str(ctx.work_dir), env, timeout_s, cap,
+            command, str(ctx.work_dir), env, deadline, cap,
             max_processes=settings.max_processes, max_memory_mb=settings.max_memory_mb,
+            runner=ctx.process_runner,
         )
 
     return Tool(
@@ -155,7 +165,7 @@ def make_terminal_tool() -> Tool:
         execute=execute,
         # The executor's limit sits just above the tool's own maximum, so the
         # tool's deadline (with its partial output) normally fires first.
-        timeout_s=MAX_TIMEOUT_MS / 1000 + 5,
+        timeout_s=TOOL_TIMEOUT_S,
         max_output_chars=OUTPUT_CAP_CHARS,
         requires_approval=True,
         primary_arg="command",
@@ -196,17 +206,88 @@ def _kill_call(procs: CallProcesses, proc: asyncio.subprocess.Process) -> None:
     kill_process(proc, group=True)
 
 
-async def run_command(
-    command: str, cwd: str, env: dict[str, str], timeout_s: float, cap: int,
-    *, max_processes: int = 0, max_memory_mb: int = 0,
-) -> ToolResult:
-    """Run ``command``; on timeout or cancellation kill every process it started.
+def _in_thread(fn: Callable[[], object]) -> asyncio.Future[None]:
+    """Run ``fn`` in a daemon thread; a future of the loop that is done when it is.
 
-    ``max_processes`` and ``max_memory_mb`` (0 = unlimited) become the
-    command's ``RLIMIT_NPROC`` and ``RLIMIT_AS``.
+    The kill scans ``/proc`` a few times: seconds on a loaded machine, which on the
+    event loop would block the deadline the call must answer by.
     """
     loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def target() -> None:
+        try:
+            fn()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle)
+
+    threading.Thread(target=target, name="lich-terminal-kill", daemon=True).start()
+    return done
+
+
+async def _stop_call(
+    procs: CallProcesses, proc: asyncio.subprocess.Process, readers: list[_CappedPipe],
+    deadline: Deadline,
+) -> int:
+    """Kill the timed-out call and wait for its shell and pipes, every wait bounded
+    by ``deadline.end``: what is not done by then goes on without us (the kill in
+    its thread, the reaping by asyncio's child watcher), and the partial output is
+    returned in time. The exit code, -1 when the shell was not reaped by then."""
+    killing = _in_thread(lambda: _kill_call(procs, proc))
+    await asyncio.wait([killing], timeout=deadline.left())
+    if killing.done():
+        waiting = asyncio.ensure_future(proc.wait())
+        await asyncio.wait([waiting], timeout=deadline.left())
+        if not waiting.done():
+            waiting.cancel()
+    if readers:
+        await asyncio.wait([r.closed for r in readers],
+                           timeout=min(_PIPE_GRACE_S, deadline.left()))
+    code = proc.returncode
+    return -1 if code is None else code
+
+
+def _spawn_failed(exc: BaseException) -> ToolError:
+    return ToolError(f"spawn_failed: {exc}")
+
+
+async def run_command(
+    command: str, cwd: str, env: dict[str, str], deadline: Deadline | float, cap: int,
+    *, max_processes: int = 0, max_memory_mb: int = 0, runner: ProcessRunner = DIRECT,
+) -> ToolResult:
+    """Run ``command`` through ``runner``; on timeout or cancellation kill every
+    process it started.
+
+    ``deadline`` (or a number of seconds from now, with the same time to clean
+    up after) says when the command is stopped and by when the call returns, its
+    partial output with it, however long killing takes. ``max_processes`` and
+    ``max_memory_mb`` (0 = unlimited) become the command's ``RLIMIT_NPROC`` and
+    ``RLIMIT_AS``.
+    """
+    if not isinstance(deadline, Deadline):
+        now = asyncio.get_running_loop().time()
+        deadline = Deadline(stop=now + deadline, end=now + 2 * deadline)
     procs = CallProcesses()
+    spec = Launch(argv=_argv(command, max_processes, max_memory_mb), env=procs.env(env),
+                  cwd=cwd, kind="terminal", owner="terminal")
+    stack = contextlib.AsyncExitStack()
+    try:
+        run = await stack.enter_async_context(launched(runner, spec))
+    except ToolError:
+        raise
+    except Exception as exc:
+        raise _spawn_failed(exc) from exc
+    async with stack:
+        return await _run(run, procs, deadline, cap)
+
+
+async def _run(run: Launch, procs: CallProcesses, deadline: Deadline, cap: int) -> ToolResult:
+    loop = asyncio.get_running_loop()
     recorder: asyncio.Task[None] | None = None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -215,20 +296,25 @@ async def run_command(
     transports: list[asyncio.ReadTransport] = []
     proc: asyncio.subprocess.Process | None = None
     timed_out = False
+    killed = False  # a kill was started (it may still be running in its thread)
     finished = False  # bash exited by itself: pipes still open belong to background jobs
     try:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *_argv(command, max_processes, max_memory_mb),
-                cwd=cwd, env=procs.env(env),
-                # No descriptor of lich's reaches the command but 0-2 (the default,
-                # said here because it is what keeps lich's files from the command).
-                close_fds=True,
+                *run.argv,
+                cwd=run.cwd, env=dict(run.env),
+                # No descriptor of lich's reaches the command but 0-2 and what the
+                # runner asked for (the default, said here because it is what keeps
+                # lich's files from the command).
+                close_fds=True, pass_fds=run.pass_fds,
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
                 start_new_session=True,
+                # The shell becomes a subreaper: what double-forks or setsid-s away is
+                # re-parented to it, so the kill below still finds it (see _procs).
+                preexec_fn=subreaper_preexec(),
             )
-        except OSError as exc:
-            raise ToolError(f"spawn_failed: {exc}") from exc
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise _spawn_failed(exc) from exc
         except ValueError as exc:
             # A NUL byte ("embedded null byte") or a lone surrogate (UnicodeEncodeError)
             # cannot be passed to a program: the model's command is at fault, say so.
@@ -253,27 +339,28 @@ async def run_command(
         if procs.available:
             recorder = asyncio.create_task(_record(procs))
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline.stop):
                 code = await proc.wait()
                 await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
                 finished = True
         except TimeoutError:
             timed_out = True
-            _kill_call(procs, proc)
-            reaped = await reap(proc, group=True)
-            code = -1 if reaped is None else reaped  # None: stuck in the kernel
-            await asyncio.wait([r.closed for r in readers], timeout=_PIPE_GRACE_S)
+            if recorder is not None:
+                recorder.cancel()  # the kill scans from its own thread now
+            killed = True
+            code = await _stop_call(procs, proc, readers, deadline)
     except asyncio.CancelledError:
         # The executor gave up on us (its own timeout) or the run was cancelled:
         # kill the group, reap bash (bounded), and let the cancellation go on.
-        if proc is not None:
+        if proc is not None and not killed:
+            killed = True
             _kill_call(procs, proc)
             await reap(proc, group=True)
         raise
     finally:
         if recorder is not None:
             recorder.cancel()
-        if proc is not None and proc.returncode is None:
+        if proc is not None and proc.returncode is None and not killed:
             _kill_call(procs, proc)  # any other way out must not leave it running
         for fd in unowned:
             with contextlib.suppress(OSError):

@@ -48,7 +48,7 @@ import anyio.abc
 import mcp_types
 from attrs import define, field
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -56,6 +56,7 @@ from lich.backoff import Backoff
 from lich.guards import truncate_text
 from lich.mcp.config import McpSettings, ServerConfig
 from lich.mcp.results import map_result
+from lich.processes import DIRECT, Launch, ProcessRunner, launched
 from lich.types import ToolResult
 
 __all__ = ["McpRuntime", "ServerState", "Status"]
@@ -297,13 +298,22 @@ class _Connection:
     async def _transport(self, on_end: Callable[[], None]) -> AsyncIterator[Any]:
         config = self.config
         if config.command is not None:
-            params = StdioServerParameters(
-                command=config.command, args=list(config.args), env=dict(config.env),
+            # The server gets the environment it is configured with, over the SDK's
+            # few defaults (HOME, PATH, ...): none of lich's own variables, no key.
+            spec = Launch(
+                argv=(config.command, *config.args),
+                env={**get_default_environment(), **config.env},
                 cwd=str(self.runtime.work_dir / (config.cwd or ".")),
+                kind="mcp", owner=f"mcp:{config.name}",
             )
             with _open_log(self.state.log_path, config) as errlog:
-                async with stdio_client(params, errlog=errlog) as (read, write):
-                    yield _WatchedReadStream(read, on_end), write
+                async with launched(self.runtime.runner, spec) as run:
+                    params = StdioServerParameters(
+                        command=run.argv[0], args=list(run.argv[1:]), env=dict(run.env),
+                        cwd=run.cwd,
+                    )
+                    async with stdio_client(params, errlog=errlog) as (read, write):
+                        yield _WatchedReadStream(read, on_end), write
             return
         import httpx2
 
@@ -562,10 +572,13 @@ class McpRuntime:
     :param settings: the checked ``[mcp]`` table.
     :param work_dir: where stdio servers run (their ``cwd`` is relative to it).
     :param log_dir: where each stdio server's stderr is written.
+    :param runner: what the stdio servers are started through (:mod:`lich.processes`).
     """
 
-    def __init__(self, settings: McpSettings, *, work_dir: str | Path, log_dir: str | Path) -> None:
+    def __init__(self, settings: McpSettings, *, work_dir: str | Path, log_dir: str | Path,
+                 runner: ProcessRunner | None = None) -> None:
         self.settings = settings
+        self.runner: ProcessRunner = DIRECT if runner is None else runner
         self.work_dir = Path(work_dir)
         self.log_dir = Path(log_dir)
         self._loop = asyncio.new_event_loop()

@@ -63,7 +63,11 @@ def _list(settings: Any, as_json: bool) -> int:
     runtime = None
     if mcp.enabled():
         try:
-            runtime = open_runtime(mcp, config)
+            from lich.cli.common import host_for
+
+            # Through the runner a run would use (a sandbox plugin's), not around it.
+            runner = host_for(settings, config).make_process_runner(config)
+            runtime = open_runtime(mcp, config, runner)
         except ImportError:
             echo_error(missing_sdk_message())
             return EXIT_USAGE

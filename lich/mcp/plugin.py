@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.mcp.client import McpRuntime
     from lich.mcp.config import McpSettings
+    from lich.processes import ProcessRunner
     from lich.tools import ToolRegistry
 
 __all__ = ["lich_check_config", "lich_register_commands", "lich_register_tools",
@@ -52,15 +53,18 @@ def missing_sdk_message() -> str:
     return "MCP servers are configured but the MCP SDK is not installed: pip install 'lich[mcp]'"
 
 
-def open_runtime(settings: McpSettings, config: LichConfig) -> McpRuntime:
+def open_runtime(
+    settings: McpSettings, config: LichConfig, runner: ProcessRunner | None = None,
+) -> McpRuntime:
     """Start every enabled server of ``settings`` (in parallel; blocks until each is
-    connected or failed).
+    connected or failed), the stdio ones through ``runner`` (the direct one by default).
 
     :raises ImportError: the MCP SDK is not installed.
     """
     from lich.mcp.client import McpRuntime
 
-    runtime = McpRuntime(settings, work_dir=config.work_dir, log_dir=log_dir(config))
+    runtime = McpRuntime(settings, work_dir=config.work_dir, log_dir=log_dir(config),
+                         runner=runner)
     runtime.start()
     return runtime
 
@@ -106,15 +110,18 @@ def _refresh_wanted_of(registry: ToolRegistry) -> Callable[[], None]:
 
 
 @hookimpl
-def lich_register_tools(registry: ToolRegistry, config: LichConfig) -> None:
-    """Start the configured servers and register their tools."""
+def lich_register_tools(
+    registry: ToolRegistry, config: LichConfig, runner: ProcessRunner,
+) -> None:
+    """Start the configured servers (stdio ones through ``runner``) and register their
+    tools."""
     from lich.mcp.config import parse_mcp_settings
 
     settings = _narrowed(parse_mcp_settings(config.mcp), config.tools_enabled)
     if not settings.enabled():
         return
     try:
-        runtime = open_runtime(settings, config)
+        runtime = open_runtime(settings, config, runner)
     except ImportError:
         registry.warn(missing_sdk_message())
         log.warning("%s", missing_sdk_message())

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
+    from lich.processes import ProcessRunner
     from lich.providers import ProviderRegistry
     from lich.sessions import SessionStore
     from lich.tools import ToolRegistry
@@ -129,12 +130,20 @@ class PluginHost(PluginLoader, HookCaller):
                 return True
         return False
 
-    def register_tools(self, registry: ToolRegistry, config: LichConfig) -> None:
-        """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole."""
+    def register_tools(
+        self, registry: ToolRegistry, config: LichConfig, runner: ProcessRunner | None = None,
+    ) -> None:
+        """Call ``lich_register_tools``; a plugin whose hook raises is unloaded whole.
+
+        ``runner`` is what processes started while registering go through (an
+        MCP plugin's servers); ``None`` asks :meth:`make_process_runner`.
+        """
+        if runner is None:
+            runner = self.make_process_runner(config)
         registry.on_duplicate = self._warn
         registry.on_warning = self._warn
         self._track(registry.remove_plugin)
-        self._register_each("lich_register_tools", registry, config=config)
+        self._register_each("lich_register_tools", registry, config=config, runner=runner)
 
     def register_providers(self, registry: ProviderRegistry) -> None:
         """Call ``lich_register_providers``; a plugin whose hook raises is unloaded whole."""
@@ -235,6 +244,17 @@ class PluginHost(PluginLoader, HookCaller):
         """
         return self.call_hook_sync(  # type: ignore[no-any-return]
             "lich_make_bus", config=config, local=local).value
+
+    def make_process_runner(self, config: LichConfig) -> ProcessRunner:
+        """``lich_make_process_runner``: the first answer, or :data:`lich.processes.DIRECT`.
+
+        :raises lich.config.ConfigError: a runner plugin raised (its own
+            ``ConfigError`` as it is; anything else named with the plugin).
+        """
+        from lich.processes import DIRECT
+
+        runner = self.call_hook_sync("lich_make_process_runner", config=config).value
+        return DIRECT if runner is None else runner  # type: ignore[no-any-return]
 
     def make_session_store(self, config: LichConfig) -> SessionStore | None:
         """``lich_make_session_store``: the first non-``None`` answer, or ``None``.

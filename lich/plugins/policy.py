@@ -158,6 +158,10 @@ def _session_store(answer: Any) -> str | None:
     return None if isinstance(answer, SessionStore) else "not a store"
 
 
+def _process_runner(answer: Any) -> str | None:
+    return None if callable(getattr(answer, "launch", None)) else "no launch method"
+
+
 _BUS_METHODS = ("submit", "handle", "start", "drain", "close", "cancel_runs", "park", "parked")
 
 
@@ -207,6 +211,16 @@ HOOK_POLICIES: tuple[HookPolicy, ...] = (
         on_bad_answer="unload",
         bad_answer="{hook} returned {type}, not a session store (see "
                    "lich.sessions.SessionStore)"),
+    registration(
+        "lich_make_process_runner", answers={object: "stop"}, check=_process_runner,
+        config_error="raise", on_error="raise",
+        failed="$.plugins: {hook} of plugin {plugin!r} failed: {error}",
+        # Caught here, with the plugin's name, not at the first process start; the
+        # next runner (or the direct one) decides instead.
+        on_bad_answer="unload",
+        bad_answer="{hook} returned {type}, not a process runner (see "
+                   "lich.processes.ProcessRunner: a launch(spec) method returning an "
+                   "async context manager)"),
     registration("lich_check_config", config_error="answer", phase="validate"),
     registration("lich_register_commands"),
     registration("lich_register_gateway_adapters"),

@@ -84,7 +84,8 @@ def _reset_ran() -> None:
 
 def test_hook_specs_are_exactly_the_designed_ones() -> None:
     expected = {
-        "lich_register_tools": ["registry", "config"],
+        "lich_register_tools": ["registry", "config", "runner"],
+        "lich_make_process_runner": ["config"],
         "lich_register_providers": ["registry"],
         "lich_make_router": ["providers", "config"],
         "lich_make_session_store": ["config"],
@@ -117,7 +118,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         assert caller.spec is not None
         firstresult = {"lich_make_router", "lich_request_approval", "lich_price_call",
                        "lich_before_model_call", "lich_make_bus",
-                       "lich_make_session_store"}
+                       "lich_make_session_store", "lich_make_process_runner"}
         assert bool(caller.spec.opts.get("firstresult")) == (name in firstresult), name
 
 
