@@ -253,8 +253,9 @@ class PluginHost(PluginLoader, HookCaller):
         """
         from lich.processes import DIRECT
 
-        runner = self.call_hook_sync("lich_make_process_runner", config=config).value
-        return DIRECT if runner is None else runner  # type: ignore[no-any-return]
+        runner: ProcessRunner | None = self.call_hook_sync(
+            "lich_make_process_runner", config=config).value
+        return DIRECT if runner is None else runner
 
     def make_session_store(self, config: LichConfig) -> SessionStore | None:
         """``lich_make_session_store``: the first non-``None`` answer, or ``None``.
