@@ -23,6 +23,7 @@ __all__ = [
     "choice_prompt",
     "describe",
     "describe_sections",
+    "grant_text",
     "headline",
 ]
 
@@ -68,7 +69,7 @@ def args_text(args: Any, limit: int = MAX_ARGS_CHARS) -> str:
 _SECTION_STARTS: tuple[tuple[str, str], ...] = (
     ("arguments:", "arguments"),
     ("preview:", "preview"),
-    ("a session or always answer allows: ", "rules"),
+    ("a session or always answer allows", "rules"),
     ("denied if there is no answer within ", "timeout"),
 )
 
@@ -96,6 +97,18 @@ def describe_sections(
     return sections
 
 
+def grant_text(rules: tuple[str, ...] | list[str]) -> str:
+    """What a ``session``/``always`` answer would grant, said exactly: the rules, and
+    what a ``*`` in them stands for; or that it covers only this call."""
+    if not rules:
+        return ("a session or always answer allows only this call "
+                "(no rule can cover exactly it)")
+    text = "a session or always answer allows exactly: " + ", ".join(rules)
+    if any("*" in rule for rule in rules):
+        text += " (each * stands for any text)"
+    return text
+
+
 def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
     """The request as lines of text: the headline, the arguments, the preview (a diff
     for a file write) and what a ``session``/``always`` answer would allow."""
@@ -105,8 +118,7 @@ def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
         lines.append("preview:")
         lines += [f"  {line}" for line in
                   truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines()]
-    if request.rules:
-        lines.append("a session or always answer allows: " + ", ".join(request.rules))
+    lines.append(grant_text(request.rules))
     if request.timeout_s is not None:
         lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
     return [visible(line) for line in lines]

@@ -18,25 +18,27 @@ string parameter, its kind following the parameter's name: ``command``/``cmd``
 → shell, ``path``/``file``/``file_path``/``filename``/``dir``/``directory`` →
 path, ``url``/``uri`` → url, anything else text. A pattern reads it by kind:
 
-* **shell** — the line is split into its simple commands
-  (:mod:`lich.approvals.shell`: on ``;``, ``&&``, ``||``, ``|``, ``&``,
-  newlines, and into ``$(...)``, backticks, ``<(...)``/``>(...)`` and
-  subshells, also inside double quotes). The allow rules must cover **every**
-  part (several rules may share the work: ``git status && git diff`` needs
-  ``git status*`` and ``git diff*``); a deny or ask rule meets the line if it
-  matches **any** part. Whitespace is
+* **shell** — the line is read with a bash grammar (:mod:`lich.approvals.shell`).
+  An allow pattern decides only a *plain* line: a list of simple commands of
+  literal words (plain quoting, no expansion, substitution, glob, here-doc,
+  ANSI-C or locale quoting, comment, compound command, evaluating builtin, or
+  redirection but to ``/dev/null``) joined by ``;``, ``&&``, ``||``, ``|``,
+  ``|&``, ``&`` or newlines; the allow rules must then cover **every** command
+  (several rules may share the work: ``git status && git diff`` needs ``git
+  status*`` and ``git diff*``). Any other line is never allowed by a pattern
+  (only by a bare ``terminal`` rule): it is asked about. Whitespace is
   normalised; an absolute path to the program is matched by its basename
   (``/usr/bin/git status`` is ``git status``; ``./git`` stays ``./git``).
-  A part that redirects output to a file (``git status > ~/.bashrc``; not
-  ``2>&1`` or ``>/dev/null``) is allowed only by a pattern that itself contains
-  ``>``. Leading assignments are part of the text: ``PAGER=x git log`` is not
-  allowed by ``git log*`` (``terminal(PAGER=x git log*)`` allows it). A line
-  the scanner cannot read (an unbalanced quote) is never allowed by a pattern.
-  Deny rules are matched more widely: against the raw line as well, and
-  against each part unquoted and with leading assignments and wrappers
-  (``env``, ``sudo``, ``command``, ``nohup``…) peeled off. They are a guard
-  rail, not a sandbox: a shell can always spell a command some other way
-  (``bash -c``, ``eval``, an interpreter), which is why the default asks.
+  Leading assignments are part of the text: ``PAGER=x git log`` is not allowed
+  by ``git log*``. A deny or ask rule meets the line if it *could* match any
+  simple command found anywhere in it — in substitutions, subshells, the text
+  given to ``eval``/``bash -c``/``trap``, here-documents — read as written,
+  unquoted, with assignments and wrappers (``env``, ``sudo``, ``xargs``,
+  ``find -exec``…) peeled off, with every part not known before the line runs
+  standing for any text (``$x -rf /`` meets ``rm -rf *``); a line the grammar
+  cannot read whole is also met from any word boundary on. Deny rules are a
+  guard rail, not a sandbox: a program can always run another (``python3
+  -c``, ``make``, a script), which is why the default asks.
 * **path** — the argument resolved against the work dir (``..`` and symlinks
   resolved): a relative pattern matches the path relative to the work dir
   (``src/../.github/x`` is ``.github/x``; ``.`` is the work dir itself); a
@@ -62,7 +64,7 @@ from urllib.parse import urlsplit
 
 from attrs import field, frozen
 
-from lich.approvals.shell import ShellSyntaxError, SimpleCommand, split_command
+from lich.approvals.shell import Shape, could_match, read_line
 
 if TYPE_CHECKING:
     from lich.tools import PrimaryKind, Tool
@@ -209,13 +211,14 @@ def primary_of(tool: Tool | None, args: Mapping[str, Any] | None = None) -> Prim
 class _Subject:
     """What the patterns of one call are matched against.
 
-    ``parts`` are the texts an allow rule must cover, each with whether it writes
-    a file by redirection; ``deny`` every text a deny rule is tried on; ``None``
-    parts: no pattern can allow the call (no argument, unreadable line, no host).
+    ``parts`` are the texts an allow rule must cover; ``deny`` every reading a deny
+    or ask rule is tried on (:func:`lich.approvals.shell.could_match`: a ``None``
+    part of a shape is not known before the call runs); ``None`` parts: no pattern
+    can allow the call (no argument, a shell line that is not plain, no host).
     """
 
-    parts: tuple[tuple[str, bool], ...] | None
-    deny: tuple[tuple[str, ...], ...] = ()
+    parts: tuple[str, ...] | None
+    deny: tuple[Shape, ...] = ()
     absolute: str | None = None
     problem: str | None = None
 
@@ -268,32 +271,23 @@ def _subject(primary: Primary, args: Mapping[str, Any], work_dir: str) -> _Subje
     if not isinstance(value, str):
         return _Subject(None, problem="no primary argument")
     if primary.kind == "shell":
-        raw = " ".join(value.split())
-        try:
-            commands = split_command(value)
-        except ShellSyntaxError as exc:
-            return _Subject(None, ((raw,),), problem=f"command not parsed: {exc}")
-        deny = tuple(tuple(sorted(c.deny_forms())) for c in commands)
-        parts = tuple((c.text, c.writes_file) for c in commands)
-        return _Subject(parts, ((raw,), *deny))
+        line = read_line(value)
+        shapes = tuple(dict.fromkeys(line.deny_shapes()))
+        if not line.plain:
+            return _Subject(None, shapes, problem=f"not a plain command line: {line.problem}")
+        return _Subject(tuple(c.text for c in line.commands), shapes)
     if primary.kind == "path":
         rel, absolute = _resolve_path(value, work_dir)
         if absolute is None:
             return _Subject(None, problem="not a path")
-        parts = () if rel is None else ((rel, False),)
+        parts = () if rel is None else (rel,)
         return _Subject(parts, absolute=absolute)
     if primary.kind == "url":
         url = _normal_url(value)
         if url is None:
             return _Subject(None, ((value,),), problem="not a URL with a host")
-        return _Subject(((url, False),), ((url, value),))
-    return _Subject(((value, False),), ((value,),))
-
-
-def _pattern_allows(rule: Rule, text: str, writes_file: bool) -> bool:
-    if writes_file and rule.pattern is not None and ">" not in rule.pattern:
-        return False
-    return rule.matches_text(text)
+        return _Subject((url,), ((url,), (value,)))
+    return _Subject((value,), ((value,),))
 
 
 def _absolute_pattern(rule: Rule) -> str | None:
@@ -311,8 +305,7 @@ def _path_match(rule: Rule, subject: _Subject) -> bool:
     pattern = rule.pattern or ""
     while pattern.startswith("./"):
         pattern = pattern[2:]
-    texts = [p for p, _ in subject.parts or ()]
-    return any(_glob(pattern).fullmatch(t) for t in texts)
+    return any(_glob(pattern).fullmatch(t) for t in subject.parts or ())
 
 
 def _matches_any_part(rule: Rule, primary: Primary, subject: _Subject) -> bool:
@@ -321,7 +314,7 @@ def _matches_any_part(rule: Rule, primary: Primary, subject: _Subject) -> bool:
         return True
     if primary.kind == "path":
         return _path_match(rule, subject)
-    return any(rule.matches_text(text) for forms in subject.deny for text in forms)
+    return any(could_match(rule.pattern, shape) for shape in subject.deny)
 
 
 def _covered(rules: Sequence[Rule], primary: Primary, subject: _Subject) -> Rule | None:
@@ -339,8 +332,8 @@ def _covered(rules: Sequence[Rule], primary: Primary, subject: _Subject) -> Rule
     if not subject.parts:
         return None
     first: Rule | None = None
-    for text, writes in subject.parts:
-        rule = next((r for r in rules if _pattern_allows(r, text, writes)), None)
+    for text in subject.parts:
+        rule = next((r for r in rules if r.matches_text(text)), None)
         if rule is None:
             return None
         first = first or rule
@@ -462,18 +455,23 @@ def _default(mode: Mode, name: str, tool: Tool | None, unread: str) -> Verdict:
 def suggest_rules(name: str, args: Mapping[str, Any], tool: Tool | None,
                   work_dir: str) -> tuple[str, ...]:
     """The allow rules a ``session`` or ``always`` approval of this call grants, to show
-    the person: one per simple command of a shell line (``terminal(git status*)``),
-    the resolved path relative to the work dir for a path tool
-    (``write_file(src/app.py)``; absolute outside it), scheme and host for a URL
-    tool (``http_request(https://example.com/*)``), the exact argument for a text
-    one; just the tool's name for a tool without a primary argument (or a call
-    that lacks it). Never a bare ``terminal``.
+    the person — each exactly the call, never a ``*`` it did not write:
 
-    Empty when no rule can cover the call — a line the scanner cannot read (no
-    pattern ever allows one), an empty argument, a URL without a host, a path no
-    file system takes: the approval then covers this call only. A ``*`` in a path
-    or URL stays a wildcard in the rule (there is no escape): the rule is then
-    wider by what the star matches, which the person sees.
+    * a shell line: one rule per simple command of a plain line, the command exactly
+      as written (``terminal(git status -s)``; ``cat README.md`` never becomes
+      ``cat README.md*``, which would cover ``cat README.md ~/.ssh/id_rsa``, and
+      ``bash -c 'ls'`` never ``bash*``);
+    * a path tool: the resolved path relative to the work dir
+      (``write_file(src/app.py)``; absolute outside it);
+    * a URL tool: scheme and host (``http_request(https://example.com/*)``);
+    * a text argument: the argument exactly; a tool without a primary argument (or
+      a call that lacks it): the tool's name. Never a bare ``terminal``.
+
+    Empty when no rule can cover exactly this call — a shell line that is not
+    plain (:mod:`lich.approvals.shell`: no pattern ever allows one), an argument
+    holding a ``*`` (a rule has no escape for it: it would be a wildcard), an
+    empty argument, a URL without a host, a path no file system takes: the
+    approval then covers this call only.
     """
     primary = primary_of(tool, args)
     value = args.get(primary.name) if primary.name is not None else None
@@ -481,33 +479,33 @@ def suggest_rules(name: str, args: Mapping[str, Any], tool: Tool | None,
         return (name,)
     if not value.strip() and primary.kind != "path":
         return ()
+    rules: tuple[str, ...]
     if primary.kind == "shell":
-        try:
-            commands = split_command(value)
-        except ShellSyntaxError:
+        line = read_line(value)
+        if not line.plain:
             return ()
-        return tuple(dict.fromkeys(_shell_rule(name, c) for c in commands))
-    if primary.kind == "path":
+        rules = tuple(dict.fromkeys(f"{name}({c.text})" for c in line.commands))
+        texts = [c.text for c in line.commands]
+    elif primary.kind == "path":
         rel, absolute = _resolve_path(value, work_dir)
         if absolute is None:
             return ()
-        return (f"{name}({rel if rel is not None else absolute})",)
-    if primary.kind == "url":
+        texts = [rel if rel is not None else absolute]
+        rules = (f"{name}({texts[0]})",)
+    elif primary.kind == "url":
         url = _normal_url(value)
         if url is None:
             return ()
         scheme, _, rest = url.partition("://")
         host = rest.split("/", 1)[0]
-        return (f"{name}({scheme}://{host}/*)",)
-    return (f"{name}({value})",)
-
-
-def _shell_rule(name: str, command: SimpleCommand) -> str:
-    pattern = command.suggestion()
-    if command.writes_file:
-        # Spell the whole command: a redirection is only ever allowed when spelt.
-        pattern = command.text
-    return f"{name}({pattern})"
+        texts = [host]
+        rules = (f"{name}({scheme}://{host}/*)",)
+    else:
+        texts = [value]
+        rules = (f"{name}({value})",)
+    if any("*" in t or "\n" in t for t in texts):
+        return ()
+    return rules
 
 
 def rules_cover(rules: Sequence[str], name: str, args: Mapping[str, Any], tool: Tool | None,

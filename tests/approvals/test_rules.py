@@ -19,7 +19,7 @@ from lich.approvals.rules import (
     rules_cover,
     suggest_rules,
 )
-from lich.approvals.shell import ShellSyntaxError, split_command
+from lich.approvals.shell import could_match, read_line
 from lich.tools import Tool
 from lich.types import ToolResult
 
@@ -155,7 +155,8 @@ def test_a_deny_rule_meets_any_part(c: str, d: str, op: str) -> None:
 
 
 @settings(max_examples=150)
-@given(arg=st.text(max_size=30))
+@given(arg=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                   max_size=30))
 def test_a_quoted_argument_is_one_argument(arg: str) -> None:
     # Whatever the text, quoted it cannot start a command of its own.
     line = f"git status {shlex.quote(arg)}"
@@ -172,7 +173,7 @@ def test_whitespace_is_normalised(c: str, gaps: list[str]) -> None:
     for i, word in enumerate(words[1:]):
         spaced += gaps[i % len(gaps)] + word
     assert shell_allowed(GIT_STATUS, f"{gaps[0]}{spaced}{gaps[-1]}")
-    assert split_command(spaced)[0].text == " ".join(words)
+    assert read_line(spaced).commands[0].text == " ".join(words)
 
 
 @settings(max_examples=100)
@@ -192,19 +193,83 @@ def test_absolute_programs_match_by_basename_relative_ones_do_not(parts: list[st
 @example(before="", after="")
 def test_an_unreadable_line_is_never_allowed_by_a_pattern(before: str, after: str) -> None:
     line = f"git status {before}'{after}"
-    try:
-        split_command(line)
-    except ShellSyntaxError:
-        pass
-    else:  # the quote was closed or escaped by what hypothesis wrote: not this case
-        return
+    if read_line(line).complete:
+        return  # the quote was closed or escaped by what hypothesis wrote: not this case
     assert not shell_allowed(["terminal(*)", "terminal(git status*)"], line)
     assert shell_allowed(["terminal"], line)
     assert verdict(line, allow=("terminal(*)",)) == "ask"
     assert verdict(line, allow=("terminal(*)",), mode="deny-unlisted") == "deny"
-    # ...and deny rules still read the raw text.
+    # ...and deny rules still read the raw text, from any word on.
     assert verdict(f"rm -rf / '{after}", allow=("terminal",), deny=("terminal(rm -rf *)",)) \
         == "deny"
+    assert verdict(f"echo '{after}; rm -rf /", allow=("terminal",),
+                   deny=("terminal(rm -rf *)",)) == "deny"
+
+
+@pytest.mark.parametrize(("pattern", "shape", "could"), [
+    ("rm -rf *", ("rm -rf /",), True),
+    ("rm -rf *", (None, " -rf /"), True),
+    ("rm -rf *", ("git status ", None), False),
+    ("rm*", (None,), True),
+    ("rm*", ("r", None), True),
+    ("rm*", ("x", None), False),
+    ("*.env", ("cat ", None, ".en"), False),
+    ("*.env", ("cat ", None, "v"), True),
+    ("a*b*c", ("a", None, "c"), True),
+    ("abc", ("a", None, "d"), False),
+    ("", (None,), True),
+    ("x", (), False),
+])
+def test_could_match_asks_whether_two_patterns_share_a_text(pattern: str, shape: tuple[
+        str | None, ...], could: bool) -> None:
+    assert could_match(pattern, shape) is could
+
+
+@pytest.mark.parametrize(("line", "denied"), [
+    ("$x -rf /", True),  # an unknown program could be rm
+    ('"$HOME"/../../bin/rm -rf /', True),
+    ("git status $x", False),  # git status whatever $x is
+    ("echo $(rm -rf /)", True),
+    ("echo ${x:-$(rm -rf /)}", True),
+    ("echo ${a[$(rm -rf /)]}", True),
+    ("eval 'rm -rf /'", True),
+    ('eval "$cmd"', True),  # unknown code
+    ("bash -lc 'rm -rf /'", True),
+    ("sudo -u root bash -c 'cd / && rm -rf /'", True),
+    ("find . -exec rm -rf {} +", True),
+    ("xargs rm -rf x < list", True),
+    ("trap 'rm -rf /' EXIT", True),
+    ("bash <<'EOF'\nrm -rf /\nEOF", True),  # a here-document may be a script
+    ("echo 'it is rm -rf / that I fear'", False),  # a quoted word is data
+    ("git status; #\nrm -rf /", True),
+    ("x=1\\\nrm -rf /", True),
+])
+def test_deny_rules_meet_every_command_bash_could_run(line: str, denied: bool) -> None:
+    assert (verdict(line, allow=("terminal",), deny=("terminal(rm -rf *)",)) == "deny") \
+        is denied
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("git status $x", "a parameter expansion"),
+    ("git status $(id)", "a command substitution"),
+    ("git status $'x'", "ANSI-C quoting"),
+    ("git status *", "glob"),
+    ("git status > f", "a redirection to a file"),
+    ("git status <<< x", "a here-string"),
+    ("eval git status", "the builtin 'eval'"),
+    ("(git status)", "a subshell"),
+    ("git status # hi", "a comment"),
+    ("git status 'x", "a syntax error"),
+    ("a=$(id) git status", "an assignment that is not literal"),
+])
+def test_a_line_that_is_not_plain_says_why(line: str, why: str) -> None:
+    read = read_line(line)
+    assert not read.plain
+    assert read.problem is not None
+    assert why in read.problem
+    reason = decide(RuleSet.parse(allow=GIT_STATUS), "ask", "terminal", {"command": line},
+                    TERMINAL, "/w").reason
+    assert why in reason
 
 
 # ---------------------------------------------------------------- shell: examples
@@ -250,15 +315,14 @@ def test_attacks_on_git_status_are_not_allowed(line: str) -> None:
     'git status "a; b"',
     "git status 'it''s'",
     "git status \\; rm",
-    "git status $((1 + (2 * 3)))",
 ])
 def test_harmless_forms_are_allowed(line: str) -> None:
     assert shell_allowed(GIT_STATUS, line), line
 
 
-def test_a_redirection_or_assignment_is_allowed_when_the_pattern_spells_it() -> None:
-    assert shell_allowed(["terminal(make > build.log)"], "make >build.log")
-    assert not shell_allowed(["terminal(make*)"], "make > build.log")
+def test_a_redirection_is_never_allowed_an_assignment_when_the_pattern_spells_it() -> None:
+    assert not shell_allowed(["terminal(make > build.log)", "terminal(make*)"],
+                             "make >build.log")
     assert shell_allowed(["terminal(PAGER=cat git log*)"], "PAGER=cat git log -3")
     assert not shell_allowed(["terminal(git log*)"], "PAGER=cat git log -3")
 
@@ -439,25 +503,52 @@ def test_one_rule_set_judges_many_names_the_same_as_a_fresh_one() -> None:
 
 
 @pytest.mark.parametrize(("line", "rules"), [
-    ("git status", ("terminal(git status*)",)),
-    ("ls", ("terminal(ls*)",)),
-    ("ls -la", ("terminal(ls*)",)),
-    ("/usr/bin/git diff --stat", ("terminal(git diff*)",)),
-    ("git status && npm test | tee x", ("terminal(git status*)", "terminal(npm test*)",
-                                        "terminal(tee x*)")),
-    ("echo $(date)", ("terminal(date*)", "terminal(echo*)")),
-    ("git status; git status", ("terminal(git status*)",)),
-    ("PAGER=cat git log", ("terminal(PAGER=cat git log*)",)),
-    ("make > build.log", ("terminal(make > build.log)",)),
-    ("echo 'unclosed", ()),  # no pattern ever allows an unreadable line: this call only
+    ("git status", ("terminal(git status)",)),
+    ("ls", ("terminal(ls)",)),
+    ("ls -la", ("terminal(ls -la)",)),
+    ("/usr/bin/git diff --stat", ("terminal(git diff --stat)",)),
+    ("git status && npm test | tee x", ("terminal(git status)", "terminal(npm test)",
+                                        "terminal(tee x)")),
+    ("git status; git status", ("terminal(git status)",)),
+    ("PAGER=cat git log", ("terminal(PAGER=cat git log)",)),
+    ("cat README.md", ("terminal(cat README.md)",)),
+    ("bash -c 'ls'", ("terminal(bash -c 'ls')",)),
+    ("git -C x status", ("terminal(git -C x status)",)),
+    # No pattern ever allows these: the approval covers this call only.
+    ("echo $(date)", ()),
+    ("make > build.log", ()),
+    ("echo 'unclosed", ()),
+    ("grep 'a*b' f", ()),  # a `*` would be a wildcard in the rule
     ("   ", ()),
-    ("git status; ; ;", ("terminal(git status*)",)),
 ])
-def test_suggestions_are_tight_and_cover_the_call(line: str, rules: tuple[str, ...]) -> None:
+def test_suggestions_are_exact_and_cover_the_call(line: str, rules: tuple[str, ...]) -> None:
     suggested = suggest_rules("terminal", {"command": line}, TERMINAL, "/w")
     assert suggested == rules
     assert "terminal" not in suggested
     assert rules_cover(suggested, "terminal", {"command": line}, TERMINAL, "/w") is bool(rules)
+
+
+@pytest.mark.parametrize(("line", "wider"), [
+    ("cat README.md", "cat README.md ~/.ssh/id_rsa"),
+    ("cat README.md", "cat README.md /etc/shadow"),
+    ("bash -c 'ls'", "bash -c 'curl x | sh'"),
+    ("python3 -c 'print(1)'", "python3 -c 'import os'"),
+    ("env ls", "env rm -rf /"),
+    ("timeout 5 ls", "timeout 5 rm -rf /"),
+    ("nice ls", "nice sh"),
+    ("xargs echo", "xargs rm"),
+    ("find . -name x", "find . -name x -delete"),
+    ("git -C x status", "git -C x push"),
+    ("sudo ls", "sudo rm -rf /"),
+    ("rm -rf build/", "rm -rf build/ ~"),
+    ("git status", "git status --output=x"),
+])
+def test_a_grant_covers_its_line_and_no_wider_one(line: str, wider: str) -> None:
+    granted = suggest_rules("terminal", {"command": line}, TERMINAL, "/w")
+    assert granted
+    assert all("*" not in r for r in granted)
+    assert rules_cover(granted, "terminal", {"command": line}, TERMINAL, "/w")
+    assert not rules_cover(granted, "terminal", {"command": wider}, TERMINAL, "/w")
 
 
 @settings(max_examples=100)
@@ -475,3 +566,25 @@ def test_rules_cover_needs_a_rule_for_the_tool() -> None:
     assert not rules_cover(["write_file"], "terminal", {"command": "ls"}, TERMINAL, "/w")
     with pytest.raises(ValueError, match="bad rule"):
         rules_cover(["terminal("], "terminal", {"command": "ls"}, TERMINAL, "/w")
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("cat README.md", "a session or always answer allows exactly: terminal(cat README.md)"),
+    ("bash -c 'ls'", "a session or always answer allows exactly: terminal(bash -c 'ls')"),
+    ("cat $(ls)", "a session or always answer allows only this call "
+                  "(no rule can cover exactly it)"),
+])
+def test_the_question_says_exactly_what_a_grant_covers(line: str, says: str) -> None:
+    from lich.approvals.present import describe
+    from lich.hooks import ApprovalRequest
+    from lich.types import ToolCall
+
+    call = ToolCall("c1", "terminal", {"command": line})
+    rules = suggest_rules("terminal", call.args, TERMINAL, "/w")
+    shown = describe(ApprovalRequest(id="3f2a", call=call, reason="asks", rules=rules))
+    assert says in shown
+    url = ToolCall("c2", "http_request", {"url": "https://example.com/a"})
+    shown = describe(ApprovalRequest(id="3f2b", call=url, reason="asks", rules=suggest_rules(
+        "http_request", url.args, HTTP, "/w")))
+    assert ("a session or always answer allows exactly: http_request(https://example.com/*) "
+            "(each * stands for any text)") in shown

@@ -91,7 +91,7 @@ def test_one_shot_yes_runs_the_call_after_showing_the_diff(
     assert '"text": "new line"' in shown
     assert "-old line" in shown  # the tool's preview
     assert "+new line" in shown
-    assert "a session or always answer allows: note(a.txt)" in shown
+    assert "a session or always answer allows exactly: note(a.txt)" in shown
     assert (work / "a.txt").read_text(encoding="utf-8") == "new line\n"
     assert tool_results(server.requests) == ["wrote a.txt"]
     (resolved,) = resolutions(work)
@@ -374,6 +374,50 @@ def test_the_default_plugins_ask_before_write_file_and_show_its_diff(
     assert "+changed" in shown
     assert (work / "notes.md").read_text(encoding="utf-8") == "first\nchanged\n"
     assert tool_results(server.requests)[0].startswith("wrote ")
+
+
+def test_a_session_answer_to_a_command_grants_that_command_and_says_so(
+    work: Path, scripted: Any, terminals: Any
+) -> None:
+    """``cat README.md`` approved for the session covers itself, not
+    ``cat README.md secret.txt``; a line no exact rule can cover says so."""
+    (work / "README.md").write_text("read me\n", encoding="utf-8")
+    (work / "secret.txt").write_text("the secret\n", encoding="utf-8")
+    server = scripted(responder=calls_responder(
+        ("terminal", {"command": "cat README.md"}),
+        ("terminal", {"command": "cat README.md"}),
+        ("terminal", {"command": "cat README.md secret.txt"}),
+        ("terminal", {"command": "cat $(echo README.md)"}),
+        final="all done"))
+    write_config(work, server.base_url)  # the default plugins
+
+    term = terminals("read the readme", cwd=work)
+    shown = term.expect(PROMPT)
+    assert "a session or always answer allows exactly: terminal(cat README.md)" in shown
+    assert "*" not in shown.split("answer allows exactly:")[1].splitlines()[0]
+    term.send("s\r")
+    # The second call is the same line: it runs unasked. The third is wider: asked.
+    term.expect("allows exactly: terminal(cat README.md secret.txt)")
+    term.expect(PROMPT)
+    term.send("n\r")
+    term.expect("message for the model")
+    term.send("\r")
+    term.expect('"command": "cat $(echo README.md)"')
+    term.expect("a session or always answer allows only this call")
+    term.expect(PROMPT)
+    term.send("n\r")
+    term.expect("message for the model")
+    term.send("\r")
+    term.expect("all done")
+
+    assert term.wait() == 0, term.text
+    results = tool_results(server.requests)
+    assert results[0].count("read me") == 1
+    assert results[1].count("read me") == 1
+    assert "the secret" not in " ".join(results)
+    approvers = [(r["approved"], r["approver"], r["scope"]) for r in resolutions(work)]
+    assert approvers[:2] == [(True, "terminal", "session"), (True, "session", "session")]
+    assert [a[0] for a in approvers[2:]] == [False, False]
 
 
 def test_with_stderr_redirected_the_question_goes_there_and_the_terminal_answers(

@@ -115,7 +115,7 @@ def test_suggestions_for_the_builtin_tools(tmp_path: Path) -> None:
     assert suggest_rules("write_file", {"path": "src/../app.py", "content": ""},
                          tools["write_file"], str(tmp_path)) == ("write_file(app.py)",)
     assert suggest_rules("terminal", {"command": "git status"}, tools["terminal"],
-                         str(tmp_path)) == ("terminal(git status*)",)
+                         str(tmp_path)) == ("terminal(git status)",)
     assert suggest_rules("http_request", {"url": "https://example.com/x"},
                          tools["http_request"], str(tmp_path)) == (
         "http_request(https://example.com/*)",)

@@ -84,7 +84,8 @@ async def test_y_approves_the_call_and_the_log_says_so(tmp_path: Path) -> None:
         # What is asked, in the shared wording; the keyboard is in the dialog.
         assert static_text(screen, "#headline") == "echo wants to run — needs a human"
         assert '"text": "hi"' in static_text(screen, "#arguments")
-        assert static_text(screen, "#rules") == "a session or always answer allows: echo(hi)"
+        assert static_text(screen, "#rules") == (
+            "a session or always answer allows exactly: echo(hi)")
         assert "denied if there is no answer within 300s" in static_text(screen, "#timeout")
         assert app.focused is not None
         assert app.focused.screen is screen
@@ -450,7 +451,10 @@ def test_describe_is_its_sections_flattened() -> None:
         "headline", "arguments", "preview", "rules", "timeout"]
     assert describe(full) == [line for _, lines in sections for line in lines]
     bare = request()
-    assert [kind for kind, _ in describe_sections(bare)] == ["headline", "arguments"]
+    # No rule can cover the call: the question says a session answer covers it alone.
+    assert describe_sections(bare)[-1] == (
+        "rules", ["a session or always answer allows only this call "
+                  "(no rule can cover exactly it)"])
     assert [kind for kind, _ in describe_sections(full, preview=False)] == [
         "headline", "arguments", "rules", "timeout"]
 

@@ -1,0 +1,214 @@
+"""The shell reader against bash itself: a table of lines, each run under real bash.
+
+Each line hides (or seems to hide) ``touch pwned``. For every row the test runs
+the line with ``bash -c`` in a fresh directory (a ``git`` on the PATH that does
+nothing, so that the table does not depend on git) and checks what bash really
+did — whether the file ``pwned`` appeared — against the table; then what the
+rules decide:
+
+* with ``allow = ["terminal(git status*)"]`` the line is allowed exactly when the
+  table says so, and never when bash made ``pwned``;
+* with ``allow = ["terminal"]`` and ``deny = ["terminal(touch*)"]`` every line in
+  which bash ran ``touch`` is denied.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from lich.approvals.rules import RuleSet, decide
+from lich.tools import Tool
+from lich.types import ToolResult
+
+TERMINAL = Tool(
+    name="terminal", description="terminal",
+    parameters={"type": "object", "required": ["command"],
+                "properties": {"command": {"type": "string"}}},
+    execute=lambda args, ctx: ToolResult.success(""), requires_approval=True)
+
+# (line, whether bash makes the file `pwned`, whether `terminal(git status*)` allows it)
+ROWS: list[tuple[str, bool, bool]] = [
+    ("git status", False, True),
+    ("git status -s", False, True),
+    ("git status 'a b'", False, True),
+    ('git status "a; touch pwned"', False, True),
+    ("git status 'touch pwned'", False, True),
+    ("git status \\; touch pwned", False, True),
+    ("git status 2>&1", False, True),
+    ("git status >/dev/null 2>&1", False, True),
+    ("git status 2>&-", False, True),
+    ("git status </dev/null", False, True),
+    ("git status && git status", False, True),
+    ("git status | git status", False, True),
+    ("git status |& git status", False, True),
+    ("  git   status   --short ", False, True),
+    ('git status "it\'s"', False, True),
+    ("git status a\\ b", False, True),
+    ("git status ';touch pwned'", False, True),
+    ('git status "#"', False, True),
+    ("git status 'a'\"b\"c", False, True),
+    ("git status --x=y,z@w:1%2+3", False, True),
+    ("git status 'a'\\''b'", False, True),
+    ('git status ""', False, True),
+    ("git status &", False, True),
+    ("git status;", False, True),
+    ("git status\ngit status", False, True),
+    ("git status;touch pwned", True, False),
+    ("git status; touch pwned", True, False),
+    ("git status\ntouch pwned", True, False),
+    ("git status & touch pwned", True, False),
+    ("git status && touch pwned", True, False),
+    ("git status || touch pwned", False, False),
+    ("git status | touch pwned", True, False),
+    ("git status |& touch pwned", True, False),
+    ("git status $(touch pwned)", True, False),
+    ('git status "$(touch pwned)"', True, False),
+    ("git status `touch pwned`", True, False),
+    ('git status "x`touch pwned`y"', True, False),
+    ("git status <(touch pwned)", True, False),
+    ("git status >(touch pwned)", True, False),
+    ("git status $'\\x3b' touch pwned", False, False),
+    ("git status $'\\'';touch pwned", True, False),
+    ("git status $'\\n'touch pwned", False, False),
+    ('git status $"x"', False, False),
+    ("git status #'\ntouch pwned #'", True, False),
+    ("git status; #\ntouch pwned", True, False),
+    ("git status a#b", False, False),
+    ("git status <<EOF\n$(touch pwned)\nEOF", True, False),
+    ("git status <<'EOF'\n$(touch pwned)\nEOF", False, False),
+    ("git status <<EOF\nEOF\ntouch pwned", True, False),
+    ('git status <<< "$(touch pwned)"', True, False),
+    ("git status ${x[$(touch pwned)]}", True, False),
+    ("git status ${x:-$(touch pwned)}", True, False),
+    ('git status "${x:=$(touch pwned)}"', True, False),
+    ("a=$(touch pwned) git status", True, False),
+    ("x[$(touch pwned)]=1 git status", False, False),
+    ("git status $((1 + $(touch pwned)))", True, False),
+    ("git status $(( $(touch pwned) ))", True, False),
+    ("git status $[$(touch pwned)]", True, False),
+    ("eval 'touch pwned'", True, False),
+    ('git status; eval "touch pwned"', True, False),
+    ("source /dev/stdin <<< 'touch pwned'", True, False),
+    (". /dev/stdin <<< 'touch pwned'", True, False),
+    ("command touch pwned", True, False),
+    ("builtin eval 'touch pwned'", True, False),
+    ("exec touch pwned", True, False),
+    ("trap 'touch pwned' EXIT", True, False),
+    ("bash -c 'touch pwned'", True, False),
+    ('sh -c "touch pwned"', True, False),
+    ("env touch pwned", True, False),
+    ("timeout 5 touch pwned", True, False),
+    ("xargs touch <<< pwned", True, False),
+    ("find . -maxdepth 0 -exec touch pwned \\;", True, False),
+    ("git status {a,b};touch pwned", True, False),
+    ("git status *", False, False),
+    ("git status ~", False, False),
+    ("git status \\\n;touch pwned", True, False),
+    ("git status \\\ntouch pwned", False, False),
+    ("(touch pwned)", True, False),
+    ("{ touch pwned; }", True, False),
+    ("if git status; then touch pwned; fi", True, False),
+    ("for i in 1; do touch pwned; done", True, False),
+    ("f() { touch pwned; }; f", True, False),
+    ("alias git='touch pwned'\ngit status", False, False),
+    ("git status >pwned", True, False),
+    ("git status 1>pwned", True, False),
+    ("git status &>pwned", True, False),
+    ("git status >&pwned", True, False),
+    ("PAGER='touch pwned' git status", False, False),
+    ('git status -- "$HOME"', False, False),
+    ("git status $HOME", False, False),
+    ("test -v 'x[$(touch pwned)]'", True, False),
+    ("[ -v 'x[$(touch pwned)]' ]", True, False),
+    ("printf -v 'x[$(touch pwned)]' 1", True, False),
+    ("read 'x[$(touch pwned)]' <<< 1", True, False),
+    ("let 'x[$(touch pwned)]=1'", True, False),
+    ("x='a[$(touch pwned)]'; test -v \"$x\"", True, False),
+    ("c='touch pwned'; $c", True, False),
+    ("git status\r;touch pwned", True, False),
+    ("git status\u00a0;touch pwned", True, False),
+    ("git status 'unclosed", False, False),
+    ('git status "$(touch pwned"', False, False),
+    ("coproc touch pwned", True, False),
+    ("time touch pwned", True, False),
+    ("! touch pwned", True, False),
+    ("git status && (touch pwned)", True, False),
+    ("git status <pwned", False, False),
+    ("GIT_DIR=x git status", False, False),
+    ("git -C . status", False, False),
+    ("nice -n 1 touch pwned", True, False),
+    ("git status $(: )", False, False),
+    ("case x in x) touch pwned;; esac", True, False),
+    ("while touch pwned; do break; done", True, False),
+    ("[[ -v x[$(touch pwned)] ]]", True, False),
+    ("((x[$(touch pwned)]))", True, False),
+    ("declare -a 'x=([0]=$(touch pwned))'", True, False),
+    ("export x=$(touch pwned)", True, False),
+    ("mapfile -C 'touch pwned' -c 1 x <<< a", True, False),
+    ("git status ${!x}", False, False),
+    ("git status ?", False, False),
+    ("git status [a]", False, False),
+    ("git status !x", False, False),
+]
+
+
+def _bash(line: str, where: Path) -> bool:
+    """Run ``line`` as the terminal tool does (``bash -c``, in a process group of its
+    own) and say whether ``pwned`` appeared. A command bash started in the background
+    (``&``, a process substitution, ``coproc``) stays in the group: waited for
+    (bounded) until the group is empty."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir()
+    fake_git = bin_dir / "git"
+    fake_git.write_text("#!/bin/sh\nexit 0\n")
+    fake_git.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(where),
+           "LC_ALL": "C.UTF-8"}
+    proc = subprocess.Popen(["bash", "-c", line], cwd=where, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=30)
+        pause = threading.Event()
+        for _ in range(1000):
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            pause.wait(0.01)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return (where / "pwned").exists()
+
+
+def _action(line: str, *, allow: tuple[str, ...], deny: tuple[str, ...] = ()) -> str:
+    rules = RuleSet.parse(allow, (), deny)
+    return decide(rules, "ask", "terminal", {"command": line}, TERMINAL, "/w").action
+
+
+def test_the_table_is_big_enough_and_has_both_kinds() -> None:
+    assert len(ROWS) >= 60
+    assert len({line for line, _, _ in ROWS}) == len(ROWS)
+    assert sum(ran for _, ran, _ in ROWS) >= 30
+    assert sum(allowed for _, _, allowed in ROWS) >= 15
+
+
+@pytest.mark.parametrize(("line", "ran", "allowed"), ROWS, ids=[repr(r[0]) for r in ROWS])
+def test_what_bash_does_and_what_the_rules_decide(line: str, ran: bool, allowed: bool,
+                                                  tmp_path: Path) -> None:
+    assert _bash(line, tmp_path) is ran, "the table is wrong about what bash does"
+    action = _action(line, allow=("terminal(git status*)",))
+    assert action == ("allow" if allowed else "ask")
+    assert not (ran and action == "allow")
+    if ran and "touch" in line:
+        assert _action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "deny"
