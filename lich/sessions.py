@@ -763,6 +763,6 @@ def open_session_store(config: LichConfig, host: PluginHost | None = None) -> Se
         raise ConfigError([
             f"$.session_store.kind: no loaded plugin provides the session store {kind!r} "
             f"(the builtin kinds: {DEFAULT_STORE_KIND!r}, and 'postgres' with the "
-            "postgres plugin and pip install 'lich[postgres]')"
+            "postgres plugin and pip install 'lich-agent[postgres]')"
         ])
     return store

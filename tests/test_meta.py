@@ -165,13 +165,21 @@ async def test_the_python_examples_in_the_plugin_docs_work(
     assert (await lich.Agent(config).run("echo me")).text == "echo me"
 
 
+def installed_distribution() -> str:
+    """The name of the installed distribution that provides the ``lich`` package (the
+    project's own, ``lich-agent``, once installed from this checkout)."""
+    (name,) = set(importlib.metadata.packages_distributions()["lich"])
+    return name
+
+
 def test_builtin_entry_points_are_declared_in_the_installed_metadata() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
         "lich"
     ]
+    distribution = installed_distribution()
     installed = {
         ep.name: ep for ep in importlib.metadata.entry_points(group="lich")
-        if ep.dist is not None and ep.dist.metadata["Name"] == "lich"
+        if ep.dist is not None and ep.dist.metadata["Name"] == distribution
     }
     assert {name: ep.value for name, ep in installed.items()} == declared, (
         "the installed metadata is stale: run `pip install -e .`"
@@ -179,7 +187,31 @@ def test_builtin_entry_points_are_declared_in_the_installed_metadata() -> None:
     for name in BUILTIN_PLUGINS:
         assert name in installed, f"builtin plugin {name!r} is not an entry point of lich"
         assert importlib.util.find_spec(installed[name].module) is not None, name
-    assert lich.__version__ == importlib.metadata.version("lich")
+    assert lich.__version__ == importlib.metadata.version(distribution)
+
+
+DISTRIBUTION = "lich-agent"  # `lich` on PyPI is an unrelated project
+
+
+def test_the_distribution_name_is_used_everywhere() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION
+    # The extras that name the project itself (all = [...], test = [...all]).
+    own = [dep for deps in project["optional-dependencies"].values() for dep in deps
+           if re.match(r"lich[\[>=< ]", dep) or re.match(r"lich-", dep)]
+    assert own
+    assert all(dep.startswith(f"{DISTRIBUTION}[") for dep in own), own
+    example = tomllib.loads((ROOT / "plugins_example" / "pyproject.toml").read_text())
+    assert any(d.startswith(f"{DISTRIBUTION}>=") for d in example["project"]["dependencies"])
+    # Every pip line of the docs, the README and lich's own messages installs this one.
+    wrong = []
+    for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "lich").rglob("*.py"),
+                 *(ROOT / "docs").rglob("Dockerfile")]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"(?<![\w-])lich\[[a-z,]+\]|\blich>=|pip install (-U )?lich\b(?!-)",
+                         line):
+                wrong.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert wrong == []
 
 
 def test_lich_all_is_sorted_and_complete() -> None:

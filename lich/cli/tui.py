@@ -17,7 +17,7 @@ __all__ = ["launch_tui", "terminal_problem", "tui_command"]
 @json_option("Not supported: the TUI is a screen (one-shot runs print JSON events).")
 @click.pass_context
 def tui_command(ctx: click.Context) -> None:
-    """The terminal UI (needs the `tui` extra: pip install 'lich[tui]')."""
+    """The terminal UI (needs the `tui` extra: pip install 'lich-agent[tui]')."""
     ctx.exit(launch_tui(get_settings(ctx)))
 
 
@@ -57,7 +57,7 @@ def launch_tui(settings: CliSettings) -> int:
             return EXIT_USAGE
         built = assemble(settings)
     except TuiUnavailableError:
-        echo_error("the TUI needs Textual: pip install 'lich[tui]'")
+        echo_error("the TUI needs Textual: pip install 'lich-agent[tui]'")
         return EXIT_USAGE
     except CommandError as exc:
         return exc.report()

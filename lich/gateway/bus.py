@@ -397,7 +397,7 @@ class GatewayBus:
             raise ConfigError([
                 "$.gateway.max_cost_usd_per_conversation_day: no loaded plugin prices model "
                 "calls, so the budget cannot be checked; enable the `prices` plugin "
-                "(plugins = [\"+prices\"], pip install 'lich[prices]')"])
+                "(plugins = [\"+prices\"], pip install 'lich-agent[prices]')"])
         self.max_cost_usd_per_day = max_cost_usd_per_day
         if id_key is None:
             # The key lives in session_dir whichever store keeps the transcripts.

@@ -493,12 +493,11 @@ def _file_name(server: str) -> str:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    # lich's own version, not the installed metadata's: the distribution is named
+    # `lich-agent`, and a checkout on sys.path may have no metadata at all.
+    from lich import __version__
 
-    try:
-        return version("lich")
-    except PackageNotFoundError:
-        return "0"
+    return __version__
 
 
 @contextlib.contextmanager

@@ -50,7 +50,8 @@ def log_dir(config: LichConfig) -> Path:
 
 def missing_sdk_message() -> str:
     """What to tell a user with MCP servers configured but no SDK installed."""
-    return "MCP servers are configured but the MCP SDK is not installed: pip install 'lich[mcp]'"
+    return ("MCP servers are configured but the MCP SDK is not installed: "
+            "pip install 'lich-agent[mcp]'")
 
 
 def open_runtime(

@@ -69,7 +69,7 @@ def serve(settings: CliSettings, names: list[str] | None) -> int:
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in ("mcp", "mcp_types"):
             raise
-        echo_error("lich mcp serve needs the MCP SDK: pip install 'lich[mcp]'")
+        echo_error("lich mcp serve needs the MCP SDK: pip install 'lich-agent[mcp]'")
         return EXIT_USAGE
     import asyncio
     import sys

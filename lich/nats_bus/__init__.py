@@ -5,6 +5,6 @@
 work-queue stream, partitioned by conversation, and run them from one durable
 pull consumer per partition. :mod:`lich.nats_bus.settings` is the ``[bus]``
 table, :mod:`lich.nats_bus.bus` the bus itself (it imports nats-py, the
-``lich[nats]`` extra, and is imported only when that bus is made). See
+``lich-agent[nats]`` extra, and is imported only when that bus is made). See
 ``docs/cluster.md``.
 """

@@ -112,7 +112,7 @@ def cluster_status_command(ctx: click.Context, store_timeout_s: float) -> None:
         from lich.nats_bus.status import gather, probe_store
     except ImportError as exc:
         ctx.exit(CommandError(f"lich cluster status needs nats-py ({exc.name or exc}): "
-                              "pip install 'lich[nats]'").report())
+                              "pip install 'lich-agent[nats]'").report())
 
     def open_store() -> Any:
         with quiet_plugin_log():

@@ -1,7 +1,7 @@
 """The builtin ``nats`` plugin (entry point ``nats``): ``[bus] kind = "nats"``.
 
 Enable it with ``plugins = ["+nats"]`` and install the extra
-(``pip install 'lich[nats]'``). It also adds ``lich worker``. Importing this
+(``pip install 'lich-agent[nats]'``). It also adds ``lich worker``. Importing this
 module is cheap: nats-py is imported only when a bus is made.
 """
 
@@ -50,7 +50,7 @@ def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
     except ImportError as exc:
         raise ConfigError([
             f"$.bus.kind: the nats bus needs nats-py ({exc.name or exc}): "
-            "pip install 'lich[nats]'"
+            "pip install 'lich-agent[nats]'"
         ]) from exc
     return NatsBus(settings, local)
 

@@ -6,7 +6,7 @@ buckets the processes keep (``<stream>_PROCESSES``: every ingress and worker
 renews its entry every quarter of ``lease_ttl_s``; ``<stream>_LEASES``: who
 runs each single-connection platform), and one read of the session store.
 Nothing is created: a cluster no process has started yet shows an absent
-stream. Importing this module imports nats-py (the ``lich[nats]`` extra).
+stream. Importing this module imports nats-py (the ``lich-agent[nats]`` extra).
 """
 
 from __future__ import annotations

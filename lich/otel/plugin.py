@@ -74,7 +74,7 @@ __all__ = [
 
 log = logging.getLogger("lich.otel")
 
-INSTALL_HINT = "pip install 'lich[otel]'"
+INSTALL_HINT = "pip install 'lich-agent[otel]'"
 SETTINGS_PATH = "$.otel"
 EXPORTERS = ("otlp_http", "console", "none")
 

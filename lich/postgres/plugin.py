@@ -24,7 +24,7 @@ __all__ = ["lich_check_config", "lich_make_session_store", "lich_register_comman
 
 log = logging.getLogger("lich.postgres")
 
-INSTALL_HINT = "the postgres session store needs psycopg: pip install 'lich[postgres]'"
+INSTALL_HINT = "the postgres session store needs psycopg: pip install 'lich-agent[postgres]'"
 
 
 def _wanted(config: LichConfig) -> bool:

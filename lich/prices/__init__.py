@@ -1,6 +1,6 @@
 """The builtin ``prices`` plugin: what each model call cost, from ``genai-prices``.
 
-Enable it with ``plugins = ["+prices"]`` and ``pip install 'lich[prices]'``. It
+Enable it with ``plugins = ["+prices"]`` and ``pip install 'lich-agent[prices]'``. It
 implements ``lich_price_call``: the price of one call from its provider, model
 and token usage (cache reads and writes and reasoning included), using the
 price data bundled with the ``genai-prices`` package — no network, unless
@@ -75,7 +75,7 @@ if importlib.util.find_spec("genai_prices") is None:
     # A load error with the fix in it (kept on the plugin's load report, like any other),
     # rather than a plugin that loads and then prices nothing without saying why.
     raise ImportError(
-        "the `prices` plugin needs the genai-prices package: pip install 'lich[prices]'"
+        "the `prices` plugin needs the genai-prices package: pip install 'lich-agent[prices]'"
     )
 
 _PER_MILLION = 1_000_000

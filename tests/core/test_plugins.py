@@ -105,11 +105,13 @@ def test_file_plugin_reports_its_own_version(work: Path) -> None:
 
 
 def test_module_plugin_of_an_installed_distribution_reports_it() -> None:
-    # lich_builtin_tools is also importable as a plain module; its distribution is lich.
+    # lich_builtin_tools is also importable as a plain module; its distribution is lich's
+    # (lich-agent).
+    (distribution,) = set(importlib.metadata.packages_distributions()["lich_builtin_tools"])
     (report,) = PluginHost().load(["lich_builtin_tools"])
     assert report.source == "module"
-    assert report.distribution == "lich"
-    assert report.version == importlib.metadata.version("lich")
+    assert report.distribution == distribution
+    assert report.version == importlib.metadata.version(distribution)
 
 
 def test_file_plugin_by_absolute_path(work: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

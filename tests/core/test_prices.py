@@ -169,7 +169,7 @@ def test_without_genai_prices_the_plugin_is_a_load_error_saying_what_to_install(
     host.load(["prices"])
     (report,) = host.reports
     assert (report.status, report.phase) == ("failed", "import")
-    assert "pip install 'lich[prices]'" in (report.error_message or "")
+    assert "pip install 'lich-agent[prices]'" in (report.error_message or "")
 
 
 @pytest.mark.parametrize("update", [False, True])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+pytest.importorskip("mcp", reason="the MCP SDK (lich-agent[mcp]) is not installed")
 
 from lich.agent import Agent
 from lich.testing import ScriptedChat, make_test_config

@@ -196,7 +196,7 @@ def test_servers_configured_without_the_sdk_installed_are_reported(tmp_path: Pat
 
     code = (
         "import sys\n"
-        "sys.modules['mcp'] = None  # as if lich[mcp] were not installed\n"
+        "sys.modules['mcp'] = None  # as if lich-agent[mcp] were not installed\n"
         "from lich.agent import Agent\n"
         "from lich.testing import ScriptedChat, make_test_config\n"
         f"cfg = make_test_config({str(tmp_path)!r}, plugins=('mcp',),"
@@ -209,7 +209,7 @@ def test_servers_configured_without_the_sdk_installed_are_reported(tmp_path: Pat
                          timeout=120, check=True)
     assert out.stdout.strip() == (
         "loaded (\"MCP servers are configured but the MCP SDK is not installed: "
-        "pip install 'lich[mcp]'\",) []")
+        "pip install 'lich-agent[mcp]'\",) []")
 
 
 def test_a_server_none_of_whose_tools_lich_would_offer_is_not_started(mcp_agent: Any) -> None:

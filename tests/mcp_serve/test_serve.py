@@ -749,7 +749,7 @@ def test_without_the_sdk_the_command_says_how_to_install_it(
 
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert "pip install 'lich[mcp]'" in proc.stderr
+    assert "pip install 'lich-agent[mcp]'" in proc.stderr
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals")

@@ -190,7 +190,8 @@ def test_a_missing_extra_is_a_load_error_naming_the_install(
     assert report.phase == "import"
     assert report.error_type == "ImportError"
     assert report.error_message == (
-        "the otel plugin needs opentelemetry-api, opentelemetry-sdk: pip install 'lich[otel]'")
+        "the otel plugin needs opentelemetry-api, opentelemetry-sdk: "
+        "pip install 'lich-agent[otel]'")
 
 
 def test_importing_the_plugin_imports_no_opentelemetry() -> None:

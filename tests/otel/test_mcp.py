@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+pytest.importorskip("mcp", reason="the MCP SDK (lich-agent[mcp]) is not installed")
 
 from lich.agent import Agent
 from lich.events import Envelope, ToolCallEnd
