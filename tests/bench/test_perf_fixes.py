@@ -432,10 +432,12 @@ def test_a_plain_progress_line_is_what_rich_would_write(text: str) -> None:
     from rich.text import Text
 
     from lich.cli._render import HumanRenderer
+    from lich.visible import visible
 
+    # What rich writes for the line as lich shows it: controls spelled out first.
     expected = io.StringIO()
     Console(file=expected, force_terminal=False, width=40, highlight=False).print(
-        Text(f"[lich] {text}"), soft_wrap=True)
+        Text(f"[lich] {visible(text)}"), soft_wrap=True)
     err = io.StringIO()
     HumanRenderer(Console(file=err, force_terminal=False, width=40, highlight=False),
                   io.StringIO()).note(text)
