@@ -12,7 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from lich.private_files import make_private_dirs
+from lich.private_files import PRIVATE_FILE_MODE, make_private_dirs
 
 __all__ = ["GITIGNORE_TEXT", "LICH_DIR", "ensure_gitignore", "make_dirs"]
 
@@ -32,7 +32,7 @@ def ensure_gitignore(lich_dir: Path) -> None:
     path = lich_dir / ".gitignore"
     try:
         # O_EXCL: an existing file (or link) is the user's, whatever it says.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
     except OSError:
         return  # there already, or a read-only project (which still runs)
     try:

@@ -19,11 +19,14 @@ __all__ = [
     "PRIVATE_FILE_MODE",
     "make_private_dirs",
     "open_private_append",
+    "open_private_log",
     "touch_private",
+    "write_private",
 ]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def make_private_dirs(directory: str | os.PathLike[str]) -> None:
@@ -51,6 +54,30 @@ def open_private_append(path: str | os.PathLike[str]) -> IO[bytes]:
     """``path`` opened for appending in binary, created ``0600`` when new."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
     return os.fdopen(fd, "ab")
+
+
+def open_private_log(path: str | os.PathLike[str]) -> IO[str]:
+    """A log of lich's own (an MCP server's stderr) opened for appending as text,
+    its directories made ``0700``, the file ``0600`` — also one made before lich
+    kept its logs private: a log is lich's, so its mode is lich's to set."""
+    make_private_dirs(Path(path).parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    except OSError:
+        pass  # not ours to change (another user's file we may write): keep it
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def write_private(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a new (or truncated) ``path``, ``0600`` in ``0700``
+    directories; a symlink at ``path`` is refused, not followed. For the temporary
+    file of an atomic replace (a cache)."""
+    make_private_dirs(Path(path).parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NOFOLLOW, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), PRIVATE_FILE_MODE)
+        fh.write(data)
 
 
 def touch_private(path: str | os.PathLike[str]) -> None:

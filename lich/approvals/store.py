@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lich.approvals.rules import parse_rule
+from lich.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from lich.settings import ConfigError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def _locked(path: Path) -> Iterator[None]:
         yield
         return
     while True:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
@@ -120,7 +121,7 @@ def add_allow_rules(path: Path, rules: Sequence[str]) -> None:
     for rule in rules:
         parse_rule(rule)
     target = Path(os.path.realpath(path))  # a symlinked config is edited, not replaced
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(target.parent)
     with _locked(target):
         text = target.read_text(encoding="utf-8")
         try:

@@ -56,6 +56,7 @@ from lich.backoff import Backoff
 from lich.guards import truncate_text
 from lich.mcp.config import McpSettings, ServerConfig
 from lich.mcp.results import map_result
+from lich.private_files import open_private_log
 from lich.processes import DIRECT, Launch, ProcessRunner, launched
 from lich.types import ToolResult
 
@@ -502,14 +503,14 @@ def _version() -> str:
 
 @contextlib.contextmanager
 def _open_log(path: str | None, config: ServerConfig) -> Any:
-    """The server's stderr log, appended to, with a line marking this start."""
+    """The server's stderr log, appended to, with a line marking this start; private
+    (``0600`` in ``0700`` directories): a server's errors may quote its keys."""
     assert path is not None
     log_file = Path(path)
-    log_file.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         if log_file.stat().st_size > _LOG_ROTATE_BYTES:
             log_file.replace(log_file.with_name(log_file.name + ".1"))
-    stream: IO[str] = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 - held by the process
+    stream: IO[str] = open_private_log(log_file)
     try:
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         stream.write(f"--- lich: starting {config.command} at {now}\n")

@@ -202,10 +202,11 @@ def _write(file: Path, state: list[Any], found: dict[str, EntryPointRecord]) -> 
     data = {"format": _FORMAT, "state": state,
             "entry_points": [[r.name, r.value, r.distribution, r.version]
                              for r in found.values()]}
+    from lich.private_files import write_private
+
     temp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
     try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        temp.write_text(json.dumps(data), encoding="utf-8")
+        write_private(temp, json.dumps(data).encode())  # 0600 in 0700 dirs, like all of lich's
         os.replace(temp, file)  # whole or not at all, whoever else writes it
     except OSError as exc:
         log.debug("entry point cache %s not written (%s)", file, exc)

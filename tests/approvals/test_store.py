@@ -138,3 +138,15 @@ def test_targets_are_the_project_config_and_the_user_config(
     given.write_text("")
     targets = approval_config_targets(config, locate_config(below, str(given)))
     assert targets[0] == ("the config given with --config", given)
+
+
+def test_a_config_created_for_a_rule_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        path = tmp_path / "home" / ".config" / "lich" / "config.toml"
+        add_allow_rules(path, ["terminal(ls*)"])
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for directory in (path.parent, path.parent.parent, path.parent.parent.parent):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory

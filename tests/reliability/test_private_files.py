@@ -407,3 +407,86 @@ async def test_names_are_judged_below_the_work_dir_only(tmp_path: Path):
     assert refused.error.startswith("forbidden_path: sub/api.KEY")
     assert "notes.txt" in listing.output
     assert "api.KEY" not in listing.output
+
+
+_MCP_FIXTURE = Path(__file__).parents[1] / "mcp_client" / "fixture_server.py"
+
+
+def _created(roots: list[Path], before: set[Path]) -> list[Path]:
+    found = []
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in (*dirnames, *filenames):
+                path = Path(dirpath) / name
+                if path not in before and not path.is_symlink():
+                    found.append(path)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX modes")
+def test_nothing_a_cli_run_creates_is_readable_by_others(
+    tmp_path: Path, permissive_umask: None,
+) -> None:
+    """Every creation site at once: a real `lich run` with an MCP stdio server (its
+    stderr log), the plugin entry-point cache, sessions, .lich's .gitignore, under
+    umask 022 in a fresh home. Whatever appears must be 0600 / 0700."""
+    pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    server = ScriptedServer(ScriptedModel(responder=lambda request: Reply("done"))).start()
+    try:
+        (work / "lich.toml").write_text(
+            'plugins = ["builtin_tools", "openai_compat", "mcp"]\n'
+            "[[providers]]\n"
+            'kind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
+            f'base_url = "{server.base_url}"\n'
+            "[mcp.servers.fx]\n"
+            f'command = "{sys.executable}"\nargs = ["{_MCP_FIXTURE}"]\n'
+            'env = { FIXTURE_STDERR = "a line on stderr" }\n'
+            "startup_timeout_s = 60\n",
+            encoding="utf-8",
+        )
+        before = {p for p in (*work.rglob("*"), *home.rglob("*"))}
+        proc = subprocess.run(
+            [sys.executable, "-m", "lich", "--config", str(work / "lich.toml"), "run",
+             "--no-stream", "hello"],
+            cwd=work, capture_output=True, text=True, timeout=180, env=lich_env(home),
+        )
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        server.stop()
+    created = _created([work, home], before)
+    logs = [p for p in created if p.suffix == ".log"]
+    assert logs, created  # the MCP server's stderr log was written
+    assert "a line on stderr" in logs[0].read_text(encoding="utf-8")
+    assert any(p.name == ".gitignore" for p in created)
+    assert any(p.suffix == ".jsonl" for p in created)  # the transcript
+    loose = {str(p.relative_to(tmp_path)): oct(_mode(p)) for p in created
+             if _mode(p) != (0o700 if p.is_dir() else 0o600)}
+    assert loose == {}
+
+
+def test_an_mcp_log_made_before_logs_were_private_is_made_private(tmp_path: Path) -> None:
+    from lich.private_files import open_private_log
+
+    log = tmp_path / "logs" / "mcp" / "fx.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("old line\n", encoding="utf-8")
+    log.chmod(0o644)
+    with open_private_log(log) as stream:
+        stream.write("new line\n")
+    assert _mode(log) == 0o600
+    assert log.read_text(encoding="utf-8") == "old line\nnew line\n"
+
+
+def test_a_private_write_refuses_a_planted_symlink(tmp_path: Path) -> None:
+    from lich.private_files import write_private
+
+    target = tmp_path / "victim"
+    target.write_text("keep\n", encoding="utf-8")
+    (tmp_path / "cache.tmp").symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_private(tmp_path / "cache.tmp", b"overwritten")
+    assert target.read_text(encoding="utf-8") == "keep\n"
