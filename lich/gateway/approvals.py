@@ -12,6 +12,14 @@ is told that there is no such request for them, which says nothing about other
 people's. ``always`` is not offered: a chat user does not write the operator's
 config. The core denies at ``approval_timeout_s``; a stopping gateway denies
 every pending request, and the model is told why.
+
+**Grants are the person's.** ``/approve ID session`` grants the request's rules
+(exactly what the question showed) to its sender — the platform and sender id
+— for as long as this gateway process runs, in every chat of theirs; not to the
+conversation: in a group, another member's later calls are asked about again.
+The core is answered ``once`` (so it grants nothing to the conversation's
+session), and a later call of the same person that the grant covers is
+approved here without a question.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from attrs import define
 
+from lich.approvals.grants import ApprovalGrants
 from lich.approvals.present import MAX_PREVIEW_CHARS, describe
 from lich.gateway.formatting import log_event
 from lich.guards import truncate_text
@@ -53,7 +62,13 @@ class _Binding:
     platform: str
     chat_id: str
     user_id: str
-    notify: Notify
+    notify: Notify | None
+
+    @property
+    def person(self) -> str:
+        """Whose grants apply: the platform and the sender's id (``\x00`` cannot be in
+        either as a platform gives them, so two people never share a key)."""
+        return f"{self.platform}\x00{self.user_id}"
 
 
 @define
@@ -69,6 +84,8 @@ class ChatApprovals:
     def __init__(self) -> None:
         self._bindings: dict[str, _Binding] = {}  # session id -> the run's conversation
         self._pending: dict[str, _Pending] = {}  # request id -> its request
+        # What `/approve ID session` granted, by person (not by conversation).
+        self.grants = ApprovalGrants()
         self._closed_reason: str | None = None
         self._tasks: set[asyncio.Task[object]] = set()
 
@@ -81,12 +98,12 @@ class ChatApprovals:
     def conversation(self, session_id: str, message: InboundMessage,
                      notify: Notify | None) -> Iterator[None]:
         """While a run of ``session_id`` handles ``message``: its requests go to that
-        chat through ``notify``, and only ``message``'s sender may answer them. Without
-        ``notify`` (a client that cannot be sent anything but the final reply) there is
-        no one to ask, and the core denies as for a run without a terminal."""
-        if notify is not None:
-            self._bindings[session_id] = _Binding(message.platform, message.chat_id,
-                                                  message.user_id, notify)
+        chat through ``notify``, and only ``message``'s sender may answer them; the
+        sender's own grants cover its calls. Without ``notify`` (a client that cannot
+        be sent anything but the final reply) a call their grants do not cover has no
+        one to ask, and the core denies as for a run without a terminal."""
+        self._bindings[session_id] = _Binding(message.platform, message.chat_id,
+                                              message.user_id, notify)
         try:
             yield
         finally:
@@ -97,10 +114,20 @@ class ChatApprovals:
     @hookimpl
     async def lich_request_approval(self, run: RunInfo,
                                     request: ApprovalRequest) -> Approval | None:
-        """Ask the chat the run came from; ``None`` for a run no chat is bound to."""
+        """Approve a call the sender's grants cover; else ask the chat the run came
+        from; ``None`` for a run no chat is bound to (or that cannot be asked)."""
         binding = self._bindings.get(run.session_id)
         if binding is None:
             return None
+        if self.grants.covers(binding.person, request.call, request.tool, run.work_dir):
+            log_event(log, logging.INFO, "approval_granted_before", platform=binding.platform,
+                      chat=binding.chat_id, user=binding.user_id, id=request.id,
+                      tool=request.call.name)
+            return Approval(True, scope="once",
+                            approver=f"{binding.platform}:{binding.user_id} (session grant)")
+        if binding.notify is None:
+            return None
+        notify = binding.notify
         if self._closed_reason is not None:
             return Approval(False, message=self._closed_reason, approver="gateway")
         answer: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
@@ -109,12 +136,12 @@ class ChatApprovals:
                   chat=binding.chat_id, user=binding.user_id, id=request.id,
                   tool=request.call.name)
         try:
-            await binding.notify(self.request_text(request))
+            await notify(self.request_text(request))
             return await answer
         except asyncio.CancelledError:
             # The core stopped waiting (approval_timeout_s, or the run was cancelled): say
             # so in the chat, without holding up the cancellation to send it.
-            self._later(binding.notify(
+            self._later(notify(
                 f"Approval {request.id} is no longer pending: {request.call.name} was not run."))
             raise
         finally:
@@ -127,8 +154,9 @@ class ChatApprovals:
         if request.preview:
             lines.append("preview:")
             lines += truncate_text(request.preview, _CHAT_PREVIEW_CHARS).splitlines()
-        lines.append(f"Approve with /approve {request.id} (or /approve {request.id} session "
-                     f"for the rest of this conversation), or /deny {request.id} [reason].")
+        lines.append(f"Approve with /approve {request.id} (or /approve {request.id} session: "
+                     "also what the line above allows, for you only, in any chat, until the "
+                     f"gateway restarts), or /deny {request.id} [reason].")
         return "\n".join(lines)
 
     # ------------------------------------------------------------- the answers
@@ -160,9 +188,10 @@ class ChatApprovals:
                       chat=message.chat_id, user=message.user_id, id=request_id)
             return f"There is no pending approval {request_id} for you."
         approver = f"{message.platform}:{message.user_id}"
+        what = f"{pending.request.call.name} ({request_id})"
         if verb == "deny":
             pending.answer.set_result(Approval(False, message=rest or None, approver=approver))
-            outcome = "denied"
+            outcome, reply = "denied", f"Denied: {what}."
         else:
             scope = rest.lower() or "once"
             if scope == "always":
@@ -170,12 +199,19 @@ class ChatApprovals:
                         f"config); use /approve {request_id} session.")
             if scope not in ("once", "session"):
                 return f"usage: /approve {request_id} [session]"
-            pending.answer.set_result(Approval(True, scope=scope,  # type: ignore[arg-type]
-                                               approver=approver))
-            outcome = "approved" if scope == "once" else "approved for this conversation"
+            outcome, reply = "approved", f"Approved: {what}."
+            if scope == "session" and pending.request.rules:
+                # The person's grant, not the conversation's: the core is told "once".
+                self.grants.grant(binding.person, pending.request.rules)
+                outcome = "approved for the person"
+                reply = (f"Approved: {what}; from now on, for you only (in any chat, until "
+                         f"the gateway restarts), also: {', '.join(pending.request.rules)}.")
+            elif scope == "session":
+                reply = f"Approved: {what}, this call only (no rule can cover exactly it)."
+            pending.answer.set_result(Approval(True, scope="once", approver=approver))
         log_event(log, logging.INFO, "approval_answered", platform=message.platform,
                   chat=message.chat_id, user=message.user_id, id=request_id, outcome=outcome)
-        return f"{outcome.capitalize()}: {pending.request.call.name} ({request_id})."
+        return reply
 
     def deny_all(self, reason: str) -> None:
         """Deny every pending request (the gateway is stopping) and every later one:

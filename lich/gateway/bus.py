@@ -53,6 +53,7 @@ from lich.gateway.formatting import (
     keyed_status_id,
     legacy_session_id,
     log_event,
+    person_ledger_id,
     redact,
     sanitize_error,
 )
@@ -339,9 +340,25 @@ def _cap_before_turn(messages: Sequence[Message], cap: int) -> list[Message]:
     return cap_history(messages, cap)
 
 
+class _Spend:
+    """What one person's runs cost on one UTC day, as far as this process knows."""
+
+    __slots__ = ("day", "usd")
+
+    def __init__(self) -> None:
+        # The UTC day the spend is counted for (None: read it from the ledger first),
+        # and what the day's runs cost (None: one run's cost was unknown).
+        self.day: str | None = None
+        self.usd: float | None = 0.0
+
+
+# People whose day's spend is kept in memory; the least recently seen beyond it are
+# read again from their ledger when they next write.
+_MAX_PEOPLE = 10_000
+
+
 class _Conversation:
-    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id",
-                 "spent_day", "spent_usd")
+    __slots__ = ("history", "key", "legacy_checked", "lock", "pending", "session_id")
 
     def __init__(self, key: tuple[str, str], session_id: str) -> None:
         self.key = key
@@ -350,10 +367,6 @@ class _Conversation:
         self.lock = asyncio.Lock()
         self.pending = 0  # running + waiting
         self.legacy_checked = False  # whether a transcript under the old name was looked for
-        # The UTC day the spend is counted for (None: read it from the transcript first),
-        # and what the day's runs cost (None: one run's cost was unknown).
-        self.spent_day: str | None = None
-        self.spent_usd: float | None = 0.0
 
 
 class GatewayBus:
@@ -367,8 +380,9 @@ class GatewayBus:
     :param id_key: the secret session ids are keyed with; by default the
         install's (``.gateway-id.key`` in the session directory, made on first
         use), or a random one for this bus when sessions are not persisted.
-    :param max_cost_usd_per_day: what one conversation may spend per UTC day
-        (``None``: no limit). Needs a plugin that prices calls (``prices``).
+    :param max_cost_usd_per_day: what one person (platform and sender id) may spend
+        per UTC day, across all their chats (``None``: no limit). Needs a plugin
+        that prices calls (``prices``).
 
     The bus registers its approver (:class:`~lich.gateway.approvals.ChatApprovals`,
     plugin name ``gateway-approvals``) on the agent's plugin host.
@@ -409,6 +423,7 @@ class GatewayBus:
         self.max_conversations = max_conversations
         self.queue_limit = queue_limit
         self._conversations: OrderedDict[tuple[str, str], _Conversation] = OrderedDict()
+        self._spend: OrderedDict[tuple[str, str], _Spend] = OrderedDict()
         self._tokens: set[CancelToken] = set()
         self._active = 0
         self._idle: asyncio.Event | None = None
@@ -618,43 +633,84 @@ class GatewayBus:
                 text = rest
             else:
                 text = START_INPUT
-        if await self._over_budget(conv):
+        if await self._over_budget(message):
+            spend = self._spend_of(message)
             log_event(log, logging.WARNING, "budget_refused", platform=message.platform,
-                      chat=message.chat_id, session=conv.session_id, day=conv.spent_day,
-                      spent=conv.spent_usd, limit=self.max_cost_usd_per_day)
+                      chat=message.chat_id, user=message.user_id, session=conv.session_id,
+                      day=spend.day, spent=spend.usd, limit=self.max_cost_usd_per_day)
             return BusReply("budget", BUDGET_TEXT, conv.session_id)
         return await self._run(conv, message, text, on_event, notify, turn, preloaded)
 
-    async def _over_budget(self, conv: _Conversation) -> bool:
-        """Whether the conversation has spent its budget for today (UTC)."""
+    def ledger_id_for(self, platform: str, user_id: str) -> str:
+        """The session id of a person's spend ledger (keyed like a conversation's)."""
+        return person_ledger_id(platform, user_id, self._id_key)
+
+    def _spend_of(self, message: InboundMessage) -> _Spend:
+        key = (message.platform, message.user_id)
+        spend = self._spend.get(key)
+        if spend is None:
+            spend = self._spend[key] = _Spend()
+            while len(self._spend) > _MAX_PEOPLE:
+                self._spend.popitem(last=False)
+        else:
+            self._spend.move_to_end(key)
+        return spend
+
+    async def _over_budget(self, message: InboundMessage) -> bool:
+        """Whether the sender has spent their budget for today (UTC), in any chat."""
         limit = self.max_cost_usd_per_day
         if limit is None:
             return False
         today = _utc_day(time.time())
-        if conv.spent_day != today:
-            conv.spent_usd = await asyncio.to_thread(self._spent_on, conv.session_id, today)
-            conv.spent_day = today
-        return conv.spent_usd is None or conv.spent_usd >= limit
+        spend = self._spend_of(message)
+        if spend.day != today:
+            spend.usd = await asyncio.to_thread(
+                self._spent_on, self.ledger_id_for(message.platform, message.user_id), today)
+            spend.day = today
+        return spend.usd is None or spend.usd >= limit
 
-    def _spent_on(self, session_id: str, day: str) -> float | None:
-        """What the runs of ``session_id`` that ended on ``day`` cost, from its transcript."""
+    def _spent_on(self, ledger_id: str, day: str) -> float | None:
+        """What a person's runs that ended on ``day`` cost, from their ledger."""
+        sessions = self.agent.sessions
+        if not self.agent.config.persist_sessions or not sessions.exists(ledger_id):
+            return 0.0
+        try:
+            records = sessions.read(ledger_id).records
+        except (OSError, ValueError) as exc:
+            log_event(log, logging.ERROR, "session_unreadable", session=ledger_id,
+                      error=f"{type(exc).__name__}: {exc}")
+            return None  # fail closed: an unreadable spend is not a zero spend
+        total = 0.0
+        for record in records:
+            if record.get("kind") != "meta" or record.get("event") != "spend":
+                continue
+            ts = record.get("ts")
+            if not isinstance(ts, int | float) or _utc_day(ts) != day:
+                continue
+            cost = record.get("cost_usd")
+            if not isinstance(cost, int | float) or isinstance(cost, bool):
+                return None
+            total += cost
+        return total
+
+    def _run_costs_since(self, session_id: str, since: float) -> float | None:
+        """What the runs of ``session_id`` that ended after ``since`` cost (a failed
+        run's ``run_end`` has it; ``None``: unknown or unreadable)."""
         from lich.sessions import run_cost
 
         sessions = self.agent.sessions
-        if not sessions.exists(session_id):
-            return 0.0
         try:
+            if not sessions.exists(session_id):
+                return 0.0
             records = sessions.read(session_id).records
-        except (OSError, ValueError) as exc:
-            log_event(log, logging.ERROR, "session_unreadable", session=session_id,
-                      error=f"{type(exc).__name__}: {exc}")
-            return None  # fail closed: an unreadable spend is not a zero spend
+        except (OSError, ValueError):
+            return None
         total = 0.0
         for record in records:
             if record.get("kind") != "meta" or record.get("event") != "run_end":
                 continue
             ts = record.get("ts")
-            if not isinstance(ts, int | float) or _utc_day(ts) != day:
+            if not isinstance(ts, int | float) or ts < since:
                 continue
             cost = run_cost(record)
             if cost is None:
@@ -662,15 +718,33 @@ class GatewayBus:
             total += cost
         return total
 
-    def _count_spend(self, conv: _Conversation, cost: float | None) -> None:
+    async def _count_spend(self, message: InboundMessage, conv: _Conversation,
+                           cost: float | None) -> None:
+        """Add one run's cost to its sender's day, in memory and in their ledger."""
         if self.max_cost_usd_per_day is None:
             return
+        spend = self._spend_of(message)
         today = _utc_day(time.time())
-        if conv.spent_day != today:
-            conv.spent_day = None  # the day turned during the run: read it again
+        if spend.day == today:
+            spend.usd = None if spend.usd is None or cost is None else spend.usd + cost
+        else:
+            spend.day = None  # the day turned during the run: read it again
+        if not self.agent.config.persist_sessions:
             return
-        conv.spent_usd = None if conv.spent_usd is None or cost is None else (
-            conv.spent_usd + cost)
+        ledger = self.ledger_id_for(message.platform, message.user_id)
+
+        def write() -> None:
+            writer = self.agent.sessions.open(ledger)
+            try:
+                writer.append("meta", event="spend", cost_usd=cost, session=conv.session_id)
+            finally:
+                writer.close()
+
+        try:
+            await asyncio.to_thread(write)
+        except Exception as exc:  # the run is done; its spend stays counted in memory
+            log_event(log, logging.ERROR, "spend_unrecorded", session=ledger,
+                      error=redact(f"{type(exc).__name__}: {exc}"))
 
     def _adopt_legacy_transcript(self, conv: _Conversation) -> bool:
         """Rename a transcript saved under the old, unkeyed id to the keyed one (once);
@@ -784,6 +858,7 @@ class GatewayBus:
         token = CancelToken()
         self._tokens.add(token)
         started = time.perf_counter()
+        started_wall = time.time()
         try:
             with self.approvals.conversation(conv.session_id, message, notify):
                 result: RunResult
@@ -810,13 +885,16 @@ class GatewayBus:
             # read); without one, keep the history from before this message.
             if self.agent.config.persist_sessions:
                 conv.history = None
-            conv.spent_day = None  # what the failed run cost is in its run_end record
+                # What the failed run cost is in its run_end record: the sender's.
+                if self.max_cost_usd_per_day is not None:
+                    await self._count_spend(message, conv, await asyncio.to_thread(
+                        self._run_costs_since, conv.session_id, started_wall))
             return BusReply("error", user_text, conv.session_id)
         finally:
             self._tokens.discard(token)
         conv.history = (cap_history(result.messages, self.history_cap)
                         if self.keep_history else None)
-        self._count_spend(conv, result.cost_usd)
+        await self._count_spend(message, conv, result.cost_usd)
         log_event(log, logging.INFO, "run_end", platform=message.platform,
                   chat=message.chat_id, session=conv.session_id, run=result.run_id,
                   stopped=result.stopped_reason, turns=result.outcome.turns_used,

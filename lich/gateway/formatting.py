@@ -143,6 +143,20 @@ def conversation_session_id(platform: str, chat_id: str, key: bytes) -> str:
     return f"gw-{platform_slug}-{chat_slug}-{mac}"
 
 
+def person_ledger_id(platform: str, user_id: str, key: bytes) -> str:
+    """The session id of one person's spend ledger: ``gw-spend-<platform>-<mac>``.
+
+    The daily budget is the person's (platform and sender id) across all their
+    chats, so what each of their runs cost is appended to a ledger of their own
+    in the session store (surviving a restart, shared by the processes of one
+    store). Keyed as :func:`conversation_session_id` is, under another purpose,
+    so it names no conversation and cannot be computed without the install's key.
+    """
+    mac = _keyed_mac(key, f"{platform}\x00{user_id}", "spend ledger").hex()[:24]
+    platform_slug, _ = _slugs(platform, user_id)
+    return f"gw-spend-{platform_slug}-{mac}"
+
+
 def legacy_session_id(platform: str, chat_id: str) -> str:
     """The session id earlier versions gave a conversation: an unkeyed hash anyone can compute.
 

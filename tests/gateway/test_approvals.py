@@ -120,21 +120,57 @@ async def test_a_denial_with_a_reason_reaches_the_model(
     assert result["error"] == "approval_denied: not that file"
 
 
-async def test_a_session_approval_covers_the_rest_of_the_conversation(
+async def test_a_session_approval_is_the_persons_not_the_groups(
     start_gateway: Any, client: httpx.AsyncClient
 ) -> None:
-    _runner, url = await _webhook(start_gateway)
-    stream = Stream(client, url, {"text": "read notes.txt", "chat_id": "c1", "user_id": "bob"})
+    runner, url = await _webhook(start_gateway)
+    stream = Stream(client, url, {"text": "read notes.txt", "chat_id": "g1", "user_id": "bob"})
     request_id = await stream.request_id()
-    assert (await _say(client, url, f"/approve {request_id} always", "bob"))["reply"].startswith(
-        "always is not available in a chat")
+    (notice,) = stream.of("notice")
+    assert "a session or always answer allows exactly: read_file(notes.txt)" in notice["text"]
+    assert "for you only, in any chat" in notice["text"]
+    assert (await _say(client, url, f"/approve {request_id} always", "bob",
+                       chat="g1"))["reply"].startswith("always is not available in a chat")
     assert not stream.task.done()
-    answer = await _say(client, url, f"/approve {request_id} session", "bob")
-    assert answer["reply"] == f"Approved for this conversation: read_file ({request_id})."
+    answer = await _say(client, url, f"/approve {request_id} session", "bob", chat="g1")
+    assert answer["reply"] == (
+        f"Approved: read_file ({request_id}); from now on, for you only (in any chat, "
+        "until the gateway restarts), also: read_file(notes.txt).")
     await stream.done()
-    # The same read again in the same conversation: no question, it just runs.
-    again = await _say(client, url, "read notes.txt", "bob")
-    assert again["reply"] == f"the file says: {NOTES.strip()}"
+    # Bob's same read again, in the group and in a chat never seen: no question.
+    for chat in ("g1", "dm-bob"):
+        again = await _say(client, url, "read notes.txt", "bob", chat=chat)
+        assert again["reply"] == f"the file says: {NOTES.strip()}", chat
+    # Another member of the group is not covered by bob's answer: asked (here, with
+    # no way to ask over POST /message, denied), and a wider call of bob's too.
+    other = await _say(client, url, "read notes.txt", "mallory", chat="g1")
+    assert json.loads(other["reply"].removeprefix("the file says: "))["error"].startswith(
+        "approval_unavailable")
+    wider = await _say(client, url, "read other.txt", "bob", chat="g1")
+    assert json.loads(wider["reply"].removeprefix("the file says: "))["error"].startswith(
+        "approval_unavailable")
+    assert runner.bus is not None
+    assert runner.bus.approvals.grants.granted("webhook\x00bob") == ("read_file(notes.txt)",)
+    assert runner.bus.approvals.grants.granted("webhook\x00mallory") == ()
+
+
+async def test_a_grant_in_a_group_does_not_reach_another_members_streamed_call(
+    start_gateway: Any, client: httpx.AsyncClient
+) -> None:
+    """Mallory, in the group where bob approved for the session, is asked herself."""
+    _runner, url = await _webhook(start_gateway)
+    first = Stream(client, url, {"text": "read notes.txt", "chat_id": "g1", "user_id": "bob"})
+    await _say(client, url, f"/approve {await first.request_id()} session", "bob", chat="g1")
+    await first.done()
+    theirs = Stream(client, url, {"text": "read notes.txt", "chat_id": "g1",
+                                  "user_id": "mallory"})
+    request_id = await theirs.request_id()
+    # Bob cannot answer mallory's request either.
+    refused = await _say(client, url, f"/approve {request_id}", "bob", chat="g1")
+    assert refused["reply"] == f"There is no pending approval {request_id} for you."
+    await _say(client, url, f"/deny {request_id}", "mallory", chat="g1")
+    final = await theirs.done()
+    assert "approval_denied" in final["reply"]
 
 
 async def test_without_a_way_to_reach_the_person_the_call_is_denied(

@@ -1,5 +1,6 @@
-"""`[gateway] max_cost_usd_per_conversation_day`: a conversation over its daily budget
-gets a polite refusal (the webhook platform, real HTTP on 127.0.0.1)."""
+"""`[gateway] max_cost_usd_per_conversation_day`: a person over their daily budget — in
+whatever chat, old or new — gets a polite refusal (the webhook platform, real HTTP on
+127.0.0.1, and fake platform messages through the runner's bus)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,13 @@ async def _webhook(start_gateway: Callable[..., Any], pricer: object,
     return runner, f"http://127.0.0.1:{runner.adapter('webhook').port}"
 
 
-async def _say(client: httpx.AsyncClient, url: str, text: str, chat: str = "c1") -> Any:
-    return await client.post(f"{url}/message", json={"text": text, "chat_id": chat})
+async def _say(client: httpx.AsyncClient, url: str, text: str, chat: str = "c1",
+               user: str = "u1") -> Any:
+    return await client.post(f"{url}/message",
+                             json={"text": text, "chat_id": chat, "user_id": user})
 
 
-async def test_a_conversation_over_its_daily_budget_is_refused_politely(
+async def test_a_person_over_their_daily_budget_is_refused_politely(
     start_gateway: Any, client: httpx.AsyncClient
 ) -> None:
     runner, url = await _webhook(start_gateway, ThreeCents())
@@ -64,10 +67,13 @@ async def test_a_conversation_over_its_daily_budget_is_refused_politely(
     # Until the next UTC midnight, not "in a few seconds".
     assert 0 < int(refused.headers["retry-after"]) <= 86_400
     assert len(runner.chat.requests) == 2  # the refused message reached no model
-    # Another conversation has a budget of its own.
-    assert (await _say(client, url, "hello", chat="c2")).status_code == 200
+    # The budget is the person's: a new chat id of theirs is refused too...
+    assert (await _say(client, url, "hello", chat="c2")).status_code == 429
+    # ...while another person in the same chat has a budget of their own.
+    assert (await _say(client, url, "hello", user="u2")).status_code == 200
     # /new starts the conversation over, not its budget.
     assert (await _say(client, url, "/new again")).status_code == 429
+    assert len(runner.chat.requests) == 3
 
 
 async def test_the_spend_survives_a_restart(
@@ -124,15 +130,14 @@ async def test_only_today_counts(make_agent: Callable[..., Any]) -> None:
     agent.host.register_object(ThreeCents(), "pricer")
     bus = GatewayBus(agent, max_cost_usd_per_day=0.05)
     message = InboundMessage("webhook", "c1", "u", "hi")
-    session_id = bus.session_id_for("webhook", "c1")
-    # Yesterday's runs, as the transcript recorded them.
-    writer = agent.sessions.open(session_id)
+    ledger = bus.ledger_id_for("webhook", "u")
+    # Yesterday's runs, as the person's ledger recorded them.
+    writer = agent.sessions.open(ledger)
     yesterday = time.time() - 86_400
     for _ in range(3):
-        writer.append("meta", event="run_end", run_id="old", stopped_reason="final",
-                      turns_used=1, usage={}, error=None, cost_usd=0.04)
+        writer.append("meta", event="spend", cost_usd=0.04, session="elsewhere")
     writer.close()
-    path = agent.sessions.path_for(session_id)
+    path = agent.sessions.path_for(ledger)
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     for record in records:
         record["ts"] = yesterday
@@ -141,6 +146,37 @@ async def test_only_today_counts(make_agent: Callable[..., Any]) -> None:
     assert (await bus.handle(message)).kind == "reply"
     assert (await bus.handle(message)).kind == "reply"
     assert (await bus.handle(message)).kind == "budget"
+
+
+async def test_a_new_chat_or_group_gets_no_fresh_budget_and_a_restart_keeps_it(
+    start_gateway: Any,
+) -> None:
+    """Fake platform messages through the runner's bus: one person in a direct chat,
+    a group and a chat id never seen before, across a restart of the gateway."""
+    gateway = {"webhook": {"port": 0}, "max_cost_usd_per_conversation_day": 0.05}
+    runner = await start_gateway(["webhook"], gateway, objects=[("pricer", ThreeCents())])
+    assert runner.bus is not None
+    dm = InboundMessage("telegram", "1001", "alice", "one")
+    group = InboundMessage("telegram", "-2002", "alice", "two")
+    assert (await runner.bus.handle(dm)).kind == "reply"
+    assert (await runner.bus.handle(group)).kind == "reply"  # $0.06: over now
+    for chat in ("1001", "-2002", "-3003", "4004"):
+        refused = await runner.bus.handle(InboundMessage("telegram", chat, "alice", "more"))
+        assert refused.kind == "budget", chat
+    # The same sender id on another platform is another person.
+    assert (await runner.bus.handle(InboundMessage("discord", "1001", "alice", "x"))).kind \
+        == "reply"
+    # Bob in alice's group still has his budget.
+    assert (await runner.bus.handle(InboundMessage("telegram", "-2002", "bob", "hi"))).kind \
+        == "reply"
+    await runner.stop(grace_s=2)
+
+    again = await start_gateway(["webhook"], gateway, objects=[("pricer", ThreeCents())])
+    assert again.bus is not None
+    fresh = InboundMessage("telegram", "5005", "alice", "after the restart")
+    assert (await again.bus.handle(fresh)).kind == "budget"
+    assert (await again.bus.handle(InboundMessage("telegram", "5005", "bob", "hi"))).kind \
+        == "reply"
 
 
 def test_a_daily_budget_without_prices_is_a_config_error(make_agent: Callable[..., Any]) -> None:
