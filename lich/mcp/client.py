@@ -16,8 +16,10 @@ a reason (never an exception out of :meth:`McpRuntime.start`). A stdio server's
 stderr goes to ``<log_dir>/<server>.log``, never the terminal. A server that
 dies is restarted lazily, on the next call to one of its tools, after a backoff
 (:mod:`lich.backoff`) — once: a server that dies again before any call succeeded
-stays down. A streamable-HTTP session the server expired is re-initialised and
-the call sent again (the server refused it, so it did not run).
+stays down. A streamable-HTTP session the server lost (it restarted, or expired
+the session: "Session terminated", "Session not found", "No valid session ID"; a
+404 or a 400) is re-initialised and the call sent again, once per call (the server
+refused it, so it did not run).
 
 Context variables (the OpenTelemetry span current where a tool was called, among
 others) cross the hand-over with each call: the call's task runs in a copy of the
@@ -37,6 +39,7 @@ import contextlib
 import contextvars
 import datetime
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -418,18 +421,22 @@ class _Connection:
                 result = await client.call_tool(tool, dict(args))
             except MCPError as exc:
                 code = exc.error.code
+                # First: the TypeScript SDK's "No valid session ID" shares its code (-32000)
+                # with the SDK's own CONNECTION_CLOSED; the message tells them apart.
+                if self.config.transport == "http" and _session_expired(exc):
+                    # The server refused the request (its session is gone): nothing ran.
+                    if attempt == 0:
+                        log.info("mcp server %s lost its session (%s); re-initialising",
+                                 self.config.name, exc.error.message)
+                        await self._reinitialise()
+                        continue
+                    break
                 if code == mcp_types.CONNECTION_CLOSED:
                     self._mark_dead("closed the connection during a call")
                     await self._stop_owner_quietly()
                     return ToolResult.failure(
                         f"mcp_disconnected: server {self.config.name!r} closed the connection "
                         f"during the call (it is restarted on the next call){self._see_log()}")
-                if attempt == 0 and self.config.transport == "http" and _session_expired(exc):
-                    # The server refused the request (its session is gone): nothing ran.
-                    log.info("mcp server %s expired its session; re-initialising",
-                             self.config.name)
-                    await self._reinitialise()
-                    continue
                 message = truncate_text(str(exc), 2000, style="inline")
                 return ToolResult.failure(f"mcp_error: {message}")
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
@@ -445,8 +452,9 @@ class _Connection:
                 # answer): the new list is in place before the model hears the result.
                 await asyncio.wait({refresh}, timeout=self.config.timeout_s)
             return map_result(result)
-        return ToolResult.failure(f"mcp_disconnected: server {self.config.name!r} expired its "
-                                  "session again right after re-initialising")
+        return ToolResult.failure(f"mcp_disconnected: server {self.config.name!r} lost its "
+                                  "session again right after re-initialising (it is "
+                                  "re-initialised again on the next call)")
 
     async def _stop_owner_quietly(self) -> None:
         with contextlib.suppress(Exception):
@@ -464,10 +472,22 @@ def _wants_listen(client: Client) -> bool:
     return version >= "2026-07-28" and bool(caps.tools and caps.tools.list_changed)
 
 
+# How servers say a session is gone, in the JSON-RPC error the SDK hands back: its own
+# "Session terminated" (a 404 without a JSON-RPC body), the Python SDK's "Session not
+# found" (404, -32600), the TypeScript SDK's "Session not found" (404, -32001) and "Bad
+# Request: No valid session ID provided" (400, -32000), and the like ("expired",
+# "unknown", "invalid"). Only a refusal of the request as a whole: nothing ran.
+_SESSION_LOST = re.compile(
+    r"\bsession\b.{0,40}\b(?:terminated|not found|expired|unknown|invalid|no longer)\b"
+    r"|\b(?:no valid|unknown|invalid|expired)\b.{0,20}\bsession\b",
+    re.IGNORECASE)
+_SESSION_LOST_CODES = frozenset({mcp_types.INVALID_REQUEST, -32000, -32001})
+
+
 def _session_expired(exc: MCPError) -> bool:
-    # The SDK turns the server's 404 for an unknown session id into this error.
-    return exc.error.code == mcp_types.INVALID_REQUEST and "session terminated" in \
-        exc.error.message.lower()
+    """Whether the server refused the request because it no longer has the session."""
+    return exc.error.code in _SESSION_LOST_CODES and \
+        _SESSION_LOST.search(exc.error.message or "") is not None
 
 
 def _unwrap(exc: BaseException) -> BaseException:

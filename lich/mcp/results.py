@@ -2,7 +2,9 @@
 
 * text blocks, joined by newlines;
 * ``structuredContent`` as JSON when there is no text (a server that sends both
-  sends the text for the model);
+  sends the text for the model) — unless it repeats a binary block's bytes (a
+  server's structured copy of an image: server-filesystem's ``read_media_file``),
+  which the content blocks already say, without the base64;
 * images, audio and resources as one short placeholder line each, naming the type,
   MIME type and size — base64 bytes are no use to a text model and would flood
   its context;
@@ -62,10 +64,21 @@ def _placeholder(block: Any) -> str | None:
     return f"[{kind or 'unknown'} content]"
 
 
+def _binary_data(block: Any) -> str | None:
+    """The base64 bytes a block carries (an image's, an audio clip's, a blob's)."""
+    kind = getattr(block, "type", None)
+    if kind in ("image", "audio"):
+        return getattr(block, "data", None) or None
+    if kind == "resource":
+        return getattr(block.resource, "blob", None) or None
+    return None
+
+
 def map_result(result: Any) -> ToolResult:
     """A ``CallToolResult`` as a :class:`ToolResult`."""
     parts: list[str] = []
     has_text = False
+    binaries: list[str] = []
     for block in result.content or ():
         placeholder = _placeholder(block)
         if placeholder is None:
@@ -73,9 +86,16 @@ def map_result(result: Any) -> ToolResult:
             parts.append(block.text)
         else:
             parts.append(placeholder)
+            data = _binary_data(block)
+            if data:
+                binaries.append(data)
     structured = getattr(result, "structured_content", None)
     if not has_text and structured is not None:
-        parts.insert(0, json.dumps(structured, ensure_ascii=False, default=str))
+        encoded = json.dumps(structured, ensure_ascii=False, default=str)
+        # A structured copy of a binary block would put its base64 back into the
+        # context the placeholder keeps it out of: the blocks say it already.
+        if not any(data in encoded for data in binaries):
+            parts.insert(0, encoded)
     output = "\n".join(parts)
     if result.is_error:
         # The server's message is the error (cut: an error line is not for pages of text).

@@ -4,8 +4,11 @@
 http`` binds 127.0.0.1 on a free port, prints ``PORT <n>`` on stdout and serves
 streamable HTTP at ``/mcp``. Over HTTP it behaves like a server that predates the
 2026-07-28 protocol (``server/discover`` is refused, so clients use the
-initialize handshake and a session id), and ``POST /expire`` forgets every
-session it has handed out, as a server does when it expires idle sessions.
+initialize handshake and a session id), and ``POST /expire?answer=A`` forgets
+every session it has handed out, as a server does when it expires idle sessions;
+a request in one of them is then answered as ``A`` says (:data:`SESSION_LOST`: the
+ways real servers say it), and ``&always=1`` forgets every later session too (a
+server that keeps losing them).
 
 Environment: ``FIXTURE_HANG=1`` hangs before answering anything (a server stuck at
 start); ``FIXTURE_STDERR=text`` writes ``text`` to stderr at start;
@@ -117,15 +120,35 @@ async def grow(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+def _rpc_error(code: int, message: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": None,
+                       "error": {"code": code, "message": message}}).encode()
+
+
+#: How servers answer a request in a session they no longer have: (status, body).
+SESSION_LOST = {
+    "plain404": (404, b'{"error": "session not found"}'),  # no JSON-RPC body
+    "python-sdk": (404, _rpc_error(-32600, "Session not found")),  # the Python SDK
+    "ts-sdk-404": (404, _rpc_error(-32001, "Session not found")),  # the TypeScript SDK
+    "ts-sdk-400": (400, _rpc_error(-32000, "Bad Request: No valid session ID provided")),
+}
+
+
 def _legacy_http(asgi):
-    """Refuse server/discover (an older server) and answer 404 for expired sessions."""
+    """Refuse server/discover (an older server) and answer as told for expired sessions."""
     expired: set[str] = set()
     seen: set[str] = set()
+    lost = {"answer": "plain404", "always": False}
 
     async def wrapped(scope, receive, send):
         if scope["type"] != "http":
             return await asgi(scope, receive, send)
         if scope["path"] == "/expire":
+            from urllib.parse import parse_qs
+
+            query = parse_qs(scope.get("query_string", b"").decode())
+            lost["answer"] = query.get("answer", ["plain404"])[0]
+            lost["always"] = query.get("always", [""])[0] == "1"
             expired.update(seen)
             await _reply(send, 200, b"{}")
             return
@@ -134,7 +157,7 @@ def _legacy_http(asgi):
         if session:
             seen.add(session)
             if session in expired:
-                await _reply(send, 404, b'{"error": "session not found"}')
+                await _reply(send, *SESSION_LOST[str(lost["answer"])])
                 return
         body = b""
         if scope["method"] == "POST":
@@ -147,6 +170,12 @@ def _legacy_http(asgi):
                 request = json.loads(body)
             except ValueError:
                 request = None
+            if session and lost["always"] and isinstance(request, dict) \
+                    and request.get("method") == "tools/call":
+                # A session that gets through its handshake, and is lost at its first call.
+                expired.add(session)
+                await _reply(send, *SESSION_LOST[str(lost["answer"])])
+                return
             if isinstance(request, dict) and request.get("method") == "server/discover":
                 error = {"jsonrpc": "2.0", "id": request.get("id"),
                          "error": {"code": -32601, "message": "Method not found"}}

@@ -168,9 +168,11 @@ async def test_a_server_that_dies_again_right_after_its_restart_stays_down(
     assert "died again after a restart" in down.error
 
 
+@pytest.mark.parametrize("answer", ["plain404", "python-sdk", "ts-sdk-404", "ts-sdk-400"])
 async def test_an_expired_http_session_is_reinitialised(
-    mcp_agent: Any, http_fixture: HttpFixture
+    mcp_agent: Any, http_fixture: HttpFixture, answer: str
 ) -> None:
+    # Each way a server says the session is gone (the fixture's SESSION_LOST).
     import httpx
 
     agent = mcp_agent({"docs": {"url": http_fixture.url, "startup_timeout_s": 60}})
@@ -178,9 +180,30 @@ async def test_an_expired_http_session_is_reinitialised(
     assert connection.state.protocol_version < "2026"  # the handshake era: sessions
     assert (await call(agent, "mcp__docs__echo", text="one")).output == "one"
     async with httpx.AsyncClient() as client:
-        await client.post(f"http://127.0.0.1:{http_fixture.port}/expire")
-    assert (await call(agent, "mcp__docs__echo", text="two")).output == "two"
+        await client.post(f"http://127.0.0.1:{http_fixture.port}/expire?answer={answer}")
+    two = await call(agent, "mcp__docs__echo", text="two")
+    assert two == ToolResult(ok=True, output="two"), two.error
     assert connection.state.connects == 2  # a new session, not an error for the model
+
+
+async def test_a_server_that_keeps_losing_sessions_is_reinitialised_once_per_call(
+    mcp_agent: Any, http_fixture: HttpFixture
+) -> None:
+    import httpx
+
+    agent = mcp_agent({"docs": {"url": http_fixture.url, "startup_timeout_s": 60}})
+    connection = _connection(agent, "docs")
+    async with httpx.AsyncClient() as client:
+        await client.post(f"http://127.0.0.1:{http_fixture.port}/expire?answer=python-sdk"
+                          "&always=1")
+    result = await call(agent, "mcp__docs__echo", text="lost")
+    assert result.error is not None
+    assert result.error.startswith("mcp_disconnected: ")
+    assert "again right after re-initialising" in result.error
+    assert connection.state.connects == 2  # one re-initialisation, not a loop
+    again = await call(agent, "mcp__docs__echo", text="lost again")
+    assert again.error is not None
+    assert connection.state.connects == 3  # the next call gets its own one
 
 
 async def test_a_stdio_servers_stderr_goes_to_its_log_file(
@@ -191,6 +214,26 @@ async def test_a_stdio_servers_stderr_goes_to_its_log_file(
     assert (await call(agent, "mcp__noisy__echo", text="x")).ok
     wait_for(lambda: "noise from the server" in log.read_text(), what="the server's stderr")
     assert "noise from the server" not in capfd.readouterr().err
+
+
+def test_a_tool_without_annotations_asks_by_default_and_runs_under_an_allow_rule(
+        mcp_agent: Any, tmp_path: Path) -> None:
+    # docs/mcp.md: the annotations tighten the default (mode allow still asks), an
+    # explicit allow rule is the person's decision and lets the tool run.
+    from lich.approvals.rules import RuleSet, decide
+
+    agent = mcp_agent({"fx": stdio_server()})
+    name = "mcp__fx__structured"  # the fixture declares no annotations for it
+    tool = agent.tools.get(name)
+    assert tool is not None
+    assert tool.requires_approval
+    assert decide(RuleSet(), "allow", name, {}, tool, str(tmp_path)).action == "ask"
+    assert decide(RuleSet(), "ask", name, {}, tool, str(tmp_path)).action == "ask"
+    allowed = RuleSet.parse((name,), (), ())
+    for mode in ("ask", "allow", "deny-unlisted"):
+        assert decide(allowed, mode, name, {}, tool, str(tmp_path)).action == "allow"
+    both = RuleSet.parse((name,), (name,), ())
+    assert decide(both, "allow", name, {}, tool, str(tmp_path)).action == "ask"
 
 
 def test_server_annotations_only_tighten_approvals(mcp_agent: Any) -> None:

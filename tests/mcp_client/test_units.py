@@ -96,6 +96,25 @@ def test_results_read_as_text_with_placeholders_for_binary_content() -> None:
     both = types.CallToolResult(content=[types.TextContent(text="42")],
                                 structured_content={"n": 42})
     assert map_result(both).output == "42"
+    # An image and a structured copy of it, no text (server-filesystem's read_media_file):
+    # the blocks, never the copy's base64.
+    data = _b64(4096)
+    media = types.CallToolResult(
+        content=[types.ImageContent(data=data, mime_type="image/png")],
+        structured_content={"content": [{"type": "image", "data": data,
+                                         "mimeType": "image/png"}]})
+    assert map_result(media) == ToolResult(ok=True, output="[image: image/png, 4.0 KiB]")
+    blob = types.CallToolResult(
+        content=[types.EmbeddedResource(resource=types.BlobResourceContents(
+            uri="file:///c.bin", blob=data, mime_type="application/octet-stream"))],
+        structured_content={"blob": data})
+    assert data not in map_result(blob).output
+    # Structured data that is no copy of the binary block is kept beside it.
+    described = types.CallToolResult(
+        content=[types.ImageContent(data=data, mime_type="image/png")],
+        structured_content={"width": 64, "height": 64})
+    assert map_result(described).output == \
+        '{"width": 64, "height": 64}\n[image: image/png, 4.0 KiB]'
     failed = types.CallToolResult(content=[types.TextContent(text="no such file")],
                                   is_error=True)
     assert map_result(failed) == ToolResult.failure("mcp_tool_error: no such file")
