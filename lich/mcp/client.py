@@ -54,6 +54,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from lich.backoff import Backoff
 from lich.guards import truncate_text
@@ -85,6 +86,9 @@ class ServerState:
     status: Status = "connecting"
     error: str | None = None
     tools: list[Any] = field(factory=list)  # mcp_types.Tool, filtered by tools_enabled/disabled
+    #: Tools the server offers only as tasks (``execution.taskSupport = "required"``):
+    #: lich does not call tools as tasks, so these are not offered to the model.
+    task_only: list[str] = field(factory=list)
     protocol_version: str | None = None
     server_name: str | None = None
     server_version: str | None = None
@@ -93,14 +97,27 @@ class ServerState:
     connects: int = 0  # every successful start (restarts and re-initialised sessions too)
 
 
-class _WatchedReadStream:
-    """The transport's read stream, telling the connection when it ends: a stdio
-    server that exits between calls is then known to be gone before the next call
-    is sent, and is restarted for it instead of failing it."""
+def _tolerate(item: Any) -> Any:
+    """A message as the SDK may read it: a result without ``resultType`` gets the
+    ``"complete"`` the 2026-07-28 revision says an absent one means (servers written
+    before that field was added leave it out, and the SDK's validation of that
+    revision requires it). Earlier revisions ignore the field."""
+    message = getattr(item, "message", None)
+    result = getattr(message, "result", None)
+    if isinstance(result, dict) and "resultType" not in result:
+        result["resultType"] = "complete"
+    return item
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+
+class _WatchedReadStream:
+    """The transport's read stream, telling the connection when it ends (a stdio
+    server that exits between calls is then known to be gone before the next call
+    is sent, and is restarted for it instead of failing it), and reading what the
+    protocol allows the SDK would refuse (:func:`_tolerate`)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None] | None = None) -> None:
         self._inner = inner
-        self._on_end = on_end
+        self._on_end = on_end or (lambda: None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -117,14 +134,14 @@ class _WatchedReadStream:
 
     async def __anext__(self) -> Any:
         try:
-            return await self._inner.__anext__()
+            return _tolerate(await self._inner.__anext__())
         except (StopAsyncIteration, anyio.EndOfStream, anyio.ClosedResourceError):
             self._on_end()
             raise
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            return _tolerate(await self._inner.receive())
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             self._on_end()
             raise
@@ -326,7 +343,7 @@ class _Connection:
             headers=dict(config.headers),
             timeout=httpx2.Timeout(30.0, read=max(300.0, config.timeout_s)),
         ) as http, streamable_http_client(config.url, http_client=http) as (read, write):
-            yield read, write
+            yield _WatchedReadStream(read), write
 
     # ----------------------------------------------------------------- tools
 
@@ -339,7 +356,11 @@ class _Connection:
             cursor = page.next_cursor
             if not cursor:
                 break
-        return [t for t in tools if self.config.wants_tool(t.name)]
+        wanted = [t for t in tools if self.config.wants_tool(t.name)]
+        # A task-only tool answers a plain call with -32601 every time: offering it to
+        # the model would only waste its turns. Named in `lich mcp list` instead.
+        self.state.task_only = [t.name for t in wanted if _task_only(t)]
+        return [t for t in wanted if not _task_only(t)]
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self.client:
@@ -439,6 +460,10 @@ class _Connection:
                         f"during the call (it is restarted on the next call){self._see_log()}")
                 message = truncate_text(str(exc), 2000, style="inline")
                 return ToolResult.failure(f"mcp_error: {message}")
+            except ValidationError as exc:
+                # A result the SDK cannot read: the model gets what is wrong, in a line,
+                # not pydantic's multi-line dump (which quotes the result's data).
+                return ToolResult.failure(_protocol_error(self.config.name, exc))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
                 self._mark_dead(_describe(exc))
                 await self._stop_owner_quietly()
@@ -464,6 +489,24 @@ class _Connection:
         async with self._lock:
             await self._stop_owner_quietly()
             await self.open()
+
+
+def _protocol_error(server: str, exc: ValidationError) -> str:
+    """``mcp_protocol_error: …`` for a result that failed the SDK's validation: where
+    and what, never the offending value."""
+    errors = exc.errors(include_url=False, include_input=False)
+    first: Mapping[str, Any] = errors[0] if errors else {}
+    where = ".".join(str(part) for part in first.get("loc", ())) or "the result"
+    what = str(first.get("msg", "invalid"))
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return (f"mcp_protocol_error: server {server!r} answered tools/call with a result that "
+            f"does not follow the protocol: {where}: {what}{more}")
+
+
+def _task_only(tool: Any) -> bool:
+    """Whether the server accepts calls of ``tool`` only as tasks (lich makes none)."""
+    execution = getattr(tool, "execution", None)
+    return getattr(execution, "task_support", None) == "required"
 
 
 def _wants_listen(client: Client) -> bool:

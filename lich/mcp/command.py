@@ -94,6 +94,9 @@ def _list(settings: Any, as_json: bool) -> int:
     for row in rows:
         tools = ", ".join(t["name"] for t in row["tools"])
         details = row["error"] or tools
+        if row["task_only"]:
+            details += ("; not offered (task-only: lich does not call tools as tasks): "
+                        + ", ".join(row["task_only"]))
         if row["collisions"]:
             details += "; " + "; ".join(row["collisions"])
         add_row(table, row["name"], Text(row["status"], style=styles.get(row["status"], "red")),
@@ -136,6 +139,7 @@ def _rows(mcp: Any, runtime: Any) -> list[dict[str, Any]]:
             "tools": tools,
             "tokens": schema_tokens([e.tool.definition() for e in own]),
             "collisions": [c.message for c in collisions if c.server == name],
+            "task_only": list(state.task_only) if state is not None else [],
         })
     return rows
 

@@ -12,7 +12,10 @@ server that keeps losing them).
 
 Environment: ``FIXTURE_HANG=1`` hangs before answering anything (a server stuck at
 start); ``FIXTURE_STDERR=text`` writes ``text`` to stderr at start;
-``FIXTURE_PID_FILE=path`` writes the server's pid there first.
+``FIXTURE_PID_FILE=path`` writes the server's pid there first;
+``FIXTURE_RAW_RESULTS=1`` (stdio) writes the answers of ``untyped`` without their
+``resultType`` (as servers predating that 2026-07-28 field do) and of ``malformed``
+with a ``content`` that is no list (a result no revision allows).
 """
 
 from __future__ import annotations
@@ -134,6 +137,67 @@ SESSION_LOST = {
 }
 
 
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def research(topic: str) -> str:
+    """Research a topic: offered only as a task (execution.taskSupport "required"), as
+    server-everything's simulate-research-query is."""
+    return f"researched {topic}"
+
+
+_plain_list_tools = app.list_tools
+
+
+async def _list_tools_marking_tasks():  # type: ignore[no-untyped-def]
+    tools = await _plain_list_tools()
+    return [t.model_validate({**t.model_dump(by_alias=True, exclude_unset=True),
+                              "execution": {"taskSupport": "required"}})
+            if t.name == "research" else t for t in tools]
+
+
+app.list_tools = _list_tools_marking_tasks  # type: ignore[method-assign]
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def untyped() -> str:
+    """Answered without resultType under FIXTURE_RAW_RESULTS."""
+    return "UNTYPED-RESULT"
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def malformed() -> str:
+    """Answered with a content that is no list under FIXTURE_RAW_RESULTS."""
+    return "MALFORMED-RESULT"
+
+
+def _raw_results_stdio() -> None:
+    """Serve stdio through a writer that spoils two tools' answers (module docstring)."""
+    from io import TextIOWrapper
+
+    import mcp.server.mcpserver.server as server_module
+    from mcp.server.stdio import stdio_server
+
+    out = anyio.wrap_file(TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+
+    class Spoiling:
+        async def write(self, text: str) -> None:
+            if "UNTYPED-RESULT" in text or "MALFORMED-RESULT" in text:
+                data = json.loads(text)
+                result = data.get("result", {})
+                if "UNTYPED-RESULT" in text:
+                    result.pop("resultType", None)
+                else:
+                    result["content"] = "MALFORMED-RESULT, not a list"
+                text = json.dumps(data) + "\n"
+            await out.write(text)
+
+        async def flush(self) -> None:
+            await out.flush()
+
+    stdin = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8"))
+    server_module.stdio_server = lambda: stdio_server(stdin=stdin, stdout=Spoiling())  # type: ignore[assignment,arg-type]
+    app.run("stdio")
+
+
 def _legacy_http(asgi):
     """Refuse server/discover (an older server) and answer as told for expired sessions."""
     expired: set[str] = set()
@@ -216,6 +280,9 @@ def main() -> None:
             time.sleep(3600)
     transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
     if transport == "stdio":
+        if os.environ.get("FIXTURE_RAW_RESULTS"):
+            _raw_results_stdio()
+            return
         app.run("stdio")
         return
     import uvicorn

@@ -78,6 +78,24 @@ def test_mcp_list_shows_each_servers_state_and_tools(work: Path, lich: Any) -> N
     assert "MCP tool definitions: ~" in table.stdout
 
 
+def test_a_task_only_tool_is_not_offered_and_mcp_list_says_so(
+        work: Path, lich: Any, http_fixture: Any) -> None:
+    # The fixture's research tool accepts calls only as tasks (taskSupport "required",
+    # of the 2025-11-25 revision the fixture speaks over HTTP), which lich does not
+    # make: every plain call would fail with -32601.
+    write_config(work, {"fx": {"url": http_fixture.url, "startup_timeout_s": START_S}})
+    rows = {r["name"]: r for r in json.loads(lich("mcp", "list", "--json").stdout)}
+    assert rows["fx"]["task_only"] == ["research"]
+    assert "mcp__fx__research" not in {t["name"] for t in rows["fx"]["tools"]}
+    assert "mcp__fx__echo" in {t["name"] for t in rows["fx"]["tools"]}
+    table = lich("mcp", "list")
+    assert "not offered (task-only" in " ".join(table.stdout.split())
+    assert "research" in table.stdout
+    tools = lich("tools", "--json")
+    assert "mcp__fx__research" not in tools.stdout
+    assert "mcp__fx__echo" in tools.stdout
+
+
 def test_mcp_list_without_servers(work: Path, lich: Any) -> None:
     write_config(work, {})
     result = lich("mcp", "list")

@@ -216,6 +216,24 @@ async def test_a_stdio_servers_stderr_goes_to_its_log_file(
     assert "noise from the server" not in capfd.readouterr().err
 
 
+async def test_a_result_without_result_type_is_read_and_a_malformed_one_is_a_clear_error(
+        mcp_agent: Any) -> None:
+    # The 2026-07-28 revision tags every result with resultType, an absent one meaning
+    # "complete": a server that leaves it out is read as such. A result no revision
+    # allows is an mcp_protocol_error for the model, not the SDK's validation dump.
+    agent = mcp_agent({"raw": stdio_server(env={"FIXTURE_RAW_RESULTS": "1"})})
+    assert _connection(agent, "raw").state.protocol_version >= "2026-07-28"
+    assert await call(agent, "mcp__raw__untyped") == ToolResult(ok=True, output="UNTYPED-RESULT")
+    bad = await call(agent, "mcp__raw__malformed")
+    assert bad.error is not None
+    assert bad.error.startswith("mcp_protocol_error: server 'raw' answered tools/call with a "
+                                "result that does not follow the protocol"), bad.error
+    assert "pydantic" not in bad.error
+    assert "not a list" not in bad.error  # what is wrong, not the server's data
+    assert "\n" not in bad.error
+    assert (await call(agent, "mcp__raw__echo", text="still here")).output == "still here"
+
+
 def test_a_tool_without_annotations_asks_by_default_and_runs_under_an_allow_rule(
         mcp_agent: Any, tmp_path: Path) -> None:
     # docs/mcp.md: the annotations tighten the default (mode allow still asks), an
