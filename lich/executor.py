@@ -15,6 +15,7 @@ import contextvars
 import inspect
 import logging
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -118,8 +119,10 @@ class ToolExecutor:
         *,
         run: RunInfo | None = None,
         cancel: CancelToken | None = None,
+        check_path: Callable[[str], None] | None = None,
     ) -> ToolResult:
-        """Run ``call`` and return its result; failures are results too."""
+        """Run ``call`` and return its result; failures are results too. ``check_path``
+        becomes the tool's :attr:`~lich.tools.ToolContext.check_path`."""
         if call.args_error is not None:
             return ToolResult.failure(f"invalid_tool_arguments: {call.args_error}")
         item = self.registry.get(call.name)
@@ -146,6 +149,7 @@ class ToolExecutor:
             secret_env_names=self.secret_env_names,
             protected=self.protected,
             process_runner=self.process_runner,
+            check_path=check_path,
         )
         deadline = asyncio.timeout(timeout_s)
         try:
@@ -223,6 +227,20 @@ APPROVAL_UNAVAILABLE = (
 )
 
 
+def _resolved(root: str, value: str) -> str:
+    """``value`` resolved against ``root`` (symlinks followed), relative to it when
+    inside (``/``-joined, ``.`` for the root), else absolute."""
+    try:
+        absolute = os.path.realpath(os.path.join(root, value))
+    except (OSError, ValueError):
+        return value
+    if absolute == root:
+        return "."
+    if absolute.startswith(root.rstrip("/") + "/"):
+        return os.path.relpath(absolute, root).replace(os.sep, "/")
+    return absolute
+
+
 class HookedToolRunner:
     """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, approval, the executor,
     after-hooks.
@@ -265,6 +283,8 @@ class HookedToolRunner:
 
     async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
         rewritten_by: tuple[str, ...] = ()
+        asked = False
+        judged: tuple[str, str] | None = None
         if self._before and call.args_error is None:
             # Raced against the cancel token: a slow before-hook must not delay an abort
             # by up to hook_timeout_s. A cancelled call does not run.
@@ -277,7 +297,11 @@ class HookedToolRunner:
             if decision.blocked_by is not None:
                 blocked = ToolResult.failure(f"blocked_by_plugin: {decision.reason}")
                 return ToolOutcome(call, blocked, rewritten_by, blocked_by=decision.blocked_by)
+            # The primary path as it resolved when the checks judged it, before a person
+            # takes their time to answer.
+            judged = self._judged_path(call)
             if decision.asked_by:
+                asked = True
                 approved = await self._approve(call, decision, cancel)
                 if isinstance(approved, ToolOutcome):
                     return evolve(approved, rewritten_by=rewritten_by)
@@ -286,7 +310,9 @@ class HookedToolRunner:
             stopped = await self.before_execute(call)
             if stopped is not None:
                 return ToolOutcome(call, stopped, rewritten_by)
-        result = await self.executor.execute(call, run=self.run, cancel=cancel)
+        check_path = self._path_check(call, judged, asked=asked) if judged is not None else None
+        result = await self.executor.execute(call, run=self.run, cancel=cancel,
+                                             check_path=check_path)
         replaced_by = None
         if self._after:
             try:
@@ -296,6 +322,64 @@ class HookedToolRunner:
             except Cancelled:
                 pass  # keep the tool's own result; the run is ending
         return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)
+
+    def _judged_path(self, call: ToolCall) -> tuple[str, str] | None:
+        """``(argument, resolved)`` of a call of a tool declaring a path as its primary
+        argument (``None`` for any other)."""
+        tool = self.executor.registry.get(call.name)
+        name = tool.primary_arg if tool is not None and tool.primary_kind == "path" else None
+        value = call.args.get(name) if name is not None else None
+        if not isinstance(value, str):
+            return None
+        return value, _resolved(os.path.realpath(self.executor.work_dir), value)
+
+    def _path_check(self, call: ToolCall, judged: tuple[str, str], *,
+                    asked: bool) -> Callable[[str], None] | None:
+        """The :attr:`~lich.tools.ToolContext.check_path` of a call whose primary path
+        resolved to ``judged`` when the checks judged it.
+
+        A directory swapped for a link since (``src/sub`` -> ``../.github``) makes the
+        tool open another file than the one judged. So the path the tool is about to
+        open is judged again: a call a person (or an earlier grant) approved must
+        open the very path that was resolved when it was asked about; any other call
+        must pass the final check hooks (:meth:`lich.plugins.PluginHost.check_tool_call`)
+        with that path as its argument — a block, or a question, refuses the open
+        (``path_changed:``).
+        """
+        tool = self.executor.registry.get(call.name)
+        name = tool.primary_arg if tool is not None else None
+        value = call.args.get(name) if name is not None else None
+        if name is None or not isinstance(value, str):
+            return None
+        if value != judged[0]:  # edited while approving: judged on the edited path
+            judged = (value, _resolved(os.path.realpath(self.executor.work_dir), value))
+        resolved = judged[1]
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+        host, run = self.host, self.run
+
+        def check(rel: str) -> None:
+            if asked:
+                if rel != resolved:
+                    raise ToolError(f"path_changed: {value} resolved to {resolved} when it "
+                                    f"was approved and to {rel} now; not opened")
+                return
+            if threading.get_ident() == loop_thread:
+                # An inline tool cannot wait for the hooks on the loop it blocks.
+                if rel != resolved:
+                    raise ToolError(f"path_changed: {value} now resolves to {rel}; not opened")
+                return
+            again = evolve(call, args={**call.args, name: rel})
+            decision = asyncio.run_coroutine_threadsafe(
+                host.check_tool_call(again, run), loop).result()
+            if decision.blocked_by is not None:
+                raise ToolError(f"path_changed: {value} now resolves to {rel}: "
+                                f"{decision.reason}")
+            if decision.asked_by:
+                raise ToolError(f"path_changed: {value} now resolves to {rel}, which needs "
+                                "approval; not opened")
+
+        return check
 
     async def _approve(
         self, call: ToolCall, decision: ToolDecision, cancel: CancelToken | None

@@ -82,6 +82,13 @@ class ToolContext:
     ``process_runner`` starts every process the tool runs (:mod:`lich.processes`):
     enter ``process_runner.launch(Launch(...))`` and start what it yields, so an OS
     sandbox plugin confines the tool's processes too.
+    ``check_path`` (set for a tool declaring ``primary_kind="path"`` when the run
+    has tool-call checks) re-judges the call on the path the tool is about to open
+    for its primary argument: call ``check_path(rel)`` with the resolved path
+    relative to the work dir right before opening it (as the ``check`` of
+    :func:`lich.guards.open_beneath`); it raises :class:`~lich.guards.ToolError`
+    (``path_changed: …``) when the checks would not allow the call with that path
+    — a directory swapped for a link after the approval rules judged the path.
     """
 
     work_dir: Path
@@ -93,6 +100,7 @@ class ToolContext:
     secret_env_names: frozenset[str] = frozenset()
     protected: ProtectedPaths = field(factory=ProtectedPaths)
     process_runner: ProcessRunner = field(default=DIRECT, eq=False)
+    check_path: Callable[[str], None] | None = field(default=None, eq=False)
 
 
 @frozen

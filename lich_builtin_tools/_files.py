@@ -172,6 +172,10 @@ def _write_check(ctx: ToolContext, target: str, table: str,
         refuse_protected_write(ctx, root / rel, target)
         if not settings.allow_git_dir:
             refuse_git_dir(rel, target, table)
+        if ctx.check_path is not None:
+            # The path as it resolves now, with its directories held: judged again by
+            # the run's checks (a rule judged it before a link may have been swapped in).
+            ctx.check_path(rel)
 
     return check
 
