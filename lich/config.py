@@ -9,6 +9,12 @@ or ``config.toml`` in the user config dir. Unknown keys and bad values are
 
 Secrets never live here: a provider names the environment variable that holds
 its key (``api_key_env``).
+
+A project config (found in the work dir or a parent) is read only when no other
+local user could have written it (:func:`lich.trust.unsafe_reason`), and until its
+project is trusted only its safe keys are used (:mod:`lich.trust`). A file given
+with ``--config`` is the user's own choice, named on their command line: it is
+read whole, as the user config is.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from lich.settings import (
     setting,
     structure_settings,
 )
+from lich.trust import ProjectTrust
 
 __all__ = [
     "BUILTIN_PLUGINS",
@@ -53,6 +60,7 @@ __all__ = [
     "load_config",
     "locate_config",
     "user_config_path",
+    "user_trusted_dirs",
 ]
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -205,6 +213,10 @@ class LoadedConfig:
     sources: Mapping[str, Source]
     location: ConfigLocation | None = None
     """Which file and why (``None``: no file)."""
+    trust: ProjectTrust | None = None
+    """A project config's trust, and what was ignored of it (``None``: not a project's)."""
+    warnings: tuple[str, ...] = ()
+    """Config files passed over (another user could have written them): one line each."""
 
 
 def user_config_path() -> Path:
@@ -260,13 +272,21 @@ def config_search_dirs(work_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 def locate_config(
-    work_dir: str | os.PathLike[str], explicit: str | None = None
+    work_dir: str | os.PathLike[str], explicit: str | None = None,
+    *, passed_over: list[str] | None = None,
 ) -> ConfigLocation | None:
     """The config file to use and why: ``explicit``, else the nearest project's
     ``.lich/config.toml`` (:func:`config_search_dirs`), else the user's.
 
+    A project config that another local user could have written (owned by someone
+    else, or in a directory others can write: :func:`lich.trust.unsafe_reason`) is
+    passed over, and the search goes on above it.
+
+    :param passed_over: gets one line for each config passed over.
     :raises ConfigError: ``explicit`` names no file.
     """
+    from lich.trust import unsafe_reason
+
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
@@ -276,6 +296,13 @@ def locate_config(
     for directory in dirs:
         candidate = directory / ".lich" / "config.toml"
         if candidate.is_file():
+            reason = unsafe_reason(directory)
+            if reason is not None:
+                if passed_over is not None:
+                    passed_over.append(f"ignored {candidate}: {reason} (only a config "
+                                       "the user or root owns, in directories only they "
+                                       "can write, is read)")
+                continue
             return ConfigLocation(candidate, "work_dir" if directory == dirs[0] else "parent",
                                   directory)
     user = user_config_path()
@@ -348,6 +375,7 @@ def load_config(
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
+    trust: bool | None = None,
 ) -> LoadedConfig:
     """Build the effective configuration.
 
@@ -358,6 +386,9 @@ def load_config(
         ``model``, ``provider_kind``, ``base_url``, ``api_key_env``; ``None``
         values are ignored.
     :param data: use this mapping instead of reading a file (``file`` is then ``None``).
+    :param trust: of a project config: ``True`` trust it for this call (``--trust``),
+        ``False`` do not, ``None`` as recorded (:func:`lich.trust.trust_of`). An
+        untrusted one keeps only its safe keys (:func:`lich.trust.untrusted_view`).
     :raises ConfigError: naming the file and every bad ``$.path``.
     """
     env = os.environ if env is None else env
@@ -365,14 +396,31 @@ def load_config(
     base_dir = Path(work_dir or flags.get("work_dir") or os.getcwd()).resolve()
     file: Path | None = None
     location: ConfigLocation | None = None
+    passed_over: list[str] = []
+    project_trust: ProjectTrust | None = None
     if data is None:
-        location = locate_config(base_dir, config_path)
+        location = locate_config(base_dir, config_path, passed_over=passed_over)
         file = location.path if location else None
         raw: dict[str, Any] = _read_file(file) if file else {}
     else:
         raw = dict(data)
-    sources: dict[str, Source] = {k: "file" for k in raw}
     file_name = str(file) if file else None
+    _pop_trusted_dirs(raw, file_name, location)
+    if location is not None and location.project_dir is not None:
+        # Filtered raw, before anything is structured: what is left out never reaches
+        # a class, a plugin or a provider.
+        from lich.trust import trust_of, untrusted_view
+
+        user = _user_raw()
+        project_trust = trust_of(location.project_dir, location.path, flag=trust, env=env,
+                                 trusted_dirs=user_trusted_dirs(user))
+        if not project_trust.trusted:
+            user_plugins = _user_plugins(user)
+            raw, ignored = untrusted_view(raw, user_plugins)
+            if user_plugins != BUILTIN_PLUGINS:
+                raw["plugins"] = list(user_plugins)
+            project_trust = attrs.evolve(project_trust, ignored=ignored)
+    sources: dict[str, Source] = {k: "file" for k in raw}
     _expand_additions(raw, file_name)
     # A project config found in a parent of the work dir: its relative paths are the
     # project's, wherever below it lich was started.
@@ -468,7 +516,65 @@ def load_config(
         config = structure_settings(raw, LichConfig)
     except ConfigError as exc:
         raise ConfigError(exc.problems, file_name) from exc
-    return LoadedConfig(config=config, file=file_name, sources=sources, location=location)
+    return LoadedConfig(config=config, file=file_name, sources=sources, location=location,
+                        trust=project_trust, warnings=tuple(passed_over))
+
+
+def _pop_trusted_dirs(
+    raw: dict[str, Any], file_name: str | None, location: ConfigLocation | None = None
+) -> tuple[str, ...]:
+    """Take ``trusted_dirs`` out of ``raw`` (no class has it): the user config's list of
+    directories whose projects are trusted. In any other file it is an error: a project
+    cannot vouch for itself (an untrusted one has it dropped with its other unsafe keys)."""
+    if "trusted_dirs" not in raw:
+        return ()
+    if location is not None and location.reason != "user":
+        if location.project_dir is not None:
+            return ()  # the filter drops it, or (trusted) structuring reports it
+        raise ConfigError(["$.trusted_dirs: only the user config "
+                           f"({user_config_path()}) lists trusted directories"], file_name)
+    value = raw.pop("trusted_dirs")
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) and Path(v).expanduser().is_absolute() for v in value):
+        raise ConfigError(["$.trusted_dirs: expected a list of absolute paths"], file_name)
+    return tuple(value)
+
+
+def user_trusted_dirs(user: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The user config's ``trusted_dirs`` (none when it has none or a bad one).
+
+    :param user: the user config as read (read here when not given); it loses the key.
+    """
+    try:
+        return _pop_trusted_dirs(_user_raw() if user is None else user, None)
+    except ConfigError:
+        return ()  # a bad list trusts nothing (loading the user config says why)
+
+
+def _user_raw() -> dict[str, Any]:
+    """The user config as read, or nothing (none, or unreadable: its own load says why)."""
+    path = user_config_path()
+    if not path.is_file():
+        return {}
+    try:
+        return _read_file(path)
+    except ConfigError:
+        return {}
+
+
+def _user_plugins(user: dict[str, Any]) -> tuple[str, ...]:
+    """The user's own plugin list (their user config's, or the builtins), its relative
+    files read from the user config dir — never from the project lich runs in."""
+    try:
+        _expand_additions(user, None)
+    except ConfigError:
+        return BUILTIN_PLUGINS
+    listed = user.get("plugins", BUILTIN_PLUGINS)
+    if not isinstance(listed, list | tuple) or not all(isinstance(e, str) for e in listed):
+        return BUILTIN_PLUGINS
+    base = user_config_path().parent
+    return tuple(str(base / Path(e).expanduser()) if is_path_entry(e)
+                 and not Path(e).expanduser().is_absolute() else e for e in listed)
 
 
 def _apply_provider_overrides(

@@ -223,8 +223,12 @@ class ToolExecutor:
 
 
 APPROVAL_UNAVAILABLE = (
-    "approval_unavailable: run non-interactively; allow the tool in [approvals] or pass --yes"
+    "approval_unavailable: no one is there to approve this call; an [approvals] allow rule "
+    "lets the tool run without asking"
 )
+"""Why a call no approver answered is denied. It names no flag: what else would have
+approved the call depends on the front end (``lich --yes`` in a one-shot run says so
+itself; ``lich mcp serve --allow``; nothing in a gateway), so each front end says its own."""
 
 
 def _resolved(root: str, value: str) -> str:

@@ -404,8 +404,8 @@ def lich_request_approval(
     ``firstresult``: the first non-``None`` answer decides. The CLI, ``lich
     chat``, the TUI and the gateway each register one; ``--yes`` registers one
     that approves every ``Ask`` (a ``Block`` never reaches it). With no
-    answer at all the call is denied: ``approval_unavailable: run
-    non-interactively; allow the tool in [approvals] or pass --yes``.
+    answer at all the call is denied: ``approval_unavailable: no one is there
+    to approve this call; ...`` (:data:`lich.executor.APPROVAL_UNAVAILABLE`).
 
     It may take as long as a person does: ``approval_timeout_s`` (default
     300; 0 waits for ever) bounds it, not ``hook_timeout_s``, and the call is

@@ -20,6 +20,7 @@ __all__ = [
     "make_private_dirs",
     "open_private_append",
     "open_private_log",
+    "replace_private",
     "touch_private",
     "write_private",
 ]
@@ -88,3 +89,17 @@ def touch_private(path: str | os.PathLike[str]) -> None:
     """
     make_private_dirs(Path(path).parent)
     os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE))
+
+
+def replace_private(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data``, whole or not at all: written ``0600`` to a new
+    file beside it (:func:`write_private`), then renamed over it, so a reader never
+    sees half of it and a crash leaves the old one."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        write_private(tmp, data)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

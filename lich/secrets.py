@@ -25,6 +25,8 @@ __all__ = [
     "REDACTED",
     "is_secret_entry",
     "is_secret_name",
+    "redact_url",
+    "redact_urls",
     "redact_values",
     "secret_values",
 ]
@@ -102,3 +104,57 @@ def redact_values(text: str, values: Iterable[str]) -> str:
         if len(value) >= _MIN_VALUE_CHARS and value in text:
             text = text.replace(value, REDACTED)
     return text
+
+
+# Query parameters that carry a credential whatever a name rule says (signed URLs,
+# OAuth codes); the rest are judged by is_secret_name.
+_SECRET_QUERY_KEYS = frozenset({
+    "SIG", "SIGNATURE", "CODE", "X_AMZ_SIGNATURE", "X_AMZ_CREDENTIAL", "X_GOOG_SIGNATURE",
+    "X_GOOG_CREDENTIAL", "SAS", "SV", "SE", "SKOID", "SKTID",
+})
+# A URL in running text: a scheme, "://", then up to a space, a quote, a bracket or a
+# comma (a list of servers is written "a, b" or "a,b").
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its credentials, for a line lich prints or logs: the userinfo
+    (``nats://user:pw@host``, ``https://TOKEN@host``) and the value of every query
+    parameter whose name looks secret (``?token=…``, ``&api_key=…``, ``&sig=…``)
+    become ``[redacted]``; the rest (scheme, host, port, path) is kept, so the line
+    still says where. A string that is not a URL is returned as it is."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        secret = [_secret_query_key(k) for k, _ in pairs]
+        if any(secret):
+            query = urlencode([(k, REDACTED if hide else v)
+                               for (k, v), hide in zip(pairs, secret, strict=True)],
+                              safe="[]")
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _secret_query_key(key: str) -> bool:
+    name = key.upper().replace("-", "_")
+    return name in _SECRET_QUERY_KEYS or is_secret_name(name)
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL in it redacted (:func:`redact_url`): for error lines,
+    log records and tables, which quote the URLs of providers, buses and stores."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from lich_env import TERMINAL, TERMINAL_OVERRIDES
+from lich_env import SUITE_TRUST, TERMINAL, TERMINAL_OVERRIDES
 
 
 def _cache_bytecode_outside_the_checkout() -> None:
@@ -56,7 +56,7 @@ def _pinned_terminal() -> Iterator[None]:
     inherits it. Without it the output of ``--help`` or a table depends on the width
     of the terminal pytest was started from."""
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in TERMINAL.items():
+        for name, value in {**TERMINAL, **SUITE_TRUST}.items():
             patch.setenv(name, value)
         for name in TERMINAL_OVERRIDES:
             patch.delenv(name, raising=False)

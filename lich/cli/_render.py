@@ -428,6 +428,12 @@ class HumanRenderer(_Output):
         # A denial is shown with the call's result (its error says why); an approval
         # says who gave it and for how long, since it is what lets the call run.
         if not event.approved:
+            from lich.executor import APPROVAL_UNAVAILABLE  # loaded by the run already
+
+            if event.message == APPROVAL_UNAVAILABLE:
+                # Here (a run of the command line) --yes would have approved it.
+                self.note("  no one to ask here (no terminal): `lich --yes` approves the "
+                          "calls that ask", "yellow", always=True)
             return
         if event.approver == "session":  # no one was asked: an earlier answer covers it
             self.note("  allowed by an earlier approval in this session", "green", always=True)

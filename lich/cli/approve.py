@@ -30,9 +30,10 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from lich.approvals.present import CHOICE_WORDS, CHOICES, choice_prompt, describe
+from lich.cli.common import echo_warning
 from lich.hooks import Approval, ApprovalRequest, hookimpl
 from lich.visible import visible
 
@@ -174,8 +175,10 @@ class FdLineInput:
     The terminal is in its usual line mode here: Ctrl-C is SIGINT, which the run's
     handler turns into cancelling the run (and the core into denying the call)."""
 
-    def __init__(self, fd: int | None = None) -> None:
+    def __init__(self, fd: int | None = None, out: IO[str] | None = None) -> None:
         self._fd = fd
+        self.out = out
+        """Where the prompt is written (``None``: stderr)."""
         self._pending = bytearray()  # what a read brought beyond the line returned
 
     async def line(self, prompt: str, default: str = "") -> str:
@@ -183,8 +186,9 @@ class FdLineInput:
         fd = sys.stdin.fileno() if self._fd is None else self._fd
         if default:
             prompt = f"{prompt}\n  {default}\n> "
-        sys.stderr.write(prompt)
-        sys.stderr.flush()
+        out = sys.stderr if self.out is None else self.out
+        out.write(prompt)
+        out.flush()
         loop = asyncio.get_running_loop()
         while b"\n" not in self._pending:
             await _readable(loop, fd)
@@ -218,7 +222,15 @@ async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
 
 
 def terminal_input() -> LineInput | None:
-    """The input for questions on this terminal, or ``None`` when stdin is not one."""
+    """The input for questions on this terminal, or ``None`` when stdin is not one or
+    there is no terminal to ask on.
+
+    stdin and stderr terminals: prompt_toolkit (or plain lines) there. stdin a
+    terminal but stderr not (``lich TASK 2>log``): the question goes to the
+    controlling terminal, ``/dev/tty``, and the answer is read from it — on stderr
+    it would be in the log, and lich would wait for an answer no one knows is
+    wanted. No ``/dev/tty``: ``None`` (calls that ask are denied at once).
+    """
     if not _isatty(sys.stdin):
         return None
     if _isatty(sys.stderr):
@@ -227,7 +239,20 @@ def terminal_input() -> LineInput | None:
         # Looked up, not imported: a one-shot run pays for prompt_toolkit only once it asks.
         if importlib.util.find_spec("prompt_toolkit") is not None:
             return ToolkitInput()
-    return FdLineInput()
+        return FdLineInput()
+    return controlling_terminal_input()
+
+
+def controlling_terminal_input() -> FdLineInput | None:
+    """Plain lines on ``/dev/tty`` (prompt written there, answers read there), or
+    ``None`` when the process has no controlling terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return None
+    # Kept open for the process's life: the approver asks on it at any time.
+    out = os.fdopen(os.dup(fd), "w", encoding="utf-8", errors="replace", buffering=1)
+    return FdLineInput(fd, out)
 
 
 def _isatty(stream: Any) -> bool:
@@ -283,6 +308,13 @@ class TerminalApprover:
         self.console = console
         self.input = input if input is not None else terminal_input()
         self.interrupt = interrupt
+        tty = getattr(self.input, "out", None)
+        if tty is not None:
+            # The question is asked on /dev/tty: shown there too, not in stderr's file.
+            from rich.console import Console as RichConsole
+
+            self.console = RichConsole(file=tty, force_terminal=False, no_color=True,
+                                       highlight=False, soft_wrap=True)
 
     @hookimpl(trylast=True)
     async def lich_request_approval(self, request: ApprovalRequest) -> Approval | None:
@@ -345,9 +377,10 @@ class TerminalApprover:
         except asyncio.CancelledError:
             # The core stopped waiting (approval_timeout_s, or the run was cancelled):
             # end the abandoned prompt's line so what is printed next starts clean.
+            out = getattr(self.input, "out", None) or sys.stderr
             with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write("\n")
-                sys.stderr.flush()
+                out.write("\n")
+                out.flush()
             raise
 
     async def _dialog(self, request: ApprovalRequest) -> Approval:
@@ -400,8 +433,12 @@ class TerminalApprover:
                 break
             self._say(f"answer a number from 1 to {len(targets)}, or Enter to go back")
         path = targets[int(picked) - 1][1]
+        from lich.trust import config_digest, keep_trust
+
+        before = config_digest(path)
         try:
             add_allow_rules(path, request.rules)
+            keep_trust(path, before)  # the user's own edit of a trusted project's config
         except (OSError, ValueError) as exc:  # ConfigError is a ValueError
             problem = str(exc).strip() or type(exc).__name__
             self._say(f"could not write {path}: {problem}", "red")
@@ -511,6 +548,13 @@ def install_terminal_approver(host: PluginHost, loaded: LoadedConfig,
         return existing if isinstance(existing, TerminalApprover) else None
     approver = TerminalApprover(loaded, console)
     if approver.input is None:
+        if _isatty(sys.stdin):
+            # A terminal, but nowhere to ask on it: say so now, not after a silent wait.
+            echo_warning("stderr is not a terminal and /dev/tty cannot be opened: a tool "
+                         "call that needs approval will be denied (no one to ask)")
         return None
+    if getattr(approver.input, "out", None) is not None:
+        echo_warning("stderr is not a terminal: approval questions are asked on the "
+                     "terminal (/dev/tty)")
     host.register_object(approver, TERMINAL_APPROVER)
     return approver

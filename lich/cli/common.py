@@ -25,6 +25,7 @@ Imported only by commands that run (never by ``lich --version``); the heavy part
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ import click
 from attrs import frozen
 
 from lich.cli.options import CliSettings
+from lich.secrets import redact_urls
 from lich.visible import visible
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig
     from lich.plugins import LoadReport, PluginHost
     from lich.tools import ToolRegistry
+    from lich.trust import ProjectTrust
     from lich.types import ChatFn
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "EXIT_USAGE",
     "Assembly",
     "CommandError",
+    "ask_on_terminal",
     "assemble",
     "check_named_plugins",
     "echo_error",
@@ -74,13 +78,14 @@ EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 def echo_error(message: str) -> None:
     """``lich: error: <message>`` on stderr, never wrapped: the message holds paths and
-    ``$.path`` problems to copy (a multi-line message keeps its own lines)."""
-    click.echo(f"lich: error: {visible(message)}", err=True)
+    ``$.path`` problems to copy (a multi-line message keeps its own lines). URLs in it
+    lose their credentials (:func:`lich.secrets.redact_urls`)."""
+    click.echo(f"lich: error: {visible(redact_urls(message))}", err=True)
 
 
 def echo_warning(message: str) -> None:
-    """``lich: warning: <message>`` on stderr."""
-    click.echo(f"lich: warning: {visible(message)}", err=True)
+    """``lich: warning: <message>`` on stderr (URLs redacted, as :func:`echo_error`)."""
+    click.echo(f"lich: warning: {visible(redact_urls(message))}", err=True)
 
 
 # ---------------------------------------------------------------- logging
@@ -97,7 +102,9 @@ class _CliLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            line = visible(self.format(record))  # a message may quote a model's text
+            # A message may quote a model's text, and a URL with a password or a token
+            # in it (a bus's servers, a store's DSN, an exporter's endpoint).
+            line = visible(redact_urls(self.format(record)))
             console = self.console
             if console is not None and console.is_terminal:
                 from rich.text import Text
@@ -190,12 +197,75 @@ def quiet_plugin_log() -> Iterator[None]:
 def load_settings_config(settings: CliSettings, *, with_plugins: bool = True) -> LoadedConfig:
     """:func:`lich.config.load_config` with this invocation's flags.
 
+    An untrusted project config (:mod:`lich.trust`) is loaded without its unsafe keys;
+    on a terminal lich first asks whether to trust it (not the ``config`` commands,
+    which only show what trust would enable); either way the config files passed over
+    and what was ignored are said once per invocation, one line each.
+
     :raises lich.config.ConfigError: naming the file and the ``$.path``.
     """
     from lich.config import load_config
 
-    return load_config(config_path=settings.config_path,
-                       flags=settings.flags(with_plugins=with_plugins))
+    def load(trust: bool | None) -> LoadedConfig:
+        return load_config(config_path=settings.config_path, trust=trust,
+                           flags=settings.flags(with_plugins=with_plugins))
+
+    loaded = load(settings.trust)
+    state = loaded.trust
+    if (state is not None and not state.trusted and state.ignored and settings.ask_trust
+            and not settings.trust_reported and _ask_trust(state)):
+        from lich.trust import record_trust
+
+        record_trust(state.project_dir, state.config)
+        settings.trust = True
+        loaded = load(True)
+    if not settings.trust_reported:
+        settings.trust_reported = True
+        for line in loaded.warnings:
+            echo_warning(line)
+        if loaded.trust is not None and not loaded.trust.trusted and loaded.trust.ignored:
+            echo_warning(loaded.trust.describe())
+    return loaded
+
+
+def ask_on_terminal(question: str) -> str | None:
+    """Ask ``question`` on the controlling terminal (``/dev/tty``) and return the line
+    typed, without its newline; ``None`` when there is no terminal to ask on (a
+    service, CI, a pipe without one) or it closed: the caller decides without asking.
+
+    Not stderr: with ``2>log`` the question would be in the log and lich would wait
+    for an answer nobody knows is wanted.
+    """
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        os.write(fd, question.encode("utf-8", "replace"))
+        line = bytearray()
+        while not line.endswith(b"\n"):
+            chunk = os.read(fd, 1)  # a line at a time: the terminal is in line mode
+            if not chunk:
+                return None  # closed before a line (Ctrl-D): no answer
+            line += chunk
+    except (OSError, KeyboardInterrupt):
+        return None
+    finally:
+        os.close(fd)
+    return line.decode("utf-8", "replace").rstrip("\r\n")
+
+
+def _ask_trust(state: ProjectTrust) -> bool:
+    """Whether the user, asked on the terminal, trusts the project. Asked only when
+    stdin is a terminal too (a person is there to answer)."""
+    if sys.stdin is None or not sys.stdin.isatty():
+        return False
+    why = "changed since you trusted it" if state.changed else "not trusted"
+    answer = ask_on_terminal(
+        f"lich: the project config {state.config} is {why}; trusting "
+        f"{state.project_dir} enables: {', '.join(state.ignored)}\n"
+        "Trust this project (its plugins and commands run as you)? [y/N] ")
+    return (answer or "").strip().lower() in ("y", "yes")
 
 
 def host_for(settings: CliSettings, config: LichConfig) -> PluginHost:

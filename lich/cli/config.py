@@ -37,6 +37,7 @@ from lich.cli.output import (
     print_table,
     refuse_json,
 )
+from lich.secrets import redact_urls
 
 if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
@@ -60,8 +61,12 @@ __all__ = [
 
 @click.group("config")
 @json_option()
-def config_group() -> None:
+@click.pass_context
+def config_group(ctx: click.Context) -> None:
     """Write, show, locate and check the configuration."""
+    # They show an untrusted project's config as a run would use it, and what trust
+    # would enable; they never ask to trust it (`lich trust` does).
+    get_settings(ctx).ask_trust = False
 
 
 @config_group.command("init")
@@ -120,7 +125,8 @@ _SECRET_KEY = re.compile(r"(key|token|secret|passw|auth|credential|cookie|dsn)",
 
 
 def mask_secrets(value: Any, key: str = "") -> Any:
-    """``value`` with anything stored under a secret-looking key replaced by ``***``.
+    """``value`` with anything stored under a secret-looking key replaced by ``***``,
+    and the credentials of every URL in it (:func:`lich.secrets.redact_urls`).
 
     Keys ending in ``_env`` name an environment variable and are shown.
     """
@@ -130,6 +136,8 @@ def mask_secrets(value: Any, key: str = "") -> Any:
         return {str(k): mask_secrets(v, str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [mask_secrets(v) for v in value]
+    if isinstance(value, str):
+        return redact_urls(value)  # a bus's servers, an exporter's endpoint, a base_url
     return value
 
 
@@ -145,7 +153,7 @@ def _provider_view(p: ProviderConfig, registry: ProviderRegistry | None) -> dict
         "name": p.name,
         "kind": p.kind,
         "model": p.model,
-        "base_url": p.base_url,
+        "base_url": redact_urls(p.base_url) if p.base_url else p.base_url,
         "api_key_env": p.api_key_env,
         # Whether the variable is set, never its value.
         "api_key_set": bool(p.api_key_env and os.environ.get(p.api_key_env)),
@@ -202,7 +210,7 @@ def config_show(settings: CliSettings, as_json: bool) -> int:
         return EXIT_USAGE
     rows = describe_config(loaded, provider_kinds(settings, loaded.config))
     if as_json:
-        print_json({"file": loaded.file,
+        print_json({"file": loaded.file, "trust": trust_view(loaded),
                      "values": {k: {"value": v, "source": s} for k, v, s in rows}})
         return EXIT_OK
     from rich.table import Column, Table
@@ -210,6 +218,11 @@ def config_show(settings: CliSettings, as_json: bool) -> int:
     console = out_console()
     console.print(f"config file: {loaded.file or 'none (defaults, environment and flags only)'}",
                   markup=False, soft_wrap=True)
+    trust = trust_view(loaded)
+    if trust is not None:
+        console.print(f"project trust: {trust['state']}" + (
+            f" (trust would enable: {', '.join(trust['ignored'])})" if trust["ignored"] else ""),
+            markup=False, soft_wrap=True)
     table = Table(Column("key", no_wrap=True), "value", Column("source", no_wrap=True),
                   box=None, pad_edge=False)
     for key, value, source in rows:
@@ -229,17 +242,32 @@ def config_show(settings: CliSettings, as_json: bool) -> int:
     return EXIT_OK
 
 
+def trust_view(loaded: LoadedConfig) -> dict[str, Any] | None:
+    """A project config's trust as JSON-able data (``None``: not a project's config):
+    ``state`` (``trusted (how)``, ``not trusted``, ``changed since trusted``) and
+    ``ignored``, what trusting it would enable."""
+    trust = loaded.trust
+    if trust is None:
+        return None
+    state = (f"trusted ({trust.how})" if trust.trusted
+             else "changed since trusted" if trust.changed else "not trusted")
+    return {"project": str(trust.project_dir), "state": state, "ignored": list(trust.ignored)}
+
+
 def config_path(settings: CliSettings) -> int:
     """``lich config path``: the config file in use on stdout, why on stderr (exit 1
     when there is none, with the places looked in)."""
     from lich.config import ConfigError, config_search_dirs, locate_config, user_config_path
 
     work_dir = Path(settings.work_dir or os.getcwd()).resolve()
+    passed_over: list[str] = []
     try:
-        found = locate_config(work_dir, settings.config_path)
+        found = locate_config(work_dir, settings.config_path, passed_over=passed_over)
     except ConfigError as exc:
         echo_error(str(exc))
         return EXIT_USAGE
+    for line in passed_over:
+        echo_warning(line)
     if found is None:
         click.echo("no config file found; looked for:", err=True)
         for directory in config_search_dirs(work_dir):
@@ -249,6 +277,15 @@ def config_path(settings: CliSettings) -> int:
         return EXIT_STOPPED
     click.echo(str(found.path.resolve()))
     click.echo(f"({found.describe()})", err=True)
+    if found.project_dir is not None:
+        from lich.config import user_trusted_dirs
+        from lich.trust import trust_of
+
+        trust = trust_of(found.project_dir, found.path, flag=settings.trust,
+                         trusted_dirs=user_trusted_dirs())
+        click.echo("(trusted)" if trust.trusted else
+                   f"(not trusted: `lich trust {found.project_dir}` to use all of it; "
+                   "`lich config show` says what is ignored)", err=True)
     return EXIT_OK
 
 
@@ -438,6 +475,16 @@ def config_init(settings: CliSettings, *, user: bool, force: bool, to_stdout: bo
     except OSError as exc:
         echo_error(f"cannot write {path}: {exc}")
         return EXIT_USAGE
+    if not user:
+        from lich.trust import record_trust
+
+        # The user's own new project config: trusted as written (lich.trust); an edit
+        # by anyone else (a pull) makes it untrusted again.
+        try:
+            record_trust(path.parent.parent, path)
+        except OSError as exc:
+            echo_warning(f"could not record the new project as trusted ({exc}); "
+                         f"`lich trust {path.parent.parent}` does")
     click.echo(f"wrote {path}")
     click.echo("next: fill in a provider (or set LICH_MODEL), then `lich config validate`.",
                err=True)

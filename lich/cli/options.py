@@ -59,6 +59,12 @@ class CliSettings:
         self.strict_plugins: bool = False
         self.resume: str | None = None
         self.json: bool = False
+        # --trust: the project config is trusted for this run (lich.trust).
+        self.trust: bool | None = None
+        # Whether lich may ask on the terminal to trust the project (the config
+        # commands only show what trust would enable) and whether it said so already.
+        self.ask_trust: bool = True
+        self.trust_reported: bool = False
         # The run flags (TOOL_OPTIONS): what this run may do and who says yes.
         self.yes: bool = False
         self.read_only: bool = False
@@ -167,6 +173,9 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
             is_eager=True,
             help="Load this plugin too (entry point, module or .py file); it must load. "
                  "Repeatable."),
+    _option("--trust", attr="trust", is_flag=True, default=None, is_eager=True,
+            help="Trust the project's .lich/config.toml for this run: its plugins, MCP "
+                 "servers, providers and rules apply (`lich trust` records it)."),
     _option("--strict-plugins", attr="strict_plugins", is_flag=True, default=None,
             help="Exit with an error when any plugin fails to load."),
     _option("--model", attr="model", metavar="MODEL", help="Model of the first provider."),

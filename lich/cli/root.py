@@ -44,6 +44,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "plugins": "lich.cli.plugins:plugins_group",
     "tools": "lich.cli.tools:tools_command",
     "sessions": "lich.cli.sessions:sessions_group",
+    "trust": "lich.cli.trust:trust_command",
 }
 
 
@@ -80,6 +81,8 @@ class LichGroup(click.Group):
         Never raises: a bad config or a broken plugin leaves the builtin commands working.
         """
         settings = settings or get_settings(ctx)
+        if ctx.resilient_parsing:
+            settings.ask_trust = False  # shell completion never asks
         if self._loaded_for is settings:
             return
         for name in self._plugin_commands:  # a previous invocation's (tests reuse groups)

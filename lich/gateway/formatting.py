@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from lich.logcontext import current_admission
+from lich.secrets import redact_urls
 
 __all__ = [
     "conversation_session_id",
@@ -185,7 +186,7 @@ def redact(text: str, secrets_: Iterable[str] = ()) -> str:
             text = text.replace(value, "[redacted]")
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
-    return text
+    return redact_urls(text)  # a bus's or a store's URL with its password
 
 
 _KIND_TEXT = {

@@ -36,23 +36,30 @@ def parse_tool_names(values: tuple[str, ...]) -> list[str] | None:
 @click.command("serve")
 @click.option("--tools", "tool_names", metavar="NAME[,NAME...]", multiple=True,
               help="Serve only these of the enabled tools (comma-separated; repeatable).")
+@click.option("--allow", "allowed", metavar="NAME[,NAME...]", multiple=True,
+              help="Approve the calls of these served tools that ask for approval "
+                   "(a deny rule still refuses); every other such call is denied.")
 @config_options
 @click.pass_context
-def serve_command(ctx: click.Context, tool_names: tuple[str, ...]) -> None:
+def serve_command(ctx: click.Context, tool_names: tuple[str, ...],
+                  allowed: tuple[str, ...]) -> None:
     """Serve lich's enabled tools to an MCP client over stdin/stdout.
 
     Every call runs through the plugins' before- and after-hooks and the tools'
-    limits, in the work dir (--work-dir); a call that needs approval is denied,
-    as in a one-shot run. stdout carries only the protocol: logs and warnings go
-    to stderr. See docs/mcp.md.
+    limits, in the work dir (--work-dir); a call that needs approval is denied
+    (there is no one to ask) unless --allow names its tool. --yes does not apply:
+    it would approve every call of whatever client connects. stdout carries only
+    the protocol: logs and warnings go to stderr. See docs/mcp.md.
     """
     names = parse_tool_names(tool_names)
-    ctx.exit(serve(get_settings(ctx), names))
+    ctx.exit(serve(get_settings(ctx), names, parse_tool_names(allowed) or []))
 
 
-def serve(settings: CliSettings, names: list[str] | None) -> int:
+def serve(settings: CliSettings, names: list[str] | None, allowed: list[str] | None = None
+          ) -> int:
     """Assemble the agent and serve its tools (``names`` of them, when given) until
-    the client leaves; the exit code."""
+    the client leaves; the exit code. ``allowed``: the tools whose calls that ask
+    are approved (``--allow``)."""
     from lich.cli.common import (
         EXIT_INTERRUPTED,
         EXIT_OK,
@@ -74,6 +81,14 @@ def serve(settings: CliSettings, names: list[str] | None) -> int:
     import asyncio
     import sys
 
+    if settings.yes:
+        # --yes means "I am here and say yes to everything this run asks"; a served
+        # call comes from whatever client connects, which no one on this command line
+        # watches: it would approve a terminal or write_file call of any of them.
+        echo_error("--yes does not apply to lich mcp serve (it would approve every call "
+                   "of any MCP client); name the tools whose calls may run unasked with "
+                   "--allow NAME[,NAME...], or allow them in [approvals]")
+        return EXIT_USAGE
     if _is_terminal(sys.stdin):
         # Run by hand, it would wait silently for JSON-RPC on the keyboard.
         echo_warning("lich mcp serve speaks MCP on stdin/stdout: an MCP client starts it "
@@ -89,6 +104,16 @@ def serve(settings: CliSettings, names: list[str] | None) -> int:
         agent = built.agent
         assert agent is not None
         tools = serving.ServedTools(agent, names)
+        served = {t.name for t in tools.list()}
+        not_served = [n for n in (allowed or []) if n not in served]
+        if not_served:
+            asyncio.run(agent.aclose())
+            echo_error(f"--allow: {', '.join(not_served)} is not a served tool "
+                       f"(served: {', '.join(sorted(served)) or 'none'})")
+            return EXIT_USAGE
+        if allowed:
+            built.host.register_object(serving.AllowListApprover(allowed),
+                                       serving.ALLOW_APPROVER)
         unknown = tools.unknown()
         if unknown:
             asyncio.run(agent.aclose())

@@ -7,8 +7,9 @@ leaves. Every ``tools/call`` goes the way a tool call of the loop goes —
 :class:`~lich.executor.HookedToolRunner`: before-hooks, check-hooks,
 approvals, the executor's limits, after-hooks — and is seen by ``lich_event``
 plugins as ``tool_call_start`` / ``tool_call_end``. No approver is registered,
-so a call a before-hook answers :class:`lich.Ask` for is denied, as in a
-one-shot run. Nothing is written to a transcript: the client keeps its own
+so a call a before-hook answers :class:`lich.Ask` for is denied (no one to
+ask) — unless ``--allow`` names its tool (:class:`AllowListApprover`); ``--yes``
+is refused. Nothing is written to a transcript: the client keeps its own
 conversation. When the served tools change (a plugin replaces its tools; an
 MCP server of lich's own config re-lists its), the client is told
 (:class:`ToolListNotifier`).
@@ -55,7 +56,7 @@ from lich.events import (
     ToolCallStart,
 )
 from lich.executor import HookedToolRunner
-from lich.hooks import RunInfo, RunOutcome
+from lich.hooks import Approval, ApprovalRequest, RunInfo, RunOutcome, hookimpl
 from lich.loop import ToolOutcome
 from lich.threads import run_in_daemon_thread
 from lich.types import ProviderError, ToolCall, ToolResult, Usage
@@ -68,8 +69,10 @@ if TYPE_CHECKING:
     from lich.tools import Tool
 
 __all__ = [
+    "ALLOW_APPROVER",
     "NOTIFY_TOOL_CHANGES",
     "SERVER_NAME",
+    "AllowListApprover",
     "ServedTools",
     "ServingSession",
     "ToolListNotifier",
@@ -271,8 +274,8 @@ class ServingSession:
         self.emitter = RunEmitter(self.run.run_id, self.run.session_id)
         if agent.host.has_impls("lich_event"):
             self.emitter.subscribe(agent.host.event)
-        # No approver is registered: an Ask is asked of no one and denied
-        # (approval_unavailable), with its approval_requested/_resolved events.
+        # No approver but --allow's: an Ask of another tool is asked of no one and
+        # denied (approval_unavailable), with its approval_requested/_resolved events.
         self.runner = HookedToolRunner(agent.executor, agent.host, self.run,
                                        emit=self._emit, grants=agent.approval_grants)
         # Each served call is a turn of its own: there is no model turn to count.
@@ -599,3 +602,26 @@ async def no_model(*_args: Any, **_kwargs: Any) -> Any:
     """The chat function of a serving agent: ``lich mcp serve`` runs tools the client
     asks for and calls no model, so it needs none configured."""
     raise ProviderError("bad_request", "lich mcp serve", "a served session calls no model")
+
+
+class AllowListApprover:
+    """``lich mcp serve --allow``: approves the calls of the named tools that a
+    before-hook asked about; says nothing of the others (denied: no one to ask).
+
+    ``tryfirst``: the operator's list on the command line decides before any
+    approver a plugin brings.
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = frozenset(names)
+
+    @hookimpl(tryfirst=True)
+    async def lich_request_approval(self, request: ApprovalRequest) -> Approval | None:
+        """Approve ``request`` when its tool is on the list; else no answer."""
+        if request.call.name in self.names:
+            return Approval(True, approver=ALLOW_APPROVER)
+        return None
+
+
+ALLOW_APPROVER = "--allow"
+"""The ``approver`` of the served calls ``--allow`` approved (and its plugin name)."""

@@ -104,6 +104,7 @@ from lich.nats_bus.settings import (
     conversation_token,
     partition_of,
 )
+from lich.secrets import redact_url
 from lich.sessions import ConditionalWriter, StaleWriter, TranscriptWriter
 from lich.turns import REPLY_SENT, TURN_END, DurableTurn, TurnRecords, find_turn
 from lich.types import Usage
@@ -532,7 +533,7 @@ class NatsBus:
             )
         except Exception as exc:
             raise GatewayError(
-                f"the nats bus cannot reach {', '.join(servers)}: "
+                f"the nats bus cannot reach {', '.join(map(redact_url, servers))}: "
                 f"{redact(f'{type(exc).__name__}: {exc}', [self._token])}") from exc
         # Once connected, reconnect for as long as it takes: a broker restart must not
         # end the gateway (nats-py reads this option at each reconnect).

@@ -26,6 +26,7 @@ import nats.js.errors
 from lich.gateway.formatting import redact
 from lich.gateway.registry import GatewayError
 from lich.nats_bus.settings import NatsBusSettings
+from lich.secrets import redact_url
 
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
@@ -116,12 +117,13 @@ async def cluster_status(settings: NatsBusSettings, *, token: str = "") -> dict[
                                 error_cb=_quiet)
     except Exception as exc:
         raise GatewayError(
-            f"the nats bus cannot reach {', '.join(servers)}: "
+            f"the nats bus cannot reach {', '.join(map(redact_url, servers))}: "
             f"{redact(f'{type(exc).__name__}: {exc}', [token])}") from exc
     try:
         js = nc.jetstream(timeout=settings.publish_timeout_s)
         return {
-            "broker": {"url": nc.connected_url.geturl() if nc.connected_url else None,
+            "broker": {"url": redact_url(nc.connected_url.geturl()) if nc.connected_url
+                       else None,
                        "version": _version(nc)},
             **await _stream(js, settings),
             "processes": _with_states(await _entries(js, f"{settings.stream}_PROCESSES"),
@@ -129,8 +131,8 @@ async def cluster_status(settings: NatsBusSettings, *, token: str = "") -> dict[
             "leases": await _leases(js, settings),
         }
     except nats.errors.Error as exc:  # the broker went away, or does not answer JetStream
-        raise GatewayError(f"the nats bus at {', '.join(servers)} did not answer: "
-                           f"{type(exc).__name__}: {exc}") from exc
+        raise GatewayError(f"the nats bus at {', '.join(map(redact_url, servers))} did not "
+                           f"answer: {redact(f'{type(exc).__name__}: {exc}', [token])}") from exc
     finally:
         await nc.close()
 

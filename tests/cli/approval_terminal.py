@@ -10,6 +10,7 @@ import re
 import signal
 import struct
 import subprocess
+import sys
 import termios
 import threading
 from collections.abc import Sequence
@@ -97,22 +98,33 @@ def terminal_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# The pseudo-terminal becomes the new session's controlling terminal, as a real one is
+# (so /dev/tty is it), then lich is started in its place.
+_AS_CONTROLLING_TERMINAL = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 class Terminal:
     """A real ``lich ARGS`` with stdin, stdout and stderr on one pseudo-terminal
-    (``stderr``: a file for stderr instead).
+    (``stderr``: a file for stderr instead), which is its controlling terminal
+    (``controlling=False``: a terminal on its descriptors, none to open as /dev/tty).
 
     What it writes is collected by a reader thread; :meth:`expect` polls it (bounded)
     for the next occurrence of a text, escape sequences removed.
     """
 
     def __init__(self, args: Sequence[str], cwd: Path, env: dict[str, str],
-                 stderr: Any = None) -> None:
+                 stderr: Any = None, controlling: bool = True) -> None:
         self.leader, follower = pty.openpty()
         # 50 rows, 200 columns: nothing the tests look for is wrapped.
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
         try:
             self.proc = subprocess.Popen(
-                [*lich_command(), *args], cwd=cwd, env=env, stdin=follower, stdout=follower,
+                [*([sys.executable, "-c", _AS_CONTROLLING_TERMINAL] if controlling else []),
+                 *lich_command(), *args],
+                cwd=cwd, env=env, stdin=follower, stdout=follower,
                 stderr=follower if stderr is None else stderr, start_new_session=True,
                 close_fds=True,
             )

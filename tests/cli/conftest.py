@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from lich_env import is_personal
+from lich_env import SUITE_TRUST, is_personal
 
 from lich.cli import build_cli
 from lich.testing import ScriptedModel, ScriptedServer, Step
@@ -29,6 +29,8 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     ``lich`` logger put back as it was (the CLI sets its level and handler)."""
     for var in [name for name in os.environ if is_personal(name)]:
         monkeypatch.delenv(var)
+    for name, value in SUITE_TRUST.items():
+        monkeypatch.setenv(name, value)
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))

@@ -61,7 +61,7 @@ def test_config_init_fills_in_the_model_from_flags(work: Path, lich: Any) -> Non
     result = lich("config", "init", "--model", "llama3.1", "--provider-kind", "ollama")
 
     assert result.exit_code == 0, result.stderr
-    config = load_config(work_dir=work, env={}).config
+    config = load_config(work_dir=work, env={}, trust=True).config
     assert config.providers[0].model == "llama3.1"
     assert config.providers[0].kind == "ollama"
     assert config.providers[0].base_url == "http://localhost:11434"
@@ -456,5 +456,5 @@ def test_config_init_writes_any_value_as_toml_that_reads_back(
     assert provider == {"kind": "openai_compat", "name": "main", "model": model,
                         "base_url": url, "api_key_env": "MY_KEY"}
     # And lich itself loads it to the same values.
-    (loaded,) = load_config(work_dir=work, env={}).config.providers
+    (loaded,) = load_config(work_dir=work, env={}, trust=True).config.providers
     assert (loaded.model, loaded.base_url) == (model, url)

@@ -420,26 +420,51 @@ def test_a_session_answer_to_a_command_grants_that_command_and_says_so(
     assert [a[0] for a in approvers[2:]] == [False, False]
 
 
-def test_with_stderr_redirected_the_question_goes_there_and_the_terminal_answers(
+def test_with_stderr_redirected_the_question_is_asked_on_the_terminal(
     work: Path, scripted: Any, tmp_path: Path
 ) -> None:
-    """stdin a terminal, stderr a file: plain lines (no prompt_toolkit), read by the
-    event loop from the terminal in its line mode."""
+    """stdin a terminal, stderr a file (``lich TASK 2>log``): the question goes to the
+    controlling terminal (/dev/tty), in plain lines, and is answered there; the log
+    says where it was asked and does not hold the question nobody would see."""
     server = setup(work, scripted, NOTE_A)
     log = tmp_path / "stderr.log"
     with log.open("wb") as err:
         term = Terminal(("write the note",), work, terminal_env(), stderr=err)
         try:
-            wait_for(lambda: PROMPT in log.read_text(encoding="utf-8"), 60, "the question")
+            shown = term.expect(PROMPT)
             term.send("s\r")
             term.expect("all done")
             assert term.wait() == 0, log.read_text(encoding="utf-8")
         finally:
             term.close()
 
+    assert "note wants to run — notes need a human" in shown
     text = log.read_text(encoding="utf-8")
-    assert "note wants to run — notes need a human" in text
-    assert "\x1b" not in text  # plain text for a file
+    assert PROMPT not in text
+    assert "approval questions are asked on the terminal (/dev/tty)" in text
     assert tool_results(server.requests) == ["wrote a.txt"]
     (resolved,) = resolutions(work)
     assert (resolved["approver"], resolved["scope"]) == ("terminal", "session")
+
+
+def test_with_stderr_redirected_and_no_controlling_terminal_the_call_is_denied_at_once(
+    work: Path, scripted: Any, tmp_path: Path
+) -> None:
+    """No /dev/tty to ask on: lich says so before the run and denies the call that asks
+    at once, instead of waiting silently (here for ever: approval_timeout_s = 0, so a
+    wait would end only at the bound of term.wait and fail the test)."""
+    server = setup(work, scripted, NOTE_A, extra="approval_timeout_s = 0")
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as err:
+        term = Terminal(("write the note",), work, terminal_env(), stderr=err,
+                        controlling=False)
+        try:
+            assert term.wait() == 0, log.read_text(encoding="utf-8")
+        finally:
+            term.close()
+    text = log.read_text(encoding="utf-8")
+    assert "/dev/tty cannot be opened" in text
+    assert PROMPT not in text
+    assert PROMPT not in term.text
+    assert json.loads(tool_results(server.requests)[0])["error"].startswith(
+        "approval_unavailable: ")

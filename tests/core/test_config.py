@@ -41,7 +41,10 @@ def write_config(work: Path, text: str, name: str = "config.toml") -> Path:
 
 
 def load(work: Path, **kw: Any) -> LichConfig:
+    # The projects here are the test's own: trusted (tests/cli/test_trust.py is the
+    # untrusted case).
     kw.setdefault("env", {})
+    kw.setdefault("trust", True)
     return load_config(work_dir=work, **kw).config
 
 
@@ -55,7 +58,7 @@ def problems_of(work: Path, **kw: Any) -> ConfigError:
 
 
 def test_defaults(tmp_path: Path, home: Path) -> None:
-    loaded = load_config(work_dir=tmp_path, env={})
+    loaded = load_config(work_dir=tmp_path, trust=True, env={})
     config = loaded.config
     assert loaded.file is None
     assert config.providers == ()
@@ -97,7 +100,7 @@ def test_toml_file_in_the_work_dir(tmp_path: Path, home: Path) -> None:
         )
         + PROVIDER,
     )
-    loaded = load_config(work_dir=tmp_path, env={})
+    loaded = load_config(work_dir=tmp_path, trust=True, env={})
     config = loaded.config
     assert loaded.file == str(path)
     assert loaded.sources["max_turns"] == "file"
@@ -252,6 +255,7 @@ def test_the_config_never_holds_a_key(tmp_path: Path, home: Path) -> None:
 
 def test_env_provider_when_no_file_names_one(tmp_path: Path, home: Path) -> None:
     loaded = load_config(
+        trust=True,
         work_dir=tmp_path,
         env={"LICH_MODEL": "llama3", "LICH_PROVIDER_KIND": "ollama",
              "LICH_BASE_URL": "http://127.0.0.1:9", "LICH_API_KEY_ENV": "OLLAMA_KEY"},
@@ -295,7 +299,7 @@ def test_env_and_flags_override_the_first_provider_of_the_file(tmp_path: Path, h
     assert [p.model for p in config.providers] == ["from-env", "c"]
     assert config.providers[0].base_url == "http://127.0.0.1:1/v1"
 
-    flagged = load_config(work_dir=tmp_path, env={"LICH_MODEL": "from-env"},
+    flagged = load_config(work_dir=tmp_path, trust=True, env={"LICH_MODEL": "from-env"},
                           flags={"model": "from-flag"})
     assert flagged.config.providers[0].model == "from-flag"
     assert flagged.sources["providers"] == "flag"
@@ -308,7 +312,7 @@ def test_env_and_flags_override_the_first_provider_of_the_file(tmp_path: Path, h
 
 
 def test_strict_plugins_and_log_level_from_env(tmp_path: Path, home: Path) -> None:
-    loaded = load_config(work_dir=tmp_path, env={"LICH_STRICT_PLUGINS": "1",
+    loaded = load_config(work_dir=tmp_path, trust=True, env={"LICH_STRICT_PLUGINS": "1",
                                                  "LICH_LOG_LEVEL": "debug"})
     assert loaded.config.strict_plugins is True
     assert loaded.sources["strict_plugins"] == "env"
@@ -340,6 +344,7 @@ def test_flags_win_over_file_and_env(tmp_path: Path, home: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     loaded = load_config(
+        trust=True,
         work_dir=tmp_path,
         env={},
         flags={"max_turns": 9, "system_prompt": "flagged", "plugins": ["./x.py"],

@@ -180,7 +180,8 @@ async def test_without_a_way_to_reach_the_person_the_call_is_denied(
     _, url = await _webhook(start_gateway)
     body = await _say(client, url, "read notes.txt", "bob")
     result = json.loads(body["reply"].removeprefix("the file says: "))
-    assert result["error"].startswith("approval_unavailable: run non-interactively")
+    assert result["error"].startswith("approval_unavailable: no one is there")
+    assert "--yes" not in result["error"]  # the gateway takes no --yes
 
 
 async def test_other_conversations_go_on_while_one_waits(
