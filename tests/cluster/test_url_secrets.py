@@ -14,7 +14,8 @@ import pytest
 from lich_env import lich_env
 
 from lich.secrets import REDACTED, redact_url, redact_urls
-from lich.testing.nats import NatsServer, free_port
+from lich.testing.nats import NatsServer
+from lich.testing.ports import refused_port
 
 PASSWORD = "hunter2-nats-password-77"
 TOKEN = "tok-in-query-5150"
@@ -69,8 +70,9 @@ def test_cluster_status_never_prints_the_bus_password(tmp_path: Path,
     shown = _lich(work, tmp_path, "cluster", "status")
     as_json = _lich(work, tmp_path, "cluster", "status", "--json")
     config = _lich(work, tmp_path, "config", "show", "--json")
-    _config(work, [f"nats://alice:{PASSWORD}@127.0.0.1:{free_port()}"])
-    refused = _lich(work, tmp_path, "cluster", "status")
+    with refused_port() as closed:
+        _config(work, [f"nats://alice:{PASSWORD}@127.0.0.1:{closed}"])
+        refused = _lich(work, tmp_path, "cluster", "status")
     for proc in (shown, as_json, config, refused):
         assert PASSWORD not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert shown.returncode == 0, shown.stderr
