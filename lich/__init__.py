@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from lich.hooks import ApprovalRequest as ApprovalRequest
     from lich.hooks import Ask as Ask
     from lich.hooks import Block as Block
+    from lich.hooks import Compression as Compression
+    from lich.hooks import FollowUp as FollowUp
+    from lich.hooks import InstructionSection as InstructionSection
+    from lich.hooks import PromptEdit as PromptEdit
     from lich.hooks import Rewrite as Rewrite
     from lich.hooks import RunInfo as RunInfo
     from lich.hooks import RunOutcome as RunOutcome
@@ -78,8 +82,11 @@ _EXPORTS = {
     "ChatFn": "lich.types",
     "ChatOptions": "lich.types",
     "ChatResult": "lich.types",
+    "Compression": "lich.hooks",
     "ConfigError": "lich.config",
     "Envelope": "lich.events",
+    "FollowUp": "lich.hooks",
+    "InstructionSection": "lich.hooks",
     "Launch": "lich.processes",
     "LichConfig": "lich.config",
     "LoadReport": "lich.plugins",
@@ -92,6 +99,7 @@ _EXPORTS = {
     "ProviderConfig": "lich.config",
     "ProviderDefaults": "lich.providers",
     "ProviderError": "lich.types",
+    "PromptEdit": "lich.hooks",
     "ProviderRegistry": "lich.providers",
     "Rewrite": "lich.hooks",
     "RunInfo": "lich.hooks",

@@ -14,7 +14,7 @@ import logging
 import platform
 import sys
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import attrs
@@ -28,13 +28,17 @@ from lich.events import (
     ApprovalRequested,
     ApprovalResolved,
     CompressEnd,
+    CompressSkipped,
     Envelope,
     ErrorEvent,
     Event,
     EventHandler,
     Failover,
+    InstructionsCut,
     LlmEnd,
+    PromptBlocked,
     Retry,
+    RunContinued,
     RunEmitter,
     RunEnd,
     RunStart,
@@ -43,9 +47,12 @@ from lich.events import (
     TurnStart,
 )
 from lich.executor import HookedToolRunner, ToolExecutor
-from lich.hooks import RunInfo, RunOutcome
+from lich.hooks import Block, RunInfo, RunOutcome
+from lich.instructions import AssembledPrompt, assemble_instructions
+from lich.journal import TurnJournal
 from lich.loop import (
     BudgetStop,
+    CompressPlan,
     LoopDeps,
     LoopOutcome,
     LoopParams,
@@ -57,6 +64,7 @@ from lich.loop import (
     seed_system_prompt,
 )
 from lich.plugins import PluginHost
+from lich.plugins.calling import PromptDecision
 from lich.processes import ProcessRunner
 from lich.protected import ProtectedPaths
 from lich.providers import (
@@ -75,13 +83,6 @@ from lich.sessions import (
     open_session_store,
 )
 from lich.tools import ToolRegistry
-from lich.turns import (
-    CANCELLED_RUNNING_ERROR,
-    INTERRUPTED_ERROR,
-    TOOL_START,
-    TURN_START,
-    DurableTurn,
-)
 from lich.types import (
     ChatFn,
     ChatOptions,
@@ -98,6 +99,7 @@ from lich.types import (
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "INTERRUPTED_ERROR",
     "Agent",
     "HookedToolRunner",
     "RunResult",
@@ -129,14 +131,18 @@ def default_system_prompt(work_dir: str, *, today: datetime.date | None = None) 
             f"Operating system: {system}\n"
             f"Today's date: {day.isoformat()}")
 
-#: A durable turn's call of a tool that is not idempotent, whose ``tool_start`` could not be
-#: stored: it is not run, since after a crash it could not be told from one that never ran.
-NOT_RECORDED_ERROR = ("not_recorded: the start of this call could not be recorded (the "
-                      "transcript store failed), so it was not run")
+#: The result :meth:`Agent.continue_turn` gives a call that may have run before the
+#: process running it died (it is not run again).
+INTERRUPTED_ERROR = (
+    "interrupted: this call was started, but the process running it stopped before its "
+    "result was recorded; it may or may not have taken effect, and it was not run again. "
+    "Check its effect before you repeat it."
+)
 
 # Events that go into the transcript besides the messages themselves.
 _RECORDED_EVENTS = (
-    ToolCallEnd, ApprovalRequested, ApprovalResolved, CompressEnd, Retry, Failover, ErrorEvent
+    ToolCallEnd, ApprovalRequested, ApprovalResolved, CompressEnd, CompressSkipped, Retry,
+    Failover, ErrorEvent, InstructionsCut, PromptBlocked, RunContinued,
 )
 
 
@@ -149,6 +155,9 @@ class RunResult:
     session_path: str | None
     outcome: LoopOutcome
     usage: Usage
+    #: Why a ``lich_user_prompt`` hook refused the message (``stopped_reason ==
+    #: "blocked"``), with the plugin: ``"<plugin>: <reason>"``; ``None`` otherwise.
+    refusal: str | None = None
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -157,7 +166,7 @@ class RunResult:
 
     @property
     def stopped_reason(self) -> StoppedReason:
-        """``final``, ``budget`` or ``aborted``."""
+        """``final``, ``budget``, ``aborted`` or ``blocked``."""
         return self.outcome.stopped_reason
 
     @property
@@ -195,6 +204,15 @@ def build_tool_registry(
     host.register_tools(registry, config, runner)
     registry.filter(config.tools_enabled, config.tools_disabled)
     return registry
+
+
+def _model_role_problems(config: LichConfig) -> list[str]:
+    """``[models.<role>]`` tables naming a provider the config does not have."""
+    names = [p.name for p in config.providers]
+    return [f"$.models.{role}.provider: no provider named {spec.provider!r} "
+            f"(configured: {', '.join(names) or 'none'})"
+            for role, spec in config.models.items()
+            if spec.provider is not None and spec.provider not in names]
 
 
 def _unusable_model(problem: ConfigError) -> ChatFn:
@@ -256,7 +274,7 @@ class Agent:
         self.host = host
         # Every plugin's settings, checked before anything is built: a run rejects
         # exactly what `lich config validate` reports.
-        problems = host.check_config(config)
+        problems = [*host.check_config(config), *_model_role_problems(config)]
         if problems:
             raise ConfigError(problems)
         #: What every process of a tool and every stdio MCP server is started through
@@ -301,12 +319,44 @@ class Agent:
         #: of this agent (and of the agents :meth:`with_model` makes from it).
         self.approval_grants = ApprovalGrants()
         self._resolved_providers: dict[str, ProviderConfig] | None = None
+        # The auxiliary model roles built so far ([models.<role>]; chat_for).
+        self._role_chats: dict[str, ChatFn] = {}
+        self._role_providers: list[Provider] = []
         self._closed = False
 
     @property
     def model(self) -> str:
         """The first provider's model ('' when a chat function was injected)."""
         return self.providers[0].model if self.providers else ""
+
+    def chat_for(self, role: str) -> ChatFn:
+        """The chat function of the auxiliary model role ``role`` (what
+        :meth:`lich.RunInfo.chat_for` answers): the ``[models.<role>]`` table's
+        provider (by name; the first by default) with its model, built once, or this
+        agent's own chat function when the config has no such table.
+
+        :raises lich.config.ConfigError: the table names no configured provider, or
+            the provider cannot be built.
+        """
+        role_config = self.config.models.get(role)
+        if role_config is None:
+            return self.chat
+        chat = self._role_chats.get(role)
+        if chat is not None:
+            return chat
+        providers = self.config.providers
+        index = next((i for i, p in enumerate(providers)
+                      if role_config.provider in (None, p.name)), None)
+        if index is None:
+            names = ", ".join(p.name for p in providers) or "none"
+            raise ConfigError([f"$.models.{role}.provider: no provider named "
+                               f"{role_config.provider!r} (configured: {names})"])
+        chosen = providers[index]
+        provider = self.provider_kinds.create(
+            attrs.evolve(chosen, model=role_config.model or chosen.model), index)
+        self._role_providers.append(provider)
+        self._role_chats[role] = provider.chat
+        return provider.chat
 
     def with_model(self, model: str) -> Agent:
         """A new agent on the same plugin host whose first provider calls ``model``.
@@ -340,7 +390,7 @@ class Agent:
         if not self._closed:
             self._closed = True
             await self.host.shutdown(self.tools)
-        for provider in self.providers:
+        for provider in [*self.providers, *self._role_providers]:
             try:
                 await provider.aclose()
             except Exception:
@@ -360,7 +410,7 @@ class Agent:
         cancel: CancelToken | None = None,
         on_event: EventHandler | None = None,
         *,
-        turn: DurableTurn | None = None,
+        turn: TurnJournal | None = None,
     ) -> RunResult:
         """Run one conversation turn from ``input`` to a final answer, the budget or a cancel.
 
@@ -370,10 +420,12 @@ class Agent:
         :param cancel: cancel the run from anywhere; the run then ends
             ``aborted`` with a valid transcript.
         :param on_event: called with every event envelope of this run.
-        :param turn: record the run as a durable turn (:mod:`lich.turns`):
-            ``turn_start`` is stored before the first model call and ``tool_start``
-            before every call of a tool that is not idempotent, through this run's
-            writer, which ``turn`` keeps for the caller's ``turn_end`` and
+        :param turn: the run's journal (:class:`lich.journal.TurnJournal`): what the
+            caller records beside the conversation, through this run's writer, at
+            the steps :mod:`lich.journal` names — a durable turn
+            (:class:`lich.turns.DurableTurn`) stores ``turn_start`` before the first
+            model call and ``tool_start`` before every call of a tool that is not
+            idempotent, and keeps the writer for the caller's ``turn_end`` and
             ``reply_sent``. Nothing is recorded without ``persist_sessions``.
 
         A model failure re-raises its :class:`~lich.types.ProviderError` after
@@ -399,7 +451,7 @@ class Agent:
         on_event: EventHandler | None = None,
         *,
         interrupted: Collection[str] | None = None,
-        turn: DurableTurn | None = None,
+        turn: TurnJournal | None = None,
     ) -> RunResult:
         """Finish a turn that an earlier run of ``session_id`` began and did not end
         (its process died, or it was cancelled), without asking it again.
@@ -412,12 +464,12 @@ class Agent:
         that never started; a call that may have started (its id in
         ``interrupted``; every call of a tool that is not idempotent when
         ``interrupted`` is ``None``) is not run twice: it gets the result
-        :data:`lich.turns.INTERRUPTED_ERROR`, which tells the model it may or may
+        :data:`INTERRUPTED_ERROR`, which tells the model it may or may
         not have taken effect. A history that already ends in an answer is the
         turn's answer (no model call); otherwise the loop goes on from it.
 
-        :param turn: the durable turn being continued (no second ``turn_start``
-            is written; ``tool_start`` is, as in :meth:`run`).
+        :param turn: the journal of the turn being continued (a durable turn writes
+            no second ``turn_start``; ``tool_start`` as in :meth:`run`).
         :raises ValueError: ``history`` holds no user message (no turn to continue).
 
         Otherwise as :meth:`run` (the transcript gets a ``run_start`` with
@@ -437,11 +489,69 @@ class Agent:
         resumed: bool,
         cancel: CancelToken | None,
         on_event: EventHandler | None,
-        turn: DurableTurn | None,
+        journal: TurnJournal | None,
         *,
         continuing: bool = False,
         interrupted: Collection[str] | None = None,
     ) -> RunResult:
+        """One run, in steps: open it (:meth:`_open`), take the user's message
+        (:meth:`_take_prompt`), assemble the system prompt (:meth:`_assemble_prompt`),
+        record the start (:meth:`_record_start`), converse (:meth:`_converse`), finish
+        (:meth:`_finish`: ``run_end`` whatever happened)."""
+        state = self._open(input, prior, session_id, resumed, cancel, on_event, journal,
+                           continuing=continuing, interrupted=interrupted)
+        outcome: LoopOutcome | None = None
+        decision: PromptDecision | None = None
+        try:
+            # Inside the try from the first hook on: lich_run_end must follow even if
+            # the task is cancelled here.
+            decision = await self._take_prompt(state)
+            await self._assemble_prompt(state)
+            self._record_start(state, decision)
+            await self.host.run_start(state.info)
+            if decision is not None and decision.blocked_by is not None:
+                outcome = state.blocked(decision.blocked_by, decision.reason or "")
+            else:
+                outcome = await self._converse(state)
+        except asyncio.CancelledError:
+            # The task itself was cancelled (e.g. Ctrl-C): record an aborted run, then let the
+            # cancellation continue.
+            await self._finish(state, "aborted")
+            raise
+        except BaseException as exc:
+            await self._finish(state, "error", error=f"{type(exc).__name__}: {exc}")
+            raise
+        await self._finish(state, outcome.stopped_reason, outcome)
+        writer = state.writer
+        if writer is not None and writer.stale is not None:
+            raise writer.stale
+        return RunResult(
+            run_id=state.info.run_id,
+            session_id=state.info.session_id,
+            session_path=writer.location if writer is not None and not writer.failed else None,
+            outcome=outcome,
+            usage=outcome.usage,
+            refusal=(f"{decision.blocked_by}: {decision.reason}"
+                     if decision is not None and decision.blocked_by is not None else None),
+        )
+
+    # -- the steps of a run ---------------------------------------------------------------
+
+    def _open(
+        self,
+        input: str,
+        prior: list[Message],
+        session_id: str | None,
+        resumed: bool,
+        cancel: CancelToken | None,
+        on_event: EventHandler | None,
+        journal: TurnJournal | None,
+        *,
+        continuing: bool,
+        interrupted: Collection[str] | None,
+    ) -> _Run:
+        """The run's ids, its writer (fenced by the journal before its first record) and
+        its event subscribers; nothing is recorded or emitted yet."""
         config = self.config
         run_id = uuid.uuid4().hex[:12]
         session_id = session_id or self.sessions.new_id()
@@ -452,174 +562,176 @@ class Agent:
                 # that cannot lose one costs no token (nor the race on every call).
                 cancel = CancelToken()
             inner = self.sessions.open(session_id)
-            if turn is not None:
-                turn.fence(inner)  # before its first record: the claim is made with it
+            if journal is not None:
+                journal.fence(inner)  # before its first record: the claim is made with it
             writer = _RunWriter(inner, cancel.cancel if cancel is not None else None)
-        emitter = RunEmitter(run_id, session_id)
+        info = RunInfo(run_id, session_id, input, config.work_dir, config, tools=self.tools,
+                       models=self.chat_for)
         # The per-turn hooks this run calls: those a plugin implements and needs for this
         # config (a plugin loaded but not configured declares itself idle: needed_when).
         pricing = self.host.needs("lich_price_call", config)
-        spent = _UsageMeter(0.0 if pricing else None)
-        emitter.subscribe(spent)
+        state = _Run(
+            host=self.host, info=info, emitter=RunEmitter(run_id, session_id), writer=writer,
+            spent=_UsageMeter(0.0 if pricing else None), pricing=pricing, cancel=cancel,
+            # Nothing is recorded without a writer, so a journal has nothing to do.
+            journal=journal if writer is not None else None,
+            prior=prior, resumed=resumed, continuing=continuing, interrupted=interrupted,
+        )
+        state.emitter.subscribe(state.spent)
         if on_event is not None:
-            emitter.subscribe(on_event)
+            state.emitter.subscribe(on_event)
         if self.host.needs("lich_event", config):
-            emitter.subscribe(self.host.event)
+            state.emitter.subscribe(state.tell_plugins)
         if writer is not None:
-            emitter.subscribe(_event_recorder(writer))
-        run = RunInfo(run_id, session_id, input, config.work_dir, config, tools=self.tools)
-        system_prompt = config.system_prompt or default_system_prompt(
-            config.work_dir, today=self._today())
-        seeded = seed_system_prompt(prior if continuing else [*prior, UserMessage(input)],
-                                    system_prompt)
-        transcript: list[Message] = list(seeded)
+            state.emitter.subscribe(_event_recorder(writer))
+        return state
 
+    async def _take_prompt(self, state: _Run) -> PromptDecision | None:
+        """``lich_user_prompt`` on a new turn's message (a continued turn's was taken by
+        the run that began it); the run's input becomes the message as edited."""
+        if state.continuing or not self.host.has_impls("lich_user_prompt"):
+            return None
+        decision = await self.host.user_prompt(state.info, state.info.input)
+        if decision.text != state.info.input:
+            state.info = attrs.evolve(state.info, input=decision.text)
+        return decision
+
+    async def _assemble_prompt(self, state: _Run) -> None:
+        """The system prompt: ``system_prompt`` (or the default) and the
+        ``lich_instructions`` sections, cut to ``instructions_budget_tokens``."""
+        config = self.config
+        base = config.system_prompt or default_system_prompt(config.work_dir,
+                                                             today=self._today())
+        sections = (await self.host.instructions(state.info)
+                    if self.host.has_impls("lich_instructions") else [])
+        state.prompt = assemble_instructions(base, sections, config.instructions_budget_tokens)
+
+    def _record_start(self, state: _Run, decision: PromptDecision | None) -> None:
+        """The start records (``run_start``, the turn's user message, the journal's own)
+        and the ``run_start`` event with the prompt's sections and cuts."""
+        info, writer, journal = state.info, state.writer, state.journal
+        prompt = state.prompt
+        blocked = decision is not None and decision.blocked_by is not None
+        if state.continuing or blocked:
+            # A continued turn's message is recorded already; a refused one never is.
+            seeded = seed_system_prompt(state.prior, prompt.text)
+        else:
+            seeded = seed_system_prompt([*state.prior, UserMessage(info.input)], prompt.text)
+        state.seeded = seeded
+        state.transcript = list(seeded)
         if writer is not None:
-            start = {"continued": True} if continuing else {}
-            writer.append("meta", event="run_start", run_id=run_id, input=input,
-                          model=self.model, work_dir=config.work_dir, **start)
-            # A durable turn's user message is recorded with its admission: the records
-            # are stored one by one, and a process killed after this one and before
-            # turn_start leaves a turn that must be continued, not given the message twice.
-            mark = {"admission": turn.admission} if turn is not None else {}
-            if continuing:
-                if seeded != prior:  # the system prompt changed since: record it as it is
+            start: dict[str, Any] = {"continued": True} if state.continuing else {}
+            if decision is not None and decision.edited_by:
+                start["edited_by"] = list(decision.edited_by)
+            writer.append("meta", event="run_start", run_id=info.run_id, input=info.input,
+                          model=self.model, work_dir=info.work_dir, **start)
+            mark = journal.message_fields() if journal is not None else {}
+            if state.continuing:
+                if seeded != state.prior:  # the system prompt changed since: record it as it is
                     writer.compact(seeded)
-            elif not resumed:
+            elif blocked:
+                pass  # nothing new for the conversation: the model never saw the message
+            elif not state.resumed:
                 for message in seeded[:-1]:
                     writer.message(message)
                 writer.message(seeded[-1], **mark)
-            elif list(seeded[:-1]) == prior:
+            elif list(seeded[:-1]) == state.prior:
                 writer.message(seeded[-1], **mark)  # a resumed session: only what is new
             else:
                 # The system prompt was prepended or replaced: appending it would leave it
                 # after the earlier turns in the file. Record the history as it now is.
                 writer.compact(seeded, **mark)
-        durable = turn if writer is not None else None
-        if durable is not None:
-            assert writer is not None
-            durable.attach(writer, run_id)
-            if not continuing or (durable.resume is not None and not durable.resume.started):
-                # A continued turn whose first run died before its turn_start was stored
-                # (its user message was) gets the one turn_start now.
-                writer.append("meta", event=TURN_START, admission=durable.admission,
-                              run_id=run_id)
-        emitter.emit(RunStart(input, config.work_dir, self.model))
+            if journal is not None and not blocked:
+                journal.attach(writer, info.run_id, continuing=state.continuing)
+        state.emitter.emit(RunStart(info.input, info.work_dir, self.model, prompt.reports))
+        state.started = True
+        for cut in prompt.cuts:
+            state.emitter.emit(cut)
 
-        def on_message(message: Message) -> None:
-            transcript.append(message)
-            if writer is not None:
-                writer.message(message)
-
-        def on_compact(messages: Sequence[Message]) -> None:
-            transcript[:] = messages
-            if writer is not None:
-                writer.compact(messages)
-
-        def emit(event: Event) -> None:
-            emitter.emit(event)
-
-        async def before_call(turn: int, usage: Usage, cost: float | None) -> BudgetStop | None:
-            answer = await self.host.before_model_call(run, turn, usage, cost)
-            if answer is None:
-                return None
-            stop, plugin = answer
-            return BudgetStop(stop.budget or plugin, stop.reason, plugin)
-
-        async def tool_starting(call: ToolCall) -> ToolResult | None:
-            # A durable turn: a call that cannot be told apart from one that never ran,
-            # after a crash, is announced (and stored) before it runs.
-            assert durable is not None
-            assert writer is not None
-            tool = self.tools.get(call.name)
-            if tool is None or tool.idempotent or call.args_error is not None:
-                return None
-            writer.append("meta", event=TOOL_START, admission=durable.admission,
-                          call_id=call.id, tool=call.name)
-            if await writer.flush():
-                announced.add(call.id)
-                return None
-            return ToolResult.failure(NOT_RECORDED_ERROR)
-
-        tools: ToolRunner = HookedToolRunner(
-            self.executor, self.host, run, emit=emit, grants=self.approval_grants,
-            before_execute=tool_starting if durable else None)
-        if durable is not None:
-            hooked, announced = tools, set[str]()
-
-            async def durable_tools(call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
-                # A started call of a tool that is not idempotent, cancelled while it ran
-                # (a stopping worker hands the turn on): it may have taken effect, and the
-                # model that continues the turn is told so, not just "cancelled".
-                try:
-                    ran = await hooked(call, cancel)
-                finally:
-                    started = call.id in announced
-                    announced.discard(call.id)
-                if started and cancel is not None and cancel.cancelled and not ran.result.ok:
-                    return attrs.evolve(ran, result=ToolResult.failure(CANCELLED_RUNNING_ERROR))
-                return ran
-
-            tools = durable_tools
-
+    async def _converse(self, state: _Run) -> LoopOutcome:
+        """The loop (or a continued turn's end and then the loop), with this run's
+        tools, hooks and parameters."""
+        config = self.config
+        if state.journal is not None and state.writer is not None:
+            await state.writer.flush()  # the journal's records are stored before any call
+        secrets = self.executor.secret_env_names
+        host = self.host
+        compress_chat = (redacting_chat(self.chat_for("compress"), secrets)
+                         if "compress" in config.models else None)
         deps = LoopDeps(
             # Provider errors are redacted where they enter the run: an error body
             # quoting the key must not reach an event, the transcript or a log.
-            chat=redacting_chat(self.chat, self.executor.secret_env_names),
-            tools=tools,
+            chat=redacting_chat(self.chat, secrets),
+            tools=self._tool_runner(state),
             definitions=self.tools.definitions,
-            emit=emit,
-            on_message=on_message,
-            on_compact=on_compact,
-            price=self._price if pricing else None,
-            before_call=(before_call if self.host.needs("lich_before_model_call", config)
+            emit=state.emit,
+            on_message=state.on_message,
+            on_compact=state.on_compact,
+            price=self._price if state.pricing else None,
+            before_call=(state.before_call if host.needs("lich_before_model_call", config)
                          else None),
+            prepare_tools=(state.prepare_tools if host.has_impls("lich_prepare_tools")
+                           else None),
+            before_compress=(state.before_compress if host.has_impls("lich_before_compress")
+                             else None),
+            after_final=state.after_final if host.has_impls("lich_after_final") else None,
+            compress_chat=compress_chat,
         )
         params = LoopParams(
             max_turns=config.max_turns,
-            system_prompt=system_prompt,
+            system_prompt=state.prompt.text,
             temperature=config.temperature,
             max_tokens=config.max_tokens,
             context_budget_tokens=config.context_budget_tokens,
             compress_threshold=config.compress_threshold,
             stream=config.stream,
-            cancel=cancel,
+            cancel=state.cancel,
         )
-        outcome: LoopOutcome | None = None
-        try:
-            # Inside the try: lich_run_end must follow even if the task is cancelled here.
-            await self.host.run_start(run)
-            if durable is not None and writer is not None:
-                await writer.flush()  # turn_start is stored before the first model call
-            if continuing:
-                outcome = await continue_conversation(
-                    deps, seeded, params, interrupted_result=ToolResult.failure(
-                        INTERRUPTED_ERROR),
-                    rerun=lambda call: self._may_rerun(call, interrupted))
-            else:
-                outcome = await run_conversation(deps, seeded, params)
-        except asyncio.CancelledError:
-            # The task itself was cancelled (e.g. Ctrl-C): record an aborted run, then let the
-            # cancellation continue.
-            await self._finish(run, emitter, writer, "aborted", transcript, spent.usage, None,
-                               turns=spent.turns, cost=spent.cost)
-            raise
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            await self._finish(run, emitter, writer, "error", transcript, spent.usage, error,
-                               turns=spent.turns, cost=spent.cost)
-            raise
-        await self._finish(run, emitter, writer, outcome.stopped_reason, transcript,
-                           outcome.usage, None, outcome, cost=outcome.cost_usd)
-        if writer is not None and writer.stale is not None:
-            raise writer.stale
-        return RunResult(
-            run_id=run_id,
-            session_id=session_id,
-            session_path=writer.location if writer is not None and not writer.failed else None,
-            outcome=outcome,
-            usage=outcome.usage,
-        )
+        if not state.continuing:
+            return await run_conversation(deps, state.seeded, params)
+        interrupted = state.interrupted
+        return await continue_conversation(
+            deps, state.seeded, params, interrupted_result=ToolResult.failure(INTERRUPTED_ERROR),
+            rerun=lambda call: self._may_rerun(call, interrupted))
+
+    def _tool_runner(self, state: _Run) -> ToolRunner:
+        """The run's tool runner: the hooks, approvals and executor, and the journal's
+        steps around each call when the run has one."""
+        journal = state.journal
+        before: Callable[[ToolCall], Awaitable[ToolResult | None]] | None = None
+        if journal is not None:
+            async def before(call: ToolCall) -> ToolResult | None:
+                return await journal.before_tool(call, self.tools.get(call.name))
+
+        hooked = HookedToolRunner(self.executor, self.host, state.info,
+                                  emit=state.emit, grants=self.approval_grants,
+                                  before_execute=before)
+        return hooked if journal is None else _JournaledTools(hooked, journal)
+
+    async def _finish(self, state: _Run, reason: StoppedReason,
+                      outcome: LoopOutcome | None = None, *, error: str | None = None) -> None:
+        """``run_end`` (event, record, hook) with what the run spent, whatever ended it:
+        the loop's outcome, or what the meter counted for a run that raised."""
+        if outcome is not None:
+            turns, usage, cost, final = (outcome.turns_used, outcome.usage, outcome.cost_usd,
+                                         outcome.final)
+        else:
+            spent = state.spent
+            turns, usage, cost = spent.turns, spent.usage, spent.cost
+            final = last_assistant(state.transcript)
+        info, writer = state.info, state.writer
+        if not state.started:  # it ended before its start was told: every run_end has one
+            state.emitter.emit(RunStart(info.input, info.work_dir, self.model))
+        state.emitter.emit(RunEnd(reason, turns, usage, error, cost))
+        if writer is not None:
+            try:
+                writer.append("meta", event="run_end", run_id=info.run_id, stopped_reason=reason,
+                              turns_used=turns, usage=serialization.unstructure(usage),
+                              error=error, cost_usd=cost)
+            finally:
+                await writer.aclose()
+        await self.host.run_end(info, RunOutcome(reason, turns, usage, final, error, cost))
+        await self.host.drain_events()
 
     def _may_rerun(self, call: ToolCall, interrupted: Collection[str] | None) -> bool:
         """Whether a call a dead run left without a result may run now: its tool is
@@ -649,40 +761,6 @@ class Agent:
             return load()
         return await asyncio.to_thread(load)
 
-    async def _finish(
-        self,
-        run: RunInfo,
-        emitter: RunEmitter,
-        writer: _RunWriter | None,
-        reason: StoppedReason,
-        transcript: Sequence[Message],
-        usage: Usage,
-        error: str | None,
-        outcome: LoopOutcome | None = None,
-        *,
-        turns: int = 0,
-        cost: float | None = None,
-    ) -> None:
-        turns = outcome.turns_used if outcome else turns
-        final = outcome.final if outcome else last_assistant(transcript)
-        emitter.emit(RunEnd(reason, turns, usage, error, cost))
-        if writer is not None:
-            try:
-                writer.append(
-                    "meta",
-                    event="run_end",
-                    run_id=run.run_id,
-                    stopped_reason=reason,
-                    turns_used=turns,
-                    usage=serialization.unstructure(usage),
-                    error=error,
-                    cost_usd=cost,
-                )
-            finally:
-                await writer.aclose()
-        await self.host.run_end(run, RunOutcome(reason, turns, usage, final, error, cost))
-        await self.host.drain_events()
-
     def _price(self, result: ChatResult) -> float | None:
         """``lich_price_call`` for one answer, with the configured provider that gave it."""
         provider = self._provider_configs().get(result.provider_name)
@@ -707,6 +785,103 @@ class Agent:
         """:meth:`run` for scripts: runs its own event loop."""
         return asyncio.run(self.run(input, **kwargs))
 
+
+@attrs.define(eq=False)
+class _Run:
+    """One run's state: what the steps of :meth:`Agent._run` share, and the loop's
+    callbacks into the run's writer and the plugins' hooks."""
+
+    host: PluginHost
+    info: RunInfo
+    emitter: RunEmitter
+    writer: _RunWriter | None
+    spent: _UsageMeter
+    pricing: bool
+    cancel: CancelToken | None
+    journal: TurnJournal | None
+    prior: list[Message]
+    resumed: bool
+    continuing: bool
+    interrupted: Collection[str] | None
+    prompt: AssembledPrompt = attrs.Factory(lambda: AssembledPrompt(""))
+    seeded: list[Message] = attrs.Factory(list)
+    #: The conversation as it grows (for the final answer of a run that raised).
+    transcript: list[Message] = attrs.Factory(list)
+    #: Whether run_start was emitted.
+    started: bool = False
+
+    def blocked(self, blocked_by: str, reason: str) -> LoopOutcome:
+        """The outcome of a run whose message a ``lich_user_prompt`` hook refused."""
+        self.emitter.emit(PromptBlocked(reason, blocked_by))
+        return LoopOutcome(tuple(self.seeded), None, None, 0, "blocked",
+                           cost_usd=0.0 if self.pricing else None)
+
+    # -- what the loop calls ----------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        self.emitter.emit(event)
+
+    def tell_plugins(self, envelope: Envelope) -> None:
+        self.host.event(envelope, self.info)
+
+    def on_message(self, message: Message) -> None:
+        self.transcript.append(message)
+        if self.writer is not None:
+            self.writer.message(message)
+
+    def on_compact(self, messages: Sequence[Message]) -> None:
+        self.transcript[:] = messages
+        if self.writer is not None:
+            self.writer.compact(messages)
+
+    async def before_call(self, turn: int, usage: Usage, cost: float | None) -> BudgetStop | None:
+        answer = await self.host.before_model_call(self.info, turn, usage, cost)
+        if answer is None:
+            return None
+        stop, plugin = answer
+        return BudgetStop(stop.budget or plugin, stop.reason, plugin)
+
+    async def prepare_tools(self, turn: int,
+                            tools: Sequence[ToolDefinition]) -> Sequence[ToolDefinition]:
+        return await self.host.prepare_tools(self.info, turn, tuple(tools))
+
+    async def before_compress(self, messages: Sequence[Message]) -> CompressPlan:
+        answer = await self.host.before_compress(self.info, tuple(messages))
+        if answer is None:
+            return CompressPlan()
+        decision, plugin = answer
+        if isinstance(decision, Block):
+            return CompressPlan(skipped_by=plugin, reason=decision.reason)
+        return CompressPlan(keep_recent=decision.keep_recent, focus=decision.focus)
+
+    async def after_final(self, turn: int, outcome: LoopOutcome) -> tuple[str, str] | None:
+        answer = await self.host.after_final(self.info, RunOutcome(
+            "final", outcome.turns_used, outcome.usage, outcome.final, None, outcome.cost_usd))
+        if answer is None:
+            return None
+        follow_up, plugin = answer
+        return follow_up.prompt, plugin
+
+
+class _JournaledTools:
+    """The run's tool runner with the journal's last word on every result
+    (:meth:`lich.journal.TurnJournal.after_tool`)."""
+
+    __slots__ = ("inner", "journal")
+
+    def __init__(self, inner: ToolRunner, journal: TurnJournal) -> None:
+        self.inner = inner
+        self.journal = journal
+
+    async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
+        try:
+            ran = await self.inner(call, cancel)
+        except BaseException:
+            self.journal.after_tool(call, ToolResult.failure("cancelled"), True)
+            raise
+        cancelled = cancel is not None and cancel.cancelled
+        result = self.journal.after_tool(ran.call, ran.result, cancelled)
+        return ran if result is ran.result else attrs.evolve(ran, result=result)
 
 class _UsageMeter:
     """Adds up the usage and cost and counts the turns of one run (for runs that end in

@@ -52,6 +52,7 @@ __all__ = [
     "ConfigLocation",
     "LichConfig",
     "LoadedConfig",
+    "ModelRole",
     "ProviderConfig",
     "Source",
     "config_search_dirs",
@@ -134,6 +135,21 @@ class ProviderConfig:
     options: Mapping[str, Any] = field(factory=dict)
 
 
+@frozen(kw_only=True)
+class ModelRole:
+    """One ``[models.<role>]`` table: what an auxiliary model role (``compress`` for the
+    summariser; judges, subagents) calls instead of the run's own model.
+
+    ``provider`` names the ``[[providers]]`` entry whose kind, endpoint and key the
+    role uses (the first one when left out); ``model`` replaces its model (the
+    provider's own when left out). A role with no table falls back to the run's model
+    (:meth:`lich.RunInfo.chat_for`).
+    """
+
+    model: str | None = setting(None, check=non_empty)
+    provider: str | None = setting(None, check=non_empty)
+
+
 @frozen
 class LichConfig:
     """The effective configuration of an agent. Build one with :func:`load_config`
@@ -155,6 +171,12 @@ class LichConfig:
     temperature: float | None = setting(None, check=between(0, 2))
     max_tokens: int | None = setting(None, check=greater_than(0))
     context_budget_tokens: int = setting(100_000, check=greater_than(0))
+    #: The system prompt's budget: ``system_prompt`` plus the ``lich_instructions``
+    #: sections, estimated as lich.context does; sections over it are cut, lowest
+    #: priority first, and every cut is reported (``instructions_cut``).
+    instructions_budget_tokens: int = setting(16_000, check=greater_than(0))
+    #: ``[models.<role>]``: the model of each auxiliary role (``run.chat_for(role)``).
+    models: Mapping[str, ModelRole] = field(factory=dict)
     compress_threshold: float = setting(0.8, check=between(0.1, 0.95))
     session_dir: str = ""
     persist_sessions: bool = True

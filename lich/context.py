@@ -198,7 +198,8 @@ def _transcript(messages: Sequence[Message]) -> str:
 
 
 async def compress_messages(
-    chat: ChatFn, messages: Sequence[Message], *, keep_recent: int = KEEP_RECENT
+    chat: ChatFn, messages: Sequence[Message], *, keep_recent: int = KEEP_RECENT,
+    focus: str | None = None,
 ) -> CompressResult:
     """Summarise the older part of ``messages`` with ``chat``.
 
@@ -206,7 +207,8 @@ async def compress_messages(
     latest user message is older than the kept window, ``[*system, latest user
     message, summary, *recent]``. A summarizer failure (a
     :class:`ProviderError` or an empty summary) leaves the messages unchanged
-    with ``ok=False``. Cancellation propagates to the caller.
+    with ``ok=False``. Cancellation propagates to the caller. ``focus`` is added to
+    the summariser's instruction (what the summary must keep in particular).
     """
     split = split_for_compression(messages, keep_recent)
     if not split.older:
@@ -215,7 +217,8 @@ async def compress_messages(
     shown = [*split.before, *([split.pinned] if split.pinned else []), *split.after]
     request: list[Message] = [
         SystemMessage(COMPRESSION_SYSTEM_PROMPT),
-        UserMessage(f"{_INSTRUCTION}\n\n{_transcript(shown)}"),
+        UserMessage(f"{_INSTRUCTION}{f' Keep in particular: {focus}' if focus else ''}"
+                    f"\n\n{_transcript(shown)}"),
     ]
     try:
         result = await chat(request, [], ChatOptions())

@@ -30,6 +30,7 @@ __all__ = [
     "ApprovalResolved",
     "BudgetExhausted",
     "CompressEnd",
+    "CompressSkipped",
     "CompressStart",
     "Envelope",
     "ErrorEvent",
@@ -37,9 +38,13 @@ __all__ = [
     "EventHandler",
     "Failover",
     "Final",
+    "InstructionReport",
+    "InstructionsCut",
     "LlmEnd",
     "LlmStart",
+    "PromptBlocked",
     "Retry",
+    "RunContinued",
     "RunEmitter",
     "RunEnd",
     "RunStart",
@@ -55,17 +60,56 @@ __all__ = [
 log = logging.getLogger("lich.events")
 
 EVENT_SCHEMA_VERSION = 2
-StoppedReason: TypeAlias = Literal["final", "budget", "aborted", "error"]
+StoppedReason: TypeAlias = Literal["final", "budget", "aborted", "error", "blocked"]
+
+
+@frozen
+class InstructionReport:
+    """One section of the run's system prompt as assembled (``lich_instructions``):
+    where it came from, its priority, its estimated tokens, and whether it was
+    kept or cut to fit ``instructions_budget_tokens``."""
+
+    source: str
+    priority: int
+    tokens: int
+    cacheable: bool = True
+    kept: bool = True
 
 
 @frozen
 class RunStart:
-    """A run begins."""
+    """A run begins. ``instructions`` lists every section of the system prompt, the
+    ones cut to fit the budget included (``kept: false``; each cut also has its own
+    ``instructions_cut`` event)."""
 
     input: str
     work_dir: str
     model: str = ""
+    instructions: tuple[InstructionReport, ...] = ()
     type: Literal["run_start"] = "run_start"
+
+
+@frozen
+class InstructionsCut:
+    """A section of the system prompt was left out: with it the prompt would pass
+    ``budget_tokens`` (``instructions_budget_tokens``). Sections are cut lowest
+    ``priority`` first, the later of equal ones first."""
+
+    source: str
+    priority: int
+    tokens: int
+    budget_tokens: int
+    type: Literal["instructions_cut"] = "instructions_cut"
+
+
+@frozen
+class PromptBlocked:
+    """A ``lich_user_prompt`` hook refused what the user submitted: the model is not
+    called and the run ends with ``stopped_reason="blocked"``."""
+
+    reason: str
+    blocked_by: str
+    type: Literal["prompt_blocked"] = "prompt_blocked"
 
 
 @frozen
@@ -96,6 +140,17 @@ class CompressEnd:
     usage: Usage = field(factory=Usage)
     cost_usd: float | None = None
     type: Literal["compress_end"] = "compress_end"
+
+
+@frozen
+class CompressSkipped:
+    """A compression that was due did not happen: ``skipped_by`` (a
+    ``lich_before_compress`` hook) vetoed it; it is not tried again for three turns."""
+
+    estimated_tokens: int
+    reason: str
+    skipped_by: str
+    type: Literal["compress_skipped"] = "compress_skipped"
 
 
 @frozen
@@ -258,8 +313,20 @@ class BudgetExhausted:
 
 
 @frozen
+class RunContinued:
+    """A ``lich_after_final`` hook did not accept the final answer of ``turn``: the run
+    goes on, with ``prompt`` as the next user message."""
+
+    turn: int
+    prompt: str
+    continued_by: str
+    type: Literal["run_continued"] = "run_continued"
+
+
+@frozen
 class TurnEnd:
-    """Emitted after ``final`` and after ``budget_exhausted``."""
+    """A turn ended; every ``turn_start`` has one, whatever ended the turn (its tools
+    done, a final answer, a budget, a cancel, an error)."""
 
     turn: int
     type: Literal["turn_end"] = "turn_end"
@@ -292,6 +359,7 @@ Event: TypeAlias = (
     RunStart
     | TurnStart
     | CompressStart
+    | CompressSkipped
     | CompressEnd
     | LlmStart
     | TextDelta
@@ -304,9 +372,12 @@ Event: TypeAlias = (
     | ApprovalResolved
     | ToolCallEnd
     | Final
+    | RunContinued
     | BudgetExhausted
     | TurnEnd
     | ErrorEvent
+    | InstructionsCut
+    | PromptBlocked
     | RunEnd
 )
 

@@ -5,6 +5,10 @@
 (``lich_check_tool_call`` may only block); :class:`ApprovalRequest` is what an
 approver (``lich_request_approval``) is shown and :class:`Approval` its answer;
 :class:`RunInfo` and :class:`RunOutcome` describe the run to the run-time hooks.
+:class:`InstructionSection` is what ``lich_instructions`` gives,
+:class:`PromptEdit` an answer of ``lich_user_prompt``, :class:`Compression` one of
+``lich_before_compress`` and :class:`FollowUp` one of ``lich_after_final``
+(:class:`Block` refuses a prompt or a compression).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 import pluggy
 from attrs import field, frozen
 
-from lich.types import AssistantMessage, ToolCall, Usage
+from lich.types import AssistantMessage, ChatFn, ToolCall, Usage
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
@@ -29,6 +33,10 @@ __all__ = [
     "ApprovalScope",
     "Ask",
     "Block",
+    "Compression",
+    "FollowUp",
+    "InstructionSection",
+    "PromptEdit",
     "Rewrite",
     "RunInfo",
     "RunOutcome",
@@ -261,6 +269,37 @@ class RunInfo:
     work_dir: str
     config: LichConfig | None = field(default=None, eq=False, repr=False)
     tools: ToolRegistry | None = field(default=None, eq=False, repr=False, kw_only=True)
+    #: What :meth:`chat_for` asks (the agent's; ``None`` in a ``RunInfo`` built by hand).
+    models: Callable[[str], ChatFn] | None = field(
+        default=None, eq=False, repr=False, kw_only=True)
+    #: The plugins' per-run state (:meth:`state_for`), one mapping per plugin name.
+    plugin_state: dict[str, dict[str, Any]] = field(
+        factory=dict, eq=False, repr=False, kw_only=True)
+
+    def state_for(self, plugin_name: str) -> dict[str, Any]:
+        """A mutable mapping private to ``plugin_name`` for this run, empty at first and
+        gone with the run: where a plugin keeps what one hook of a run hands to
+        another (``lich_run_start`` to ``lich_event``), instead of a module global
+        keyed by run id. The same mapping in every hook of the run."""
+        return self.plugin_state.setdefault(plugin_name, {})
+
+    def chat_for(self, role: str) -> ChatFn:
+        """The chat function of the auxiliary model role ``role``: the
+        ``[models.<role>]`` table's provider and model, or the run's own model (its
+        providers, router and failover) when the config has no such table.
+
+        ``compress`` is the summariser's role; a plugin may name its own (a judge,
+        a subagent). Its calls are not the run's turns: no events, no budget check,
+        no usage in the run's totals unless the caller adds them. Built once per
+        agent and role, on first use.
+
+        :raises lich.config.ConfigError: the role's table names no configured
+            provider (a loaded config never does) or its provider cannot be built.
+        :raises LookupError: this ``RunInfo`` was built by hand, with no models.
+        """
+        if self.models is None:
+            raise LookupError("this RunInfo has no models (it was not made by an agent's run)")
+        return self.models(role)
 
     def settings_for(self, plugin_name: str) -> Mapping[str, Any]:
         """The ``[plugin_settings.<plugin_name>]`` table, or an empty mapping."""
@@ -289,3 +328,70 @@ class RunOutcome:
     final: AssistantMessage | None = None
     error: str | None = None
     cost_usd: float | None = None
+
+
+def _non_empty_text(_instance: Any, attribute: Any, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name} must be a non-empty string")
+
+
+@frozen
+class InstructionSection:
+    """One section of the system prompt, as ``lich_instructions`` gives it.
+
+    :param text: the section's text, put into the system prompt verbatim.
+    :param source: where it comes from, for the reports (a file path, ``skills``,
+        the plugin's name): what a cut names.
+    :param priority: which sections stay when the prompt is over its budget
+        (``instructions_budget_tokens``): the lowest priority is cut first, the
+        later of two equal ones first. ``system_prompt`` itself is never cut.
+    :param cacheable: whether the text is the same from one run to the next (a
+        file, a catalog) rather than changing (today's date, a clock). Cacheable
+        sections come first, in the order given, so that the prompt's stable
+        prefix stays byte-identical for a provider's prompt cache; the others
+        follow it.
+    """
+
+    text: str = field(validator=_non_empty_text)
+    source: str = field(validator=_non_empty_text)
+    priority: int = 0
+    cacheable: bool = True
+
+
+@frozen
+class PromptEdit:
+    """Answer of ``lich_user_prompt``: change what the user submitted.
+
+    ``text`` replaces the message (``None``: keep it); ``context`` is added after
+    it, as its own paragraph (``None``: nothing). Both are what the model sees and
+    what the transcript records.
+    """
+
+    text: str | None = None
+    context: str | None = None
+
+
+def _positive(_instance: Any, attribute: Any, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or value < 1):
+        raise ValueError(f"{attribute.name} must be a positive integer, not {value!r}")
+
+
+@frozen
+class Compression:
+    """Answer of ``lich_before_compress``: compress, shaped this way.
+
+    ``keep_recent`` is how many of the latest messages stay verbatim (``None``:
+    the run's own, 8); ``focus`` is what the summary must keep in particular (it
+    is added to the summariser's instruction).
+    """
+
+    keep_recent: int | None = field(default=None, validator=_positive)
+    focus: str | None = None
+
+
+@frozen
+class FollowUp:
+    """Answer of ``lich_after_final``: do not end the run on this answer; go on with
+    ``prompt`` as the next user message (while turns are left)."""
+
+    prompt: str = field(validator=_non_empty_text)

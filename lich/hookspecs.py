@@ -39,6 +39,10 @@ if TYPE_CHECKING:
         ApprovalRequest,
         Ask,
         Block,
+        Compression,
+        FollowUp,
+        InstructionSection,
+        PromptEdit,
         Rewrite,
         RunInfo,
         RunOutcome,
@@ -48,7 +52,15 @@ if TYPE_CHECKING:
     from lich.providers import ProviderRegistry
     from lich.sessions import SessionStore
     from lich.tools import ToolRegistry
-    from lich.types import ChatFn, Provider, ToolCall, ToolResult, Usage
+    from lich.types import (
+        ChatFn,
+        Message,
+        Provider,
+        ToolCall,
+        ToolDefinition,
+        ToolResult,
+        Usage,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -516,14 +528,191 @@ def lich_shutdown(registry: ToolRegistry) -> None:
 
 
 @hookspec
-def lich_event(event: Envelope) -> None:
+def lich_event(event: Envelope, run: RunInfo) -> None:
     """Every agent event, for audit and telemetry plugins.
 
     :param event: an :class:`lich.events.Envelope` (``run_id``, ``session_id``,
         ``seq``, ``ts`` and the ``event`` itself; ``lich.serialization.
         envelope_to_dict`` gives its JSON form).
+    :param run: the run the event belongs to (its config, its settings, the
+        input as the run took it) — so a plugin keeps per-run state keyed by
+        ``run.run_id`` instead of in a module global. An implementation that
+        takes only ``event`` keeps working (it is called with what it names).
 
     Called synchronously as the event happens; keep it fast. An ``async def``
     implementation is scheduled and awaited before the run returns. One that
-    raises is logged and skipped.
+    raises is logged and skipped (once per plugin and run at warning level).
+
+    Example, an audit line per tool call with the run's work dir::
+
+        @hookimpl
+        def lich_event(event, run):
+            if event.type == "tool_call_end":
+                log.info("%s in %s: %s", event.event.call.name, run.work_dir,
+                         event.event.result.ok)
+    """
+
+
+@hookspec
+def lich_instructions(run: RunInfo) -> list[InstructionSection] | InstructionSection | None:
+    """Sections of the system prompt for this run (instruction files, a skills
+    catalog, a plugin's own rules).
+
+    :param run: the run about to start (``run.input`` is the user's message as
+        ``lich_user_prompt`` left it; ``run.work_dir`` where instruction files
+        are looked for).
+    :return: an :class:`lich.InstructionSection`, a list of them, or ``None``.
+
+    Called once per run, before its first event (``run_start``), for every
+    implementation in pluggy order. The core assembles the system prompt from
+    the config's ``system_prompt`` (or the default one) followed by every
+    section — the cacheable ones first, in the order given, then the others —
+    separated by blank lines, under one budget, ``instructions_budget_tokens``
+    (estimated as :func:`lich.context.estimate_text_tokens` does). Over it,
+    sections are cut whole, the lowest ``priority`` first (of equal ones, the
+    later first), until the rest fits; ``system_prompt`` itself is never cut.
+    Nothing is silent: ``run_start`` lists every section (``instructions``:
+    source, priority, tokens, kept), and each cut has an ``instructions_cut``
+    event (shown as a progress line, in ``--json`` and recorded in the
+    transcript). The assembled prompt is the run's system message, which
+    compression never summarises: it is put back verbatim after every
+    compression. An implementation that raises, exceeds ``hook_timeout_s`` or
+    answers anything else is logged and left out (fail open: the rest of the
+    prompt stands).
+
+    Example, a house rule that yields to everything else::
+
+        @hookimpl
+        def lich_instructions(run):
+            return InstructionSection("Answer in British English.", source="house",
+                                      priority=-10)
+    """
+
+
+@hookspec
+def lich_user_prompt(run: RunInfo, message: str) -> PromptEdit | Block | None:
+    """What the user submitted, before the run takes it: rewrite it, add context
+    to it, or refuse it.
+
+    :param run: the run about to start (``run.input`` is the message as submitted).
+    :param message: the message as the implementations before this one left it.
+    :return: ``None`` to keep it, :class:`lich.PromptEdit` ``(text=...,
+        context=...)`` to replace it and/or add a paragraph after it, or
+        :class:`lich.Block` ``(reason)`` to refuse it.
+
+    Called for every message a front end hands to :meth:`lich.Agent.run` —
+    ``lich TASK``, ``lich chat``, the TUI, the gateway and the cluster's
+    workers alike — once per run, before ``lich_instructions`` and before the
+    message is recorded (not for :meth:`lich.Agent.continue_turn`, whose
+    message was taken before). Implementations run one at a time in pluggy
+    order, each on the message as edited so far; the first ``Block`` stops the
+    chain. The edited message is what the model gets and what the transcript
+    records. A refused message is not recorded and the model is not called:
+    the run emits ``prompt_blocked`` (``reason``, ``blocked_by``) and ends with
+    ``stopped_reason="blocked"`` (``lich TASK`` exits 1). An implementation
+    that raises, exceeds ``hook_timeout_s`` or answers anything else blocks
+    the message (fail closed) with ``hook_error (<plugin>): <message>``.
+
+    Example, refusing pasted keys::
+
+        @hookimpl
+        def lich_user_prompt(message):
+            if "sk-" in message:
+                return Block("the message holds what looks like an API key")
+    """
+
+
+@hookspec
+def lich_prepare_tools(
+    run: RunInfo, turn: int, tools: tuple[ToolDefinition, ...]
+) -> list[ToolDefinition] | None:
+    """The tool definitions the model is offered this turn: filter, rename or
+    annotate them.
+
+    :param run: the run.
+    :param turn: the turn about to call the model (1 for the first).
+    :param tools: the definitions as the implementations before this one left
+        them (the first gets every registered tool of the run).
+    :return: the definitions to offer instead, or ``None`` to keep ``tools``.
+
+    Called before every model call, after the turn's budget check. A call of a
+    name not offered this turn is answered ``unknown_tool: <name> (not offered
+    this turn)`` without running. To rename, offer
+    ``definition.renamed("new_name")``: a call of the new name runs the
+    registered tool, every hook sees the call under the tool's own name
+    (``run.tool(call.name)`` finds it), and the transcript keeps the name the
+    model used. To annotate, offer ``attrs.evolve(definition,
+    description=...)``. A definition cannot widen anything: a name that is not
+    a registered tool is offered, but its calls answer ``unknown_tool``.
+    Implementations run one at a time in pluggy order. One that raises,
+    exceeds ``hook_timeout_s`` or answers anything else is logged and skipped
+    (fail open: what a turn offers is not a guard — a tool the run must never
+    call is refused in :func:`lich_check_tool_call` or left out with
+    ``tools_disabled``). Keep it cheap: it runs every turn.
+
+    Example, no shell after the third turn::
+
+        @hookimpl
+        def lich_prepare_tools(turn, tools):
+            return [t for t in tools if t.name != "terminal"] if turn > 3 else None
+    """
+
+
+@hookspec
+def lich_before_compress(
+    run: RunInfo, messages: tuple[Message, ...]
+) -> Compression | Block | None:
+    """A compression is due (the context estimate crossed ``compress_threshold``):
+    observe it, veto it, or shape it.
+
+    :param run: the run.
+    :param messages: the conversation as it is, system prompt included.
+    :return: ``None`` to let it happen as configured, :class:`lich.Compression`
+        ``(keep_recent=..., focus=...)`` to keep more or fewer recent messages
+        verbatim or tell the summariser what to keep, or :class:`lich.Block`
+        ``(reason)`` to skip it.
+
+    ``firstresult``-like: implementations run one at a time in pluggy order
+    until one answers something other than ``None``. A veto emits
+    ``compress_skipped`` (``reason``, ``skipped_by``) and the compression is
+    not tried again for three turns (the run may then overflow the model's
+    window: the veto is the plugin's responsibility). The summariser is the
+    model of the ``compress`` role (``[models.compress]``, else the run's
+    model). The system prompt is never summarised. An implementation that
+    raises, exceeds ``hook_timeout_s`` or answers anything else is logged and
+    skipped (fail open).
+
+    Example, keep more of a long refactoring verbatim::
+
+        @hookimpl
+        def lich_before_compress(messages):
+            return Compression(keep_recent=16, focus="the files changed so far")
+    """
+
+
+@hookspec
+def lich_after_final(run: RunInfo, outcome: RunOutcome) -> FollowUp | None:
+    """The model gave a final answer: accept it, or have the run go on.
+
+    :param run: the run.
+    :param outcome: the run so far (``stopped_reason`` ``final``, the answer in
+        ``outcome.final``, turns used, usage and cost).
+    :return: ``None`` to accept, or :class:`lich.FollowUp` ``(prompt)`` to go on
+        with ``prompt`` as the next user message.
+
+    Asked after every final answer while the turn budget (``max_turns``) has a
+    turn left: the follow-ups of a run are bounded by it, and so by every
+    budget checked at turn boundaries. A follow-up emits ``run_continued``
+    (``turn``, ``prompt``, ``continued_by``), is recorded as a user message,
+    and the loop goes on with the next turn. Implementations run one at a time
+    in pluggy order until one answers ``FollowUp``. One that raises, exceeds
+    ``hook_timeout_s`` or answers anything else is logged and skipped (fail
+    open: the answer stands).
+
+    Example, insist on a test run::
+
+        @hookimpl
+        def lich_after_final(outcome):
+            if outcome.final and "pytest" not in outcome.final.content:
+                return FollowUp("Run the tests and report their result.")
     """

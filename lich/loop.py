@@ -8,6 +8,12 @@ without tool calls ends the run (``final``); running out of turns ends it
 (``budget``), as does a ``before_call`` answer at a turn boundary; a cancel
 ends it (``aborted``) wherever it lands. Tool failures
 are data for the model. The caller's message list is never mutated.
+
+Every ``turn_start`` is paired with one ``turn_end``. The plugins' say in a run
+comes in through :class:`LoopDeps` callbacks only (the loop knows no plugin):
+which tools a turn offers (``prepare_tools``), whether and how a compression
+happens (``before_compress``), whether a final answer ends the run
+(``after_final``), and a budget stop (``before_call``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import attrs
@@ -26,12 +32,14 @@ from lich.cancel import Cancelled, CancelToken
 from lich.events import (
     BudgetExhausted,
     CompressEnd,
+    CompressSkipped,
     CompressStart,
     ErrorEvent,
     Event,
     Final,
     LlmEnd,
     LlmStart,
+    RunContinued,
     StoppedReason,
     ToolCallEnd,
     ToolCallStart,
@@ -51,11 +59,13 @@ from lich.types import (
     ToolMessage,
     ToolResult,
     Usage,
+    UserMessage,
 )
 
 __all__ = [
     "COMPRESS_BACKOFF_TURNS",
     "BudgetStop",
+    "CompressPlan",
     "LoopDeps",
     "LoopOutcome",
     "LoopParams",
@@ -166,6 +176,23 @@ class BudgetStop:
 
 
 @frozen
+class CompressPlan:
+    """What :attr:`LoopDeps.before_compress` decides about one compression.
+
+    ``skipped_by`` set: the compression does not happen (``reason`` says why, on
+    the ``compress_skipped`` event) and is not tried again for
+    :data:`COMPRESS_BACKOFF_TURNS` turns. Otherwise it happens, keeping
+    ``keep_recent`` messages verbatim (``None``: the run's own) and telling the
+    summariser to keep ``focus`` in particular (``None``: nothing more).
+    """
+
+    skipped_by: str | None = None
+    reason: str | None = None
+    keep_recent: int | None = None
+    focus: str | None = None
+
+
+@frozen
 class LoopDeps:
     """What the loop calls out to.
 
@@ -175,6 +202,19 @@ class LoopDeps:
     ``price`` gives the cost of one model answer (``None``: unknown); without
     it every cost is unknown. ``before_call(turn, usage, cost_usd)`` is awaited
     at each turn boundary and may end the run on a budget.
+
+    The optional steps plugins take part in (``None``: the step is not taken):
+
+    * ``prepare_tools(turn, definitions)`` gives the definitions offered this
+      turn. A call of a name not offered is answered ``unknown_tool`` without
+      running; a definition whose :attr:`~lich.types.ToolDefinition.alias_of` is
+      set runs that tool (a rename).
+    * ``before_compress(messages)`` decides a compression that is due
+      (:class:`CompressPlan`).
+    * ``after_final(turn, outcome)`` is asked after a final answer while turns
+      are left: ``(prompt, plugin)`` continues the run with ``prompt`` as the next
+      user message (``run_continued`` is emitted), ``None`` accepts the answer.
+    * ``compress_chat`` is the summariser's model (``chat`` by default).
     """
 
     chat: ChatFn
@@ -187,6 +227,14 @@ class LoopDeps:
     before_call: (
         Callable[[int, Usage, float | None], Awaitable[BudgetStop | None]] | None
     ) = None
+    prepare_tools: (
+        Callable[[int, Sequence[ToolDefinition]], Awaitable[Sequence[ToolDefinition]]] | None
+    ) = None
+    before_compress: Callable[[Sequence[Message]], Awaitable[CompressPlan]] | None = None
+    after_final: (
+        Callable[[int, LoopOutcome], Awaitable[tuple[str, str] | None]] | None
+    ) = None
+    compress_chat: ChatFn | None = None
 
 
 @frozen
@@ -270,117 +318,240 @@ class _History:
         return sum(1 for m in self.messages if not isinstance(m, SystemMessage))
 
 
-async def run_conversation(
-    deps: LoopDeps, messages: Sequence[Message], params: LoopParams
-) -> LoopOutcome:
-    """Run the loop over a copy of ``messages``; see the module docstring.
+def _cancelled(token: CancelToken | None) -> bool:
+    return token is not None and token.cancelled
 
-    A model call that fails for good emits ``error`` and re-raises the
-    :class:`~lich.types.ProviderError`; everything else ends in a
-    :class:`LoopOutcome`.
+
+async def _settle_call(
+    deps: LoopDeps,
+    turn: int,
+    call: ToolCall,
+    append: Callable[[Message], None],
+    decide: Callable[[ToolCall], ToolOutcome | None],
+    cancel: CancelToken | None,
+    route: Callable[[ToolCall], ToolCall | ToolResult] | None = None,
+) -> None:
+    """One tool call from ``tool_call_start`` to its tool message and ``tool_call_end``:
+    what both the loop and a continued turn do for every call.
+
+    ``decide`` may settle the call without running it (the turn budget is spent, the
+    run was cancelled, a continued turn's call must not run twice); otherwise it runs
+    through ``deps.tools``. ``route`` maps the name the model used to the tool that
+    runs (:attr:`LoopDeps.prepare_tools`), or answers a call of a tool not offered.
+    The tool message carries the model's own call id and name.
     """
-    history = _History(seed_system_prompt(messages, params.system_prompt))
-    cancel = params.cancel
-    emit = deps.emit
-    usage = Usage()
-    options = ChatOptions(
-        temperature=params.temperature,
-        max_tokens=params.max_tokens,
-        stream=params.stream,
-        on_event=emit,
-    )
-    schema_cache: tuple[int, int] = (0, 0)  # (id of definitions, tokens)
-    next_compress_turn = 1
-    turn = 0
-    price = deps.price
-    # Nothing prices calls: every cost is unknown, from the start.
-    cost: float | None = 0.0 if price is not None else None
+    deps.emit(ToolCallStart(turn, call))
+    started = time.perf_counter()
+    ran = decide(call)
+    if ran is None:
+        routed = route(call) if route is not None else call
+        if isinstance(routed, ToolResult):
+            ran = ToolOutcome(call, routed)
+        else:
+            ran = await deps.tools(routed, cancel)
+    append(ToolMessage(call.id, call.name, ran.result.to_content(), not ran.result.ok))
+    deps.emit(ToolCallEnd(
+        turn, ran.call, ran.result, duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        rewritten_by=ran.rewritten_by, blocked_by=ran.blocked_by, replaced_by=ran.replaced_by))
 
-    def outcome(
-        reason: StoppedReason,
-        turns: int,
-        result: ChatResult | None = None,
-        budget_stop: BudgetStop | None = None,
-    ) -> LoopOutcome:
-        return LoopOutcome(
-            tuple(history.messages), last_assistant(history.messages), result, turns, reason,
-            usage, cost, budget_stop,
-        )
 
-    def priced(answer: ChatResult) -> float | None:
-        nonlocal cost
+class _Offer:
+    """The tools offered to the model this turn, and where a call of each name goes."""
+
+    __slots__ = ("definitions", "routes", "tokens")
+
+    def __init__(self, definitions: Sequence[ToolDefinition], tokens: int,
+                 routes: Mapping[str, str] | None) -> None:
+        self.definitions = definitions
+        self.tokens = tokens
+        #: offered name -> registered name; ``None``: every registered tool, as named.
+        self.routes = routes
+
+    def route(self, call: ToolCall) -> ToolCall | ToolResult:
+        assert self.routes is not None
+        target = self.routes.get(call.name)
+        if target is None:
+            return ToolResult.failure(f"unknown_tool: {call.name} (not offered this turn)")
+        return call if target == call.name else attrs.evolve(call, name=target)
+
+
+class _Loop:
+    """One run of the loop over its working history (see :func:`run_conversation`).
+
+    Each step is a method: :meth:`_boundary` (cancel and budget checks at a turn
+    boundary), :meth:`_compress`, :meth:`_call_model` and :meth:`_run_tools`.
+    Every ``turn_start`` is paired with one ``turn_end``, whatever ends the turn:
+    a turn that goes on to the next one ends at the next boundary (after its budget
+    check, so a budget stop reads ``budget_exhausted, turn_end``), and one the run
+    ends in is ended on the way out (:meth:`run`'s ``finally``).
+    """
+
+    def __init__(self, deps: LoopDeps, messages: Sequence[Message], params: LoopParams) -> None:
+        self.deps = deps
+        self.params = params
+        self.cancel = params.cancel
+        self.history = _History(seed_system_prompt(messages, params.system_prompt))
+        self.usage = Usage()
+        # Nothing prices calls: every cost is unknown, from the start.
+        self.cost: float | None = 0.0 if deps.price is not None else None
+        self.options = ChatOptions(temperature=params.temperature, max_tokens=params.max_tokens,
+                                   stream=params.stream, on_event=deps.emit)
+        self.next_compress_turn = 1
+        self.open_turn: int | None = None
+        self._schema: tuple[int, int] = (0, 0)  # (id of definitions, their tokens)
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def outcome(self, reason: StoppedReason, turns: int, result: ChatResult | None = None,
+                budget: BudgetStop | None = None) -> LoopOutcome:
+        messages = self.history.messages
+        return LoopOutcome(tuple(messages), last_assistant(messages), result, turns, reason,
+                           self.usage, self.cost, budget)
+
+    def priced(self, answer: ChatResult) -> float | None:
+        price = self.deps.price
         call_cost = price(answer) if price is not None else None
-        cost = None if cost is None or call_cost is None else cost + call_cost
+        self.cost = None if self.cost is None or call_cost is None else self.cost + call_cost
         return call_cost
 
-    def append(message: Message) -> None:
-        history.append(message)
-        deps.on_message(message)
+    def append(self, message: Message) -> None:
+        self.history.append(message)
+        self.deps.on_message(message)
 
-    for turn in range(1, max(0, params.max_turns) + 1):
-        if cancel is not None and cancel.cancelled:
-            return outcome("aborted", turn - 1)
-        if deps.before_call is not None:
-            # At the turn boundary, before compression and the model call: a budget never
-            # cuts a call or a stream short, and the transcript ends on a whole turn.
-            try:
-                stop = await unless_cancelled(deps.before_call(turn, usage, cost), cancel)
-            except Cancelled:
-                return outcome("aborted", turn - 1)
-            if stop is not None:
-                emit(BudgetExhausted(turn - 1, stop.budget, stop.reason, stop.stopped_by))
-                if turn > 1:
-                    emit(TurnEnd(turn - 1))
-                return outcome("budget", turn - 1, budget_stop=stop)
-        emit(TurnStart(turn))
-        definitions = deps.definitions()
-        if id(definitions) != schema_cache[0]:
-            schema_cache = (id(definitions), context.schema_tokens(definitions))
+    def end_turn(self) -> None:
+        if self.open_turn is not None:
+            self.deps.emit(TurnEnd(self.open_turn))
+            self.open_turn = None
 
+    # -- the loop ----------------------------------------------------------------------
+
+    async def run(self) -> LoopOutcome:
+        try:
+            return await self._turns()
+        finally:
+            self.end_turn()
+
+    async def _turns(self) -> LoopOutcome:
+        params = self.params
+        for turn in range(1, max(0, params.max_turns) + 1):
+            stopped = await self._boundary(turn)
+            if stopped is not None:
+                return stopped
+            self.end_turn()
+            self.open_turn = turn
+            self.deps.emit(TurnStart(turn))
+            offer = await self._offer(turn)
+            if not await self._compress(turn, offer):
+                return self.outcome("aborted", turn)
+            result = await self._call_model(turn, offer)
+            if result is None:
+                # The turn began (turn_start was emitted): it counts, as it does for a
+                # cancel during a tool. Only a cancel seen before a turn starts does not.
+                return self.outcome("aborted", turn)
+            message = result.message
+            if not message.tool_calls:
+                self.deps.emit(Final(message, result))
+                if turn < params.max_turns and await self._follow_up(turn, result):
+                    continue
+                return self.outcome("final", turn, result)
+            if not await self._run_tools(turn, message.tool_calls, offer):
+                return self.outcome("aborted", turn)
+        turns = max(0, params.max_turns)
+        self.deps.emit(BudgetExhausted(
+            params.max_turns, "max_turns",
+            f"max_turns: all {turns} turn{'s' if turns != 1 else ''} used"))
+        return self.outcome("budget", params.max_turns)
+
+    async def _boundary(self, turn: int) -> LoopOutcome | None:
+        """Before turn ``turn``: the outcome that ends the run here (a cancel, a budget
+        stop), or ``None`` to go on."""
+        if _cancelled(self.cancel):
+            return self.outcome("aborted", turn - 1)
+        before_call = self.deps.before_call
+        if before_call is None:
+            return None
+        # Before compression and the model call: a budget never cuts a call or a
+        # stream short, and the transcript ends on a whole turn.
+        try:
+            stop = await unless_cancelled(before_call(turn, self.usage, self.cost), self.cancel)
+        except Cancelled:
+            return self.outcome("aborted", turn - 1)
+        if stop is None:
+            return None
+        self.deps.emit(BudgetExhausted(turn - 1, stop.budget, stop.reason, stop.stopped_by))
+        return self.outcome("budget", turn - 1, budget=stop)
+
+    async def _offer(self, turn: int) -> _Offer:
+        """The tool definitions of this turn (asked again every turn), with their tokens
+        counted once per definitions object."""
+        definitions: Sequence[ToolDefinition] = self.deps.definitions()
+        routes: dict[str, str] | None = None
+        if self.deps.prepare_tools is not None:
+            definitions = await self.deps.prepare_tools(turn, definitions)
+            routes = {d.name: d.alias_of or d.name for d in definitions}
+        if id(definitions) != self._schema[0]:
+            self._schema = (id(definitions), context.schema_tokens(definitions))
+        return _Offer(definitions, self._schema[1], routes)
+
+    async def _compress(self, turn: int, offer: _Offer) -> bool:
+        """Compress the history when its estimate crosses the threshold; ``False``:
+        cancelled meanwhile."""
+        params, deps, history = self.params, self.deps, self.history
         budget = params.context_budget_tokens
-        if budget is not None and turn >= next_compress_turn:
-            estimate = history.tokens + schema_cache[1]
-            if (
-                estimate >= budget * params.compress_threshold
-                and history.non_system() > params.keep_recent
-            ):
-                emit(CompressStart(estimate))
-                try:
-                    compressed = await unless_cancelled(
-                        context.compress_messages(
-                            deps.chat, history.messages, keep_recent=params.keep_recent
-                        ),
-                        cancel,
-                    )
-                except Cancelled:
-                    emit(CompressEnd(0, estimate, ok=False))
-                    return outcome("aborted", turn)
-                usage = usage + compressed.usage
-                compress_cost = (priced(compressed.result) if compressed.result is not None
-                                 else None)
-                if compressed.ok and compressed.summary_chars:
-                    history.replace(compressed.messages)
-                    # A snapshot: the working list keeps growing after this call.
-                    deps.on_compact(tuple(history.messages))
-                after = history.tokens + schema_cache[1]
-                emit(
-                    CompressEnd(
-                        compressed.summary_chars, after, ok=compressed.ok, usage=compressed.usage,
-                        cost_usd=compress_cost,
-                    )
-                )
-                if after >= budget * params.compress_threshold:
-                    # It did not help (or failed): do not pay for a summary every turn.
-                    next_compress_turn = turn + COMPRESS_BACKOFF_TURNS + 1
+        if budget is None or turn < self.next_compress_turn:
+            return True
+        estimate = history.tokens + offer.tokens
+        if (estimate < budget * params.compress_threshold
+                or history.non_system() <= params.keep_recent):
+            return True
+        plan = CompressPlan()
+        if deps.before_compress is not None:
+            try:
+                plan = await unless_cancelled(
+                    deps.before_compress(tuple(history.messages)), self.cancel)
+            except Cancelled:
+                return False
+            if plan.skipped_by is not None:
+                deps.emit(CompressSkipped(estimate, plan.reason or "", plan.skipped_by))
+                self.next_compress_turn = turn + COMPRESS_BACKOFF_TURNS + 1
+                return True
+        deps.emit(CompressStart(estimate))
+        try:
+            compressed = await unless_cancelled(
+                context.compress_messages(
+                    deps.compress_chat or deps.chat, history.messages,
+                    keep_recent=plan.keep_recent or params.keep_recent, focus=plan.focus),
+                self.cancel,
+            )
+        except Cancelled:
+            deps.emit(CompressEnd(0, estimate, ok=False))
+            return False
+        self.usage = self.usage + compressed.usage
+        cost = self.priced(compressed.result) if compressed.result is not None else None
+        if compressed.ok and compressed.summary_chars:
+            # The system prompt (the instructions in it) is pinned: put back verbatim
+            # whatever a summary does, never summarised away.
+            history.replace(seed_system_prompt(compressed.messages, params.system_prompt))
+            # A snapshot: the working list keeps growing after this call.
+            deps.on_compact(tuple(history.messages))
+        after = history.tokens + offer.tokens
+        deps.emit(CompressEnd(compressed.summary_chars, after, ok=compressed.ok,
+                              usage=compressed.usage, cost_usd=cost))
+        if after >= budget * params.compress_threshold:
+            # It did not help (or failed): do not pay for a summary every turn.
+            self.next_compress_turn = turn + COMPRESS_BACKOFF_TURNS + 1
+        return True
 
+    async def _call_model(self, turn: int, offer: _Offer) -> ChatResult | None:
+        """The turn's model call; its answer is appended. ``None``: cancelled."""
+        emit = self.deps.emit
         emit(LlmStart(turn))
         try:
             result = await unless_cancelled(
-                deps.chat(list(history.messages), definitions, options), cancel)
+                self.deps.chat(list(self.history.messages), offer.definitions, self.options),
+                self.cancel)
         except Cancelled:
-            # The turn began (turn_start was emitted): it counts, as it does for a
-            # cancel during a tool. Only a cancel seen before a turn starts does not.
-            return outcome("aborted", turn)
+            return None
         except ProviderError as exc:
             emit(ErrorEvent(exc.kind, str(exc)))
             raise
@@ -391,59 +562,59 @@ async def run_conversation(
             # No usage from the provider: estimate it (marked so), or --max-tokens,
             # --max-cost and a gateway's daily budget would count this call as free.
             result = attrs.evolve(result, usage=context.estimate_usage(
-                history.tokens + schema_cache[1], result.message))
-        usage = usage + result.usage
-        emit(LlmEnd(turn, result, priced(result)))
-        message = result.message
-        append(message)
+                self.history.tokens + offer.tokens, result.message))
+        self.usage = self.usage + result.usage
+        emit(LlmEnd(turn, result, self.priced(result)))
+        self.append(result.message)
+        return result
 
-        if not message.tool_calls:
-            emit(Final(message, result))
-            emit(TurnEnd(turn))
-            return outcome("final", turn, result)
+    async def _follow_up(self, turn: int, result: ChatResult) -> bool:
+        """Ask :attr:`LoopDeps.after_final` whether the run goes on after this answer;
+        when it does, its prompt is the next user message."""
+        after_final = self.deps.after_final
+        if after_final is None:
+            return False
+        try:
+            follow = await unless_cancelled(after_final(turn, self.outcome("final", turn, result)),
+                                            self.cancel)
+        except Cancelled:
+            return False
+        if follow is None:
+            return False
+        prompt, plugin = follow
+        self.deps.emit(RunContinued(turn, prompt, plugin))
+        self.append(UserMessage(prompt))
+        return True
 
-        last_turn = turn >= params.max_turns
-        for index, call in enumerate(message.tool_calls):
-            emit(ToolCallStart(turn, call))
-            started = time.perf_counter()
+    async def _run_tools(self, turn: int, calls: Sequence[ToolCall], offer: _Offer) -> bool:
+        """Run the answer's calls in order; ``False``: the run was cancelled (every call
+        still gets its result, so the transcript stays valid)."""
+        last_turn = turn >= self.params.max_turns
+        cancel = self.cancel
+        route = offer.route if offer.routes is not None else None
+
+        def decide(call: ToolCall) -> ToolOutcome | None:
             if last_turn:
-                ran = ToolOutcome(call, ToolResult.failure(BUDGET_EXHAUSTED_ERROR))
-            elif cancel is not None and cancel.cancelled:
-                ran = ToolOutcome(call, ToolResult.failure("cancelled"))
-            else:
-                ran = await deps.tools(call, cancel)
-            result_msg = ToolMessage(
-                tool_call_id=call.id,
-                name=call.name,
-                content=ran.result.to_content(),
-                is_error=not ran.result.ok,
-            )
-            append(result_msg)
-            emit(
-                ToolCallEnd(
-                    turn,
-                    ran.call,
-                    ran.result,
-                    duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                    rewritten_by=ran.rewritten_by,
-                    blocked_by=ran.blocked_by,
-                    replaced_by=ran.replaced_by,
-                )
-            )
-            if cancel is not None and cancel.cancelled:
-                # Close the remaining calls so the transcript stays valid, then stop.
-                for rest in message.tool_calls[index + 1 :]:
-                    emit(ToolCallStart(turn, rest))
-                    cancelled = ToolResult.failure("cancelled")
-                    append(ToolMessage(rest.id, rest.name, cancelled.to_content(), True))
-                    emit(ToolCallEnd(turn, rest, cancelled))
-                return outcome("aborted", turn)
+                return ToolOutcome(call, ToolResult.failure(BUDGET_EXHAUSTED_ERROR))
+            if _cancelled(cancel):
+                return ToolOutcome(call, ToolResult.failure("cancelled"))
+            return None
 
-    turns = max(0, params.max_turns)
-    emit(BudgetExhausted(params.max_turns, "max_turns",
-                         f"max_turns: all {turns} turn{'s' if turns != 1 else ''} used"))
-    emit(TurnEnd(params.max_turns))
-    return outcome("budget", params.max_turns)
+        for call in calls:
+            await _settle_call(self.deps, turn, call, self.append, decide, cancel, route)
+        return not _cancelled(cancel)
+
+
+async def run_conversation(
+    deps: LoopDeps, messages: Sequence[Message], params: LoopParams
+) -> LoopOutcome:
+    """Run the loop over a copy of ``messages``; see the module docstring.
+
+    A model call that fails for good emits ``error`` and re-raises the
+    :class:`~lich.types.ProviderError`; everything else ends in a
+    :class:`LoopOutcome`.
+    """
+    return await _Loop(deps, messages, params).run()
 
 
 def pending_tool_calls(messages: Sequence[Message]) -> list[ToolCall]:
@@ -485,27 +656,24 @@ async def continue_conversation(
     history = seed_system_prompt(messages, params.system_prompt)
     cancel = params.cancel
     pending = pending_tool_calls(history)
+
+    def append(message: Message) -> None:
+        history.append(message)
+        deps.on_message(message)
+
+    def decide(call: ToolCall) -> ToolOutcome | None:
+        if _cancelled(cancel):
+            return ToolOutcome(call, ToolResult.failure("cancelled"))
+        return None if rerun(call) else ToolOutcome(call, interrupted_result)
+
     for call in pending:
-        deps.emit(ToolCallStart(0, call))
-        started = time.perf_counter()
-        if cancel is not None and cancel.cancelled:
-            ran = ToolOutcome(call, ToolResult.failure("cancelled"))
-        elif rerun(call):
-            ran = await deps.tools(call, cancel)
-        else:
-            ran = ToolOutcome(call, interrupted_result)
-        result_msg = ToolMessage(call.id, call.name, ran.result.to_content(), not ran.result.ok)
-        history.append(result_msg)
-        deps.on_message(result_msg)
-        deps.emit(ToolCallEnd(
-            0, ran.call, ran.result, duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            rewritten_by=ran.rewritten_by, blocked_by=ran.blocked_by, replaced_by=ran.replaced_by))
-    if cancel is not None and cancel.cancelled:
+        await _settle_call(deps, 0, call, append, decide, cancel)
+    unpriced = 0.0 if deps.price is not None else None
+    if _cancelled(cancel):
         return LoopOutcome(tuple(history), last_assistant(history), None, 0, "aborted",
-                           Usage(), 0.0 if deps.price is not None else None)
+                           Usage(), unpriced)
     last = history[-1] if history else None
     if not pending and isinstance(last, AssistantMessage) and not last.tool_calls:
         # The answer was recorded before the run stopped: it is the turn's answer.
-        return LoopOutcome(tuple(history), last, None, 0, "final", Usage(),
-                           0.0 if deps.price is not None else None)
+        return LoopOutcome(tuple(history), last, None, 0, "final", Usage(), unpriced)
     return await run_conversation(deps, history, params)

@@ -137,11 +137,22 @@ Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessag
 
 @frozen
 class ToolDefinition:
-    """What the model is told about a tool: its name, purpose and JSON Schema."""
+    """What the model is told about a tool: its name, purpose and JSON Schema.
+
+    ``alias_of`` names the registered tool a call of ``name`` runs when the two
+    differ (a definition renamed by ``lich_prepare_tools``; see :meth:`renamed`);
+    ``None``: the tool called ``name``.
+    """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
+    alias_of: str | None = field(default=None, kw_only=True)
+
+    def renamed(self, name: str) -> ToolDefinition:
+        """This definition offered as ``name``; a call of ``name`` still runs the
+        registered tool (the first name, through any number of renames)."""
+        return attrs.evolve(self, name=name, alias_of=self.alias_of or self.name)
 
 
 @frozen

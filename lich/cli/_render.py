@@ -457,6 +457,22 @@ class HumanRenderer(_Output):
             self.note("context compression did not help; continuing with the full context",
                       "yellow")
 
+    def _on_compress_skipped(self, event: Any) -> None:
+        self.note(f"context compression skipped by {event.skipped_by}: {event.reason}",
+                  "yellow")
+
+    def _on_instructions_cut(self, event: Any) -> None:
+        # Never silent: a cut instruction is a rule the model will not see.
+        self.note(f"instructions cut: {event.source} (~{event.tokens} tokens, priority "
+                  f"{event.priority}; the system prompt's budget is {event.budget_tokens} "
+                  "tokens)", "yellow", always=True)
+
+    def _on_prompt_blocked(self, event: Any) -> None:
+        self.note(f"message refused by {event.blocked_by}: {event.reason}", "red", always=True)
+
+    def _on_run_continued(self, event: Any) -> None:
+        self.note(f"{event.continued_by} asks for more: {event.prompt}", always=True)
+
     def _on_retry(self, event: Any) -> None:
         detail = f": {event.message}" if event.message else ""
         self.note(f"retrying {event.provider} in {event.delay_s:.1f}s "

@@ -903,6 +903,9 @@ class GatewayBus:
         if result.stopped_reason == "aborted":
             return BusReply("aborted", result.text or ABORTED_TEXT, conv.session_id,
                             result.usage, result.run_id)
+        if result.refusal is not None:  # a lich_user_prompt hook refused the message
+            return BusReply("reply", f"message refused: {result.refusal}", conv.session_id,
+                            result.usage, result.run_id)
         kind: ReplyKind = "reply" if result.text.strip() else "empty"
         return BusReply(kind, result.text, conv.session_id, result.usage, result.run_id)
 

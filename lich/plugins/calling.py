@@ -49,6 +49,9 @@ from lich.hooks import (
     Approval,
     ApprovalRequest,
     Block,
+    Compression,
+    FollowUp,
+    InstructionSection,
     RunInfo,
     RunOutcome,
     Stop,
@@ -62,7 +65,7 @@ from lich.plugins.policy import (
 )
 from lich.settings import ConfigError
 from lich.threads import _plugin_error, run_in_daemon_thread
-from lich.types import ToolCall, ToolResult, Usage
+from lich.types import Message, ToolCall, ToolDefinition, ToolResult, Usage
 
 if TYPE_CHECKING:
     from lich.config import LichConfig, ProviderConfig
@@ -70,7 +73,7 @@ if TYPE_CHECKING:
     from lich.tools import ToolRegistry
 
 __all__ = ["Answer", "ApprovalAnswer", "HookCaller", "HookFailure", "HookOutcome",
-           "ToolDecision"]
+           "PromptDecision", "ToolDecision"]
 
 # The host's one logger, whichever of its modules logs: the CLI quiets it by this name.
 log = logging.getLogger("lich.plugins")
@@ -182,6 +185,17 @@ class ToolDecision:
     reason: str | None = None
     asked_by: tuple[str, ...] = ()
     ask_reasons: tuple[str, ...] = ()
+
+
+@frozen
+class PromptDecision:
+    """What the ``lich_user_prompt`` hooks made of a submitted message: the ``text``
+    to run (context added), who changed it, or who refused it and why."""
+
+    text: str
+    edited_by: tuple[str, ...] = ()
+    blocked_by: str | None = None
+    reason: str | None = None
 
 
 @frozen
@@ -773,9 +787,57 @@ class HookCaller:
         after = await self.call_hook("lich_after_tool_call", call=call, result=result, run=run)
         return after.kwargs["result"], after.chained_by[-1] if after.chained_by else None
 
-    def event(self, envelope: Envelope) -> None:
-        """``lich_event`` for every plugin, synchronously; async implementations are scheduled."""
-        self.call_hook_sync("lich_event", event=envelope)
+    def event(self, envelope: Envelope, run: RunInfo | None = None) -> None:
+        """``lich_event`` for every plugin, synchronously; async implementations are
+        scheduled. ``run`` goes to the implementations that take it."""
+        self.call_hook_sync("lich_event", event=envelope, run=run)
+
+    async def instructions(self, run: RunInfo) -> list[InstructionSection]:
+        """``lich_instructions``: every plugin's sections, in pluggy order (each
+        plugin's in the order it gave them); failures are logged and left out."""
+        outcome = await self.call_hook("lich_instructions", run=run)
+        sections: list[InstructionSection] = []
+        for answer in outcome.collected:
+            value = answer.value
+            sections.extend([value] if isinstance(value, InstructionSection) else value)
+        return sections
+
+    async def user_prompt(self, run: RunInfo, message: str) -> PromptDecision:
+        """``lich_user_prompt``: the message as the implementations edited it, or who
+        refused it (a ``Block``, or a failure: fail closed)."""
+        outcome = await self.call_hook("lich_user_prompt", run=run, message=message)
+        text, edited_by = outcome.kwargs["message"], outcome.chained_by
+        if outcome.failure is not None:
+            return PromptDecision(text, edited_by, outcome.failure.plugin,
+                                  outcome.failure.reason)
+        if outcome.stopped is not None:
+            return PromptDecision(text, edited_by, outcome.stopped.plugin,
+                                  outcome.stopped.value.reason)
+        return PromptDecision(text, edited_by)
+
+    async def prepare_tools(self, run: RunInfo, turn: int,
+                            tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
+        """``lich_prepare_tools``: the definitions as the implementations left them;
+        failures are logged and skipped (fail open)."""
+        outcome = await self.call_hook("lich_prepare_tools", run=run, turn=turn, tools=tools)
+        offered: tuple[ToolDefinition, ...] = outcome.kwargs["tools"]
+        return offered
+
+    async def before_compress(
+        self, run: RunInfo, messages: tuple[Message, ...]
+    ) -> tuple[Block | Compression, str] | None:
+        """``lich_before_compress``: the first answer (a ``Block`` vetoes, a
+        ``Compression`` shapes) and its plugin; failures are logged and skipped."""
+        stopped = (await self.call_hook("lich_before_compress", run=run,
+                                        messages=messages)).stopped
+        return None if stopped is None else (stopped.value, stopped.plugin)
+
+    async def after_final(self, run: RunInfo,
+                          outcome: RunOutcome) -> tuple[FollowUp, str] | None:
+        """``lich_after_final``: the first ``FollowUp`` and its plugin, or ``None`` (the
+        answer stands); failures are logged and skipped."""
+        stopped = (await self.call_hook("lich_after_final", run=run, outcome=outcome)).stopped
+        return None if stopped is None else (stopped.value, stopped.plugin)
 
     def _event_done(self, task: asyncio.Future[Any]) -> None:
         self._pending_events.discard(task)

@@ -37,8 +37,18 @@ from typing import Any, Literal
 
 from attrs import evolve, field, frozen
 
-from lich.hooks import Approval, Ask, Block, Rewrite, Stop
-from lich.types import ToolResult
+from lich.hooks import (
+    Approval,
+    Ask,
+    Block,
+    Compression,
+    FollowUp,
+    InstructionSection,
+    PromptEdit,
+    Rewrite,
+    Stop,
+)
+from lich.types import ToolDefinition, ToolResult
 
 __all__ = [
     "HOOK_POLICIES",
@@ -190,6 +200,33 @@ def _replace_result(_kwargs: Mapping[str, Any], answer: ToolResult) -> Mapping[s
     return {"result": answer}
 
 
+def _sections(answer: Any) -> str | None:
+    if isinstance(answer, InstructionSection):
+        return None
+    if all(isinstance(item, InstructionSection) for item in answer):
+        return None
+    return "not all InstructionSection"
+
+
+def _edit_prompt(kwargs: Mapping[str, Any], answer: PromptEdit) -> Mapping[str, Any]:
+    text = kwargs["message"] if answer.text is None else answer.text
+    return {"message": f"{text}\n\n{answer.context}" if answer.context else text}
+
+
+def _definitions(answer: Any) -> str | None:
+    if all(isinstance(item, ToolDefinition) for item in answer):
+        return None
+    return "not all ToolDefinition"
+
+
+def _offer(_kwargs: Mapping[str, Any], answer: Any) -> Mapping[str, Any]:
+    # A name offered twice keeps its first place (and definition): one name, one tool.
+    offered: dict[str, ToolDefinition] = {}
+    for item in answer:
+        offered.setdefault(item.name, item)
+    return {"tools": tuple(offered.values())}
+
+
 #: One row per ``lich_*`` hook of :mod:`lich.hookspecs`, in the order of that module.
 HOOK_POLICIES: tuple[HookPolicy, ...] = (
     # -- registration ------------------------------------------------------
@@ -281,6 +318,35 @@ HOOK_POLICIES: tuple[HookPolicy, ...] = (
         "lich_event", sync=True, timeout="none", awaitable="schedule", once_per_run=True,
         failed="{hook} of plugin {plugin} failed (skipped; further failures in this run "
                "are logged at debug level): {error}"),
+    HookPolicy(
+        # Fail open: a plugin that cannot give its sections leaves the rest of the prompt.
+        "lich_instructions",
+        answers={InstructionSection: "collect", list: "collect", tuple: "collect"},
+        check=_sections,
+        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected an "
+                   "InstructionSection, a list of them or None"),
+    HookPolicy(
+        # Fail closed: a prompt filter that broke must not let through what it stops.
+        "lich_user_prompt", answers={Block: "stop", PromptEdit: "chain"}, chain=_edit_prompt,
+        on_error="block", on_bad_answer="block", failed="hook_error ({plugin}): {error}",
+        bad_answer="hook_error ({plugin}): {hook} returned {type}; expected PromptEdit, "
+                   "Block or None"),
+    HookPolicy(
+        # Fail open: what a turn offers is not a guard (lich_check_tool_call is).
+        "lich_prepare_tools", answers={list: "chain", tuple: "chain"}, check=_definitions,
+        chain=_offer,
+        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected a list "
+                   "of ToolDefinition or None"),
+    HookPolicy(
+        # Fail open: without an answer the compression happens as configured.
+        "lich_before_compress", answers={Block: "stop", Compression: "stop"},
+        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected "
+                   "Compression, Block or None"),
+    HookPolicy(
+        # Fail open: the answer stands.
+        "lich_after_final", answers={FollowUp: "stop"},
+        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected "
+                   "FollowUp or None"),
 )
 
 

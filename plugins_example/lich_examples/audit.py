@@ -36,7 +36,9 @@ arguments) or ``allowed``.
 
 The record comes from the ``tool_call_end`` event (``lich_event``), which
 carries exactly this: the final arguments, who rewrote, blocked or replaced,
-and the duration. ``lich_run_start`` resolves the log for the run;
+and the duration. ``lich_run_start`` resolves the log for the run and keeps it
+in the run's own state (``run.state_for("audit")``, which ``lich_event`` gets
+with its ``run``);
 ``lich_before_tool_call`` blocks calls while it cannot be written (with
 ``require``), because an audit that silently stops auditing is worse than
 none.
@@ -61,7 +63,7 @@ from lich.guards import truncate_text
 from lich.settings import ConfigError, at_least, each, json_type_name, setting, structure_settings
 
 if TYPE_CHECKING:
-    from lich import LichConfig, RunInfo, RunOutcome, ToolCall
+    from lich import LichConfig, RunInfo, ToolCall
     from lich.events import Envelope
 
 __all__ = [
@@ -73,7 +75,6 @@ __all__ = [
     "lich_before_tool_call",
     "lich_check_config",
     "lich_event",
-    "lich_run_end",
     "lich_run_start",
     "read_audit_log",
 ]
@@ -284,9 +285,11 @@ class _RunLog:
         self.error = error
 
 
-# Keyed by run id: one process may run many agents with different settings at once.
-_runs: dict[str, _RunLog] = {}
-_runs_lock = threading.Lock()
+def _run_log(run: RunInfo) -> _RunLog | None:
+    # The run's own state (RunInfo.state_for): no module global keyed by run id, so one
+    # process may run many agents with different settings at once.
+    entry = run.state_for(PLUGIN_NAME).get("log")
+    return entry if isinstance(entry, _RunLog) else None
 
 
 @hookimpl
@@ -313,15 +316,13 @@ def lich_run_start(run: RunInfo) -> None:
             error = f"cannot write the audit log {path}: {exc.strerror or exc}"
             log.error("audit: %s", error)
         entry = _RunLog(settings, path, error)
-    with _runs_lock:
-        _runs[run.run_id] = entry
+    run.state_for(PLUGIN_NAME)["log"] = entry
 
 
 @hookimpl(tryfirst=True)
 def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
     """With ``require`` (the default), refuse to run tools that cannot be audited."""
-    with _runs_lock:
-        current = _runs.get(run.run_id)
+    current = _run_log(run)
     if current is None:
         return Block("audit_unavailable: the audit plugin did not see this run start")
     if current.error is not None and (current.settings is None or current.settings.require):
@@ -330,12 +331,11 @@ def lich_before_tool_call(call: ToolCall, run: RunInfo) -> Block | None:
 
 
 @hookimpl
-def lich_event(event: Envelope) -> None:
+def lich_event(event: Envelope, run: RunInfo) -> None:
     """Append a line for every ``tool_call_end``, synchronously, before the run goes on."""
     if event.type != "tool_call_end":
         return
-    with _runs_lock:
-        current = _runs.get(event.run_id)
+    current = _run_log(run)
     if current is None or current.settings is None or current.path is None:
         log.warning("audit: tool call %s of run %s not logged (no usable audit settings)",
                     getattr(event.event, "call", None), event.run_id)
@@ -347,10 +347,3 @@ def lich_event(event: Envelope) -> None:
         # Later calls of this run are then blocked (with ``require``) instead of unaudited.
         current.error = f"cannot write the audit log {current.path}: {exc.strerror or exc}"
         log.error("audit: %s", current.error)
-
-
-@hookimpl
-def lich_run_end(run: RunInfo, outcome: RunOutcome) -> None:
-    """Forget the run."""
-    with _runs_lock:
-        _runs.pop(run.run_id, None)

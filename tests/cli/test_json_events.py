@@ -92,6 +92,13 @@ def _samples() -> list[ev.Event]:
         ev.BudgetExhausted(25),
         ev.TurnEnd(2),
         ev.ErrorEvent("auth", "bad key"),
+        ev.RunStart("hi", "/w", "m", (ev.InstructionReport("AGENTS.md", 5, 40),
+                                      ev.InstructionReport("skills", 0, 900, True, False))),
+        ev.InstructionsCut("skills", 0, 900, 500),
+        ev.PromptBlocked("looks like a key", "keyguard"),
+        ev.CompressSkipped(9000, "mid-refactor", "pinner"),
+        ev.RunContinued(1, "Run the tests.", "insist"),
+        ev.RunEnd("blocked", 0, Usage()),
         ev.RunEnd("final", 2, usage),
         ev.RunEnd("error", 1, Usage(), "ProviderError: auth"),
     ]

@@ -119,7 +119,7 @@ async def test_event_order_for_a_tool_turn_and_a_final_answer(tmp_path: Path) ->
 
     assert event_types(seen) == [
         "run_start", "turn_start", "llm_start", "llm_end", "tool_call_start", "tool_call_end",
-        "turn_start", "llm_start", "llm_end", "final", "turn_end", "run_end",
+        "turn_end", "turn_start", "llm_start", "llm_end", "final", "turn_end", "run_end",
     ]  # fmt: skip
     assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
     assert {(e.run_id, e.session_id) for e in seen} == {(result.run_id, result.session_id)}
@@ -178,7 +178,7 @@ async def test_run_end_on_a_provider_error_then_reraise(tmp_path: Path) -> None:
     assert outcome.error is not None
     assert "auth" in outcome.error
     assert outcome.usage.total_tokens > 0  # the first, successful call is counted
-    assert event_types(seen)[-2:] == ["error", "run_end"]
+    assert event_types(seen)[-3:] == ["error", "turn_end", "run_end"]
     end = seen[-1].event
     assert isinstance(end, RunEnd)
     assert end.stopped_reason == "error"

@@ -101,8 +101,13 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_request_approval": ["call", "run", "reason", "request"],
         "lich_after_tool_call": ["call", "result", "run"],
         "lich_run_end": ["run", "outcome"],
-        "lich_event": ["event"],
+        "lich_event": ["event", "run"],
         "lich_shutdown": ["registry"],
+        "lich_instructions": ["run"],
+        "lich_user_prompt": ["run", "message"],
+        "lich_prepare_tools": ["run", "turn", "tools"],
+        "lich_before_compress": ["run", "messages"],
+        "lich_after_final": ["run", "outcome"],
     }
     specs = {
         name: fn for name, fn in vars(hookspecs).items()
@@ -1390,7 +1395,7 @@ class _InlineRegistration:
 
 @pytest.mark.parametrize(("plugin", "expected"), [
     (_AsyncInline(), "lich_check_tool_call is marked runs_inline but is an async def"),
-    (_InlineEvent(), "lich_event cannot be marked runs_inline (only lich_after_tool_call, "),
+    (_InlineEvent(), "lich_event cannot be marked runs_inline (only lich_after_final, "),
     (_InlineRegistration(), "lich_register_tools cannot be marked runs_inline"),
 ])
 def test_a_misplaced_inline_marker_fails_the_plugin_at_load(

@@ -12,7 +12,15 @@ import pytest
 
 from lich import context
 from lich.cancel import CancelToken
-from lich.events import CompressEnd, CompressStart, ErrorEvent, Event, ToolCallEnd, TurnStart
+from lich.events import (
+    CompressEnd,
+    CompressStart,
+    ErrorEvent,
+    Event,
+    ToolCallEnd,
+    TurnEnd,
+    TurnStart,
+)
 from lich.loop import (
     COMPRESS_BACKOFF_TURNS,
     LoopDeps,
@@ -73,7 +81,7 @@ async def test_tool_turn_then_final_event_order_and_transcript() -> None:
 
     assert [e.type for e in events] == [
         "turn_start", "llm_start", "llm_end", "tool_call_start", "tool_call_end",
-        "turn_start", "llm_start", "llm_end", "final", "turn_end",
+        "turn_end", "turn_start", "llm_start", "llm_end", "final", "turn_end",
     ]  # fmt: skip
     assert out.stopped_reason == "final"
     assert out.turns_used == 2
@@ -183,8 +191,8 @@ async def test_provider_error_emits_error_and_is_reraised() -> None:
     with pytest.raises(ProviderError) as info:
         await run_conversation(deps_for(chat, Runner(), events), [UserMessage("u")], LoopParams(2))
     assert info.value.kind == "auth"
-    assert [e.type for e in events] == ["turn_start", "llm_start", "error"]
-    error = events[-1]
+    assert [e.type for e in events] == ["turn_start", "llm_start", "error", "turn_end"]
+    error = events[-2]
     assert isinstance(error, ErrorEvent)
     assert error.kind == "auth"
 
@@ -196,8 +204,9 @@ async def test_unexpected_chat_exception_emits_error_and_is_reraised() -> None:
     events: list[Event] = []
     with pytest.raises(RuntimeError):
         await run_conversation(deps_for(chat, Runner(), events), [UserMessage("u")], LoopParams(2))
-    error = events[-1]
+    error = events[-2]
     assert isinstance(error, ErrorEvent)
+    assert isinstance(events[-1], TurnEnd)  # the turn the error ended is ended too
     assert error.kind == "unknown"
     assert "wire melted" in error.message
 
@@ -271,7 +280,7 @@ async def test_abort_during_a_model_call() -> None:
     assert out.stopped_reason == "aborted"
     assert out.turns_used == 1
     assert cancelled_inside.is_set(), "the in-flight model call was not cancelled"
-    assert [e.type for e in events] == ["turn_start", "llm_start"]
+    assert [e.type for e in events] == ["turn_start", "llm_start", "turn_end"]
     assert out.messages == (UserMessage("u"),)
 
 
@@ -543,7 +552,8 @@ async def test_abort_during_compression() -> None:
         timeout=20,
     )
     assert out.stopped_reason == "aborted"
-    assert [e.type for e in events] == ["turn_start", "compress_start", "compress_end"]
+    assert [e.type for e in events] == ["turn_start", "compress_start", "compress_end",
+                                        "turn_end"]
     assert list(out.messages) == _padded_history()
 
 

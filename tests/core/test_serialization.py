@@ -39,7 +39,13 @@ MESSAGES: list[Message] = [
 ]
 
 EVENTS: dict[type[Any], ev.Event] = {
-    ev.RunStart: ev.RunStart("input", "/work", "model-x"),
+    ev.RunStart: ev.RunStart("input", "/work", "model-x", (
+        ev.InstructionReport("AGENTS.md", 5, 120), ev.InstructionReport("skills", 0, 900,
+                                                                        kept=False))),
+    ev.InstructionsCut: ev.InstructionsCut("skills", 0, 900, 1000),
+    ev.PromptBlocked: ev.PromptBlocked("looks like a key", "keyguard"),
+    ev.CompressSkipped: ev.CompressSkipped(9000, "mid-refactor", "pinner"),
+    ev.RunContinued: ev.RunContinued(2, "run the tests", "insist"),
     ev.TurnStart: ev.TurnStart(1),
     ev.CompressStart: ev.CompressStart(900),
     ev.CompressEnd: ev.CompressEnd(120, 400, ok=False),

@@ -482,8 +482,8 @@ async def test_a_call_whose_tool_start_was_written_but_not_confirmed_does_not_ru
     # The tool_start reached the disk, but the write reported a failure (a full disk, a
     # database answer lost): the call cannot be told from one that ran, so it does not
     # run now, and a later resume, which finds the tool_start, does not run it either.
-    from lich.agent import NOT_RECORDED_ERROR
     from lich.sessions import JsonlSessionStore, SessionWriter
+    from lich.turns import NOT_RECORDED_ERROR
 
     class FailingWriter(SessionWriter):
         def append(self, kind: str, **fields: Any) -> None:

@@ -24,26 +24,37 @@ the turn got: not started (run it), started (continue it from the transcript:
 :meth:`lich.Agent.continue_turn`), ended (send the recorded reply, do not run
 again), or answered (nothing to do).
 
-The agent writes ``turn_start`` and ``tool_start`` when it is handed a
-:class:`DurableTurn`; ``turn_end`` and ``reply_sent`` are the caller's
-(:meth:`DurableTurn.end`, :meth:`DurableTurn.reply_sent`), since only it knows
-the reply and when it was delivered. Without a :class:`DurableTurn` (the
-single-process gateway, the CLI) none of this is written or read.
+A :class:`DurableTurn` is a :class:`lich.journal.TurnJournal`: handed to the
+agent's run, it writes ``turn_start`` and ``tool_start`` through the run's own
+writer at the steps the journal protocol gives it (the agent knows no record of
+it); ``turn_end`` and ``reply_sent`` are the caller's (:meth:`DurableTurn.end`,
+:meth:`DurableTurn.reply_sent`), since only it knows the reply and when it was
+delivered. Without a :class:`DurableTurn` (the single-process gateway, the CLI)
+none of this is written or read.
+
+Not a core module: the buses that run durable turns (``gateway``, ``nats_bus``)
+use it; the core imports nothing of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from attrs import frozen
 
+# The result a continued turn gives a call that may have run before its process died: the
+# agent's (Agent.continue_turn gives it), re-exported where the durable turns are.
+from lich.agent import INTERRUPTED_ERROR
+from lich.journal import RunRecorder
 from lich.sessions import ConditionalWriter
-from lich.types import Message
+from lich.tools import Tool
+from lich.types import Message, ToolCall, ToolResult
 
 __all__ = [
     "CANCELLED_RUNNING_ERROR",
     "INTERRUPTED_ERROR",
+    "NOT_RECORDED_ERROR",
     "REPLY_SENT",
     "TOOL_START",
     "TURN_END",
@@ -58,12 +69,10 @@ TOOL_START = "tool_start"
 TURN_END = "turn_end"
 REPLY_SENT = "reply_sent"
 
-#: The result a resumed turn gives a call that may have run before its process died.
-INTERRUPTED_ERROR = (
-    "interrupted: this call was started, but the process running it stopped before its "
-    "result was recorded; it may or may not have taken effect, and it was not run again. "
-    "Check its effect before you repeat it."
-)
+#: A durable turn's call of a tool that is not idempotent, whose ``tool_start`` could not be
+#: stored: it is not run, since after a crash it could not be told from one that never ran.
+NOT_RECORDED_ERROR = ("not_recorded: the start of this call could not be recorded (the "
+                      "transcript store failed), so it was not run")
 
 
 #: The result a durable turn records for a call of a tool that is not idempotent, cancelled
@@ -73,20 +82,6 @@ CANCELLED_RUNNING_ERROR = (
     "interrupted: this call was cancelled while it ran (the process running it was "
     "stopping); it may or may not have taken effect. Check its effect before you repeat it."
 )
-
-
-class _Writer(Protocol):
-    """What a :class:`DurableTurn` uses of the run's writer (the agent's)."""
-
-    @property
-    def failed(self) -> bool: ...
-
-    @property
-    def stale(self) -> BaseException | None: ...
-
-    def append(self, kind: str, **fields: Any) -> None: ...
-
-    async def flush(self) -> bool: ...
 
 
 @frozen
@@ -158,10 +153,11 @@ def find_turn(records: Iterable[Mapping[str, Any]], admission: str,
 class DurableTurn:
     """One message's turn, recorded so that another process can finish it.
 
-    Hand it to :meth:`lich.Agent.run` (a new turn: it writes ``turn_start``) or
-    :meth:`lich.Agent.continue_turn` (a turn a dead process began: nothing is
-    written again); the agent then writes ``tool_start`` before every call of a
-    tool that is not idempotent, and leaves its writer to this turn, so that
+    Hand it to :meth:`lich.Agent.run` as its ``turn`` (a new turn: it writes
+    ``turn_start``) or to :meth:`lich.Agent.continue_turn` (a turn a dead process
+    began: nothing is written again). As the run's
+    :class:`~lich.journal.TurnJournal` it writes ``tool_start`` before every call
+    of a tool that is not idempotent, and keeps the run's writer, so that
     :meth:`end` and :meth:`reply_sent` are written under the run's own epoch.
 
     :param admission: the message's admission id (unique per message; what the
@@ -187,8 +183,10 @@ class DurableTurn:
         self.transcript = transcript
         self.read_end = read_end
         self.run_id: str | None = None
-        self._writer: _Writer | None = None
+        self._writer: RunRecorder | None = None
         self._lost: BaseException | None = None
+        # Calls whose tool_start is stored and that have not ended yet.
+        self._announced: set[str] = set()
 
     @property
     def started(self) -> bool:
@@ -220,10 +218,48 @@ class DurableTurn:
         """Whether every record of this turn so far was stored (no writer failure)."""
         return self._writer is not None and not self._writer.failed
 
-    def attach(self, writer: _Writer, run_id: str) -> None:
-        """Called by the agent when its run takes this turn."""
-        self._writer = writer
+    # -- the journal steps (lich.journal.TurnJournal), called by the agent's run --------
+
+    def message_fields(self) -> Mapping[str, Any]:
+        """The turn's user message is recorded with its admission: the records are
+        stored one by one, and a process killed after it and before ``turn_start``
+        leaves a turn that must be continued, not given the message twice."""
+        return {"admission": self.admission}
+
+    def attach(self, recorder: RunRecorder, run_id: str, *, continuing: bool = False) -> None:
+        """Called by the agent when its run takes this turn: ``turn_start`` is written
+        (stored before the first model call) unless the turn is continued and its
+        first run already stored one."""
+        self._writer = recorder
         self.run_id = run_id
+        if not continuing or (self.resume is not None and not self.resume.started):
+            # A continued turn whose first run died before its turn_start was stored
+            # (its user message was) gets the one turn_start now.
+            recorder.append("meta", event=TURN_START, admission=self.admission, run_id=run_id)
+
+    async def before_tool(self, call: ToolCall, tool: Tool | None) -> ToolResult | None:
+        """A call that could not be told apart from one that never ran, after a crash,
+        is announced (``tool_start``, stored) before it runs; one whose announcement
+        cannot be stored does not run (:data:`NOT_RECORDED_ERROR`)."""
+        if self._writer is None or tool is None or tool.idempotent or call.args_error:
+            return None
+        self._writer.append("meta", event=TOOL_START, admission=self.admission,
+                            call_id=call.id, tool=call.name)
+        if await self._writer.flush():
+            self._announced.add(call.id)
+            return None
+        return ToolResult.failure(NOT_RECORDED_ERROR)
+
+    def after_tool(self, call: ToolCall, result: ToolResult, cancelled: bool) -> ToolResult:
+        """A started call of a tool that is not idempotent, cancelled while it ran (a
+        stopping worker hands the turn on), may have taken effect: the model that
+        continues the turn is told so (:data:`CANCELLED_RUNNING_ERROR`), not just
+        "cancelled"."""
+        started = call.id in self._announced
+        self._announced.discard(call.id)
+        if started and cancelled and not result.ok:
+            return ToolResult.failure(CANCELLED_RUNNING_ERROR)
+        return result
 
     async def end(self, kind: str, text: str) -> bool:
         """Record ``turn_end`` with the reply, and wait until it is stored.
