@@ -33,12 +33,16 @@ from lich.events import (
     ApprovalRequested,
     ApprovalResolved,
     CompressEnd,
+    CompressSkipped,
     Envelope,
     ErrorEvent,
     Failover,
+    InstructionsCut,
     LlmEnd,
     LlmStart,
+    PromptBlocked,
     Retry,
+    RunContinued,
     RunEnd,
     StreamReset,
     TextDelta,
@@ -57,6 +61,7 @@ from lich.tui.format.notices import (
     compress_notice,
     error_notice,
     failover_notice,
+    hook_notice,
     retry_notice,
     run_end_notice,
 )
@@ -415,6 +420,8 @@ class LichApp(App[int]):
             await self.add_block(retry_notice(event))
         elif isinstance(event, Failover):
             await self.add_block(failover_notice(event))
+        elif isinstance(event, InstructionsCut | PromptBlocked | CompressSkipped | RunContinued):
+            await self.add_block(hook_notice(event))
         elif isinstance(event, ErrorEvent):
             run.error_shown = True
             await self.add_block(error_notice(event.message))

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from lich.events import CompressEnd, Failover, Retry, RunEnd
+from lich.events import (
+    CompressEnd,
+    CompressSkipped,
+    Failover,
+    InstructionsCut,
+    PromptBlocked,
+    Retry,
+    RunContinued,
+    RunEnd,
+)
 from lich.sessions import SessionInfo
 from lich.tui.format.blocks import AssistantBlock, ToolBlock, UserBlock, history_blocks
 from lich.tui.format.commands import model_line, session_list_lines, usage_line
@@ -17,6 +26,7 @@ from lich.tui.format.notices import (
     compress_notice,
     error_notice,
     failover_notice,
+    hook_notice,
     retry_notice,
     run_end_notice,
 )
@@ -132,6 +142,18 @@ def test_notices() -> None:
     error = error_notice("e" * 400)
     assert error.level == "error"
     assert "[100 chars omitted]" in error.text
+
+
+def test_the_plugins_say_in_a_run_is_never_silent() -> None:
+    cut = hook_notice(InstructionsCut("skills", 0, 900, 500))
+    assert (cut.text, cut.level) == (
+        "· instructions cut: skills (~900 tokens, over the 500-token budget)", "warn")
+    refused = hook_notice(PromptBlocked("no keys", "guard"))
+    assert (refused.text, refused.level) == ("· message refused by guard: no keys", "error")
+    assert hook_notice(CompressSkipped(900, "busy", "pin")).text == (
+        "· compression skipped by pin: busy")
+    assert hook_notice(RunContinued(1, "run the tests", "insist")).text == (
+        "· insist asks for more: run the tests")
 
 
 def test_run_end_notice() -> None:

@@ -34,6 +34,7 @@ from lich.tui.format.notices import (
     compress_notice,
     error_notice,
     failover_notice,
+    hook_notice,
     retry_notice,
     run_end_notice,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "format_args",
     "format_usage",
     "history_blocks",
+    "hook_notice",
     "model_line",
     "parse_tool_message_content",
     "preview",

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from lich.events import ApprovalRequested, ApprovalResolved, CompressEnd, Failover, Retry, RunEnd
+from lich.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    CompressEnd,
+    CompressSkipped,
+    Failover,
+    InstructionsCut,
+    PromptBlocked,
+    Retry,
+    RunContinued,
+    RunEnd,
+)
 from lich.tui.format.blocks import NoticeBlock
 from lich.tui.format.text import format_usage, preview
 
@@ -14,6 +25,7 @@ __all__ = [
     "compress_notice",
     "error_notice",
     "failover_notice",
+    "hook_notice",
     "retry_notice",
     "run_end_notice",
 ]
@@ -29,6 +41,24 @@ def compress_notice(event: CompressEnd) -> NoticeBlock:
             f"~{format_usage(event.estimated_tokens)} tokens now)"
         )
     return NoticeBlock("· context compression did not help; continuing", "warn")
+
+
+def hook_notice(
+    event: InstructionsCut | PromptBlocked | CompressSkipped | RunContinued,
+) -> NoticeBlock:
+    """What a plugin's say in the run looks like: a cut instruction (never silent), a
+    refused message, a vetoed compression, a run continued after its answer."""
+    if isinstance(event, InstructionsCut):
+        return NoticeBlock(f"· instructions cut: {event.source} (~{event.tokens} tokens, "
+                           f"over the {event.budget_tokens}-token budget)", "warn")
+    if isinstance(event, PromptBlocked):
+        return NoticeBlock(f"· message refused by {event.blocked_by}: "
+                           f"{preview(event.reason, ERROR_PREVIEW_CHARS)}", "error")
+    if isinstance(event, CompressSkipped):
+        return NoticeBlock(f"· compression skipped by {event.skipped_by}: {event.reason}",
+                           "warn")
+    return NoticeBlock(f"· {event.continued_by} asks for more: "
+                       f"{preview(event.prompt, ERROR_PREVIEW_CHARS)}")
 
 
 def retry_notice(event: Retry) -> NoticeBlock:
