@@ -105,8 +105,8 @@ def test_each_line_reaches_a_pipe_reader_when_its_event_happens(
         events = [json.loads(line) for line in got]
         assert [e["type"] for e in events] == [
             "run_start", "turn_start", "llm_start", "llm_end", "tool_call_start",
-            "tool_call_end", "turn_start", "llm_start"]
-        assert [e["seq"] for e in events] == list(range(1, 9))
+            "tool_call_end", "turn_end", "turn_start", "llm_start"]
+        assert [e["seq"] for e in events] == list(range(1, 10))
         assert all(line.endswith("\n") and line.count("\n") == 1 for line in got)
     else:
         assert [line.split(":")[0] for line in got] == [
