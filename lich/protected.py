@@ -11,10 +11,17 @@ leave protected entries out silently. What is protected:
   other ``.lich`` below the root a tool works in, and the session directory
   wherever it lives;
 * secret files by name, anywhere below the root a tool works in:
-  :data:`SECRET_FILE_GLOBS` (``.env``, ``.env.*``, ``*.pem``, ``*.key``,
-  ``id_rsa*``, ``id_ed25519*``), matched case-insensitively against every
-  component of the path below that root (a directory named ``.env.d`` hides
-  what is in it).
+  :data:`SECRET_FILE_GLOBS` (dotenv files, keys and key stores, ``.ssh``,
+  ``.gnupg``, and the credential files of npm, pip, git, netrc, PostgreSQL,
+  Docker, AWS, kubectl, gh, ...: :mod:`lich.secret_files`), matched
+  case-insensitively against the components of the path below that root (a
+  directory named ``.env.d`` hides what is in it; ``.aws/credentials`` matches
+  two consecutive components);
+* secret files by content: a file holding a private key (a PEM ``PRIVATE KEY``
+  block with its body, a PuTTY key: :func:`lich.secret_files.holds_private_key`)
+  is refused by every tool that would show its content (``read_file``,
+  ``edit_file``, ``grep_files``, ``docs_read``, ``docs_search``), whatever its
+  name.
 
 The CLI's runs get the policy unless ``protect_private_files = false`` is set;
 gateway conversations always get it (see ``docs/reliability.md``, threat
@@ -23,27 +30,22 @@ model). ``terminal`` runs a shell and cannot be confined by path.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attrs import frozen
 
+from lich.secret_files import SECRET_FILE_GLOBS, name_matches
+
 if TYPE_CHECKING:
     from lich.config import LichConfig
 
 __all__ = ["SECRET_FILE_GLOBS", "ProtectedPaths", "is_protected"]
 
-SECRET_FILE_GLOBS: tuple[str, ...] = (
-    ".env",
-    ".env.*",
-    "*.pem",
-    "*.key",
-    "id_rsa*",
-    "id_ed25519*",
-)
-"""File names no tool may read or list when the policy is on (matched without case)."""
+
+# The most components one glob spans (``.config/gh/hosts.yml``).
+_WIDEST = max(glob.count("/") + 1 for glob in SECRET_FILE_GLOBS)
 
 
 def _within(root: str, path: str) -> bool:
@@ -60,7 +62,8 @@ class ProtectedPaths:
     :param dirs: absolute directories, symlinks resolved: nothing at or below
         them is reachable.
     :param names: :mod:`fnmatch` globs (lower case) for path components below
-        the root a tool works in.
+        the root a tool works in; a glob with ``/`` matches as many consecutive
+        components.
 
     The empty policy (the default) protects nothing; it is falsy.
     """
@@ -89,7 +92,7 @@ class ProtectedPaths:
         ``root`` (resolved too) is the directory the tool works in: the name
         globs apply to the components of ``path`` below it, so a work dir that
         itself sits in a directory called ``keys.key`` stays usable. A path
-        outside ``root`` has only its last component checked against them.
+        outside ``root`` has only its last components checked against them.
         """
         path = os.fspath(path)
         if any(_within(d, path) for d in self.dirs):
@@ -101,10 +104,11 @@ class ProtectedPaths:
             rel = os.path.relpath(path, root)
             parts = [] if rel == "." else rel.split(os.sep)
         else:
-            parts = [os.path.basename(path)]
-        return any(
-            fnmatch.fnmatchcase(part.lower(), glob) for part in parts for glob in self.names
-        )
+            # The name, and for an `a/b` glob the directory it is in: never the
+            # components above, which are not the tool's to judge.
+            parts = path.split(os.sep)[-_WIDEST:]
+            parts = [p for p in parts if p]
+        return name_matches(parts, self.names)
 
 
 def is_protected(

@@ -21,6 +21,7 @@ from attrs import frozen
 
 from lich.guards import Opened, ToolError, check_path_arg, open_beneath, resolve_in_root
 from lich.protected import is_protected
+from lich.secret_files import fd_holds_private_key
 from lich.secrets import is_secret_entry
 from lich.settings import ToolSettings
 from lich.tools import ToolContext
@@ -243,6 +244,17 @@ def open_in_work_dir(
                             make_parents=make_parents, follow_links=follow_links)
     except OSError as exc:
         raise os_error(exc, target) from exc
+
+
+KEY_TEXT = "it holds a private key; files holding one are off limits to tools"
+
+
+def refuse_private_key(ctx: ToolContext, fd: int, target: str) -> None:
+    """Refuse the file open as ``fd`` when it holds a private key and ``ctx.protected``
+    is on: whatever its name, its content is a secret file's
+    (:func:`lich.secret_files.fd_holds_private_key`)."""
+    if ctx.protected and fd_holds_private_key(fd):
+        raise ToolError(f"forbidden_path: {target[:200]} ({KEY_TEXT})")
 
 
 def refuse_hard_link(st: os.stat_result, target: str, table: str) -> None:

@@ -32,9 +32,10 @@ from lich.guards import (
     truncate_text,
 )
 from lich.protected import ProtectedPaths, is_protected
+from lich.secret_files import fd_holds_private_key
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
-from lich_builtin_tools._common import PROTECTED_TEXT, schema
+from lich_builtin_tools._common import KEY_TEXT, PROTECTED_TEXT, schema
 
 __all__ = [
     "DOCS_UNAVAILABLE",
@@ -141,6 +142,12 @@ _cache_lock = threading.Lock()
 _section_cache: dict[str, tuple[tuple[int, int], list[Section]]] = {}
 
 
+def _own_docs(root: Path) -> bool:
+    """Whether ``root`` is lich's own installed docs (which an installer may hard-link
+    from its cache: ``uv`` does by default)."""
+    return any(os.path.realpath(d) == os.path.realpath(root) for d in _package_docs())
+
+
 def _open_doc(
     root: Path, rel: str, protected: ProtectedPaths | None = None
 ) -> tuple[int, os.stat_result]:
@@ -148,7 +155,13 @@ def _open_doc(
     link swapped in since the listing cannot lead outside, nor to a file ``protected``
     covers) and its stat.
 
-    :raises OSError: gone, unreadable, protected, or not a regular file.
+    With ``protected`` on, a file with more than one hard link is refused (outside
+    lich's own installed docs): a hard link made in the docs dir to a file outside it
+    (``ln ~/.ssh/id_rsa docs/key.md``) is that file, and no path check can tell; so is
+    a file holding a private key, whatever it is called.
+
+    :raises OSError: gone, unreadable, protected, a hard link, a key, or not a
+        regular file.
     :raises ToolError: ``path_escape:`` / ``invalid_path:``.
     """
 
@@ -161,6 +174,13 @@ def _open_doc(
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file")
+    if protected and st.st_nlink > 1 and not _own_docs(root):
+        os.close(fd)
+        raise OSError(errno.EACCES, f"it has {st.st_nlink} hard links and may be a file "
+                                    "outside the docs dir")
+    if protected and fd_holds_private_key(fd):
+        os.close(fd)
+        raise OSError(errno.EACCES, KEY_TEXT)
     return fd, st
 
 
@@ -280,6 +300,8 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
             # Opened beneath the root: the .md form must not escape through a link either.
             text = _read_doc(_open_doc(root, rel, ctx.protected)[0])
         except OSError as exc:
+            if exc.errno == errno.EACCES:
+                raise ToolError(f"forbidden_path: {target[:200]} ({exc.strerror})") from exc
             raise ToolError(f"not_found: {target} ({exc.strerror})") from exc
         window = "\n".join(text.split("\n")[offset - 1:offset - 1 + limit])
         text = f"# lich doc: {rel}\n{window}"

@@ -39,6 +39,7 @@ from lich_builtin_tools._common import (
     real_root,
     refuse_git_dir,
     refuse_hard_link,
+    refuse_private_key,
     refuse_protected_write,
     schema,
 )
@@ -129,6 +130,8 @@ def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     try:
         if not settings.allow_hard_links:
             refuse_hard_link(os.fstat(fd), target, "read_file")
+        # The whole file, not the window asked for: lines 2.. of a key are the key.
+        refuse_private_key(ctx, fd, target)
     except BaseException:
         os.close(fd)
         raise
@@ -265,6 +268,8 @@ def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     # One descriptor for the read and the write back: the file edited is the file read.
     fd = _open_for_write(ctx, target, "edit_file", create=False)
     try:
+        # An edit shows the file's text back (previews, errors): not a key's.
+        refuse_private_key(ctx, fd, target)
         if os.fstat(fd).st_size > EDIT_MAX_BYTES:
             raise ToolError(f"file_too_large: {target} is over {EDIT_MAX_BYTES} bytes")
         chunks = []

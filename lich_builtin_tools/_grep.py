@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lich import guards
+from lich import guards, secret_files
 from lich.guards import ToolError, optional_int_arg, optional_string_arg, require_string_arg
 from lich.processes import Launch, ProcessRunner, launched
 from lich.tools import Tool, ToolContext
@@ -91,6 +91,8 @@ async def _grep_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             # applies the same rule as lich.protected.ProtectedPaths.blocks.
             "protected_dirs": list(ctx.protected.dirs),
             "protected_names": list(ctx.protected.names),
+            "protected_content": bool(ctx.protected),
+            "secret_files": secret_files.__file__,
         }
         hits, finished = await _run_worker(spec, deadline, opened.fd, child_env(ctx),
                                            ctx.process_runner, real_root(ctx))

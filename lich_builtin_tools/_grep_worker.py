@@ -21,7 +21,6 @@ entered. Files with more than one hard link are skipped unless
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import importlib.util
 import json
 import os
@@ -52,8 +51,8 @@ def _glob_ok(name: str, glob: str) -> bool:
     return name.startswith(prefix) and name.endswith(suffix)
 
 
-def _load_guards(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_lich_guards", path)
+def _load_guards(path: str, name: str = "_lich_guards") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -72,8 +71,10 @@ def _within(root: str, path: str) -> bool:
         return False
 
 
-def _protected(root: str, path: str, dirs: list[str], names: list[str]) -> bool:
-    """lich.protected.ProtectedPaths.blocks, restated: this process cannot import lich."""
+def _protected(root: str, path: str, dirs: list[str], names: list[str],
+               rules: ModuleType) -> bool:
+    """lich.protected.ProtectedPaths.blocks, restated (this process cannot import lich,
+    which needs attrs), with the name rule itself from lich.secret_files."""
     if any(_within(d, path) for d in dirs):
         return True
     if not names:
@@ -82,8 +83,8 @@ def _protected(root: str, path: str, dirs: list[str], names: list[str]) -> bool:
         rel = os.path.relpath(path, root)
         parts = [] if rel == "." else rel.split(os.sep)
     else:
-        parts = [os.path.basename(path)]
-    return any(fnmatch.fnmatchcase(part.lower(), glob) for part in parts for glob in names)
+        parts = [p for p in path.split(os.sep)[-3:] if p]
+    return bool(rules.name_matches(parts, names))
 
 
 def main() -> int:
@@ -99,10 +100,14 @@ def main() -> int:
     skip = frozenset(spec.get("skip", ()))
     protected_dirs: list[str] = spec.get("protected_dirs", [])
     protected_names: list[str] = spec.get("protected_names", [])
+    rules = _load_guards(spec["secret_files"], "_lich_secret_files")
+    # A file holding a private key is left out whatever its name (the policy is on).
+    refuse_keys: bool = spec.get("protected_content", False)
 
     def hidden(rel: str) -> bool:
         # Protected entries are left out silently (a link is judged by where it leads too).
-        return _protected(root, os.path.join(root, rel), protected_dirs, protected_names)
+        return _protected(root, os.path.join(root, rel), protected_dirs, protected_names,
+                          rules)
 
     out = sys.stdout
     found = 0
@@ -124,6 +129,8 @@ def main() -> int:
         finally:
             os.close(fd)
         if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+            return
+        if refuse_keys and rules.holds_private_key(data):
             return
         for number, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
             if rx.search(line):

@@ -20,6 +20,7 @@ from typing import Any
 
 from lich.guards import ToolError, open_beneath, truncate_text
 from lich.protected import SECRET_FILE_GLOBS, ProtectedPaths, is_protected
+from lich.secret_files import holds_private_key
 
 __all__ = ["PREVIEW_MAX_CHARS", "edit_file_preview", "write_file_preview"]
 
@@ -67,6 +68,8 @@ def _current_text(work_dir: Path, target: str) -> str | None:
         data = os.read(fd, _READ_MAX_BYTES + 1)
     finally:
         os.close(fd)
+    if holds_private_key(data):
+        raise _NoPreview(f"(no preview: {target} holds a private key)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

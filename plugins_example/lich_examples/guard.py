@@ -13,6 +13,7 @@ The policy lives in ``[plugin_settings.guard]``; everything is optional::
     path_args = ["path", "file_path"]        # arguments that hold paths (default: a common set)
     check_command_paths = true               # also check each word of a command against deny_paths
     directory_tools = ["grep_files", "list_dir", "disk_usage"]  # tools that read a whole tree
+    docs_tools = ["docs_read", "docs_search"]  # tools whose paths are in the docs dir
     walk_limit = 20000                       # entries looked at under such a tree; more: refused
 
     [[plugin_settings.guard.rewrite]]
@@ -46,6 +47,12 @@ Tools that read a whole tree (``directory_tools``: ``grep_files``,
 not by their argument: the guard walks the directory (links followed, at
 most ``walk_limit`` entries, else it refuses) and blocks if a denied
 path is anywhere under it.
+
+The docs tools (``docs_tools``: ``docs_read``, ``docs_search``) read the docs
+dir (``LICH_DOCS_DIR``, ``<work_dir>/docs``, or lich's own), not the work dir:
+their ``path`` is judged relative to that dir (as ``<docs>/<path>`` and
+``<docs>/<path>.md``), and ``docs_search``, which reads every doc, has the whole
+docs dir walked, so ``deny_paths = ["docs/private/**"]`` holds for them too.
 
 Command rules are matched against the command as written and against
 normalised forms of it (:func:`command_forms`: quotes dropped, ``/bin/rm``
@@ -182,6 +189,10 @@ DEFAULT_DIRECTORY_TOOLS: tuple[str, ...] = ("grep_files", "list_dir", "disk_usag
 """Tools that read a whole directory tree (contents, names or sizes); their path
 arguments default to the work dir."""
 
+DEFAULT_DOCS_TOOLS: tuple[str, ...] = ("docs_read", "docs_search")
+"""Tools whose paths are relative to the docs dir; ``docs_search`` reads all of it."""
+_WALKS_ALL_DOCS = ("docs_search",)
+
 _WHERE = f"$.plugin_settings.{PLUGIN_NAME}"
 
 
@@ -291,6 +302,7 @@ class Policy:
     check_command_paths: bool = True
     rewrites: tuple[RewriteRule, ...] = ()
     directory_tools: tuple[str, ...] = DEFAULT_DIRECTORY_TOOLS
+    docs_tools: tuple[str, ...] = DEFAULT_DOCS_TOOLS
     walk_limit: int = 20_000
 
 
@@ -414,6 +426,7 @@ class GuardSettings:
     check_command_paths: bool = True
     rewrite: tuple[RewriteRule, ...] = ()
     directory_tools: tuple[str, ...] = setting(DEFAULT_DIRECTORY_TOOLS, parse=_names)
+    docs_tools: tuple[str, ...] = setting(DEFAULT_DOCS_TOOLS, parse=_names)
     walk_limit: int = setting(20_000, check=at_least(1),
                               help="entries the guard looks at under a walked directory")
 
@@ -446,6 +459,7 @@ def parse_policy(raw: Mapping[str, Any] | None) -> Policy:
         check_command_paths=settings.check_command_paths,
         rewrites=settings.rewrite,
         directory_tools=settings.directory_tools,
+        docs_tools=settings.docs_tools,
         walk_limit=settings.walk_limit,
     )
 
@@ -724,10 +738,41 @@ def _denied_inside(value: str, policy: Policy, work_dir: str) -> Block | None:
     return None
 
 
+def _docs_root(work_dir: str) -> str | None:
+    """The docs dir the docs tools of this work dir read (None: they read nothing)."""
+    from lich_builtin_tools import resolve_docs_root
+
+    root = resolve_docs_root(work_dir, os.environ)
+    return None if root is None else os.path.realpath(root)
+
+
+def _docs_verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str, *,
+                  walk: bool) -> Block | None:
+    """A docs tool: its paths are in the docs dir, and docs_search reads all of it."""
+    root = _docs_root(work_dir)
+    if root is None:
+        return None
+    for key in policy.path_args:
+        for value in _path_values(args.get(key)):
+            for candidate in (value, f"{value}.md"):
+                hit = _denied_path(os.path.join(root, candidate), policy, work_dir)
+                if hit:
+                    return Block(f"denied_path: {value} in the docs dir (matches {hit[1]!r})")
+    if walk and name in _WALKS_ALL_DOCS:
+        # Named as the model would name it: relative to the work dir when inside it.
+        real_work = os.path.realpath(work_dir)
+        inside = root == real_work or root.startswith(real_work.rstrip(os.sep) + os.sep)
+        return _denied_inside(os.path.relpath(root, real_work) if inside else root,
+                              policy, work_dir)
+    return None
+
+
 def _verdict(policy: Policy, name: str, args: Mapping[str, Any], work_dir: str, *,
              walk: bool = True) -> Block | None:
     """The command and path checks on ``args`` as they are; ``walk``: also walk
-    the trees of the ``directory_tools``."""
+    the trees of the ``directory_tools`` (and the docs dir for ``docs_search``)."""
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in policy.docs_tools):
+        return _docs_verdict(policy, name, args, work_dir, walk=walk)
     for key in policy.command_args:
         command = args.get(key)
         if not isinstance(command, str):

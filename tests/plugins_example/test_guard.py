@@ -144,6 +144,37 @@ async def test_guard_denies_paths_by_default_and_by_policy(tmp_path: Path) -> No
     assert recorder.names() == ["read_file", "terminal"]
 
 
+async def test_guard_deny_paths_cover_the_docs_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The docs tools read the docs dir, not the work dir: their paths are judged
+    there, and docs_search (which reads every doc) has the whole dir walked."""
+    monkeypatch.delenv("LICH_DOCS_DIR", raising=False)
+    docs = tmp_path / "docs"
+    (docs / "private").mkdir(parents=True)
+    (docs / "index.md").write_text("# Docs\n")
+    (docs / "guide.md").write_text("# Guide\n\nsetup steps\n")
+    (docs / "private" / "plans.md").write_text("# Plans\n\nsecret plans\n")
+    _, result = await run_plan(
+        tmp_path,
+        ("docs_read", {"path": "private/plans.md"}),
+        ("docs_read", {"path": "private/plans"}),  # the tool adds .md itself
+        ("docs_search", {"query": "plans"}),
+        ("docs_read", {"path": "guide.md"}),
+        plugins=("builtin_tools", "guard"),
+        plugin_settings={"guard": {"deny_paths": ["docs/private/**"]}},
+    )
+    assert errors_of(result) == [
+        "blocked_by_plugin: denied_path: private/plans.md in the docs dir "
+        "(matches 'docs/private/**')",
+        "blocked_by_plugin: denied_path: private/plans in the docs dir "
+        "(matches 'docs/private/**')",
+        "blocked_by_plugin: denied_path: docs contains private (matches 'docs/private/**')",
+        None,
+    ]
+    assert "setup steps" in tool_results(result)[-1].content
+
+
 async def test_guard_judges_the_arguments_other_plugins_rewrote(tmp_path: Path) -> None:
     class Sneaky:
         """Rewrites every read to .env: the guard (trylast) must still see it."""
