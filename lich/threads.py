@@ -61,17 +61,21 @@ async def run_in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: An
     fut: asyncio.Future[T] = loop.create_future()
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
 
-    def work() -> None:
+    def work() -> Callable[[], None]:
         result: Any = None
         error: BaseException | None = None
         try:
             result = call()
         except BaseException as exc:  # handed to the awaiting task, as to_thread does
             error = _plugin_error(exc)
-        try:
-            loop.call_soon_threadsafe(_settle, fut, result, error)
-        except RuntimeError:
-            pass  # the loop is closed: the caller is long gone
+
+        def answer() -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, fut, result, error)
+            except RuntimeError:
+                pass  # the loop is closed: the caller is long gone
+
+        return answer
 
     name = f"lich-{getattr(fn, '__name__', 'plugin-call')}"
     _submit(work, name)
@@ -81,13 +85,17 @@ async def run_in_daemon_thread(fn: Callable[..., T], /, *args: Any, **kwargs: An
 # Idle daemon threads are reused: starting a thread per call (and waiting for it to
 # start) cost more than the rest of a tool turn (B1 in docs/performance.md). A worker
 # goes back on the idle list only after its call returned, so a call that never returns
-# keeps its thread, exactly as before; nothing is ever joined.
+# keeps its thread, exactly as before; nothing is ever joined. It does so before it
+# hands the answer to the caller: the caller's next call then always finds it idle,
+# however late the scheduler lets it run on (else a loaded machine starts a thread per
+# call, the cost this pool is there to avoid).
 _MAX_IDLE = 16
-_idle: list[queue.SimpleQueue[tuple[Callable[[], None], str]]] = []
+_Work = Callable[[], Callable[[], None]]
+_idle: list[queue.SimpleQueue[tuple[_Work, str]]] = []
 _idle_lock = threading.Lock()
 
 
-def _submit(work: Callable[[], None], name: str) -> None:
+def _submit(work: _Work, name: str) -> None:
     with _idle_lock:
         jobs = _idle.pop() if _idle else None
     if jobs is None:
@@ -96,15 +104,18 @@ def _submit(work: Callable[[], None], name: str) -> None:
     jobs.put((work, name))
 
 
-def _serve(jobs: queue.SimpleQueue[tuple[Callable[[], None], str]]) -> None:
+def _serve(jobs: queue.SimpleQueue[tuple[_Work, str]]) -> None:
     while True:
         work, name = jobs.get()
         threading.current_thread().name = name  # as if started for this call
-        work()  # never raises: errors go to the awaiting task
+        answer = work()  # never raises: errors go to the awaiting task
         with _idle_lock:
-            if len(_idle) >= _MAX_IDLE:
-                return
-            _idle.append(jobs)
+            stay = len(_idle) < _MAX_IDLE
+            if stay:
+                _idle.append(jobs)
+        answer()
+        if not stay:
+            return
 
 
 def _forget_idle_workers() -> None:
