@@ -486,8 +486,10 @@ def config_init(settings: CliSettings, *, user: bool, force: bool, to_stdout: bo
             echo_warning(f"could not record the new project as trusted ({exc}); "
                          f"`lich trust {path.parent.parent}` does")
     click.echo(f"wrote {path}")
-    click.echo("next: fill in a provider (or set LICH_MODEL), then `lich config validate`.",
-               err=True)
+    # With --model the provider is written: what is left is to check it (and its key).
+    step = ("next: `lich config validate`, then `lich \"hello\"`." if settings.model
+            else "next: fill in a provider (or set LICH_MODEL), then `lich config validate`.")
+    click.echo(step, err=True)
     return EXIT_OK
 
 

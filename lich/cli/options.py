@@ -21,8 +21,10 @@ import click
 __all__ = [
     "CONFIG_OPTIONS",
     "JSON_OPTION",
+    "MODEL_OPTIONS",
     "RESUME_OPTION",
     "RUN_OPTIONS",
+    "SETUP_OPTIONS",
     "TOOL_OPTIONS",
     "CliSettings",
     "config_options",
@@ -31,6 +33,7 @@ __all__ = [
     "plugin_entry",
     "run_options",
     "session_options",
+    "setup_options",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -163,7 +166,7 @@ def _option(*decls: str, attr: str, **kwargs: Any) -> Callable[[F], F]:
 
 # The options that shape the configuration. --config, --work-dir and --plugin are eager so
 # that `lich --plugin x.py --help` already knows which plugin commands to list.
-CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
+SETUP_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--config", "config_path", attr="config_path", metavar="FILE", is_eager=True,
             help="Config file (TOML or JSON) instead of the nearest .lich/config.toml / the user "
                  "config."),
@@ -178,6 +181,16 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
                  "servers, providers and rules apply (`lich trust` records it)."),
     _option("--strict-plugins", attr="strict_plugins", is_flag=True, default=None,
             help="Exit with an error when any plugin fails to load."),
+    _option("--session-dir", attr="session_dir", metavar="DIR",
+            help="Where transcripts are written (default: the project's .lich/sessions)."),
+    _option("--log-level", attr="log_level", type=click.Choice(LOG_LEVELS), metavar="LEVEL",
+            help="debug, info, warn or error."),
+)
+
+# What a model call is made with: the first provider, the run's budgets and prompt. Only
+# the commands that run the agent (and the config commands, which show their effect)
+# take them: `lich sessions show --max-cost` would be a flag that does nothing.
+MODEL_OPTIONS: tuple[Callable[[F], F], ...] = (
     _option("--model", attr="model", metavar="MODEL", help="Model of the first provider."),
     _option("--provider-kind", attr="provider_kind", metavar="KIND",
             help="Provider kind of the first provider (one a loaded plugin registers)."),
@@ -194,13 +207,11 @@ CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (
             help="Stop a run before a model call once it has used this many tokens."),
     _option("--system-prompt", attr="system_prompt", metavar="TEXT",
             help="System prompt instead of the default."),
-    _option("--session-dir", attr="session_dir", metavar="DIR",
-            help="Where transcripts are written (default: the project's .lich/sessions)."),
-    _option("--log-level", attr="log_level", type=click.Choice(LOG_LEVELS), metavar="LEVEL",
-            help="debug, info, warn or error."),
     _option("--no-stream", attr="no_stream", is_flag=True, default=None,
             help="Ask providers for whole answers instead of streamed text."),
 )
+
+CONFIG_OPTIONS: tuple[Callable[[F], F], ...] = (*SETUP_OPTIONS, *MODEL_OPTIONS)
 
 RESUME_OPTION: Callable[[F], F] = _option(
     "--resume", attr="resume", metavar="ID|latest",
@@ -245,8 +256,16 @@ def _apply(options: tuple[Callable[[F], F], ...], f: F) -> F:
     return f
 
 
+def setup_options(f: F) -> F:
+    """Decorate a command with the flags that choose the configuration, the plugins, the
+    transcripts and the log (:data:`SETUP_OPTIONS`): a command that runs no model."""
+    return _apply(SETUP_OPTIONS, f)
+
+
 def config_options(f: F) -> F:
-    """Decorate a command with the configuration flags."""
+    """Decorate a command with every configuration flag: :data:`SETUP_OPTIONS` and the
+    model's (:data:`MODEL_OPTIONS`), for a command that runs the agent as a service
+    (``lich gateway``, ``lich worker``) or shows the configuration they make."""
     return _apply(CONFIG_OPTIONS, f)
 
 

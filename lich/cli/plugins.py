@@ -17,7 +17,7 @@ from lich.cli.common import (
     named_plugin_failures,
     quiet_plugin_log,
 )
-from lich.cli.options import CliSettings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, get_settings, json_option, setup_options
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ __all__ = ["plugins_available", "plugins_group", "plugins_list"]
 
 
 @click.group("plugins", invoke_without_command=True)
-@config_options
+@setup_options
 @json_option()
 @click.pass_context
 def plugins_group(ctx: click.Context) -> None:
@@ -39,7 +39,7 @@ def plugins_group(ctx: click.Context) -> None:
 
 
 @plugins_group.command("available")
-@config_options
+@setup_options
 @json_option()
 @click.pass_context
 def plugins_available_command(ctx: click.Context) -> None:

@@ -322,8 +322,9 @@ def build_cli() -> LichGroup:
         cls=LichGroup,
         invoke_without_command=True,
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-        epilog="Flags may come before or after the command. Ctrl-C cancels a run and keeps "
-        "its transcript (exit 130). docs/cli.md has the details.",
+        epilog="Flags may come before or after the command; the run flags (--model, --max-cost, "
+        "--yes...) are those of a run (lich TASK, run, chat, tui). Ctrl-C cancels a run and "
+        "keeps its transcript (exit 130). docs/cli.md has the details.",
     )
     @click.version_option(__version__, "--version", "-V", prog_name="lich",
                           message="%(prog)s %(version)s")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import click
 
 from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error, echo_warning
-from lich.cli.options import CliSettings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, get_settings, json_option, setup_options
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 from lich.guards import truncate_text
 from lich.visible import visible
@@ -44,7 +44,7 @@ def sessions_group() -> None:
 
 
 @sessions_group.command("list")
-@config_options
+@setup_options
 @json_option()
 @click.option("--limit", "-n", type=int, default=50, show_default=True,
               help="Show at most N sessions (0: all).")
@@ -56,7 +56,7 @@ def sessions_list_command(ctx: click.Context, limit: int) -> None:
 
 
 @sessions_group.command("show")
-@config_options
+@setup_options
 @json_option()
 @click.argument("session")
 @click.pass_context
@@ -67,7 +67,7 @@ def sessions_show_command(ctx: click.Context, session: str) -> None:
 
 
 @sessions_group.command("path")
-@config_options
+@setup_options
 @json_option()
 @click.argument("session", required=False)
 @click.pass_context
@@ -77,7 +77,7 @@ def sessions_path_command(ctx: click.Context, session: str | None) -> None:
 
 
 @sessions_group.command("rm")
-@config_options
+@setup_options
 @json_option()
 @click.argument("sessions", nargs=-1, required=True, metavar="SESSION...")
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
@@ -113,7 +113,7 @@ def _duration_option(_ctx: click.Context, _param: click.Parameter,
 
 
 @sessions_group.command("prune")
-@config_options
+@setup_options
 @json_option()
 @click.option("--older-than", "older_than", callback=_duration_option, metavar="DURATION",
               help="Sessions not written to for this long (90m, 12h, 30d, 2w).")

@@ -13,14 +13,14 @@ from lich.cli.common import (
     quiet_plugin_log,
     warn_plugin_failures,
 )
-from lich.cli.options import CliSettings, config_options, get_settings, json_option
+from lich.cli.options import CliSettings, get_settings, json_option, setup_options
 from lich.cli.output import add_row, load_or_report, out_console, print_json, print_table
 
 __all__ = ["tools_command", "tools_list"]
 
 
 @click.command("tools")
-@config_options
+@setup_options
 @json_option("As JSON, with parameter schemas.")
 @click.pass_context
 def tools_command(ctx: click.Context) -> None:

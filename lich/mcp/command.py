@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from lich.cli.options import config_options, get_settings, json_option
+from lich.cli.options import get_settings, json_option, setup_options
 from lich.mcp.serve import serve_command
 
 __all__ = ["convert_mcp_json", "mcp_group"]
@@ -28,11 +28,11 @@ __all__ = ["convert_mcp_json", "mcp_group"]
 @click.group("mcp")
 def mcp_group() -> None:
     """MCP servers: their state and tools, importing .mcp.json files, and serving lich's
-    own tools to MCP clients (``lich mcp serve``)."""
+    own tools to MCP clients (`lich mcp serve`)."""
 
 
 @mcp_group.command("list")
-@config_options
+@setup_options
 @json_option("As JSON: one object per server, with its tools.")
 @click.pass_context
 def list_command(ctx: click.Context) -> None:

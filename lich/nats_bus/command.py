@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from lich.cli.options import config_options, json_option
+from lich.cli.options import config_options, json_option, setup_options
 
 __all__ = ["cluster_group", "worker_command"]
 
@@ -75,7 +75,7 @@ def cluster_group() -> None:
 
 
 @cluster_group.command("status")
-@config_options
+@setup_options
 @json_option()
 @click.option("--store-timeout", "store_timeout_s", type=click.FloatRange(min=0.1),
               default=10.0, show_default=True, metavar="SECONDS",

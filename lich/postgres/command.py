@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lich.cli.options import config_options, get_settings
+from lich.cli.options import get_settings, setup_options
 
 __all__ = ["store_group"]
 
@@ -15,7 +15,7 @@ def store_group() -> None:
 
 
 @store_group.command("migrate")
-@config_options
+@setup_options
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or migrate the session store's schema (every start does it too; safe

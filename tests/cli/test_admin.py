@@ -65,6 +65,16 @@ def test_config_init_fills_in_the_model_from_flags(work: Path, lich: Any) -> Non
     assert config.providers[0].model == "llama3.1"
     assert config.providers[0].kind == "ollama"
     assert config.providers[0].base_url == "http://localhost:11434"
+    # The provider is filled in: the last line does not ask for it again.
+    assert result.stderr.strip().splitlines()[-1] == (
+        'next: `lich config validate`, then `lich "hello"`.')
+
+
+def test_config_init_without_a_model_asks_for_a_provider(work: Path, lich: Any) -> None:
+    result = lich("config", "init")
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("next: fill in a provider")
 
 
 def test_config_init_user(work: Path, lich: Any, tmp_path: Path) -> None:
