@@ -97,28 +97,31 @@ def describe_sections(
     return sections
 
 
-def grant_text(rules: tuple[str, ...] | list[str]) -> str:
+def grant_text(rules: tuple[str, ...] | list[str], *, always: bool = True) -> str:
     """What a ``session``/``always`` answer would grant, said exactly: the rules, and
-    what a ``*`` in them stands for; or that it covers only this call."""
+    what a ``*`` in them stands for; or that it covers only this call. ``always=False``
+    where only ``session`` is offered (a gateway's chat)."""
+    answers = "a session or always answer" if always else "a session answer"
     if not rules:
-        return ("a session or always answer allows only this call "
-                "(no rule can cover exactly it)")
-    text = "a session or always answer allows exactly: " + ", ".join(rules)
+        return f"{answers} allows only this call (no rule can cover exactly it)"
+    text = f"{answers} allows exactly: " + ", ".join(rules)
     if any("*" in rule for rule in rules):
         text += " (each * stands for any text)"
     return text
 
 
-def describe(request: ApprovalRequest, *, preview: bool = True) -> list[str]:
+def describe(request: ApprovalRequest, *, preview: bool = True,
+             always: bool = True) -> list[str]:
     """The request as lines of text: the headline, the arguments, the preview (a diff
-    for a file write) and what a ``session``/``always`` answer would allow."""
+    for a file write) and what a ``session``/``always`` answer would allow (a
+    ``session`` answer only, with ``always=False``)."""
     lines = [headline(request), "arguments:"]
     lines += [f"  {line}" for line in args_text(dict(request.call.args)).splitlines()]
     if preview and request.preview:
         lines.append("preview:")
         lines += [f"  {line}" for line in
                   truncate_text(request.preview, MAX_PREVIEW_CHARS).splitlines()]
-    lines.append(grant_text(request.rules))
+    lines.append(grant_text(request.rules, always=always))
     if request.timeout_s is not None:
         lines.append(f"denied if there is no answer within {request.timeout_s:g}s")
     return [visible(line) for line in lines]

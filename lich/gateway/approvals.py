@@ -150,7 +150,8 @@ class ChatApprovals:
     @staticmethod
     def request_text(request: ApprovalRequest) -> str:
         """The chat message asking about ``request``."""
-        lines = describe(request, preview=False)
+        # A chat has no `always` (it would write the operator's config): not offered.
+        lines = describe(request, preview=False, always=False)
         if request.preview:
             lines.append("preview:")
             lines += truncate_text(request.preview, _CHAT_PREVIEW_CHARS).splitlines()

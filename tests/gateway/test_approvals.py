@@ -85,6 +85,9 @@ async def test_the_same_sender_approves_in_a_second_message_and_others_are_ignor
     assert f"/approve {request_id}" in notice["text"]
     assert "read_file wants to run — reading needs a yes" in notice["text"]
     assert '"path": "notes.txt"' in notice["text"]
+    # A chat has no `always` answer: the notice offers only what it has.
+    assert "always" not in notice["text"]
+    assert "a session answer allows exactly: read_file(notes.txt)" in notice["text"]
 
     # Someone else — in the same chat, or alice's id from another chat — cannot answer.
     other = await _say(client, url, f"/approve {request_id}", "mallory")
