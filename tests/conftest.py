@@ -74,6 +74,24 @@ def refused_port() -> Iterator[Callable[[], int]]:
         yield lambda: held.enter_context(hold())
 
 
+#: Markers of the modules that take longest (tests/cluster's processes, the benchmarks).
+HEAVY_MARKERS = ("system", "slow")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with a heavy test first, each module's tests kept together and in
+    order: xdist (``--dist loadfile``) hands modules out in this order, so the longest
+    start at once instead of being the last ones a worker takes, which would leave the
+    other workers idle at the end (longest-first keeps the wall time near total / N)."""
+    rank: dict[Path, int] = {}
+    for item in items:
+        for weight, name in enumerate(HEAVY_MARKERS):
+            if item.get_closest_marker(name):
+                rank[item.path] = min(rank.get(item.path, weight), weight)
+    # Stable: the order within each module, and of the modules within a rank, is kept.
+    items.sort(key=lambda item: rank.get(item.path, len(HEAVY_MARKERS)))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most four. Each worker imports and collects

@@ -165,3 +165,28 @@ def test_a_released_port_can_be_reserved_again() -> None:
     again = [reserve_port() for _ in range(5)]
     for reserved in again:
         reserved.release()
+
+
+class _Item:
+    """What the ordering hook reads of a collected test."""
+
+    def __init__(self, path: str, *markers: str) -> None:
+        self.path = Path(path)
+        self.markers = markers
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.markers else None
+
+
+def test_the_heaviest_modules_are_handed_out_first() -> None:
+    from conftest import pytest_collection_modifyitems
+
+    items = [_Item("a.py"), _Item("b.py"), _Item("b.py", "slow"), _Item("c.py"),
+             _Item("d.py", "system"), _Item("d.py"), _Item("e.py")]
+    order = list(items)
+    pytest_collection_modifyitems(order)  # type: ignore[arg-type]
+    # system modules, then those with a slow test, then the rest; within a module (and
+    # among modules of one rank) the collection order is kept.
+    assert [(str(i.path), i.markers) for i in order] == [
+        ("d.py", ("system",)), ("d.py", ()), ("b.py", ()), ("b.py", ("slow",)),
+        ("a.py", ()), ("c.py", ()), ("e.py", ())]

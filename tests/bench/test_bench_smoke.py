@@ -24,6 +24,10 @@ from bench import __main__ as runner  # noqa: E402
 from bench._common import Target, markdown_table, percentile, summary  # noqa: E402
 from bench._suite import SUITE, run_one  # noqa: E402
 
+# Every benchmark at a tiny size, each in processes of its own: the slowest module of the
+# suite after the system tests; `-m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0

@@ -307,7 +307,7 @@ def test_plugins_available_reads_metadata_without_importing(work: Path) -> None:
     rows = {r["name"]: r for r in json.loads(proc.stdout)}
     for name in BUILTIN_PLUGINS:
         assert name in rows
-        assert rows[name]["distribution"] == "lich"
+        assert rows[name]["distribution"] == "lich-agent"
     assert rows["builtin_tools"]["enabled"] is True
     assert rows["anthropic"]["enabled"] is False
     assert rows["openai_compat"]["value"] == "lich_providers.openai_compat"

@@ -45,7 +45,10 @@ from lich.types import ToolCall
 
 from .conftest import Worker, start_worker
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = [
+    pytest.mark.system,  # lich processes against a real broker: slow, run by .ci/run
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+]
 
 WAIT_S = 60.0
 PARTITIONS = 2

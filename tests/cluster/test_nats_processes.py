@@ -22,7 +22,10 @@ from lich.testing.nats import NatsServer
 
 from .conftest import workers
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = [
+    pytest.mark.system,  # lich processes against a real broker: slow, run by .ci/run
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+]
 
 WAIT_S = 60.0
 

@@ -31,7 +31,10 @@ from lich.testing import (
 from lich.testing.contracts import contract_responder
 from lich.testing.nats import NatsServer
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = [
+    pytest.mark.system,  # lich processes against a real broker: slow, run by .ci/run
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+]
 
 TOKEN = "123456:TEST-token_value"
 USER = 4242

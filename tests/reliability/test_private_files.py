@@ -430,7 +430,7 @@ def test_nothing_a_cli_run_creates_is_readable_by_others(
     """Every creation site at once: a real `lich run` with an MCP stdio server (its
     stderr log), the plugin entry-point cache, sessions, .lich's .gitignore, under
     umask 022 in a fresh home. Whatever appears must be 0600 / 0700."""
-    pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+    pytest.importorskip("mcp", reason="the MCP SDK (lich-agent[mcp]) is not installed")
     work = tmp_path / "work"
     work.mkdir()
     home = tmp_path / "home"

@@ -79,7 +79,7 @@ def test_without_psycopg_the_store_says_what_to_install(
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now fails
     monkeypatch.delitem(sys.modules, "lich.postgres.store")
     config = make_test_config(tmp_path, session_store={"kind": "postgres", "dsn": "x"})
-    with pytest.raises(ConfigError, match=r"pip install 'lich\[postgres\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'lich-agent\[postgres\]'"):
         make_store(config)
 
 

@@ -177,7 +177,7 @@ def test_a_runner_hook_that_raises_is_a_config_error_naming_the_plugin(tmp_path:
               plugins=[("raising", Raising())], chat=ScriptedChat([]))
 
 
-pytest.importorskip("mcp", reason="the MCP SDK (lich[mcp]) is not installed")
+pytest.importorskip("mcp", reason="the MCP SDK (lich-agent[mcp]) is not installed")
 FIXTURE = Path(__file__).parents[1] / "mcp_client" / "fixture_server.py"
 
 

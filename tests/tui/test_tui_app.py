@@ -598,7 +598,7 @@ def test_run_tui_without_textual_names_the_install(
     from lich.tui import TuiUnavailableError, run_tui
 
     monkeypatch.setitem(sys.modules, "textual", None)
-    with pytest.raises(TuiUnavailableError, match=r"pip install 'lich\[tui\]'") as info:
+    with pytest.raises(TuiUnavailableError, match=r"pip install 'lich-agent\[tui\]'") as info:
         run_tui(Agent(make_test_config(tmp_path), chat=ScriptedChat(["hi"])))
     # code that handles a missing textual module handles this too
     assert isinstance(info.value, ModuleNotFoundError)
