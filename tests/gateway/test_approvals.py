@@ -130,7 +130,7 @@ async def test_a_session_approval_is_the_persons_not_the_groups(
     stream = Stream(client, url, {"text": "read notes.txt", "chat_id": "g1", "user_id": "bob"})
     request_id = await stream.request_id()
     (notice,) = stream.of("notice")
-    assert "a session or always answer allows exactly: read_file(notes.txt)" in notice["text"]
+    assert "a session answer allows exactly: read_file(notes.txt)" in notice["text"]
     assert "for you only, in any chat" in notice["text"]
     assert (await _say(client, url, f"/approve {request_id} always", "bob",
                        chat="g1"))["reply"].startswith("always is not available in a chat")
