@@ -10,9 +10,17 @@ A name is secret-looking when one of its ``_``-separated words (any case) is
 a credential word (``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PWD``,
 ``AUTH``, ...), when it contains ``SECRET``, ``PASSWORD``, ``TOKEN``,
 ``APIKEY``, ``CREDENTIAL`` ... anywhere (``GITHUBTOKEN``), or when it names a connection string
-(``DATABASE_URL``, ``*_DSN``), which carries a password. A few well-known
-names that match but hold no secret (``PWD``, ``OLDPWD``, ``SSH_AUTH_SOCK``,
-a socket path) are exempt.
+(``DATABASE_URL``, ``*_DSN``), which carries a password, or when it is one
+of the well-known names of tools that hand a credential over the environment
+(``SSHPASS``, ``BW_SESSION``, ``OP_SESSION_*``, ``CI_JOB_JWT*``, ``*_JWT``). A
+few well-known names that match but hold no secret (``PWD``, ``OLDPWD``,
+``SSH_AUTH_SOCK``, a socket path) are exempt.
+
+A *value* is secret, whatever its variable is called, when it holds a URL with
+credentials (userinfo, or a query parameter such as ``password=``/``token=``:
+the rule of :func:`redact_url`), a PEM private key, or a token of a format
+that secret scanners know by its shape (:data:`VALUE_RULES`: the rule ids and
+patterns of gitleaks' default configuration, restated here as facts).
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from collections.abc import Iterable, Mapping
 
 __all__ = [
     "REDACTED",
+    "VALUE_RULES",
     "is_secret_entry",
     "is_secret_name",
+    "is_secret_value",
     "redact_url",
     "redact_urls",
     "redact_values",
@@ -38,7 +48,13 @@ _SECRET_WORDS = frozenset({
     "KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD",
     "PASSWORDS", "PASSWD", "PASS", "PWD", "AUTH", "CREDENTIAL", "CREDENTIALS", "CREDS",
     "COOKIE", "DSN", "PASSPHRASE", "OAUTH", "AUTHORIZATION", "PAT", "WEBHOOK",
+    "JWT", "SSHPASS",
 })
+# Whole names and prefixes of tools that pass a credential in the environment: sshpass
+# (SSHPASS), Bitwarden's CLI (BW_SESSION), 1Password's CLI (OP_SESSION_<account>),
+# GitLab CI's ID tokens (CI_JOB_JWT, CI_JOB_JWT_V1, CI_JOB_JWT_V2).
+_SECRET_NAMES = frozenset({"BW_SESSION"})
+_SECRET_PREFIXES = ("OP_SESSION_", "CI_JOB_JWT")
 # Substrings that mark a name wherever they occur (names written without ``_``).
 _SECRET_PARTS = (
     "SECRET", "PASSWORD", "TOKEN", "APIKEY", "PASSPHRASE", "CREDENTIAL", "PRIVATEKEY",
@@ -52,6 +68,38 @@ _NOT_SECRET = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
 # A URL that carries its own credentials (``redis://:pw@host``, ``http://u:pw@proxy``):
 # a secret whatever the variable is called.
 _CREDENTIALS_IN_URL = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
+
+VALUE_RULES: tuple[tuple[str, str], ...] = (
+    # (gitleaks rule id, pattern): tokens recognised by their shape.
+    ("private-key", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"),
+    ("stripe-access-token", r"\b(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99}"),
+    ("github-pat", r"\bghp_[0-9a-zA-Z]{36}"),
+    ("github-oauth", r"\bgho_[0-9a-zA-Z]{36}"),
+    ("github-app-token", r"\b(?:ghu|ghs)_[0-9a-zA-Z]{36}"),
+    ("github-refresh-token", r"\bghr_[0-9a-zA-Z]{36,76}"),
+    ("github-fine-grained-pat", r"\bgithub_pat_[0-9a-zA-Z_]{82}"),
+    ("gitlab-pat", r"\bglpat-[0-9a-zA-Z_-]{20}"),
+    ("gitlab-ptt", r"\bglptt-[0-9a-zA-Z_-]{40}"),
+    ("slack-token", r"\bxox[abprs]-[0-9a-zA-Z-]{10,}"),
+    ("slack-app-token", r"\b(?i:xapp)-\d-[A-Za-z0-9]+-\d+-[A-Za-z0-9]+"),
+    ("aws-access-token", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
+    ("gcp-api-key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("openai-api-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("anthropic-api-key", r"\bsk-ant-(?:api|admin)\d\d-[a-zA-Z0-9_-]{20,}"),
+    ("huggingface-access-token", r"\bhf_[a-zA-Z]{34}\b"),
+    ("npm-access-token", r"\bnpm_[A-Za-z0-9]{36}"),
+    ("pypi-upload-token", r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
+    ("sendgrid-api-token", r"\bSG\.[a-zA-Z0-9=_.-]{66}"),
+    ("digitalocean-pat", r"\bdop_v1_[a-f0-9]{64}"),
+    ("shopify-access-token", r"\bshpat_[a-fA-F0-9]{32}"),
+    ("doppler-api-token", r"\bdp\.pt\.[a-zA-Z0-9]{43}"),
+    ("1password-service-account-token", r"\bops_eyJ[a-zA-Z0-9+/]{250,}={0,3}"),
+    ("age-secret-key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+    ("jwt", r"\bey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9/\\_-]{17,}\.(?:[a-zA-Z0-9/\\_-]{10,}={0,2})?"),
+)
+"""Token formats secret by their shape, as ``(rule id, regular expression)``: the
+ids and patterns of gitleaks' default rules (``config/gitleaks.toml``)."""
+_SECRET_VALUE = re.compile("|".join(f"(?:{pattern})" for _, pattern in VALUE_RULES))
 # A value shorter than this is not replaced in text: "1" or "yes" would turn
 # every occurrence of a common word into noise and protect nothing.
 _MIN_VALUE_CHARS = 6
@@ -67,15 +115,26 @@ def is_secret_name(name: str) -> bool:
     upper = name.upper()
     if upper in _NOT_SECRET:
         return False
+    if upper in _SECRET_NAMES or upper.startswith(_SECRET_PREFIXES):
+        return True
     if any(word in _SECRET_WORDS for word in upper.split("_")):
         return True
     return any(part in upper for part in _SECRET_PARTS) or upper.endswith(_SECRET_SUFFIXES)
 
 
+def is_secret_value(value: str) -> bool:
+    """Whether ``value`` is a secret whatever names it: a URL with credentials in its
+    userinfo or query (``?password=``), a private key, or a token of a known shape
+    (:data:`VALUE_RULES`)."""
+    if _CREDENTIALS_IN_URL.search(value) or _SECRET_VALUE.search(value):
+        return True
+    return "://" in value and redact_urls(value) != value
+
+
 def is_secret_entry(name: str, value: str) -> bool:
     """Whether the variable ``name=value`` holds a secret: a secret-looking name
-    (:func:`is_secret_name`), or a value that is a URL with a password in it."""
-    return is_secret_name(name) or bool(_CREDENTIALS_IN_URL.search(value))
+    (:func:`is_secret_name`) or a secret value (:func:`is_secret_value`)."""
+    return is_secret_name(name) or is_secret_value(value)
 
 
 def secret_values(
