@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig as LichConfig
     from lich.config import ProviderConfig as ProviderConfig
     from lich.config import load_config as load_config
+    from lich.events import ApprovalResolved as ApprovalResolved
     from lich.events import Envelope as Envelope
     from lich.guards import ToolError as ToolError
     from lich.hooks import Approval as Approval
@@ -75,6 +76,7 @@ _EXPORTS = {
     "Agent": "lich.agent",
     "Approval": "lich.hooks",
     "ApprovalRequest": "lich.hooks",
+    "ApprovalResolved": "lich.events",
     "Ask": "lich.hooks",
     "AssistantMessage": "lich.types",
     "Block": "lich.hooks",

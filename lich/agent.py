@@ -21,7 +21,6 @@ import attrs
 from attrs import frozen
 
 from lich import serialization
-from lich.approvals.grants import ApprovalGrants
 from lich.cancel import CancelToken
 from lich.config import ConfigError, LichConfig, ProviderConfig, config_with
 from lich.events import (
@@ -315,9 +314,6 @@ class Agent:
         self._owns_sessions = sessions is None
         self.sessions: SessionStore = (
             open_session_store(config, host) if sessions is None else sessions)
-        #: What ``session``/``always`` approvals granted, per session, for every run
-        #: of this agent (and of the agents :meth:`with_model` makes from it).
-        self.approval_grants = ApprovalGrants()
         self._resolved_providers: dict[str, ProviderConfig] | None = None
         # The auxiliary model roles built so far ([models.<role>]; chat_for).
         self._role_chats: dict[str, ChatFn] = {}
@@ -380,7 +376,6 @@ class Agent:
         # The store goes on with the new agent (a database pool is not reopened per
         # /model): it closes it, and closing this one leaves it open.
         switched._owns_sessions, self._owns_sessions = self._owns_sessions, False
-        switched.approval_grants = self.approval_grants  # a model switch keeps the approvals
         return switched
 
     async def aclose(self) -> None:
@@ -704,7 +699,7 @@ class Agent:
                 return await journal.before_tool(call, self.tools.get(call.name))
 
         hooked = HookedToolRunner(self.executor, self.host, state.info,
-                                  emit=state.emit, grants=self.approval_grants,
+                                  emit=state.emit,
                                   before_execute=before)
         return hooked if journal is None else _JournaledTools(hooked, journal)
 

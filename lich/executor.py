@@ -15,9 +15,11 @@ import contextvars
 import inspect
 import logging
 import os
+import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,6 @@ import attrs
 from attrs import evolve
 
 from lich._schema import validate_args
-from lich.approvals.grants import ApprovalGrants
 from lich.cancel import Cancelled, CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Event
 from lich.guards import ToolError, truncate_text
@@ -245,16 +246,52 @@ def _resolved(root: str, value: str) -> str:
     return absolute
 
 
+# The ids of requests waiting for an answer anywhere in this process: the gateway's
+# `/approve 3f2a` names one, so two pending requests must never share an id. Part of
+# the Ask contract (every request has one, whichever plugin asked), so the core's.
+_pending: set[str] = set()
+_pending_lock = threading.Lock()
+
+
+@contextmanager
+def _pending_request_id() -> Iterator[str]:
+    """A short id no pending request of this process has (4 hex digits, longer only if
+    those run out), held while the request waits."""
+    with _pending_lock:
+        size, request_id = 2, None
+        while request_id is None:
+            for _ in range(64):
+                candidate = secrets.token_hex(size)
+                if candidate not in _pending:
+                    _pending.add(candidate)
+                    request_id = candidate
+                    break
+            size += 1
+    try:
+        yield request_id
+    finally:
+        with _pending_lock:
+            _pending.discard(request_id)
+
+
 class HookedToolRunner:
     """The loop's :class:`~lich.loop.ToolRunner`: before-hooks, approval, the executor,
     after-hooks.
+
+    Approval is the ``Ask`` contract and nothing more: when a hook asks, the runner
+    builds the :class:`~lich.hooks.ApprovalRequest` (a short id, the asking plugins'
+    reasons, the rules ``lich_approval_rules`` offers, the tool's own preview),
+    emits ``approval_requested``, asks
+    the approvers (``lich_request_approval``), obeys the answer — edited arguments
+    run only after they pass the tool's schema and every check-hook again — and
+    emits ``approval_resolved``, which ``lich_approval_resolved`` hands to the
+    plugins. What a ``session`` approval grants, and which later calls it covers,
+    is the asking plugin's business (the approvals plugin keeps its grants itself).
 
     :param executor: runs the call.
     :param host: whose hooks are called.
     :param run: the run the calls belong to.
     :param emit: receives the ``approval_requested`` / ``approval_resolved`` events.
-    :param grants: what ``session``/``always`` approvals granted (shared by the runs
-        of an agent, kept per session); a fresh one by default.
     :param before_execute: awaited with the call right before the executor runs it
         (after every hook and approval): returning a result stops the call there,
         with that result. A durable turn records ``tool_start`` in it
@@ -268,7 +305,6 @@ class HookedToolRunner:
         run: RunInfo,
         *,
         emit: Callable[[Event], None] | None = None,
-        grants: ApprovalGrants | None = None,
         before_execute: Callable[[ToolCall], Awaitable[ToolResult | None]] | None = None,
     ) -> None:
         self.executor = executor
@@ -276,7 +312,6 @@ class HookedToolRunner:
         self.host = host
         self.run = run
         self.emit = emit or (lambda _event: None)
-        self.grants = grants if grants is not None else ApprovalGrants()
         timeout = run.config.approval_timeout_s if run.config is not None else 300.0
         self.approval_timeout_s: float | None = timeout or None  # 0: wait for ever
         # The tool hooks this run needs (lich.hooks.needed_when): none, no hook call.
@@ -390,44 +425,48 @@ class HookedToolRunner:
     ) -> ToolCall | ToolOutcome:
         """Ask a person about ``call``: the call to run (maybe with edited arguments),
         or the outcome of a call that does not run. Every request is paired with
-        exactly one ``approval_resolved`` event."""
+        exactly one ``approval_resolved`` event (and one ``lich_approval_resolved``)."""
         tool = self.executor.registry.get(call.name)
         if tool is None:
             # Nothing would run: the executor answers unknown_tool. Asking a person about a
             # tool the model was never offered (--read-only, --tools) only confuses them.
             return call
-        work_dir = str(self.executor.work_dir)
-        rules = self.grants.rules_for(call, tool, work_dir)
-        request = ApprovalRequest(
-            id=self.grants.new_request_id(), call=call, reason="; ".join(decision.ask_reasons),
-            asked_by=decision.asked_by, rules=rules, tool=tool,
-            preview=await self._preview(tool, call), timeout_s=self.approval_timeout_s,
-        )
-        with self.grants.pending(request.id):
+        rules: tuple[str, ...] = ()
+        if self.host.has_impls("lich_approval_rules"):
+            offered = await self.host.call_hook("lich_approval_rules", call=call, run=self.run)
+            rules = tuple(offered.value or ())
+        with _pending_request_id() as request_id:
+            request = ApprovalRequest(
+                id=request_id, call=call, reason="; ".join(decision.ask_reasons),
+                asked_by=decision.asked_by, rules=rules, tool=tool,
+                preview=await self._preview(tool, call), timeout_s=self.approval_timeout_s,
+            )
             self.emit(ApprovalRequested(request.id, call, request.reason, request.asked_by,
                                         request.rules, request.timeout_s))
-            return await self._decide(request, work_dir, cancel)
+            started = time.perf_counter()
+            decided, answer = await self._decide(request, cancel)
+            resolved = ApprovalResolved(
+                request.id, call.id, answer.approved, answer.scope,  # type: ignore[arg-type]
+                answer.approver, answer.args, answer.message,
+                round((time.perf_counter() - started) * 1000, 3))
+            self.emit(resolved)
+            if self.host.has_impls("lich_approval_resolved"):
+                await self.host.call_hook("lich_approval_resolved", request=request,
+                                          resolved=resolved, run=self.run)
+            return decided
 
     async def _decide(
-        self, request: ApprovalRequest, work_dir: str, cancel: CancelToken | None
-    ) -> ToolCall | ToolOutcome:
-        call, tool, rules = request.call, request.tool, request.rules
-        started = time.perf_counter()
+        self, request: ApprovalRequest, cancel: CancelToken | None
+    ) -> tuple[ToolCall | ToolOutcome, _Resolution]:
+        """What the approvers answered about ``request``, obeyed: the call to run or
+        the outcome of one that does not, and what to record of the answer."""
+        call, tool = request.call, request.tool
 
-        def resolved(approved: bool, approver: str | None, *, scope: str = "once",
-                     args: Mapping[str, Any] | None = None, message: str | None = None) -> None:
-            self.emit(ApprovalResolved(
-                request.id, call.id, approved, scope, approver,  # type: ignore[arg-type]
-                None if args is None else dict(args), message,
-                round((time.perf_counter() - started) * 1000, 3)))
+        def denied(reason: str, approver: str | None,
+                   scope: str = "once") -> tuple[ToolOutcome, _Resolution]:
+            return (ToolOutcome(call, ToolResult.failure(reason)),
+                    _Resolution(False, scope, approver, None, reason))
 
-        def denied(reason: str, approver: str | None, scope: str = "once") -> ToolOutcome:
-            resolved(False, approver, scope=scope, message=reason)
-            return ToolOutcome(call, ToolResult.failure(reason))
-
-        if self.grants.covers(self.run.session_id, call, tool, work_dir):
-            resolved(True, "session", scope="session")
-            return call
         try:
             answer = await unless_cancelled(
                 self.host.request_approval(request, self.run, self.approval_timeout_s), cancel)
@@ -461,15 +500,12 @@ class HookedToolRunner:
                 return denied("cancelled", approver)
             if checked.blocked_by is not None:
                 reason = f"blocked_by_plugin: {checked.reason}"
-                resolved(False, approver, scope=approval.scope, args=edited, message=reason)
-                return ToolOutcome(call, ToolResult.failure(reason),
-                                   blocked_by=checked.blocked_by)
-        if approval.scope in ("session", "always"):
-            self.grants.grant(self.run.session_id, rules)
-        resolved(True, approver, scope=approval.scope,
-                 args=call.args if call.args is not request.call.args else None,
-                 message=approval.message)
-        return call
+                return (ToolOutcome(call, ToolResult.failure(reason),
+                                    blocked_by=checked.blocked_by),
+                        _Resolution(False, approval.scope, approver, edited, reason))
+        return call, _Resolution(
+            True, approval.scope, approver,
+            dict(call.args) if call.args is not request.call.args else None, approval.message)
 
     async def _preview(self, tool: Tool | None, call: ToolCall) -> str | None:
         """The tool's own preview of the call, or ``None``; a preview that fails or
@@ -483,3 +519,14 @@ class HookedToolRunner:
         except Exception:
             log.debug("preview of %s failed", tool.name, exc_info=True)
             return None
+
+
+@attrs.frozen
+class _Resolution:
+    """What an ``approval_resolved`` event records of an answer."""
+
+    approved: bool
+    scope: str
+    approver: str | None
+    args: dict[str, Any] | None
+    message: str | None

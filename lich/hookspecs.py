@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import click
 
     from lich.config import LichConfig, ProviderConfig
-    from lich.events import Envelope
+    from lich.events import ApprovalResolved, Envelope
     from lich.gateway.bus import GatewayBus, MessageBus
     from lich.gateway.registry import AdapterRegistry
     from lich.hooks import (
@@ -429,8 +429,53 @@ def lich_request_approval(
     What the answer does: a denial gives the model ``approval_denied:
     <message>``; an approval with ``args`` runs the edited arguments after they
     pass the tool's schema and :func:`lich_check_tool_call`; ``session`` and
-    ``always`` approvals cover the request's ``rules`` for the rest of the
-    session without asking again.
+    ``always`` approvals grant the request's ``rules``, which the plugin that
+    offered them keeps (:func:`lich_approval_resolved`): the builtin
+    ``approvals`` plugin answers the requests they cover itself, first
+    (``approver="session"``), so no one is asked again.
+    """
+
+
+@hookspec(firstresult=True)
+def lich_approval_rules(call: ToolCall, run: RunInfo) -> tuple[str, ...] | None:
+    """What a ``session`` or ``always`` approval of ``call`` would grant.
+
+    :param call: the call a person is about to be asked about, its arguments final.
+    :param run: the run it belongs to; ``run.tool(call.name)`` is its tool.
+    :return: the rules, in the answering plugin's own terms (shown to the person
+        as :attr:`lich.ApprovalRequest.rules`, written to a config by an ``always``
+        answer, handed back with the answer to ``lich_approval_resolved``), or
+        ``None`` to let the next implementation answer.
+
+    Asked once per approval request, before ``approval_requested`` is emitted,
+    whichever plugin asked. ``firstresult``: the first tuple (or list) of
+    strings wins; with none the request offers no rules, and a ``session``
+    answer covers that call only. The builtin ``approvals`` plugin answers with
+    its allow rules (``terminal(git status*)``). One that raises, exceeds
+    ``hook_timeout_s`` or answers anything else is logged and skipped.
+    """
+
+
+@hookspec
+def lich_approval_resolved(request: ApprovalRequest, resolved: ApprovalResolved,
+                           run: RunInfo) -> None:
+    """An approval request was resolved: what a plugin that asked keeps of the answer.
+
+    :param request: the request as the approver saw it (its ``rules`` are the
+        :attr:`lich.Ask.rules` of the plugins that asked).
+    :param resolved: the ``approval_resolved`` event just emitted: ``approved``,
+        ``scope`` (``once``, ``session``, ``always``), ``approver``, the edited
+        ``args`` that run, if any.
+    :param run: the run the call belongs to (``run.session_id``).
+    :return: nothing.
+
+    Called once per request, after its ``approval_resolved`` event and before the
+    call runs — also for a denial and for a request no approver answered. The
+    builtin ``approvals`` plugin keeps the ``rules`` of a ``session`` or
+    ``always`` approval here, for the rest of the session, and answers later
+    requests they cover itself (``approver="session"``). Observers: every
+    implementation is called; one that raises or exceeds ``hook_timeout_s`` is
+    logged and skipped.
     """
 
 

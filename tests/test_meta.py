@@ -635,6 +635,77 @@ async def test_hook_lich_request_approval(tmp_path: Path) -> None:
     assert asked[0][1] != asked[1][1]  # each request has its own id
 
 
+async def test_hook_lich_approval_rules(tmp_path: Path) -> None:
+    """The first list of strings is what the request offers; a bad answer is skipped."""
+    seen: list[tuple[str, ...]] = []
+
+    class Ask_:
+        def lich_before_tool_call(self) -> lich.Ask:
+            return lich.Ask("asks")
+
+    class Offers:
+        def lich_approval_rules(self, call: ToolCall, run: lich.RunInfo) -> list[str]:
+            return [f"{call.name}({call.args['text']})", run.work_dir]
+
+    class Junk:  # registered later, so asked first: its answer is not rules
+        def lich_approval_rules(self) -> list[object]:
+            return ["echo", 3]
+
+    class Person:
+        def lich_request_approval(self, request: lich.ApprovalRequest) -> lich.Approval:
+            seen.append(request.rules)
+            return lich.Approval(True)
+
+    agent = lich.Agent(make_test_config(tmp_path), chat=ScriptedChat(
+        responder=calls_responder(("echo", {"text": "hi"}))),
+        plugins=[("echo", Echo()), ("ask", Ask_()), ("offers", Offers()), ("junk", Junk()),
+                 ("person", Person())])
+    events: list[Any] = []
+    await agent.run("go", on_event=events.append)
+    assert seen == [("echo(hi)", str(tmp_path))]
+    (requested,) = [e.event for e in events if type(e.event).__name__ == "ApprovalRequested"]
+    assert requested.rules == ("echo(hi)", str(tmp_path))
+
+
+async def test_hook_lich_approval_resolved(tmp_path: Path) -> None:
+    """Once per request, after its event, a denial included; a failing one is skipped."""
+    order: list[str] = []
+
+    class Ask_:
+        def lich_before_tool_call(self) -> lich.Ask:
+            return lich.Ask("asks")
+
+    class Person:
+        def lich_request_approval(self, call: ToolCall) -> lich.Approval:
+            return lich.Approval(call.args["text"] == "yes", scope="session")
+
+    class Keeper:
+        def lich_approval_resolved(self, request: lich.ApprovalRequest,
+                                   resolved: lich.ApprovalResolved, run: lich.RunInfo) -> None:
+            assert resolved.id == request.id
+            order.append(f"hook {request.call.args['text']} {resolved.approved} "
+                         f"{resolved.scope} {run.session_id == session[0]}")
+
+    class Broken:
+        def lich_approval_resolved(self) -> None:
+            raise RuntimeError("keeper bug")
+
+    session: list[str] = []
+
+    def on_event(envelope: Any) -> None:
+        session[:] = [envelope.session_id]
+        if type(envelope.event).__name__ == "ApprovalResolved":
+            order.append("event")
+
+    agent = lich.Agent(make_test_config(tmp_path), chat=ScriptedChat(
+        responder=calls_responder(("echo", {"text": "yes"}), ("echo", {"text": "no"}))),
+        plugins=[("echo", Echo()), ("ask", Ask_()), ("person", Person()),
+                 ("keeper", Keeper()), ("broken", Broken())])
+    result = await agent.run("go", on_event=on_event)
+    assert order == ["event", "hook yes True session True", "event", "hook no False session True"]
+    assert next(m.content for m in tool_messages(result.messages)) == "echo: yes"
+
+
 async def test_hook_lich_after_tool_call(tmp_path: Path) -> None:
     class Censor:
         def lich_after_tool_call(self, call: ToolCall, result: ToolResult) -> ToolResult | None:

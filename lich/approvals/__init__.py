@@ -2,10 +2,13 @@
 
 * :mod:`lich.approvals.rules` — the rule model (``terminal(git status*)``) and the
   decision (deny > ask > allow > mode); :func:`~lich.approvals.rules.suggest_rules`
-  and :func:`~lich.approvals.rules.rules_cover` for the core.
+  and :func:`~lich.approvals.rules.rules_cover` for the grants.
 * :mod:`lich.approvals.shell` — splitting a command line into simple commands.
 * :mod:`lich.approvals.plugin` — the builtin ``approvals`` plugin (entry point
-  ``approvals``), which applies the ``[approvals]`` table.
+  ``approvals``), which applies the ``[approvals]`` table, offers the rules a
+  ``session``/``always`` approval grants and answers the requests they cover.
+* :mod:`lich.approvals.grants` — what those approvals granted, per session: the
+  plugin's own state (the core knows only the ``Ask`` contract).
 * :mod:`lich.approvals.store` — writing an ``always`` approval's rules to a config.
 
 See ``docs/tools.md`` ("Approvals") for the defaults and the rule syntax.

@@ -1,4 +1,5 @@
-"""The builtin ``approvals`` plugin: the ``[approvals]`` rules, as a before-hook.
+"""The builtin ``approvals`` plugin: the ``[approvals]`` rules, as a before-hook, and
+what ``session``/``always`` approvals grant.
 
 ::
 
@@ -25,6 +26,14 @@ executor runs the call from. A call whose tool is not found (or a ``RunInfo``
 built without a registry) is judged by the rules and the mode alone (its
 primary argument guessed from the argument names, so that deny rules still
 apply).
+
+**Grants.** For any plugin's ``Ask`` the plugin offers the allow rules a
+``session`` or ``always`` approval grants (``lich_approval_rules``), keeps what
+such an approval granted, per session (``lich_approval_resolved``, into
+:data:`lich.approvals.grants.SESSION_GRANTS`), and answers a later request
+those rules cover itself, first of the approvers (``lich_request_approval``:
+``Approval(True, scope="session", approver="session")``), so no one is asked
+again. The core only asks, obeys and emits.
 """
 
 from __future__ import annotations
@@ -36,21 +45,26 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from lich.approvals.grants import SESSION_GRANTS
 from lich.approvals.rules import MODES, Mode, Rule, RuleSet, decide, parse_rule
-from lich.hooks import Ask, Block, hookimpl, runs_inline
+from lich.hooks import Approval, Ask, Block, hookimpl, runs_inline
 from lich.settings import each, one_of, setting, structure_settings
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
-    from lich.hooks import RunInfo
+    from lich.events import ApprovalResolved
+    from lich.hooks import ApprovalRequest, RunInfo
     from lich.types import ToolCall
 
 __all__ = [
     "ApprovalSettings",
     "approval_settings",
+    "lich_approval_resolved",
+    "lich_approval_rules",
     "lich_before_tool_call",
     "lich_check_config",
     "lich_check_tool_call",
+    "lich_request_approval",
 ]
 
 _RULES = each(parse_rule, what='an array of rules like "terminal(git status*)"')
@@ -165,3 +179,35 @@ def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
     neither a deny rule nor an ask (the same question in both phases is asked once).
     On arguments a person edited while approving, the core counts only the ``Block``."""
     return _answer(call, run)
+
+
+@hookimpl
+@runs_inline
+def lich_approval_rules(call: ToolCall, run: RunInfo) -> tuple[str, ...]:
+    """The allow rules a ``session`` or ``always`` approval of ``call`` grants (one
+    per simple command of a shell line): for any plugin's ``Ask``."""
+    return SESSION_GRANTS.rules_for(call, run.tool(call.name), run.work_dir)
+
+
+@hookimpl(tryfirst=True)
+@runs_inline
+def lich_request_approval(request: ApprovalRequest, run: RunInfo) -> Approval | None:
+    """Approve, as ``session``, a request the session's grants already cover (an
+    earlier ``session`` or ``always`` approval); else ``None``: a person is asked.
+
+    First of the approvers (``tryfirst``), so that no one is asked again about what
+    they granted; the core emits the resolution as for any approver's answer.
+    """
+    if SESSION_GRANTS.covers(run.session_id, request.call, request.tool, run.work_dir):
+        return Approval(True, scope="session", approver="session")
+    return None
+
+
+@hookimpl
+@runs_inline
+def lich_approval_resolved(request: ApprovalRequest, resolved: ApprovalResolved,
+                           run: RunInfo) -> None:
+    """Keep the rules of a ``session`` or ``always`` approval for the rest of the
+    session (a denial, whatever its scope, grants nothing)."""
+    if resolved.approved and resolved.scope in ("session", "always") and request.rules:
+        SESSION_GRANTS.grant(run.session_id, request.rules)

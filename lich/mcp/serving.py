@@ -277,7 +277,7 @@ class ServingSession:
         # No approver but --allow's: an Ask of another tool is asked of no one and
         # denied (approval_unavailable), with its approval_requested/_resolved events.
         self.runner = HookedToolRunner(agent.executor, agent.host, self.run,
-                                       emit=self._emit, grants=agent.approval_grants)
+                                       emit=self._emit)
         # Each served call is a turn of its own: there is no model turn to count.
         self._turns = itertools.count(1)
         self._started = False

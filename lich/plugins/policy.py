@@ -186,6 +186,10 @@ def _cost(answer: Any) -> str | None:
     return None
 
 
+def _rules(answer: tuple[Any, ...] | list[Any]) -> str | None:
+    return None if all(isinstance(rule, str) for rule in answer) else "not strings"
+
+
 def _rewrite(kwargs: Mapping[str, Any], answer: Rewrite) -> Mapping[str, Any]:
     # A deep copy: the hook keeps no handle on the arguments that run.
     try:
@@ -299,6 +303,11 @@ HOOK_POLICIES: tuple[HookPolicy, ...] = (
         bad_answer="approval_error ({plugin}): {hook} returned {type}; expected Approval "
                    "or None",
         timed_out="no answer within {timeout:g}s"),
+    HookPolicy(
+        "lich_approval_rules", answers={tuple: "stop", list: "stop"}, check=_rules,
+        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected a "
+                   "tuple of rules (strings) or None"),
+    observer("lich_approval_resolved"),
     HookPolicy(
         # Fail closed, as the before-hooks: a guard that cannot answer blocks the call.
         "lich_check_tool_call", answers={Block: "stop", Ask: "collect"},

@@ -52,7 +52,10 @@ def setup(work: Path, scripted: Any, *calls: tuple[str, dict[str, Any]],
           extra: str = "", answer: str = "all done") -> Any:
     plugin = write_plugin(work)
     server = scripted(responder=calls_responder(*calls, final=answer))
-    write_config(work, server.base_url, plugins=["openai_compat", str(plugin)], extra=extra)
+    # The approvals plugin too: the rules a session/always answer grants, and the grants
+    # themselves, are its own (the test plugin's Ask offers none).
+    write_config(work, server.base_url, plugins=["openai_compat", "approvals", str(plugin)],
+                 extra=extra)
     return server
 
 
@@ -322,7 +325,8 @@ def test_always_that_cannot_write_says_so_and_approves_for_the_session(
     assert term.wait() == 0, term.text
     assert f"2) your user config: {user_config}" in listed
     assert f"could not write {user_config}" in term.text
-    assert not (work / ".lich" / "config.toml").read_text(encoding="utf-8").count("approvals")
+    project = tomllib.loads((work / ".lich" / "config.toml").read_text(encoding="utf-8"))
+    assert "approvals" not in project  # no [approvals] table: nothing was written
     (resolved,) = resolutions(work)
     assert (resolved["approved"], resolved["scope"]) == (True, "session")
     assert resolved["message"].startswith(f"always: writing {user_config} failed")

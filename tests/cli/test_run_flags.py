@@ -25,7 +25,10 @@ LOCKED = ("note", {"path": "locked.txt", "text": "x"})
 def setup(work: Path, scripted: Any, *calls: tuple[str, dict[str, Any]]) -> Any:
     plugin = write_plugin(work)
     server = scripted(responder=calls_responder(*calls))
-    write_config(work, server.base_url, plugins=["openai_compat", str(plugin)])
+    # The approvals plugin offers the rules a session answer grants (its own rules allow
+    # all here: the asks are the test plugin's).
+    write_config(work, server.base_url, plugins=["openai_compat", "approvals", str(plugin)],
+                 extra='[approvals]\nmode = "allow"')
     return server
 
 

@@ -521,15 +521,23 @@ async def test_a_once_approval_covers_only_that_call(tmp_path: Path) -> None:
     assert [r.approver for r in of_type(events, ApprovalResolved)] == ["ui", "ui"]
 
 
+# Session grants are the approvals plugin's: it offers the rules with its Ask, keeps what
+# a session/always approval granted (lich_approval_resolved), and answers the requests
+# they cover itself (approver "session").
+ASK_ECHO_AND_NOTE = {"ask": ["echo", "note"]}
+
+
 @pytest.mark.parametrize("scope", ["session", "always"])
 async def test_a_session_approval_covers_the_same_call_for_the_rest_of_the_session(
     tmp_path: Path, scope: str
 ) -> None:
+    from lich.approvals.grants import SESSION_GRANTS
+
     approver = ScriptedApprover(lambda _r: Approval(True, scope=scope))  # type: ignore[arg-type]
     tools = Tools()
     agent = lich.Agent(
-        make_test_config(tmp_path),
-        plugins=[("tools", tools), ("ask", AskFor("echo", "note")), ("ui", approver)],
+        make_test_config(tmp_path, plugins=("approvals",), approvals=ASK_ECHO_AND_NOTE),
+        plugins=[("tools", tools), ("ui", approver)],
         chat=ScriptedChat(responder=calls_responder(
             ("echo", {"text": "hi"}), ("echo", {"text": "hi"}),
             ("note", {"path": "a", "text": "t"}))))
@@ -537,10 +545,11 @@ async def test_a_session_approval_covers_the_same_call_for_the_rest_of_the_sessi
     first = await agent.run("go", on_event=events.append)
     # Asked for the first echo and for note (another tool); the second echo was covered.
     assert [r.call.name for r in approver.requests] == ["echo", "note"]
+    assert approver.requests[0].rules == ("echo(hi)",)
     covered = of_type(events, ApprovalResolved)[1]
     assert (covered.approved, covered.approver, covered.scope) == (True, "session", "session")
     assert len(tools.ran) == 3
-    assert agent.approval_grants.granted(first.session_id)
+    assert SESSION_GRANTS.granted(first.session_id) == ("echo(hi)", *approver.requests[1].rules)
     # A later run of the same session is covered too; another session is asked again.
     approver.requests.clear()
     await agent.run("again", session_id=first.session_id)
@@ -551,9 +560,25 @@ async def test_a_session_approval_covers_the_same_call_for_the_rest_of_the_sessi
 
 async def test_a_session_denial_grants_nothing(tmp_path: Path) -> None:
     approver = ScriptedApprover(lambda _r: Approval(False, scope="session"))
-    await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
-                    ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
+    agent = lich.Agent(
+        make_test_config(tmp_path, plugins=("approvals",), approvals=ASK_ECHO_AND_NOTE),
+        plugins=[("tools", Tools()), ("ui", approver)],
+        chat=ScriptedChat(responder=calls_responder(
+            ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))))
+    await agent.run("go")
     assert len(approver.requests) == 2
+
+
+async def test_an_ask_that_offers_no_rules_grants_nothing_for_the_session(
+        tmp_path: Path) -> None:
+    """Without the approvals plugin nothing keeps grants: a third-party Ask offers no
+    rules, and a session approval covers only that call."""
+    approver = ScriptedApprover(lambda _r: Approval(True, scope="session"))
+    _, events = await run_agent(
+        tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
+        ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
+    assert [r.rules for r in approver.requests] == [(), ()]
+    assert [r.approver for r in of_type(events, ApprovalResolved)] == ["ui", "ui"]
 
 
 async def test_a_model_switch_keeps_the_sessions_approvals(tmp_path: Path) -> None:
@@ -564,12 +589,11 @@ async def test_a_model_switch_keeps_the_sessions_approvals(tmp_path: Path) -> No
     model = ScriptedModel(responder=calls_responder(("echo", {"text": "hi"})))
     with ScriptedServer(model) as server:
         config = make_test_config(
-            tmp_path, plugins=("openai_compat",),
+            tmp_path, plugins=("openai_compat", "approvals"), approvals=ASK_ECHO_AND_NOTE,
             providers=(ProviderConfig(kind="openai_compat", name="s", model="m1",
                                       base_url=server.base_url),))
         approver = ScriptedApprover(lambda _r: Approval(True, scope="session"))
-        first = lich.Agent(config, plugins=[("tools", Tools()), ("ask", AskFor("echo")),
-                                            ("ui", approver)])
+        first = lich.Agent(config, plugins=[("tools", Tools()), ("ui", approver)])
         done = await first.run("go")
         second = first.with_model("m2")
         try:
@@ -693,3 +717,51 @@ async def test_an_approver_whose_own_wait_is_cancelled_denies_and_the_run_goes_o
         "approval_error (ui): RuntimeError: CancelledError() raised in a plugin function")
     (resolved,) = of_type(events, ApprovalResolved)
     assert resolved.approved is False
+
+
+# ---------------------------------------------------------------------------
+# The core knows only the Ask contract
+# ---------------------------------------------------------------------------
+
+
+def test_a_config_without_the_approvals_plugin_imports_nothing_of_it(tmp_path: Path) -> None:
+    """An agent that asks, is answered, runs the call, and grants a session (nobody
+    keeps it) — in a fresh interpreter, where nothing of ``lich.approvals`` is loaded."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "no_approvals.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio, sys
+        import lich
+        from lich.testing import (AskFor, ScriptedApprover, ScriptedChat, calls_responder,
+                                  make_test_config)
+
+        @lich.tool
+        def echo(text: str) -> str:
+            "Echo."
+            return "echo: " + text
+
+        class Tools:
+            @lich.hookimpl
+            def lich_register_tools(self, registry):
+                registry.register(echo)
+
+        approver = ScriptedApprover(lambda _r: lich.Approval(True, scope="session"))
+        agent = lich.Agent(make_test_config(sys.argv[1], plugins=("builtin_tools",)),
+                           plugins=[("tools", Tools()), ("ask", AskFor("echo")),
+                                    ("ui", approver)],
+                           chat=ScriptedChat(responder=calls_responder(
+                               ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))))
+        result = asyncio.run(agent.run("go"))
+        assert len(approver.requests) == 2, approver.requests
+        print([m.content for m in result.messages if m.role == "tool"])
+        print(sorted(m for m in sys.modules if m.startswith("lich.approvals")))
+    """))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    ran, imported = proc.stdout.strip().splitlines()[-2:]
+    assert ran == "['echo: hi', 'echo: hi']"
+    assert imported == "[]"

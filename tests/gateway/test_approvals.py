@@ -62,8 +62,14 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def _webhook(start_gateway: Callable[..., Any], **config: Any) -> tuple[GatewayRunner, str]:
+    import lich.approvals.plugin
+
+    # The approvals plugin keeps what a session answer grants (its own rules allow all
+    # here: the asks are ask_for_reads').
+    config.setdefault("approvals", {"mode": "allow"})
     runner = await start_gateway(["webhook"], {"webhook": {"port": 0}},
-                                 objects=[("ask", ask_for_reads())], **config)
+                                 objects=[("approvals", lich.approvals.plugin),
+                                          ("ask", ask_for_reads())], **config)
     return runner, f"http://127.0.0.1:{runner.adapter('webhook').port}"
 
 

@@ -39,6 +39,10 @@ SIZE = (100, 32)
 def make_app(work: Path, *calls: tuple[str, dict[str, Any]],
              ask: tuple[str, ...] = ("echo", "note"), **config: Any) -> tuple[LichApp, Tools]:
     tools = Tools(preview=diff_preview)
+    # The approvals plugin keeps what an s/a answer grants (its own rules allow all here:
+    # the asks are AskFor's).
+    config.setdefault("plugins", ("approvals",))
+    config.setdefault("approvals", {"mode": "allow"})
     agent = Agent(make_test_config(work, **config),
                   plugins=[("tools", tools), ("ask", AskFor(*ask))],
                   chat=ScriptedChat(responder=calls_responder(*calls)))
