@@ -80,7 +80,8 @@ def gateway_config(work: Path, base_url: str, max_conversations: int,
             # The load opens all its connections before sending anything: to the
             # webhook's guard that is a flood of unauthenticated ones, which it would
             # rotate out. A throughput benchmark lifts the limits to its own size.
-            "webhook": {"port": 0, "max_connections": connections,
+            # open: the load is the benchmark's own, on loopback, without a token.
+            "webhook": {"port": 0, "open": True, "max_connections": connections,
                         "max_unauthenticated": connections},
         },
     }

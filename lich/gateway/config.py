@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -208,6 +209,8 @@ class WebhookSettings:
     ``allowed_hosts`` are the ``Host`` names accepted besides the loopback ones.
     ``reply_timeout_s``: how long ``POST /message`` waits for its reply before it
     answers ``202`` with a status URL to poll (unset: as long as the run takes).
+    Without a token variable set, a token is generated and kept in ``token_file``
+    (:meth:`token_path`) unless ``open`` says to serve loopback without one.
     """
 
     host: str = setting("127.0.0.1", check=non_empty)
@@ -220,12 +223,27 @@ class WebhookSettings:
     max_unauthenticated: int = setting(32, check=at_least(1))
     allowed_hosts: frozenset[str] = setting(frozenset(), parse=_host_names)
     reply_timeout_s: float | None = setting(None, check=greater_than(0))
+    #: No token set: ``open = true`` serves without one (every local user can then
+    #: drive the agent); otherwise a token is generated into ``token_file``.
+    open: bool = False
+    #: Where a generated token is kept (``0600``); empty: ``webhook-token`` in the
+    #: user state dir. ``~`` is expanded.
+    token_file: str = ""
 
     def __attrs_post_init__(self) -> None:
         if self.max_unauthenticated > self.max_connections:
             raise ValueError(
                 f"max_unauthenticated: must be at most max_connections "
                 f"({self.max_connections}), got {self.max_unauthenticated}")
+
+    def token_path(self) -> Path:
+        """Where the generated token is kept: ``token_file``, or ``webhook-token`` in
+        the user state dir."""
+        if self.token_file:
+            return Path(self.token_file).expanduser()
+        import platformdirs
+
+        return Path(platformdirs.user_state_dir("lich")) / "webhook-token"
 
 
 @frozen

@@ -21,7 +21,9 @@ Routes:
 
 Safety: binds 127.0.0.1 by default and refuses any other address unless a
 token is set (``LICH_GATEWAY_TOKEN``), which clients send as ``x-lich-token``
-or ``Authorization: Bearer``; it is compared in constant time. Bodies over
+or ``Authorization: Bearer``; it is compared in constant time. With no token
+set, one is generated and kept ``0600`` (``token_file``): loopback is reachable by
+every local user; only ``open = true`` serves it tokenless. Bodies over
 ``max_body_bytes`` (1 MB) get 413, a wrong content type 415, bad JSON or a
 missing ``text`` 400 — each a JSON ``{"error": ...}``.
 
@@ -50,6 +52,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lich import serialization
+from lich.gateway._keys import load_or_create_token
 from lich.gateway.bus import PENDING, BusReply, InboundMessage
 from lich.gateway.formatting import log_event
 from lich.gateway.registry import AdapterContext, GatewayError
@@ -772,6 +775,19 @@ class WebhookAdapter:
                 f"and no token is set (export {self.settings.token_env}=<secret>, "
                 "or bind 127.0.0.1)"
             )
+        generated = None
+        if not self.token and not self.settings.open:
+            # Loopback is not private: every local user can reach it (and drive the
+            # agent, read its work dir). No token configured: make one, kept 0600.
+            generated = self.settings.token_path()
+            try:
+                self.token = load_or_create_token(generated)
+            except (OSError, ValueError) as exc:
+                raise GatewayError(
+                    f"the webhook has no token ({self.settings.token_env} is not set) and "
+                    f"cannot keep a generated one in {generated}: {exc} (set "
+                    f"{self.settings.token_env}, or token_file, or open = true in "
+                    "[gateway.webhook] to serve every local user without one)") from exc
         try:
             sock = _bind(host, port)
         except OSError as exc:
@@ -789,7 +805,16 @@ class WebhookAdapter:
                 raise GatewayError(f"webhook failed to start: {failure or 'server exited'}")
             await asyncio.sleep(0.01)
         log_event(self.log, logging.INFO, "webhook_listening", host=host, port=self.port,
-                  token="set" if self.token else "none")
+                  token="generated" if generated else "set" if self.token else "none")
+        if generated is not None:
+            log_event(self.log, logging.WARNING, "webhook_token_generated",
+                      token_file=str(generated),
+                      detail=f"no {self.settings.token_env} set: requests need the token in "
+                             f"that file, e.g. curl -H \"x-lich-token: $(cat {generated})\" "
+                             f"http://{host}:{self.port}/message")
+        elif not self.token:
+            log_event(self.log, logging.WARNING, "webhook_open",
+                      detail="open = true and no token: every local user can send messages")
 
     async def stop(self) -> None:
         """Stop listening; requests in flight get their answers first."""

@@ -45,7 +45,7 @@ async def gateway(nats_server: NatsServer,
     async def start(chat: Any, **bus: Any) -> tuple[GatewayRunner, str]:
         config = make_test_config(
             tmp_path, plugins=("gateway", "nats"),
-            gateway={"platforms": ["webhook"], "webhook": {"port": 0}},
+            gateway={"platforms": ["webhook"], "webhook": {"port": 0, "open": True}},
             bus={"kind": "nats", "servers": [nats_server.url], "partitions": 4,
                  "consume": True, **bus})
         runner = GatewayRunner(config, host=load_plugins(config), chat=chat, env={})
@@ -117,7 +117,7 @@ async def test_an_unreachable_broker_stops_the_gateway_at_start(tmp_path: Path):
 async def _gateway_start_fails_on(tmp_path: Path, port: int) -> None:
     config = make_test_config(
         tmp_path, plugins=("gateway", "nats"),
-        gateway={"platforms": ["webhook"], "webhook": {"port": 0}},
+        gateway={"platforms": ["webhook"], "webhook": {"port": 0, "open": True}},
         bus={"kind": "nats", "servers": [f"nats://127.0.0.1:{port}"],
              "connect_timeout_s": 1})
     runner = GatewayRunner(config, host=load_plugins(config),
@@ -228,7 +228,7 @@ def _keyless_config(tmp_path: Path, nats_url: str, consume: bool) -> Any:
     return make_test_config(
         tmp_path, plugins=("gateway", "nats", "anthropic"),
         providers=(ProviderConfig(kind="anthropic", name="claude", model="claude-test"),),
-        gateway={"platforms": ["webhook"], "webhook": {"port": 0}},
+        gateway={"platforms": ["webhook"], "webhook": {"port": 0, "open": True}},
         bus={"kind": "nats", "servers": [nats_url], "partitions": 4, "consume": consume})
 
 

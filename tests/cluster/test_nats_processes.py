@@ -50,7 +50,7 @@ async def test_an_ingress_and_two_workers_answer_in_order_and_survive_a_killed_w
             'stream = false\nplugins = ["+nats"]\n'
             '[[providers]]\nkind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
             f'base_url = "{model.base_url}"\n'
-            '[gateway]\nplatforms = ["webhook"]\n[gateway.webhook]\nport = 0\n'
+            '[gateway]\nplatforms = ["webhook"]\n[gateway.webhook]\nport = 0\nopen = true\n'
             f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 4\n'
             'ack_wait_s = 2\n', encoding="utf-8")  # consume = false: the default
         env = lich_env(tmp_path)

@@ -38,7 +38,7 @@ async def ingress(nats_server: NatsServer,
         config = make_test_config(
             tmp_path, plugins=("gateway", "nats"),
             gateway={"platforms": ["webhook"],
-                     "webhook": {"port": 0, "reply_timeout_s": 0.2}},
+                     "webhook": {"port": 0, "open": True, "reply_timeout_s": 0.2}},
             bus={"kind": "nats", "servers": [nats_server.url], "partitions": 4})
         runner = GatewayRunner(config, host=load_plugins(config),
                                chat=ScriptedChat(responder=contract_responder), env={})
@@ -104,7 +104,7 @@ async def test_a_status_url_is_answered_after_the_ingress_that_gave_it_was_kille
     _, second_url = await ingress()
     (tmp_path / ".lich" / "config.toml").write_text(
         'plugins = ["+nats"]\n[gateway]\nplatforms = ["webhook"]\n'
-        '[gateway.webhook]\nport = 0\nreply_timeout_s = 0.2\n'
+        '[gateway.webhook]\nport = 0\nopen = true\nreply_timeout_s = 0.2\n'
         f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 4\n',
         encoding="utf-8")
     async with gateway_process(tmp_path, lich_env(tmp_path)) as first, \

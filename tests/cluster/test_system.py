@@ -278,7 +278,7 @@ def write_config(work: Path, probe: Path, model: ScriptedServer, nats: NatsServe
         f'[gateway]\nplatforms = ["webhook"]\ntools = ["{TOOL}"]\n'
         f"queue_limit = {2 * MESSAGES}\n"
         # Short: a conversation's next message is sent as soon as this one is admitted.
-        "[gateway.webhook]\nport = 0\nreply_timeout_s = 0.2\nidle_timeout_s = 60\n"
+        "[gateway.webhook]\nport = 0\nopen = true\nreply_timeout_s = 0.2\nidle_timeout_s = 60\n"
         "max_unauthenticated = 100\n"
         f'[approvals]\nallow = ["{TOOL}"]\n'
         f'[bus]\nkind = "nats"\nservers = ["{nats.url}"]\npartitions = {PARTITIONS}\n'

@@ -135,6 +135,16 @@ def make_bus(make_agent: Callable[..., Agent]) -> Callable[..., GatewayBus]:
     return build
 
 
+def open_webhook(gateway: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """``gateway`` with its webhook ``open`` (served without a token on loopback) when the
+    test sets no token: these tests are about the webhook's answers, and tokenless is
+    what they drive. A token is generated otherwise (tests/gateway/test_webhook_token.py)."""
+    webhook = dict(gateway.get("webhook") or {})
+    if not env.get(webhook.get("token_env", "LICH_GATEWAY_TOKEN")):
+        webhook.setdefault("open", True)
+    return {**gateway, "webhook": webhook}
+
+
 @pytest.fixture
 async def start_gateway(work_dir: Path) -> AsyncIterator[Callable[..., Any]]:
     """``await start_gateway(platforms, gateway={...}, env={...}, chat=None, objects=())``
@@ -152,7 +162,7 @@ async def start_gateway(work_dir: Path) -> AsyncIterator[Callable[..., Any]]:
         **config: Any,
     ) -> GatewayRunner:
         cfg = make_test_config(work_dir, plugins=("builtin_tools", "gateway"),
-                               gateway=gateway or {}, **config)
+                               gateway=open_webhook(gateway or {}, env or {}), **config)
         host = load_plugins(cfg, objects)
         runner = GatewayRunner(cfg, platforms, host=host,
                                chat=chat or ScriptedChat(responder=gateway_responder),

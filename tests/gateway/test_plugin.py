@@ -267,7 +267,7 @@ async def test_sigterm_lets_the_run_in_flight_finish_then_exits_0(tmp_path: Path
             '[[providers]]\nkind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
             f'base_url = "{server.base_url}"\n'
             '[gateway]\nplatforms = ["webhook"]\ngrace_s = 20\n'
-            '[gateway.webhook]\nport = 0\n'
+            '[gateway.webhook]\nport = 0\nopen = true\n'
         )
         async with gateway_process(tmp_path, lich_env()) as gateway:
             process, lines = gateway.process, gateway.lines

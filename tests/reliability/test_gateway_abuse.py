@@ -122,7 +122,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         f"base_url = \"{model.base_url}\"\n"
         "[gateway]\nplatforms = [\"webhook\", \"telegram\", \"discord\", \"twitch\"]\n"
         "tools = \"all\"\nqueue_limit = 50\ngrace_s = 2\n"
-        "[gateway.webhook]\nport = 0\n"
+        "[gateway.webhook]\nport = 0\nopen = true\n"
         f"[gateway.telegram]\nbase_url = \"{telegram.url}\"\nallowed_users = [\"*\"]\n"
         f"poll_timeout_s = 1\nsend_interval_s = 0\n{backoff}"
         f"[gateway.discord]\ngateway_url = \"{discord.gateway_url}\"\n"

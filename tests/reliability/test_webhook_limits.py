@@ -69,7 +69,7 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
         "[[providers]]\nkind = \"openai_compat\"\nname = \"scripted\"\nmodel = \"m\"\n"
         f"base_url = \"{model.base_url}\"\n"
         "[gateway]\ngrace_s = 2\n"
-        f"[gateway.webhook]\nport = 0\nheader_timeout_s = {HEADER_TIMEOUT_S}\n"
+        f"[gateway.webhook]\nport = 0\nopen = true\nheader_timeout_s = {HEADER_TIMEOUT_S}\n"
         f"idle_timeout_s = {IDLE_TIMEOUT_S}\nmax_connections = {MAX_CONNECTIONS}\n"
         f"max_unauthenticated = {MAX_UNAUTHENTICATED}\n",
         encoding="utf-8",
