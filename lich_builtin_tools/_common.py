@@ -130,6 +130,19 @@ def scrub_env(
     }
 
 
+# What a command needs to find programs, its home and its locale: the base of a
+# terminal's environment with `[tools.terminal] inherit_env = false`.
+MINIMAL_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE",
+                     "TERM", "TMPDIR", "TZ")
+
+
+def minimal_env(also: Iterable[str] = ()) -> dict[str, str]:
+    """The few variables of lich's environment a command needs (:data:`MINIMAL_ENV_NAMES`
+    and ``LC_*``), and the names in ``also``: none of the rest its launcher set."""
+    wanted = set(MINIMAL_ENV_NAMES) | set(also)
+    return {k: v for k, v in os.environ.items() if k in wanted or k.startswith("LC_")}
+
+
 def child_env(ctx: ToolContext) -> dict[str, str]:
     """The environment of a helper process a tool starts (the grep worker, ``du``).
 

@@ -66,6 +66,10 @@ class TerminalSettings(ToolSettings):
     protect_process: bool = setting(
         True, help="make lich non-dumpable before the first command, so commands cannot "
                    "read its environment or memory (false: debuggers may attach, core dumps)")
+    inherit_env: bool = setting(
+        True, help="start from lich's own environment (what its launcher gave it), scrubbed; "
+                   "false: only a minimal base (PATH, HOME, USER, LANG, ...), the tool env "
+                   "and pass_env")
 
 
 @frozen

@@ -41,6 +41,7 @@ from lich_builtin_tools._common import (
     Deadline,
     call_deadline,
     kill_process,
+    minimal_env,
     output_cap,
     protect_process,
     reap,
@@ -130,7 +131,8 @@ def make_terminal_tool() -> Tool:
         # kept back for killing it) and the call returns before the executor's limit.
         deadline = call_deadline(settings, TOOL_TIMEOUT_S,
                                  min(timeout_ms, MAX_TIMEOUT_MS) / 1000)
-        env = scrub_env({**os.environ, **ctx.env}, ctx.secret_env_names, settings.pass_env)
+        base = os.environ if settings.inherit_env else minimal_env(settings.pass_env)
+        env = scrub_env({**base, **ctx.env}, ctx.secret_env_names, settings.pass_env)
         cap = output_cap(settings, OUTPUT_CAP_CHARS)
         if settings.protect_process:
             # Before the first command runs: from then on it cannot read lich's

@@ -114,3 +114,27 @@ async def test_a_secret_value_is_scrubbed_whatever_its_name(
     shell = await _call(tmp_path, "terminal", {"command": "env"})
     assert shown.output == f"INNOCENT_SETTING=<redacted: {len(value)} chars>"
     assert "INNOCENT_SETTING=" not in shell.output
+
+
+async def test_without_inherit_env_the_launchers_variables_stay_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`inherit_env = false`: what lich's launcher put in its environment (`make`'s
+    MAKEFLAGS, an IDE's variables, anything a name rule does not call secret) does
+    not reach the command; PATH and HOME do, the tool env and pass_env too."""
+    monkeypatch.setenv("LAUNCHER_ONLY_SETTING", "from-the-launcher-7e1a")
+    monkeypatch.setenv("WANTED_THROUGH", "kept-on-purpose")
+    executor = _executor(tmp_path)
+    executor.env = {"FROM_TOOL_ENV": "tool-env-value"}
+    executor.tool_settings = {"terminal": {"inherit_env": False,
+                                           "pass_env": ["WANTED_THROUGH"]}}
+    narrow = await executor.execute(ToolCall("c1", "terminal", {"command": "env; ls /"}))
+    executor.tool_settings = {}
+    wide = await executor.execute(ToolCall("c2", "terminal", {"command": "env"}))
+    assert narrow.ok, narrow.output
+    assert "from-the-launcher-7e1a" not in narrow.output
+    assert "tool-env-value" in narrow.output
+    assert "kept-on-purpose" in narrow.output
+    assert f"HOME={Path.home()}" in narrow.output
+    assert "PATH=" in narrow.output
+    assert "from-the-launcher-7e1a" in wide.output  # the default inherits, scrubbed
