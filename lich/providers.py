@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ProviderDefaults",
     "ProviderFactory",
+    "ProviderIdentity",
     "ProviderKind",
     "ProviderRegistry",
     "build_chat",
@@ -131,13 +132,21 @@ class ProviderDefaults:
         return attrs.evolve(config, base_url=base_url, api_key_env=key_env)
 
 
+#: What a provider kind says it is, for telemetry (``gen_ai.provider.name``): a name,
+#: or a function of the resolved config (one API spoken to many services).
+ProviderIdentity: TypeAlias = str | Callable[[ProviderConfig], str]
+
+
 @frozen
 class ProviderKind:
-    """One registered kind: its factory, its defaults and the plugin that registered it."""
+    """One registered kind: its factory, its defaults, what it says it is
+    (``identity``; the kind's name when it said nothing) and the plugin that
+    registered it."""
 
     name: str
     factory: ProviderFactory
     defaults: ProviderDefaults = ProviderDefaults()
+    identity: ProviderIdentity | None = None
 
 
 class ProviderRegistry(Registry[ProviderKind]):
@@ -152,12 +161,17 @@ class ProviderRegistry(Registry[ProviderKind]):
         self.plugin_order: list[str] = []
 
     def register(
-        self, kind: str, factory: ProviderFactory, *, defaults: ProviderDefaults | None = None
+        self, kind: str, factory: ProviderFactory, *, defaults: ProviderDefaults | None = None,
+        identity: ProviderIdentity | None = None,
     ) -> None:
         """Register ``factory`` for ``kind`` with the kind's ``defaults``.
 
-        A kind registered twice keeps the first registration; the later one is
-        reported on its plugin's load report (``duplicate_provider_kind``).
+        ``identity`` is who a provider of this kind talks to, as telemetry names it
+        (``gen_ai.provider.name``: ``"anthropic"``, ``"openai"``): a name, or a
+        function of the resolved :class:`~lich.config.ProviderConfig` for a kind that
+        speaks one API to many services (by its ``base_url``). Without it the kind's
+        name stands in. A kind registered twice keeps the first registration; the
+        later one is reported on its plugin's load report (``duplicate_provider_kind``).
         """
         if not callable(factory):
             raise TypeError(f"provider factory for {kind!r} is not callable")
@@ -165,7 +179,9 @@ class ProviderRegistry(Registry[ProviderKind]):
             raise TypeError(
                 f"defaults for provider kind {kind!r} must be a lich.providers.ProviderDefaults"
             )
-        self._add(kind, ProviderKind(kind, factory, defaults or ProviderDefaults()))
+        if identity is not None and not (isinstance(identity, str) or callable(identity)):
+            raise TypeError(f"identity for provider kind {kind!r} must be a name or a function")
+        self._add(kind, ProviderKind(kind, factory, defaults or ProviderDefaults(), identity))
 
     def kinds(self) -> list[str]:
         """Registered kinds, in the order their plugins are listed in ``plugins``.
@@ -202,6 +218,23 @@ class ProviderRegistry(Registry[ProviderKind]):
         return kind.defaults.resolve(
             config if config.kind else attrs.evolve(config, kind=kind.name)
         )
+
+    def identity(self, config: ProviderConfig) -> str:
+        """Who a provider of ``config`` talks to, as its kind declared it
+        (:meth:`register`'s ``identity``); the kind's name when it declared nothing,
+        or when its function fails or says nothing. ``""`` for an unknown kind."""
+        try:
+            resolved = self.resolve(config)
+        except ConfigError:
+            return ""
+        kind = self._items[resolved.kind or ""]
+        declared = kind.identity
+        if callable(declared):
+            try:
+                declared = declared(resolved)
+            except Exception:  # a plugin's bug must not break a run's telemetry
+                declared = None
+        return declared if isinstance(declared, str) and declared else kind.name
 
     def _unknown_kind(self, kind: str | None, index: int) -> str:
         known = ", ".join(self.kinds()) or "none"

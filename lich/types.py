@@ -232,13 +232,17 @@ class Usage:
 
 @frozen
 class ChatResult:
-    """One model call's answer, the same whether it was streamed or not."""
+    """One model call's answer, the same whether it was streamed or not.
+
+    ``response_id`` is the id the provider gave the answer (``chatcmpl-…``,
+    ``msg_…``), ``""`` when it gives none."""
 
     message: AssistantMessage
     usage: Usage = Usage()
     finish_reason: FinishReason = "unknown"
     model: str = ""
     provider_name: str = ""
+    response_id: str = ""
 
 
 @frozen

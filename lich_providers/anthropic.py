@@ -224,6 +224,7 @@ class AnthropicProvider(HttpProvider):
             finish_reason=_finish(data.get("stop_reason"), bool(calls)),
             model=str(data.get("model") or self.model),
             provider_name=self.name,
+            response_id=str(data.get("id") or ""),
         )
 
     def assembler(self, options: ChatOptions) -> StreamAssembler:
@@ -350,4 +351,4 @@ def _turn(m: Message) -> dict[str, Any] | None:
 @hookimpl
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Register the ``anthropic`` provider kind."""
-    registry.register("anthropic", AnthropicProvider, defaults=DEFAULTS)
+    registry.register("anthropic", AnthropicProvider, defaults=DEFAULTS, identity="anthropic")

@@ -258,4 +258,4 @@ def _wire_message(m: Message) -> dict[str, Any] | None:
 @hookimpl
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Register the ``ollama`` provider kind."""
-    registry.register("ollama", OllamaProvider, defaults=DEFAULTS)
+    registry.register("ollama", OllamaProvider, defaults=DEFAULTS, identity="ollama")

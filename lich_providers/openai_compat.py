@@ -19,7 +19,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from lich.hooks import hookimpl
-from lich.providers import ProviderDefaults
+from lich.providers import ProviderDefaults, host_of
 from lich.types import (
     AssistantMessage,
     ChatOptions,
@@ -46,9 +46,10 @@ from lich_providers._base import (
 from lich_providers._http import SseEvent, cut, kind_for_status
 
 if TYPE_CHECKING:
+    from lich.config import ProviderConfig
     from lich.providers import ProviderRegistry
 
-__all__ = ["OpenAICompatProvider", "lich_register_providers"]
+__all__ = ["OpenAICompatProvider", "identity", "lich_register_providers"]
 
 WELL_KNOWN_HOST = "api.openai.com"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -183,6 +184,7 @@ class OpenAICompatProvider(HttpProvider):
             finish_reason=_finish(choice.get("finish_reason"), bool(calls)),
             model=str(data.get("model") or self.model),
             provider_name=self.name,
+            response_id=str(data.get("id") or ""),
         )
 
     def _error_object(self, error: Any, default: ProviderErrorKind) -> ProviderError:
@@ -210,6 +212,7 @@ class _OpenAIStream(StreamAssembler):
         self.finish: Any = None
         self.usage: Any = None
         self.model: Any = None
+        self.id: Any = None
 
     def _call_slot(self, tc: dict[str, Any]) -> dict[str, Any]:
         index = tc.get("index")
@@ -240,6 +243,7 @@ class _OpenAIStream(StreamAssembler):
                 # status, treat them like a broken stream.
                 raise self.provider._error_object(chunk["error"], default="network")
             self.model = chunk.get("model") or self.model
+            self.id = self.id or chunk.get("id")
             if chunk.get("usage"):
                 self.usage = chunk["usage"]
             for choice in chunk.get("choices") or []:
@@ -279,6 +283,8 @@ class _OpenAIStream(StreamAssembler):
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
             "model": self.model,
         }
+        if self.id:
+            body["id"] = self.id
         if self.usage:
             body["usage"] = self.usage
         return body
@@ -313,7 +319,32 @@ def _repr(data: Any) -> str:
     return json.dumps(data, default=str)
 
 
+# Services that speak the chat-completions API, by host, under the names the OpenTelemetry
+# GenAI conventions give them (gen_ai.provider.name's well-known values).
+_IDENTITY_BY_HOST = {
+    WELL_KNOWN_HOST: "openai",
+    "api.groq.com": "groq",
+    "api.deepseek.com": "deepseek",
+    "api.mistral.ai": "mistral_ai",
+    "api.x.ai": "x_ai",
+    "api.perplexity.ai": "perplexity",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+}
+
+
+def identity(config: ProviderConfig) -> str:
+    """Who an ``openai_compat`` provider talks to: the service its ``base_url``'s host
+    is known to be (Azure OpenAI by its ``*.openai.azure.com`` hosts), else ``openai``
+    — the API it speaks, which is what the conventions ask for an OpenAI-compatible
+    server they have no name for (``server.address`` says which one it is)."""
+    host = host_of(config.base_url)
+    if host.endswith(".openai.azure.com"):
+        return "azure.ai.openai"
+    return _IDENTITY_BY_HOST.get(host, "openai")
+
+
 @hookimpl
 def lich_register_providers(registry: ProviderRegistry) -> None:
     """Register the ``openai_compat`` provider kind."""
-    registry.register("openai_compat", OpenAICompatProvider, defaults=DEFAULTS)
+    registry.register("openai_compat", OpenAICompatProvider, defaults=DEFAULTS,
+                      identity=identity)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -35,9 +35,15 @@ class RunStartInfo:
     model: str
     agent_name: str
     capture_content: bool
+    #: Each provider's (by its config name) ``gen_ai.provider.name``: what its kind
+    #: declared itself (:meth:`lich.providers.ProviderRegistry.identity`).
     provider_kinds: Mapping[str, str]
     first_provider: str
     temperature: float | None
     max_tokens: int | None
     started_ns: int | None = None
     caller: contextvars.Context | None = None
+    #: Each provider's ``(server.address, server.port)``, from its resolved base URL.
+    provider_servers: Mapping[str, tuple[str, int]] = attrs.field(factory=dict)
+    #: The description of a tool by its name (``gen_ai.tool.description``), if any.
+    tool_description: Callable[[str], str | None] = lambda _name: None

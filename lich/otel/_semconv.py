@@ -16,7 +16,7 @@ from typing import Final
 #: The revision of https://github.com/open-telemetry/semantic-conventions whose
 #: GenAI documents (docs/gen-ai/gen-ai-spans.md, gen-ai-agent-spans.md) and
 #: attribute registry lich follows.
-SEMCONV_VERSION: Final = "1.41.0"
+SEMCONV_VERSION: Final = "1.41.1"
 SCHEMA_URL: Final = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 
 # Operation names (gen_ai.operation.name) and the span names built from them.
@@ -30,6 +30,8 @@ SPAN_COMPRESS: Final = "lich.compress"
 OPERATION_NAME: Final = "gen_ai.operation.name"
 PROVIDER_NAME: Final = "gen_ai.provider.name"
 ERROR_TYPE: Final = "error.type"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
 
 # Agent
 AGENT_NAME: Final = "gen_ai.agent.name"
@@ -40,6 +42,7 @@ REQUEST_MODEL: Final = "gen_ai.request.model"
 REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
 REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
 RESPONSE_MODEL: Final = "gen_ai.response.model"
+RESPONSE_ID: Final = "gen_ai.response.id"
 RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
@@ -51,6 +54,7 @@ USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
 TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 TOOL_TYPE: Final = "gen_ai.tool.type"
+TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
 TOOL_TYPE_FUNCTION: Final = "function"
 
 # Content: recorded only when capture_content is on (opt-in in the conventions too).

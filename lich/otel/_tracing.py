@@ -24,6 +24,7 @@ import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,11 +40,59 @@ from lich.otel import _semconv as sc
 from lich.otel._plan import ExportPlan, RunStartInfo
 from lich.types import Usage
 
-__all__ = ["Tracing", "build_provider"]
+__all__ = ["ExportTrouble", "Tracing", "build_provider", "watch_export"]
 
 log = logging.getLogger("lich.otel")
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.-]{0,63}")
+#: The OTLP/HTTP exporter's loggers (a logger's filter sees only its own records, not
+#: its children's): one line per failed attempt, a traceback's worth.
+_EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                     "opentelemetry.exporter.otlp.proto.http._common")
+_ERRNO_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+class ExportTrouble(logging.Filter):
+    """The exporter's own log lines, turned into one warning of lich's: the first
+    failure to export (a collector that is down or unreachable) is said once, with
+    its reason and where the spans were going, and the exporter's lines — one per
+    retry, each a wall of urllib3 text — are dropped. :attr:`reason` tells
+    :meth:`Tracing.shutdown` not to wait for an export that cannot succeed."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__()
+        self.endpoint = endpoint
+        self.reason: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        if self.reason is None:
+            text = record.getMessage()
+            found = _ERRNO_REASON.search(text)
+            self.reason = (found.group(1).strip().lower() if found
+                           else text.splitlines()[0][:200] if text else "export failed")
+            log.warning("otel: spans cannot be exported to %s (%s); they are dropped",
+                        self.endpoint, self.reason)
+        return False
+
+
+def _watch_exporter(endpoint: str) -> ExportTrouble:
+    trouble = ExportTrouble(endpoint)
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, ExportTrouble)]:
+            logger.removeFilter(old)  # a later provider of the same process watches now
+        logger.addFilter(trouble)
+    return trouble
+
+
+def _endpoint(plan: ExportPlan) -> str:
+    import os
+
+    return (plan.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
+                .rstrip("/") + "/v1/traces"))
 
 
 def _exporters(plan: ExportPlan) -> list[SpanExporter]:
@@ -74,6 +123,12 @@ def build_provider(plan: ExportPlan) -> TracerProvider:
     for exporter in _exporters(plan):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+def watch_export(plan: ExportPlan) -> ExportTrouble | None:
+    """Turn the OTLP exporter's failure lines into one of lich's (:class:`ExportTrouble`,
+    to hand to :class:`Tracing`); ``None`` without that exporter."""
+    return _watch_exporter(_endpoint(plan)) if "otlp_http" in plan.exporters else None
 
 
 def _error_code(error: str | None, default: str) -> str:
@@ -156,9 +211,10 @@ class _Run:
         self.error_kind: str | None = None
         # What every chat span of the run carries besides its turn, and its name: the
         # same for each model call, so built once per run rather than per span.
-        rest: dict[str, Any] = {}
+        rest: dict[str, Any] = {sc.CONVERSATION_ID: info.session_id}
         if info.first_provider:
             rest[sc.PROVIDER_NAME] = self.kind_of(info.first_provider)
+            rest.update(self.server_of(info.first_provider))
         if info.model:
             rest[sc.REQUEST_MODEL] = info.model
         if info.temperature is not None:
@@ -172,6 +228,12 @@ class _Run:
     def kind_of(self, provider: str) -> str:
         return self.info.provider_kinds.get(provider) or provider
 
+    def server_of(self, provider: str) -> dict[str, Any]:
+        """``server.address`` and ``server.port`` of ``provider`` (none when unknown)."""
+        server = self.info.provider_servers.get(provider)
+        return {} if server is None else {sc.SERVER_ADDRESS: server[0],
+                                          sc.SERVER_PORT: server[1]}
+
 
 class Tracing:
     """The spans of every open run, fed by :meth:`on_event`.
@@ -179,12 +241,16 @@ class Tracing:
     :param provider: where the spans go (the plugin's own, or one a test or an
         embedding application passes in).
     :param flush_timeout_s: how long :meth:`shutdown` waits for the export at exit.
+    :param trouble: the exporter's failures (:func:`watch_export`): once one is known,
+        :meth:`shutdown` does not wait.
     """
 
-    def __init__(self, provider: trace.TracerProvider, *, flush_timeout_s: float = 5.0) -> None:
+    def __init__(self, provider: trace.TracerProvider, *, flush_timeout_s: float = 5.0,
+                 trouble: ExportTrouble | None = None) -> None:
         from lich import __version__
 
         self.provider = provider
+        self.trouble = trouble
         self.tracer = provider.get_tracer("lich", __version__, schema_url=sc.SCHEMA_URL)
         self.flush_timeout_s = flush_timeout_s
         self.runs: dict[str, _Run] = {}
@@ -292,8 +358,12 @@ class Tracing:
                                       **_usage_attributes(result.usage)}
         provider = result.provider_name
         if provider:
-            attributes[sc.PROVIDER_NAME] = run.info.provider_kinds.get(provider) or provider
+            # The provider that answered (after a failover, not the first one).
+            attributes[sc.PROVIDER_NAME] = run.kind_of(provider)
             attributes[sc.LICH_PROVIDER] = provider
+            attributes.update(run.server_of(provider))
+        if result.response_id:
+            attributes[sc.RESPONSE_ID] = result.response_id
         if result.model:
             attributes[sc.RESPONSE_MODEL] = result.model
         cost = _cost(envelope.event)
@@ -357,6 +427,9 @@ class Tracing:
             sc.TOOL_TYPE: sc.TOOL_TYPE_FUNCTION,
             sc.LICH_TURN: envelope.event.turn,
         }
+        description = run.info.tool_description(call.name)
+        if description:
+            attributes[sc.TOOL_DESCRIPTION] = description
         if run.capture:
             attributes[sc.TOOL_CALL_ARGUMENTS] = run.asked[call.id] = _json(dict(call.args))
         name = run.tool_names.get(call.name)
@@ -514,10 +587,17 @@ class Tracing:
         shutdown = getattr(self.provider, "shutdown", None)
         if shutdown is None:
             return
+        trouble = self.trouble
         worker = threading.Thread(target=shutdown, name="lich-otel-shutdown", daemon=True)
         worker.start()
-        worker.join(self.flush_timeout_s)
-        if worker.is_alive():
+        deadline = time.monotonic() + self.flush_timeout_s
+        # In slices: once an export has failed (the collector is down), the exporter
+        # only retries until its own timeout, and the exit must not wait for that.
+        while worker.is_alive() and time.monotonic() < deadline:
+            if trouble is not None and trouble.reason is not None:
+                return  # said once already, when it failed
+            worker.join(min(0.05, max(0.0, deadline - time.monotonic())))
+        if worker.is_alive() and (trouble is None or trouble.reason is None):
             log.warning("otel: spans not exported within %gs at exit; the rest are dropped",
                         self.flush_timeout_s)
 

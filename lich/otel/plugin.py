@@ -7,7 +7,9 @@ each tool call an ``execute_tool {name}`` span, a context compression a
 names follow one pinned revision of the GenAI semantic conventions
 (:mod:`lich.otel._semconv`); ``docs/telemetry.md`` lists every span and attribute.
 
-It implements only ``lich_check_config``, ``lich_run_start`` and ``lich_event``.
+It implements only ``lich_check_config``, ``lich_register_providers`` (to read what
+each provider kind declares itself: ``gen_ai.provider.name``), ``lich_run_start``
+and ``lich_event``.
 Spans are started and ended inline as the events arrive; the SDK's batch
 processor exports them from its own thread. Message and tool contents are
 recorded only with ``capture_content = true``.
@@ -36,12 +38,13 @@ the SDK is imported, in a worker thread, when the first run starts.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -54,10 +57,11 @@ from lich.settings import ConfigError, between, non_empty, one_of, setting, stru
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-    from lich.config import LichConfig
+    from lich.config import LichConfig, ProviderConfig
     from lich.events import Envelope
     from lich.hooks import RunInfo
     from lich.otel._tracing import Tracing
+    from lich.providers import ProviderRegistry
 
 __all__ = [
     "EXPORTERS",
@@ -68,6 +72,7 @@ __all__ = [
     "export_plan",
     "lich_check_config",
     "lich_event",
+    "lich_register_providers",
     "lich_run_start",
     "load_settings",
 ]
@@ -253,6 +258,27 @@ class OtelPlugin:
         # run id -> (start in ns, model, the caller's context) from the run_start event,
         # which comes before lich_run_start.
         self._pending: dict[str, tuple[int, str, contextvars.Context]] = {}
+        # The provider kinds of the agent being built (what a provider says it is).
+        self._registry: ProviderRegistry | None = None
+
+    @hookimpl
+    def lich_register_providers(self, registry: ProviderRegistry) -> None:
+        """Keep the registry: each kind's declared identity names its providers'
+        spans (nothing is registered)."""
+        self._registry = registry
+
+    def _identity(self, provider: ProviderConfig) -> str:
+        registry = self._registry
+        found = registry.identity(provider) if registry is not None else ""
+        return found or provider.kind or provider.name
+
+    def _server(self, provider: ProviderConfig) -> tuple[str, int] | None:
+        registry = self._registry
+        base_url = provider.base_url
+        if registry is not None:
+            with contextlib.suppress(ConfigError):
+                base_url = registry.resolve(provider).base_url
+        return _server_of(base_url)
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -294,13 +320,14 @@ class OtelPlugin:
                 return None
             from opentelemetry import trace
 
-            from lich.otel._tracing import Tracing, build_provider
+            from lich.otel._tracing import Tracing, build_provider, watch_export
 
             provider = build_provider(plan)
             if self._install_global and isinstance(trace.get_tracer_provider(),
                                                    trace.ProxyTracerProvider):
                 trace.set_tracer_provider(provider)
-            self._tracing = Tracing(provider, flush_timeout_s=plan.flush_timeout_s)
+            self._tracing = Tracing(provider, flush_timeout_s=plan.flush_timeout_s,
+                                    trouble=watch_export(plan))
             self._tracing.shutdown_at_exit()
             return self._tracing
 
@@ -343,7 +370,10 @@ class OtelPlugin:
             model=pending[1],
             agent_name=settings.agent_name,
             capture_content=_capture(settings, self.environ),
-            provider_kinds={p.name: p.kind or p.name for p in providers},
+            provider_kinds={p.name: self._identity(p) for p in providers},
+            provider_servers={p.name: server for p in providers
+                              if (server := self._server(p)) is not None},
+            tool_description=_describer(run),
             first_provider=providers[0].name if providers else "",
             temperature=config.temperature if config is not None else None,
             max_tokens=config.max_tokens if config is not None else None,
@@ -375,6 +405,31 @@ class OtelPlugin:
             tracing.on_event(event)
 
 
+def _server_of(url: str | None) -> tuple[str, int] | None:
+    """``(host, port)`` of ``url`` (the scheme's port when none is given)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def _describer(run: RunInfo) -> Callable[[str], str | None]:
+    """A tool's description by its name, from the run's registry (read when the tool
+    is called: a server's tools may have changed since the run began)."""
+
+    def describe(name: str) -> str | None:
+        tool = run.tool(name)
+        return tool.description if tool is not None and tool.description else None
+
+    return describe
+
+
 _PLUGIN = OtelPlugin()
 
 
@@ -382,6 +437,12 @@ _PLUGIN = OtelPlugin()
 def lich_check_config(config: LichConfig) -> None:
     """Check ``[otel]`` and the ``OTEL_*`` variables lich reads."""
     _PLUGIN.lich_check_config(config)
+
+
+@hookimpl
+def lich_register_providers(registry: ProviderRegistry) -> None:
+    """Read what each provider kind declares itself (``gen_ai.provider.name``)."""
+    _PLUGIN.lich_register_providers(registry)
 
 
 @hookimpl

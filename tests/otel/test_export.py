@@ -324,3 +324,39 @@ def test_lich_config_validate_checks_the_plugin(tmp_path: Path) -> None:
     env_bad = validate("", OTEL_TRACES_EXPORTER="zipkin")
     assert env_bad.returncode == 2
     assert "OTEL_TRACES_EXPORTER: 'zipkin' is not an exporter" in env_bad.stderr
+
+
+def test_an_unreachable_collector_is_one_warning_line_and_does_not_hold_the_exit(
+    tmp_path: Path, lich_scripted_server: Callable[..., Any]
+) -> None:
+    """``+otel`` with no collector: one line of lich's, none of the exporter's retries,
+    and the exit does not wait for an export that cannot succeed — here the exporter
+    would retry for ten minutes and the flush wait is the longest allowed, so a
+    process that waited would be killed by the subprocess timeout."""
+    import socket
+
+    from lich_env import lich_env
+
+    model = lich_scripted_server([Reply("hello back")])
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        config = tmp_path / "lich.toml"
+        config.write_text(
+            'plugins = ["+otel"]\nstream = false\n'
+            f'[otel]\nendpoint = "http://127.0.0.1:{port}"\nflush_timeout_s = 300\n',
+            encoding="utf-8")
+        env = lich_env(tmp_path, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="600")
+        done = subprocess.run(
+            [sys.executable, "-m", "lich", "--config", str(config), "--base-url",
+             f"{model.base_url}", "--model", "m", "say hello"],
+            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "hello back"
+    otel_lines = [line for line in done.stderr.splitlines() if "otel" in line.lower()
+                  or "traces" in line or "export" in line.lower()]
+    assert otel_lines == [f"[lich:warn] otel: spans cannot be exported to "
+                          f"http://127.0.0.1:{port}/v1/traces (connection refused); "
+                          "they are dropped"], done.stderr
+    assert "Transient error" not in done.stderr
+    assert "HTTPConnectionPool" not in done.stderr

@@ -27,6 +27,16 @@ CONTENT_KEYS = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.syste
                 "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
                 "lich.tool.call.original_arguments", "lich.error.message"}
 USER_INPUT = "please echo the magic word xyzzy"
+ECHO_DESCRIPTION = "Say the text back."  # conftest's echo tool
+#: The scripted servers of the last scripted_run: primary, backup.
+SERVERS: list[ScriptedServer] = []
+
+
+def server_attributes(server: ScriptedServer) -> dict[str, Any]:
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server.base_url)
+    return {"server.address": url.hostname, "server.port": url.port}
 
 
 async def scripted_run(
@@ -48,6 +58,7 @@ async def scripted_run(
         Fail(401, {"error": {"message": "bad key"}}),
     ])
     backup = server([Reply("the word was xyzzy", usage=Usage(200, 8, 208))])
+    SERVERS[:] = [primary, backup]
     config = make_test_config(
         tmp_path,
         plugins=("openai_compat", "failover"),
@@ -95,7 +106,8 @@ async def test_a_scripted_run_as_spans(
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "lich",
         "gen_ai.conversation.id": result.session_id,
-        "gen_ai.provider.name": "openai_compat",
+        # An OpenAI-compatible server the conventions have no name for: the API's.
+        "gen_ai.provider.name": "openai",
         "gen_ai.request.model": "m-primary",
         "lich.run_id": result.run_id,
         "lich.stopped_reason": "final",
@@ -108,12 +120,16 @@ async def test_a_scripted_run_as_spans(
 
     first, second = sorted(spans.named("chat m-primary"), key=lambda s: s.start_time or 0)
     assert first.kind == SpanKind.CLIENT
+    primary, backup = SERVERS
     assert dict(first.attributes or {}) == {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "openai_compat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.conversation.id": result.session_id,
+        **server_attributes(primary),
         "gen_ai.request.model": "m-primary",
         "gen_ai.request.temperature": 0.2,
         "gen_ai.response.model": "m-primary",
+        "gen_ai.response.id": "chatcmpl-scripted",
         "gen_ai.response.finish_reasons": ("tool_calls",),
         "gen_ai.usage.input_tokens": 120,
         "gen_ai.usage.output_tokens": 30,
@@ -130,6 +146,9 @@ async def test_a_scripted_run_as_spans(
     ]
     assert second.attributes is not None
     assert second.attributes["lich.provider"] == "backup"
+    # The provider that answered: its server, not the first provider's.
+    assert {k: second.attributes[k] for k in ("server.address", "server.port")} == \
+        server_attributes(backup)
     assert second.attributes["gen_ai.response.model"] == "m-backup"
     assert second.attributes["gen_ai.response.finish_reasons"] == ("stop",)
     assert second.attributes["gen_ai.usage.input_tokens"] == 200
@@ -144,6 +163,7 @@ async def test_a_scripted_run_as_spans(
         "gen_ai.tool.name": "echo",
         "gen_ai.tool.call.id": "c1",
         "gen_ai.tool.type": "function",
+        "gen_ai.tool.description": ECHO_DESCRIPTION,
         "lich.turn": 1,
         "lich.rewritten_by": ("guard",),
     }
