@@ -36,6 +36,7 @@ from lich.secret_files import fd_holds_private_key
 from lich.tools import Tool, ToolContext
 from lich.types import ToolResult
 from lich_builtin_tools._common import KEY_TEXT, PROTECTED_TEXT, schema
+from lich_builtin_tools._settings import ReadFileSettings, tool_settings
 
 __all__ = [
     "DOCS_UNAVAILABLE",
@@ -149,16 +150,18 @@ def _own_docs(root: Path) -> bool:
 
 
 def _open_doc(
-    root: Path, rel: str, protected: ProtectedPaths | None = None
+    root: Path, rel: str, protected: ProtectedPaths | None = None,
+    allow_hard_links: bool = False,
 ) -> tuple[int, os.stat_result]:
     """The doc ``rel`` opened beneath ``root`` (:func:`lich.guards.open_beneath`: a
     link swapped in since the listing cannot lead outside, nor to a file ``protected``
     covers) and its stat.
 
-    With ``protected`` on, a file with more than one hard link is refused (outside
-    lich's own installed docs): a hard link made in the docs dir to a file outside it
-    (``ln ~/.ssh/id_rsa docs/key.md``) is that file, and no path check can tell; so is
-    a file holding a private key, whatever it is called.
+    A file with more than one hard link is refused (outside lich's own installed
+    docs, and unless ``allow_hard_links``): a hard link made in the docs dir to a
+    file outside it (``ln ~/.ssh/id_rsa docs/key.md``) is that file, and no path
+    check can tell. With ``protected`` on, so is a file holding a private key,
+    whatever it is called.
 
     :raises OSError: gone, unreadable, protected, a hard link, a key, or not a
         regular file.
@@ -174,7 +177,7 @@ def _open_doc(
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file")
-    if protected and st.st_nlink > 1 and not _own_docs(root):
+    if st.st_nlink > 1 and not allow_hard_links and not _own_docs(root):
         os.close(fd)
         raise OSError(errno.EACCES, f"it has {st.st_nlink} hard links and may be a file "
                                     "outside the docs dir")
@@ -191,10 +194,11 @@ def _read_doc(fd: int) -> str:
         return fh.read().decode("utf-8", "replace")
 
 
-def _sections(root: Path, rel: str, protected: ProtectedPaths | None = None) -> list[Section]:
+def _sections(root: Path, rel: str, protected: ProtectedPaths | None = None,
+              allow_hard_links: bool = False) -> list[Section]:
     path = root / rel
     try:
-        fd, st = _open_doc(root, rel, protected)
+        fd, st = _open_doc(root, rel, protected, allow_hard_links)
     except (OSError, ToolError):
         return []
     try:
@@ -250,7 +254,8 @@ def _snippet(body: str, terms: list[str]) -> str:
 
 
 def search_docs(
-    root: Path, query: str, max_results: int, protected: ProtectedPaths | None = None
+    root: Path, query: str, max_results: int, protected: ProtectedPaths | None = None,
+    allow_hard_links: bool = False,
 ) -> list[tuple[Section, int]]:
     """The best ``max_results`` sections for ``query``, as ``(section, score)``.
 
@@ -262,7 +267,7 @@ def search_docs(
     whole = query.strip().lower()
     scored: list[tuple[Section, int]] = []
     for rel in list_doc_files(root, protected):
-        for section in _sections(root, rel, protected):
+        for section in _sections(root, rel, protected, allow_hard_links):
             score = _score(section, terms, whole)
             if score > 0:
                 scored.append((section, score))
@@ -298,7 +303,8 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
         limit = max(1, int(optional_number_arg(args, "limit", 400)))
         try:
             # Opened beneath the root: the .md form must not escape through a link either.
-            text = _read_doc(_open_doc(root, rel, ctx.protected)[0])
+            allow = tool_settings(ctx, "docs_read", ReadFileSettings).allow_hard_links
+            text = _read_doc(_open_doc(root, rel, ctx.protected, allow)[0])
         except OSError as exc:
             if exc.errno == errno.EACCES:
                 raise ToolError(f"forbidden_path: {target[:200]} ({exc.strerror})") from exc
@@ -311,7 +317,8 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
         query = require_string_arg(args, "query")
         max_results = optional_int_arg(args, "max_results", 5, lo=1, hi=20)
         root = root_for(ctx)
-        hits = search_docs(root, query, max_results, ctx.protected)
+        allow = tool_settings(ctx, "docs_search", ReadFileSettings).allow_hard_links
+        hits = search_docs(root, query, max_results, ctx.protected, allow)
         if not hits:
             return ToolResult.success(f"no results for: {query}")
         terms = _terms(query)

@@ -125,8 +125,8 @@ SETTINGS: Mapping[str, type[ToolSettings]] = {
     "process_list": ToolSettings,
     "disk_usage": ToolSettings,
     "env_get": ToolSettings,
-    "docs_read": ToolSettings,
-    "docs_search": ToolSettings,
+    "docs_read": ReadFileSettings,
+    "docs_search": ReadFileSettings,
 }
 """The settings class of every builtin tool, by tool name."""
 

@@ -170,3 +170,31 @@ async def test_the_docs_tools_refuse_a_hard_link_out_of_the_docs_dir(
     assert doc.error.startswith("forbidden_path:")
     assert "hard links" in doc.error
     assert CANARY not in doc.output + found.output + grep.output
+
+
+async def test_a_docs_hard_link_is_refused_without_the_policy_too(
+    work: Path, tmp_path: Path,
+) -> None:
+    """As read_file refuses one whatever the policy: only allow_hard_links lifts it."""
+    secret = tmp_path / "elsewhere.md"
+    secret.write_text(f"# Elsewhere\n\n{CANARY}\n")
+    os.link(secret, work / "docs" / "linked.md")
+    config = make_test_config(work, plugins=("builtin_tools",), protect_private_files=False)
+    agent = Agent(config, chat=ScriptedChat([]))
+    try:
+        refused = await _call(agent, "docs_read", {"path": "linked.md"})
+        unfound = await _call(agent, "docs_search", {"query": "elsewhere"})
+    finally:
+        await agent.aclose()
+    allowed_config = make_test_config(
+        work, plugins=("builtin_tools",), protect_private_files=False,
+        tools={"docs_read": {"allow_hard_links": True}})
+    allowing = Agent(allowed_config, chat=ScriptedChat([]))
+    try:
+        allowed = await _call(allowing, "docs_read", {"path": "linked.md"})
+    finally:
+        await allowing.aclose()
+    assert refused.error is not None
+    assert "hard links" in refused.error
+    assert CANARY not in unfound.output
+    assert CANARY in allowed.output
