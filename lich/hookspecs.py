@@ -7,12 +7,13 @@ Rules that hold for every hook:
   for one the spec lacks — that plugin then fails to load (phase ``validate``).
   Specs grow only by adding arguments.
 * An implementation may be ``def`` or ``async def``; lich awaits what needs
-  awaiting. A plain ``def`` implementation of ``lich_run_start``,
-  ``lich_before_tool_call``, ``lich_after_tool_call`` or ``lich_run_end``
-  runs in a worker thread, so a slow one neither blocks the event loop nor
-  escapes ``hook_timeout_s``; ``lich_event`` and the registration hooks run
-  inline. (So does ``lich_before_model_call`` in a thread, and
-  ``lich_price_call`` inline: it must be a fast plain ``def``.)
+  awaiting. A plain ``def`` implementation of a run-time hook (every hook
+  called under a deadline: ``lich_run_start``, ``lich_before_model_call``, the
+  tool-call and approval hooks, ``lich_run_end``, ``lich_shutdown``) runs in a
+  worker thread, so a slow one neither blocks the event loop nor escapes
+  ``hook_timeout_s``, unless marked :func:`lich.hooks.runs_inline`;
+  ``lich_event``, ``lich_price_call`` and the registration hooks run inline
+  (``lich_price_call`` must be a fast plain ``def``).
 * Implementations run in pluggy order: the most recently registered plugin
   first, ``tryfirst``/``trylast`` respected. Builtins are registered before
   third-party plugins, so a third-party implementation runs before a builtin.
