@@ -287,3 +287,47 @@ def test_the_plugin_keeps_nothing_of_a_config_that_is_gone(tmp_path: Path) -> No
     del config, run
     gc.collect()
     assert key not in approvals._known
+
+
+# -- the grants the plugin keeps itself ---------------------------------------------
+
+
+def test_grants_forget_the_least_recently_used_session_beyond_their_bound() -> None:
+    from lich.approvals.grants import ApprovalGrants
+
+    grants = ApprovalGrants(max_sessions=2)
+    grants.grant("a", ["echo(a)"])
+    grants.grant("b", ["echo(b)"])
+    assert grants.granted("a") == ("echo(a)",)  # a lookup makes "a" the most recent
+    grants.grant("c", ["echo(c)", "echo(c)"])
+    assert grants.granted("b") == ()  # the least recently used went
+    assert grants.granted("a") == ("echo(a)",)
+    assert grants.granted("c") == ("echo(c)",)  # each rule once
+
+
+def test_the_plugin_answers_only_what_its_grants_cover(tmp_path: Path) -> None:
+    """Its approver answers a covered request as ``session``; anything else is left to
+    a person (``None``), and only an approved session/always answer grants."""
+    from lich.approvals.grants import SESSION_GRANTS
+    from lich.events import ApprovalResolved
+    from lich.hooks import ApprovalRequest
+
+    config = _config(tmp_path, ask=["mark"])
+    agent = Agent(config, chat=ScriptedChat(["x"]), plugins=[("markers", _Tools(tmp_path))])
+    run = RunInfo("r", "s-covered", "go", str(tmp_path), agent.config, tools=agent.tools)
+    call = ToolCall("c", "mark", {"name": "x"})
+    rules = approvals.lich_approval_rules(call, run)
+    request = ApprovalRequest("1a2b", call, "asks", rules=rules, tool=agent.tools.get("mark"))
+    assert approvals.lich_request_approval(request, run) is None
+    approvals.lich_approval_resolved(request, ApprovalResolved("1a2b", "c", False, "session"),
+                                     run)
+    approvals.lich_approval_resolved(request, ApprovalResolved("1a2b", "c", True, "once"), run)
+    assert SESSION_GRANTS.granted("s-covered") == ()
+    approvals.lich_approval_resolved(request, ApprovalResolved("1a2b", "c", True, "session"),
+                                     run)
+    assert SESSION_GRANTS.granted("s-covered") == rules
+    answer = approvals.lich_request_approval(request, run)
+    assert answer is not None
+    assert (answer.approved, answer.scope, answer.approver) == (True, "session", "session")
+    other = RunInfo("r", "s-other", "go", str(tmp_path), agent.config, tools=agent.tools)
+    assert approvals.lich_request_approval(request, other) is None
