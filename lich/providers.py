@@ -24,7 +24,7 @@ from lich._converter import did_you_mean
 from lich.config import ConfigError, LichConfig, ProviderConfig, no_model_message
 from lich.events import Event, Failover, Retry
 from lich.registry import Registry
-from lich.secrets import redact_values, secret_values
+from lich.secrets import redact_url, redact_urls, redact_values, secret_values
 from lich.types import (
     ChatFn,
     ChatOptions,
@@ -319,7 +319,8 @@ def build_chat(
 
 
 def redact_provider_error(exc: ProviderError, names: Iterable[str] = ()) -> ProviderError:
-    """``exc`` with the value of every secret variable replaced by ``[redacted]``.
+    """``exc`` with the value of every secret variable, and the credentials of every
+    URL in it (:func:`lich.secrets.redact_urls`), replaced by ``[redacted]``.
 
     The values are those of ``names`` (the provider key variables) and of
     every secret-looking name (:func:`lich.secrets.is_secret_name`) in the
@@ -329,14 +330,18 @@ def redact_provider_error(exc: ProviderError, names: Iterable[str] = ()) -> Prov
     returned when nothing needed hiding.
     """
     values = secret_values(names)
-    message = redact_values(exc.message, values)
+    # And the credentials of a URL the error quotes (a base_url with user:password@,
+    # a ?key= of a proxy): an HTTP library's message names the URL it called.
+    message = redact_urls(redact_values(exc.message, values))
     attempts = tuple(
-        (provider, attempt, kind, redact_values(text, values))
+        (provider, attempt, kind, redact_urls(redact_values(text, values)))
         for provider, attempt, kind, text in exc.attempts
     )
-    if message == exc.message and attempts == exc.attempts:
+    url = redact_url(exc.url) if exc.url else exc.url  # shown in every line (where)
+    proxy = redact_url(exc.proxy) if exc.proxy else exc.proxy
+    if (message, attempts, url, proxy) == (exc.message, exc.attempts, exc.url, exc.proxy):
         return exc
-    return attrs.evolve(exc, message=message, attempts=attempts)
+    return attrs.evolve(exc, message=message, attempts=attempts, url=url, proxy=proxy)
 
 
 def redacting_chat(chat: ChatFn, names: Iterable[str] = ()) -> ChatFn:
@@ -357,7 +362,8 @@ def redacting_chat(chat: ChatFn, names: Iterable[str] = ()) -> ChatFn:
         if on_event is not None:
             def emit_redacted(event: Event) -> None:
                 if isinstance(event, (Retry, Failover)):
-                    clean = redact_values(event.message, secret_values(frozen_names))
+                    clean = redact_urls(redact_values(event.message,
+                                                      secret_values(frozen_names)))
                     if clean != event.message:
                         event = attrs.evolve(event, message=clean)
                 on_event(event)

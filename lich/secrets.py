@@ -196,7 +196,9 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        secret = [_secret_query_key(k) for k, _ in pairs]
+        # (An empty value hides nothing: left as it is, so a URL redacted once and
+        # read again, its "[redacted]" cut off by the text around it, stays the same.)
+        secret = [bool(v) and v != REDACTED and _secret_query_key(k) for k, v in pairs]
         if any(secret):
             query = urlencode([(k, REDACTED if hide else v)
                                for (k, v), hide in zip(pairs, secret, strict=True)],

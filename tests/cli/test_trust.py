@@ -127,7 +127,7 @@ UNTRUSTED_COMMANDS = [
     ("hi",), ("run", "hi"), ("--json", "hi"), ("chat",), ("tools",), ("plugins",),
     ("config", "show"), ("config", "show", "--json"), ("config", "validate"),
     ("config", "path"), ("sessions", "list"), ("mcp", "list"), ("mcp", "serve"),
-    ("gateway", "--help"), ("--help",),
+    ("gateway", "--help"), ("--help",), ("worker", "--help"), ("cluster", "status"),
 ]
 
 
@@ -235,6 +235,24 @@ def test_the_question_on_the_terminal_trusts_when_answered_yes(clone: Clone) -> 
         term.close()
     assert clone.plugin_marker.exists()
     assert clone.trust_file().exists()
+
+
+@pytest.mark.parametrize("args", [("tui",), ("chat",)], ids=" ".join)
+def test_on_a_terminal_a_no_to_the_question_runs_nothing(clone: Clone, args: tuple[str]) -> None:
+    from .approval_terminal import Terminal
+
+    term = Terminal(args, cwd=clone.repo, env=clone.env())
+    try:
+        shown = term.expect("Trust this project")
+        assert "[mcp]" in shown or "[mcp]" in term.text
+        term.send("n\r")
+        term.expect("is not trusted: ignored")  # the one line, then the command goes on
+    finally:
+        term.close()
+    assert not clone.plugin_marker.exists()
+    assert not clone.mcp_marker.exists()
+    assert not clone.trust_file().exists()
+    assert clone.leaked() == []
 
 
 def test_the_user_plugin_list_is_read_from_the_user_config_dir_not_the_project(

@@ -98,3 +98,27 @@ def test_service_log_lines_lose_url_credentials(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert PASSWORD not in err
     assert err.count(REDACTED) == 2
+
+
+def test_a_provider_url_with_credentials_is_never_printed_or_recorded(tmp_path: Path) -> None:
+    work = tmp_path / "p"
+    work.mkdir()
+    with refused_port() as closed:
+        for args in ((), ("--json",)):
+            proc = subprocess.run(
+                [sys.executable, "-m", "lich", *args, "--provider-kind", "openai_compat",
+                 "--base-url", f"http://bob:{PASSWORD}@127.0.0.1:{closed}/v1?api_key={TOKEN}",
+                 "--model", "m", "hi"], cwd=work, env=lich_env(tmp_path),
+                capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 1, proc.stderr
+            shown = proc.stdout + proc.stderr
+            assert "network" in shown  # the failure is reported...
+            assert f"127.0.0.1:{closed}" in shown  # ...with where
+            assert PASSWORD not in shown
+            assert TOKEN not in shown
+    transcripts = list((work / ".lich" / "sessions").glob("*.jsonl"))
+    assert transcripts
+    for path in transcripts:
+        text = path.read_text(encoding="utf-8")
+        assert PASSWORD not in text
+        assert TOKEN not in text
