@@ -658,3 +658,40 @@ async def test_the_compress_role_summarises_with_its_own_model(
     # The run's hooks get the same role chat (built once per agent).
     assert run_seen == [agent.chat_for("compress")]
     assert json.dumps(event_types(seen)).count("compress_end") >= 1
+
+
+# ------------------------------------------------------------------ per-run plugin state
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.ends: list[tuple[str, int]] = []
+
+    @hookimpl
+    def lich_run_start(self, run: RunInfo) -> None:
+        run.state_for("counter")["calls"] = 0
+
+    @hookimpl
+    def lich_after_tool_call(self, run: RunInfo) -> None:
+        run.state_for("counter")["calls"] += 1
+
+    @hookimpl
+    def lich_run_end(self, run: RunInfo) -> None:
+        self.ends.append((run.run_id, run.state_for("counter")["calls"]))
+
+
+async def test_state_for_is_one_mapping_per_plugin_and_run(tmp_path: Path) -> None:
+    chat = ScriptedChat([Reply(tool_calls=[ToolCall("c1", "echo", {"text": "a"}),
+                                           ToolCall("c2", "echo", {"text": "b"})]), "one",
+                         "two"])
+    counter = Counter()
+    # The prompt edit makes a new RunInfo (its input changes): the state goes with it.
+    agent = make_agent(tmp_path, chat, ("counter", counter),
+                       ("edit", PromptPlugin(PromptEdit(context="ctx"))))
+    first = await agent.run("go")
+    second = await agent.run("again")
+    assert counter.ends == [(first.run_id, 2), (second.run_id, 0)]
+    run = RunInfo("r", "s", "i", str(tmp_path))
+    assert run.state_for("a") is run.state_for("a")
+    assert run.state_for("a") is not run.state_for("b")
+    await agent.aclose()
