@@ -423,6 +423,11 @@ class Agent:
             idempotent, and keeps the writer for the caller's ``turn_end`` and
             ``reply_sent``. Nothing is recorded without ``persist_sessions``.
 
+        ``input`` goes through ``lich_user_prompt`` first (every front end calls
+        this method, so every front end's messages do): the edited message is the
+        run's input; a refused one ends the run with ``stopped_reason="blocked"``
+        before any model call (:attr:`RunResult.refusal` says who refused it and why).
+
         A model failure re-raises its :class:`~lich.types.ProviderError` after
         ``lich_run_end`` has been called with ``stopped_reason="error"``. A
         transcript that cannot be written is logged and the run goes on without
