@@ -313,6 +313,8 @@ class _Reader:
     def redirected(self, node: Node) -> None:
         self.gaps(node, " \t")
         body = node.child_by_field_name("body")
+        if body is None:
+            self.problem("a redirection without a command")
         for child in node.children:
             if body is not None and child.id == body.id:
                 if child.type == "command":
@@ -379,6 +381,10 @@ class _Reader:
         if node.type != "file_redirect":
             self.problem(_describe(node.type))
             return
+        for fd in (c for c in node.children if c.type == "file_descriptor"):
+            if not self.text(fd).isdigit():
+                # The grammar takes `-2>&1` for a descriptor; bash, for a word and `>&1`.
+                self.problem("a word the grammar read as a file descriptor")
         kids = [c for c in node.children if c.type != "file_descriptor"]
         if not kids:
             self.problem("a redirection")
@@ -447,6 +453,10 @@ class _Reader:
                 self.nested(body)
             elif kind == "comment":
                 self.problem("a comment")
+            elif kind == "file_descriptor" and not self.text(current).isdigit():
+                # Not a descriptor to bash: a word of a command the grammar did not see.
+                self.complete = False
+                self.problem("a word the grammar read as a file descriptor")
             elif kind in ("test_command", "declaration_command", "unset_command"):
                 # `[ -v 'x[$(cmd)]' ]`, `declare 'x=([0]=$(cmd))'`: their words are
                 # evaluated (names, arithmetic, array values): read as code too.

@@ -155,6 +155,10 @@ ROWS: list[tuple[str, bool, bool]] = [
     ("git status ?", False, False),
     ("git status [a]", False, False),
     ("git status !x", False, False),
+    # The grammar reads `-x>&1` as a descriptor; bash, as a word and `>&1`.
+    ("git status &&-2>&1", False, False),
+    ("git status\n-touch>&1", False, False),
+    ("git status && touch -- pwned -2>&1", True, False),
 ]
 
 
