@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from collections.abc import Iterator, Sequence
 
 import tree_sitter_bash
@@ -80,9 +81,23 @@ _FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _MAX_NESTING = 4
 
 
-@functools.cache
+_LANGUAGE = Language(tree_sitter_bash.language())
+_local = threading.local()
+
+
 def _parser() -> Parser:
-    return Parser(Language(tree_sitter_bash.language()))
+    """This thread's parser (a tree-sitter parser is not to be shared between threads)."""
+    parser: Parser | None = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = Parser(_LANGUAGE)
+    return parser
+
+
+# Every byte of a non-ASCII character. The grammar's scanner corrupts memory on some
+# of them (a crash after enough lines); to bash they are plain word characters, as
+# `%` is: the grammar reads a copy with each such byte made `%`, so every offset is
+# the same and the words are taken from the line itself.
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
 
 
 @frozen
@@ -278,7 +293,7 @@ class _Reader:
         self.complete = True
 
     def text(self, node: Node) -> str:
-        return self.source[node.start_byte:node.end_byte].decode("utf-8", "surrogatepass")
+        return self.source[node.start_byte:node.end_byte].decode("utf-8", "surrogateescape")
 
     def problem(self, why: str) -> None:
         if why not in self.problems:
@@ -334,7 +349,7 @@ class _Reader:
         self.gap(self.source[at:node.end_byte], allowed)
 
     def gap(self, raw: bytes, allowed: str) -> None:
-        text = raw.decode("utf-8", "surrogatepass").replace("\\\n", "")
+        text = raw.decode("utf-8", "surrogateescape").replace("\\\n", "")
         if text.strip(allowed):
             self.problem(f"text the grammar skipped: {text.strip()!r}")
             self.complete = False
@@ -563,7 +578,7 @@ def _first_unknown(node: Node) -> str:
         for child in node.children:
             if child.type not in ('"', "string_content", "raw_string") and not (
                     child.type in ("word", "number") and _SAFE.fullmatch(
-                        child.text.decode("utf-8", "surrogatepass") if child.text else "")):
+                        child.text.decode("utf-8", "surrogateescape") if child.text else "")):
                 return _first_unknown(child)
     return node.type
 
@@ -617,7 +632,7 @@ def _read(line: str, depth: int) -> ShellLine:
         joined = _read(line.replace("\\\n", ""), depth)
         return ShellLine(line, joined.commands, joined.nested,
                          "a line continuation (backslash-newline)", complete=False)
-    tree = _parser().parse(source)
+    tree = _parser().parse(_NON_ASCII.sub(b"%", source))
     reader = _Reader(source, depth)
     reader.top(tree.root_node)
     reader.collect(tree.root_node)

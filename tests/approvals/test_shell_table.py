@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -216,3 +217,34 @@ def test_what_bash_does_and_what_the_rules_decide(line: str, ran: bool, allowed:
     assert not (ran and action == "allow")
     if ran and "touch" in line:
         assert _action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "deny"
+
+
+# Lines on which the grammar's own scanner corrupts memory (a segfault within a few
+# parses): `{` before characters outside the BMP, as a fuzzer found them.
+_CRASHERS = [
+    "git status 昘{\U0010cc2fp#\U0001c20b{\U0009204f搨𮪆譼",
+    "{\U00085075",
+    "git status {\U001073ffƤ\x16\U000d4752'\r2\"R\x1cî",
+    "echo {\U00010000,{\U0010ffff}} ${x:-{\U0001f600}",
+]
+
+
+def test_characters_that_crash_the_grammar_never_reach_it() -> None:
+    """Read in child processes, again and again: a crash would kill lich's process (on
+    the grammar itself about half of such children die, so eight tell)."""
+    script = (
+        "import sys\n"
+        "from lich.approvals.shell import _read\n"
+        "lines = [l for l in sys.stdin.read().split('\\x00') if l]\n"
+        "for _ in range(100):\n"
+        "    for line in lines:\n"
+        "        read = _read(line, 0)\n"
+        "print(read.problem)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for _ in range(8):
+        done = subprocess.run([sys.executable, "-c", script], input="\x00".join(_CRASHERS),
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "a parameter expansion" in done.stdout  # the last line was read
