@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from attrs import field, frozen
 
-from lich._converter import closest
+from lich.suggest import closest
 
 if TYPE_CHECKING:
     from lich.config import ProviderConfig

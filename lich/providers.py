@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 import attrs
 from attrs import field, frozen
 
-from lich._converter import did_you_mean
 from lich.config import ConfigError, LichConfig, ProviderConfig, no_model_message
 from lich.events import Event, Failover, Retry
 from lich.registry import Registry
 from lich.secrets import redact_url, redact_urls, redact_values, secret_values
+from lich.suggest import did_you_mean
 from lich.types import (
     ChatFn,
     ChatOptions,

@@ -454,7 +454,7 @@ def tools_for_run(
         with ``--tools`` that ``--read-only`` would take away, or ``--tools`` with
         ``--no-tools``.
     """
-    from lich._converter import did_you_mean
+    from lich.suggest import did_you_mean
 
     if settings.no_tools:
         if settings.tools is not None:

@@ -179,8 +179,8 @@ class LichGroup(click.Group):
         that is not enabled."""
         if not _COMMAND_NAME.match(word) or ctx.resilient_parsing:
             return  # (resilient: shell completion, which must never exit with an error)
-        from lich._converter import closest
         from lich.cli.common import EXIT_USAGE, echo_error
+        from lich.suggest import closest
 
         names = self.list_commands(ctx)
         failed = self._failed_plugin(word)

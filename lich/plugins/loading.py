@@ -35,11 +35,11 @@ import pluggy
 from attrs import evolve, field, frozen
 
 from lich import hookspecs
-from lich._converter import did_you_mean
 from lich.config import is_path_entry
 from lich.hooks import PROJECT, RUNS_INLINE_ATTR
 from lich.plugins import _entry_points as ep_index
 from lich.plugins.policy import HookPolicy, inline_hooks, policy_table
+from lich.suggest import did_you_mean
 
 __all__ = [
     "ENTRY_POINT_GROUP",
