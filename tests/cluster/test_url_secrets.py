@@ -82,22 +82,31 @@ def test_cluster_status_never_prints_the_bus_password(tmp_path: Path,
     assert f"{REDACTED}@127.0.0.1" in refused.stderr
 
 
-def test_service_log_lines_lose_url_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("service", [True, False], ids=["service", "cli"])
+def test_log_lines_lose_url_credentials(capsys: pytest.CaptureFixture[str],
+                                        service: bool) -> None:
     from lich.cli.common import setup_logging
 
-    setup_logging("info", service=True)
+    level = logging.getLogger("lich").level
+    setup_logging("info", service=service)
     try:
-        logging.getLogger("nats.aio.client").error(
-            "could not connect to nats://bob:%s@10.0.0.1:4222", PASSWORD)
+        logging.getLogger("lich.otel").warning(
+            "otel: spans cannot be exported to %s (%s)",
+            f"https://collector.example/v1/traces?api_key={TOKEN}", "refused")
         logging.getLogger("lich.gateway").warning("bus at nats://%s@h:1 is away", PASSWORD)
+        if service:  # a library's own logger reaches the service handler too
+            logging.getLogger("nats.aio.client").error(
+                "could not connect to nats://bob:%s@10.0.0.1:4222", PASSWORD)
     finally:
-        root = logging.getLogger()
-        for handler in list(root.handlers):
-            if type(handler).__name__ == "_CliLogHandler":
-                root.removeHandler(handler)
+        for owner in (logging.getLogger(), logging.getLogger("lich")):
+            for handler in list(owner.handlers):
+                if type(handler).__name__ == "_CliLogHandler":
+                    owner.removeHandler(handler)
+        logging.getLogger("lich").setLevel(level)
     err = capsys.readouterr().err
     assert PASSWORD not in err
-    assert err.count(REDACTED) == 2
+    assert TOKEN not in err
+    assert err.count(REDACTED) == (3 if service else 2)
 
 
 def test_a_provider_url_with_credentials_is_never_printed_or_recorded(tmp_path: Path) -> None:
