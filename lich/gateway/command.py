@@ -41,6 +41,13 @@ def assemble_gateway(ctx: click.Context) -> tuple[Assembly, GatewayConfig]:
     from lich.gateway.runner import gateway_agent_config
 
     settings = get_settings(ctx)
+    if settings.yes:
+        # --yes is "I am at this terminal and say yes to this run's calls"; a gateway's
+        # calls come from chat users, whom nobody on this command line watches.
+        ctx.exit(CommandError(
+            "--yes does not apply to the gateway or a worker (it would approve every chat "
+            "user's calls): a call that asks is approved in its chat (/approve ID) or by "
+            "an [approvals] allow rule").report())
     try:
         built = assemble(settings, agent=False, service=True)
         gateway = parse_gateway_config(built.config.gateway)
