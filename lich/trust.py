@@ -98,8 +98,9 @@ class ProjectTrust:
 _ANY_VALUE = frozenset({
     "system_prompt", "temperature", "stream", "log_level", "retry_jitter",
     "compress_threshold", "tools_enabled", "tools_disabled", "persist_sessions",
-    # Budgets: unset means no limit, so any value narrows.
-    "max_cost_usd", "max_total_tokens", "max_tokens",
+    # Budgets: unset means no limit, so any value narrows. (Not max_tokens: unset is
+    # the provider's own cap per answer, which a value may raise.)
+    "max_cost_usd", "max_total_tokens",
 })
 # Kept when they narrow (at most lich's default).
 _AT_MOST = {"max_turns": 25, "context_budget_tokens": 100_000, "hook_timeout_s": 10.0,
@@ -108,8 +109,7 @@ _AT_MOST = {"max_turns": 25, "context_budget_tokens": 100_000, "hook_timeout_s":
 _ONLY = {"protect_private_files": True, "strict_plugins": True}
 # Of a [[providers]] entry: which model, of which kind lich knows. Never where to
 # (base_url), with whose key (api_key_env), with what headers or extra options.
-_PROVIDER_KEYS = frozenset({"name", "model", "kind", "think", "keep_alive", "max_tokens",
-                            "timeout_s"})
+_PROVIDER_KEYS = frozenset({"name", "model", "kind", "think", "keep_alive", "timeout_s"})
 
 SAFE_KEYS: frozenset[str] = frozenset({*_ANY_VALUE, *_AT_MOST, *_ONLY, "providers", "plugins"})
 """The top-level keys an untrusted project config may set at all (each with its rule)."""
