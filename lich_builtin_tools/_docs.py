@@ -338,8 +338,8 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
             parameters=schema(
                 {
                     "path": {"type": "string", "description": "Doc path, e.g. 'tools'."},
-                    "offset": {"type": "number", "description": "1-based first line (default 1)."},
-                    "limit": {"type": "number", "description": "Lines to return (default 400)."},
+                    "offset": {"type": "integer", "description": "1-based first line (default 1)."},
+                    "limit": {"type": "integer", "description": "Lines to return (default 400)."},
                 },
                 ["path"],
             ),
@@ -359,7 +359,7 @@ def make_docs_tools(resolver: DocsResolver | None = None) -> list[Tool]:
             parameters=schema(
                 {
                     "query": {"type": "string", "description": "Keywords to look for."},
-                    "max_results": {"type": "number", "description": "Hits (default 5, max 20)."},
+                    "max_results": {"type": "integer", "description": "Hits (default 5, max 20)."},
                 },
                 ["query"],
             ),

@@ -151,8 +151,8 @@ read_file_tool = Tool(
     parameters=schema(
         {
             "path": {"type": "string", "description": "File path relative to the work dir."},
-            "offset": {"type": "number", "description": "1-based line to start at (default 1)."},
-            "limit": {"type": "number", "description": "Maximum number of lines (default all)."},
+            "offset": {"type": "integer", "description": "1-based line to start at (default 1)."},
+            "limit": {"type": "integer", "description": "Maximum number of lines (default all)."},
         },
         ["path"],
     ),
@@ -340,14 +340,19 @@ edit_file_tool = Tool(
 # ---------------------------------------------------------------- list_dir
 
 
-def _sorted_entries(fd: int) -> list[tuple[str, os.stat_result | None]]:
+def _sorted_entries(
+    fd: int, skipped: list[str] | None = None
+) -> list[tuple[str, os.stat_result | None]]:
     """The entries of the directory open as ``fd``, each with its own stat (links not
-    followed; ``None`` if it could not be read), directories first, then by name."""
+    followed; ``None`` if it could not be read), directories first, then by name. The
+    names left out (:data:`SKIP_NAMES`) are appended to ``skipped``."""
     entries: list[tuple[str, os.stat_result | None]] = []
     with os.scandir(fd) as it:
         # A DirEntry of a descriptor stats through it, so while the scan is open.
         for entry in it:
             if entry.name in SKIP_NAMES:
+                if skipped is not None:
+                    skipped.append(entry.name)
                 continue
             try:
                 entries.append((entry.name, entry.stat(follow_symlinks=False)))
@@ -390,9 +395,10 @@ def _describe_link(ctx: ToolContext, rel: str, name: str) -> str:
 
 
 def _walk_listing(
-    fd: int, rel: str, depth: int, ctx: ToolContext
+    fd: int, rel: str, depth: int, ctx: ToolContext, skipped: list[str] | None = None
 ) -> Generator[str, None, None]:
-    """The listing lines, breadth-first from the directory open as ``fd`` (closed here).
+    """The listing lines, breadth-first from the directory open as ``fd`` (closed here);
+    the paths of the entries left out by name (:data:`SKIP_NAMES`) go to ``skipped``.
 
     Each deeper directory is opened again from the work dir by its resolved path
     with no symlink followed, so one swapped for a link since it was listed is
@@ -414,7 +420,10 @@ def _walk_listing(
         else:
             dir_fd, first = first, None
         try:
-            entries = _sorted_entries(dir_fd)
+            names: list[str] = []
+            entries = _sorted_entries(dir_fd, names)
+            if skipped is not None:
+                skipped.extend(_join(current, name) for name in sorted(names))
         except OSError:
             continue  # unreadable directories are skipped, as in the reference
         finally:
@@ -442,7 +451,8 @@ def _list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     depth = optional_int_arg(args, "depth", 1, lo=1, hi=LIST_MAX_DEPTH)
     opened = open_in_work_dir(ctx, target, os.O_RDONLY | _O_DIRECTORY)
     lines: list[str] = []
-    listing = _walk_listing(opened.fd, opened.rel, depth, ctx)
+    skipped: list[str] = []
+    listing = _walk_listing(opened.fd, opened.rel, depth, ctx, skipped)
     try:
         for line in listing:
             if len(lines) >= LIST_MAX_LINES:
@@ -451,6 +461,12 @@ def _list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             lines.append(line)
     finally:
         listing.close()  # closes the directory descriptor of an unfinished walk
+    if not lines:
+        # Never an empty answer, which reads as a failed call: say why there is nothing.
+        if skipped:
+            return ToolResult.success("(nothing listed: every entry is one that list_dir "
+                                      "skips: " + ", ".join(skipped) + ")")
+        return ToolResult.success("(empty directory)")
     return ToolResult.success("\n".join(lines))
 
 
@@ -463,7 +479,7 @@ list_dir_tool = Tool(
     parameters=schema(
         {
             "path": {"type": "string", "description": "Directory (default '.')."},
-            "depth": {"type": "number", "description": "Levels to descend, 1-4 (default 1)."},
+            "depth": {"type": "integer", "description": "Levels to descend, 1-4 (default 1)."},
         }
     ),
     execute=_list_dir,

@@ -174,7 +174,7 @@ grep_files_tool = Tool(
             "pattern": {"type": "string", "description": "Regular expression to search for."},
             "path": {"type": "string", "description": "File or directory (default '.')."},
             "glob": {"type": "string", "description": "File name filter, e.g. '*.py'."},
-            "max_results": {"type": "number", "description": "Maximum matches (default 200)."},
+            "max_results": {"type": "integer", "description": "Maximum matches (default 200)."},
         },
         ["pattern"],
     ),

@@ -158,7 +158,7 @@ def make_terminal_tool() -> Tool:
             {
                 "command": {"type": "string", "description": "The bash command line."},
                 "timeout_ms": {
-                    "type": "number",
+                    "type": "integer",
                     "description": "Timeout in milliseconds (default 60000, max 300000).",
                 },
             },

@@ -34,8 +34,8 @@ _SEARCH_MAX_BYTES = 2_000_000
 _BYTES_PER_CHAR = 4
 
 
-def _number(description: str) -> dict[str, str]:
-    return {"type": "number", "description": description}
+def _integer(description: str) -> dict[str, str]:
+    return {"type": "integer", "description": description}
 
 
 def _decode(result: FetchResult) -> str:
@@ -94,8 +94,8 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         parameters=schema(
             {
                 "url": {"type": "string", "description": "An http(s) URL."},
-                "max_chars": _number("Body chars (default 20000, max 100000)."),
-                "timeout_ms": _number("Timeout ms (default 20000, max 60000)."),
+                "max_chars": _integer("Body chars (default 20000, max 100000)."),
+                "timeout_ms": _integer("Timeout ms (default 20000, max 60000)."),
             },
             ["url"],
         ),
@@ -145,8 +145,8 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
         parameters=schema(
             {
                 "query": {"type": "string", "description": "What to search for."},
-                "max_results": _number("Results (default 8, max 20)."),
-                "timeout_ms": _number("Timeout ms (default 20000, max 60000)."),
+                "max_results": _integer("Results (default 8, max 20)."),
+                "timeout_ms": _integer("Timeout ms (default 20000, max 60000)."),
             },
             ["query"],
         ),
@@ -202,8 +202,8 @@ def make_web_tools(guard: NetGuard | None = None) -> list[Tool]:
                 "method": {"type": "string", "description": "HTTP method (default GET)."},
                 "headers": {"type": "object", "description": "Request headers."},
                 "body": {"type": "string", "description": "Request body (not sent for GET/HEAD)."},
-                "timeout_ms": _number("Timeout ms (default 30000, max 120000)."),
-                "max_chars": _number("Body chars (default 20000, max 100000)."),
+                "timeout_ms": _integer("Timeout ms (default 30000, max 120000)."),
+                "max_chars": _integer("Body chars (default 20000, max 100000)."),
             },
             ["url"],
         ),

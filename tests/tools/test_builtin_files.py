@@ -185,6 +185,22 @@ async def test_list_dir_depth_two_skips_and_sorts(run: Runner, work: Path) -> No
     assert "hidden" not in result.output
 
 
+async def test_list_dir_says_when_it_lists_nothing(run: Runner, work: Path) -> None:
+    (work / "empty").mkdir()
+    (work / "only_skipped").mkdir()
+    (work / "only_skipped" / "node_modules").mkdir()
+    (work / "only_skipped" / ".git").mkdir()
+
+    empty = await run("list_dir", {"path": "empty"})
+    skipped = await run("list_dir", {"path": "only_skipped"})
+
+    assert (empty.ok, empty.output) == (True, "(empty directory)")
+    # Not an empty string (which reads as a failed call): what was left out, and why.
+    assert skipped.ok
+    assert skipped.output == ("(nothing listed: every entry is one that list_dir skips: "
+                              "only_skipped/.git, only_skipped/node_modules)")
+
+
 async def test_list_dir_depth_is_clamped_and_output_capped(run: Runner, work: Path) -> None:
     deep = work / "a" / "b" / "c" / "d" / "e" / "f"
     deep.mkdir(parents=True)

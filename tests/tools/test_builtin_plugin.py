@@ -39,6 +39,19 @@ def test_schemas_are_valid_and_closed() -> None:
         assert item.description
 
 
+def test_whole_number_parameters_are_declared_integer() -> None:
+    # Every numeric parameter of the builtin tools is a count, a line or a time in ms:
+    # declared `number`, a model may send 2.5 lines; `integer` says what is meant.
+    for item in builtin_tools(docs_resolver=lambda w, e: Path(".")):
+        for name, prop in dict(item.parameters)["properties"].items():
+            assert prop.get("type") != "number", f"{item.name}.{name}"
+    integers = {(item.name, name) for item in builtin_tools(docs_resolver=lambda w, e: Path("."))
+                for name, prop in dict(item.parameters)["properties"].items()
+                if prop.get("type") == "integer"}
+    assert {("read_file", "offset"), ("read_file", "limit"), ("list_dir", "depth"),
+            ("terminal", "timeout_ms"), ("grep_files", "max_results")} <= integers
+
+
 def test_each_tool_declares_its_own_limits() -> None:
     tools = {t.name: t for t in builtin_tools(docs_resolver=lambda w, e: Path("."))}
     assert tools["terminal"].timeout_s > 300  # the 300 s maximum is reachable
