@@ -230,7 +230,9 @@ class ToolCallEnd:
     rewrite). ``rewritten_by`` names, in order, the plugins whose
     ``lich_before_tool_call`` rewrote the arguments; ``blocked_by`` the plugin
     that blocked the call; ``replaced_by`` the plugin whose
-    ``lich_after_tool_call`` replaced the result.
+    ``lich_after_tool_call`` replaced the result. ``duration_ms`` is the call's own
+    time, without ``approval_wait_ms``, the time it waited for a person's answer (0,
+    and left out of the JSON form, when nobody was asked).
     """
 
     turn: int
@@ -240,6 +242,7 @@ class ToolCallEnd:
     rewritten_by: tuple[str, ...] = ()
     blocked_by: str | None = None
     replaced_by: str | None = None
+    approval_wait_ms: float = 0.0
     type: Literal["tool_call_end"] = "tool_call_end"
 
 

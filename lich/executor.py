@@ -323,6 +323,7 @@ class HookedToolRunner:
     async def __call__(self, call: ToolCall, cancel: CancelToken | None) -> ToolOutcome:
         rewritten_by: tuple[str, ...] = ()
         asked = False
+        waited_ms = 0.0
         judged: tuple[str, str] | None = None
         if self._before and call.args_error is None:
             # Raced against the cancel token: a slow before-hook must not delay an abort
@@ -341,14 +342,17 @@ class HookedToolRunner:
             judged = self._judged_path(call)
             if decision.asked_by:
                 asked = True
+                asking = time.perf_counter()
                 approved = await self._approve(call, decision, cancel)
+                waited_ms = round((time.perf_counter() - asking) * 1000, 3)
                 if isinstance(approved, ToolOutcome):
-                    return evolve(approved, rewritten_by=rewritten_by)
+                    return evolve(approved, rewritten_by=rewritten_by,
+                                  approval_wait_ms=waited_ms)
                 call = approved
         if self.before_execute is not None:
             stopped = await self.before_execute(call)
             if stopped is not None:
-                return ToolOutcome(call, stopped, rewritten_by)
+                return ToolOutcome(call, stopped, rewritten_by, approval_wait_ms=waited_ms)
         check_path = self._path_check(call, judged, asked=asked) if judged is not None else None
         result = await self.executor.execute(call, run=self.run, cancel=cancel,
                                              check_path=check_path)
@@ -360,7 +364,8 @@ class HookedToolRunner:
                 )
             except Cancelled:
                 pass  # keep the tool's own result; the run is ending
-        return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by)
+        return ToolOutcome(call, result, rewritten_by, replaced_by=replaced_by,
+                           approval_wait_ms=waited_ms)
 
     def _judged_path(self, call: ToolCall) -> tuple[str, str] | None:
         """``(argument, resolved)`` of a call of a tool declaring a path as its primary

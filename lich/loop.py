@@ -150,7 +150,9 @@ class ToolOutcome:
     """What a :class:`ToolRunner` reports for one call.
 
     ``call`` carries the arguments the tool actually received; the plugin
-    names record who rewrote, blocked or replaced.
+    names record who rewrote, blocked or replaced. ``approval_wait_ms`` is how long
+    the call waited for a person's answer (0 when nobody was asked): the loop reports
+    it apart from the call's own run time.
     """
 
     call: ToolCall
@@ -158,6 +160,7 @@ class ToolOutcome:
     rewritten_by: tuple[str, ...] = ()
     blocked_by: str | None = None
     replaced_by: str | None = None
+    approval_wait_ms: float = 0.0
 
 
 class ToolRunner(Protocol):
@@ -350,9 +353,12 @@ async def _settle_call(
         else:
             ran = await deps.tools(routed, cancel)
     append(ToolMessage(call.id, call.name, ran.result.to_content(), not ran.result.ok))
+    # The call's own time: a person's answer may take minutes for a 10 ms write.
+    took_ms = (time.perf_counter() - started) * 1000 - ran.approval_wait_ms
     deps.emit(ToolCallEnd(
-        turn, ran.call, ran.result, duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        rewritten_by=ran.rewritten_by, blocked_by=ran.blocked_by, replaced_by=ran.replaced_by))
+        turn, ran.call, ran.result, duration_ms=round(max(0.0, took_ms), 3),
+        rewritten_by=ran.rewritten_by, blocked_by=ran.blocked_by, replaced_by=ran.replaced_by,
+        approval_wait_ms=ran.approval_wait_ms))
 
 
 class _Offer:

@@ -137,6 +137,15 @@ def error_preview(result: ToolResult, limit: int = 160) -> str:
     return truncate_text(first, limit, style="ellipsis")
 
 
+def _wait_text(ms: float) -> str:
+    """``0.8 s``, ``11.0 s``, ``2 min 5 s``: a person's answer time, roughly."""
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+
+
 def call_preview(call: ToolCall) -> str:
     """``name(args…)``."""
     return f"{call.name}({args_preview(call.args)})"
@@ -402,6 +411,11 @@ class HumanRenderer(_Output):
         result = event.result
         preview = call_preview(event.call)
         took = f" ({event.duration_ms:.0f} ms)" if event.duration_ms else ""
+        waited = getattr(event, "approval_wait_ms", 0.0)
+        if waited:
+            # Apart from the run time: "ok (11045 ms)" for a 10 ms write misleads.
+            took = (f" ({event.duration_ms:.0f} ms, after {_wait_text(waited)} waiting "
+                    "for approval)")
         if event.blocked_by:
             status = f"blocked by {event.blocked_by}: {error_preview(result)}"
         elif result.ok:

@@ -40,6 +40,22 @@ def plain() -> tuple[HumanRenderer, io.StringIO, io.StringIO]:
     return renderer, out, err
 
 
+def test_a_call_that_waited_for_approval_shows_its_run_time_and_the_wait_apart() -> None:
+    renderer, _, err = plain()
+    call = ToolCall("c1", "write_file", {"path": "a.txt", "content": "x"})
+
+    feed(renderer, ev.ToolCallStart(1, call),
+         ev.ToolCallEnd(1, call, ToolResult.success("wrote a.txt"), 10.2,
+                        approval_wait_ms=11_035.0),
+         ev.ToolCallStart(1, call),
+         ev.ToolCallEnd(1, call, ToolResult.success("wrote a.txt"), 9.0,
+                        approval_wait_ms=125_000.0))
+
+    lines = err.getvalue().splitlines()
+    assert lines[0].endswith(": ok (10 ms, after 11.0 s waiting for approval)"), lines
+    assert lines[1].endswith(": ok (9 ms, after 2 min 5 s waiting for approval)"), lines
+
+
 def test_streamed_text_goes_to_stdout_and_progress_to_stderr() -> None:
     renderer, out, err = plain()
     call = ToolCall("c1", "read_file", {"path": "a.txt"})

@@ -23,6 +23,7 @@ from lich import Approval, ApprovalRequest, Ask, Block, Rewrite, ToolCall, hooki
 from lich.cancel import CancelToken
 from lich.events import ApprovalRequested, ApprovalResolved, Envelope, ToolCallEnd
 from lich.executor import APPROVAL_UNAVAILABLE
+from lich.serialization import event_to_dict
 from lich.sessions import JsonlSessionStore
 from lich.testing import (
     AskFor,
@@ -88,6 +89,38 @@ async def test_an_approved_call_runs_and_both_events_are_emitted(tmp_path: Path)
     types = [e.event.type for e in events]
     assert types.index("approval_requested") < types.index("approval_resolved") < types.index(
         "tool_call_end")
+
+
+async def test_the_wait_for_a_person_is_reported_apart_from_the_run_time(
+    tmp_path: Path
+) -> None:
+    tools = Tools()
+
+    class Slow:
+        @hookimpl
+        def lich_request_approval(self) -> Approval:
+            time.sleep(0.5)  # a person taking their time (at least this long)
+            return Approval(True)
+
+    started = time.perf_counter()
+    _, events = await run_agent(tmp_path, [("tools", tools), ("ask", AskFor("echo")),
+                                           ("ui", Slow())], ("echo", {"text": "hi"}))
+    total_ms = (time.perf_counter() - started) * 1000
+    (end,) = of_type(events, ToolCallEnd)
+    (resolved,) = of_type(events, ApprovalResolved)
+    # The wait is its own figure, at least the answer's time; the call's duration is what
+    # is left of the call's time once the wait is taken out (both inside the run's time).
+    assert end.approval_wait_ms >= 500
+    assert end.approval_wait_ms >= resolved.waited_ms
+    assert end.duration_ms + end.approval_wait_ms <= total_ms
+    assert end.duration_ms <= total_ms - 500
+    line = json.loads(json.dumps(event_to_dict(end)))
+    assert line["approval_wait_ms"] == end.approval_wait_ms
+    # A call nobody was asked about carries no wait (and no field in its JSON form).
+    _, plain = await run_agent(tmp_path, [("tools", Tools())], ("echo", {"text": "hi"}))
+    (quick,) = of_type(plain, ToolCallEnd)
+    assert quick.approval_wait_ms == 0
+    assert "approval_wait_ms" not in event_to_dict(quick)
 
 
 async def test_a_denial_tells_the_model_the_persons_message(tmp_path: Path) -> None:

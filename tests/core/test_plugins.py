@@ -56,7 +56,7 @@ def test_entry_point_plugin_reports_its_distribution() -> None:
     assert report.ok
     assert report.source == "entry_point"
     assert report.plugin == "builtin_tools"
-    assert report.distribution == "lich"
+    assert report.distribution == "lich-agent"
     assert report.version == lich.__version__
     assert "lich_register_tools" in report.hooks
     assert report.phase is None
@@ -428,7 +428,7 @@ def test_available_plugins_lists_the_builtins_from_metadata() -> None:
     names = {p.name: p for p in available_plugins()}
     for builtin in ("builtin_tools", "openai_compat", "anthropic", "ollama", "failover"):
         assert builtin in names
-        assert names[builtin].distribution == "lich"
+        assert names[builtin].distribution == "lich-agent"
 
 
 def test_file_plugin_source_code_path_is_not_a_module_name(work: Path) -> None:
