@@ -231,7 +231,6 @@ _OMIT_IF_DEFAULT: dict[type[Any], str] = {
     ToolMessage: "is_error",
     ToolResult: "error",
     Usage: "estimated",
-    ToolCallEnd: "approval_wait_ms",
 }
 
 

@@ -231,8 +231,8 @@ class ToolCallEnd:
     ``lich_before_tool_call`` rewrote the arguments; ``blocked_by`` the plugin
     that blocked the call; ``replaced_by`` the plugin whose
     ``lich_after_tool_call`` replaced the result. ``duration_ms`` is the call's own
-    time, without ``approval_wait_ms``, the time it waited for a person's answer (0,
-    and left out of the JSON form, when nobody was asked).
+    time, without ``approval_wait_ms``, the time it waited for a person's answer (0
+    when nobody was asked).
     """
 
     turn: int
