@@ -91,6 +91,12 @@ class Deadline:
         """Seconds until :attr:`end` (0 when past): the bound of every clean-up wait."""
         return max(0.0, self.end - asyncio.get_running_loop().time())
 
+    def grace(self) -> float:
+        """The bound of one clean-up wait: :meth:`left`, and never more than a reap's
+        grace (a short timeout far below the limit must not make a stuck kill a long
+        wait)."""
+        return min(REAP_GRACE_S, self.left())
+
     def work_left(self) -> float:
         """Seconds until :attr:`stop` (0 when past)."""
         return max(0.0, self.stop - asyncio.get_running_loop().time())

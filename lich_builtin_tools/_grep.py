@@ -156,7 +156,7 @@ async def _search(spec: dict[str, Any], deadline: Deadline, run: Launch
         if proc.returncode is None:
             # Bounded by the call's end (also when we are being cancelled): the matches
             # found so far are returned in time, the child watcher reaps the rest.
-            await reap(proc, grace_s=deadline.left())
+            await reap(proc, grace_s=deadline.grace())
     return hits, finished
 
 

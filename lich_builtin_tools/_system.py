@@ -149,7 +149,7 @@ async def _du(
                 out, _ = await proc.communicate()
         finally:
             if proc.returncode is None:
-                await reap(proc, grace_s=deadline.left())
+                await reap(proc, grace_s=deadline.grace())
     sizes: dict[str, int] = {}
     for record in out.split(b"\x00"):
         size, sep, name = record.partition(b"\t")

@@ -241,15 +241,15 @@ async def _stop_call(
     its thread, the reaping by asyncio's child watcher), and the partial output is
     returned in time. The exit code, -1 when the shell was not reaped by then."""
     killing = _in_thread(lambda: _kill_call(procs, proc))
-    await asyncio.wait([killing], timeout=deadline.left())
+    await asyncio.wait([killing], timeout=deadline.grace())
     if killing.done():
         waiting = asyncio.ensure_future(proc.wait())
-        await asyncio.wait([waiting], timeout=deadline.left())
+        await asyncio.wait([waiting], timeout=deadline.grace())
         if not waiting.done():
             waiting.cancel()
     if readers:
         await asyncio.wait([r.closed for r in readers],
-                           timeout=min(_PIPE_GRACE_S, deadline.left()))
+                           timeout=min(_PIPE_GRACE_S, deadline.grace()))
     code = proc.returncode
     return -1 if code is None else code
 

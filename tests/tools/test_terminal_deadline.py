@@ -67,10 +67,10 @@ async def test_pipes_held_open_outside_the_call_do_not_lose_the_partial_output(
     command = (f"trap '' TERM; echo $$ > bash.pid; echo partial-output; echo to-stderr >&2; "
                f"{sys.executable} -c \"{_SEND}\" {sock}; sleep 100")
     try:
-        result = await run("terminal", {"command": command}, settings={"timeout_s": 1.5})
+        result = await run("terminal", {"command": command}, settings={"timeout_s": 3.0})
         pid = int((work / "bash.pid").read_text())
         # The tool's own timeout, with what the command printed: not the executor's
-        # "timeout: tool:terminal exceeded 1.5s", which carries no output.
+        # "timeout: tool:terminal exceeded 3s", which carries no output.
         assert result.error == "timeout", result.error
         assert "partial-output" in result.output
         assert "to-stderr" in result.output
@@ -90,13 +90,13 @@ async def test_a_kill_slowed_by_load_does_not_lose_the_partial_output(
     real_kill_all = _procs.CallProcesses.kill_all
 
     def slow_kill_all(self: _procs.CallProcesses) -> int:
-        time.sleep(3.0)  # in the kill's own thread: longer than the whole limit
+        time.sleep(5.0)  # in the kill's own thread: longer than the whole limit
         return real_kill_all(self)
 
     monkeypatch.setattr(_procs.CallProcesses, "kill_all", slow_kill_all)
     command = "trap '' TERM; echo $$ > bash.pid; sleep 100 & echo $! > bg.pid; " \
               "echo partial-output; sleep 100"
-    result = await run("terminal", {"command": command}, settings={"timeout_s": 1.5})
+    result = await run("terminal", {"command": command}, settings={"timeout_s": 3.0})
     pids = [int((work / name).read_text()) for name in ("bash.pid", "bg.pid")]
     try:
         assert result.error == "timeout", result.error
@@ -128,7 +128,7 @@ async def test_a_child_that_clears_its_env_and_setsids_at_once_dies_with_the_cal
     command = ("echo $$ > bash.pid; "
                "( setsid sh -c 'echo $$ > orphan.pid; exec env -i sleep 100' & ); "
                "sleep 100")
-    call = asyncio.ensure_future(run("terminal", {"command": command, "timeout_ms": 2500}))
+    call = asyncio.ensure_future(run("terminal", {"command": command, "timeout_ms": 4000}))
     orphan_file = work / "orphan.pid"
     await async_wait_for(lambda: call.done() or _written(orphan_file),
                          what="the detached child's pid file", interval=0.02)
