@@ -72,7 +72,7 @@ _CREDENTIALS_IN_URL = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
 VALUE_RULES: tuple[tuple[str, str], ...] = (
     # (gitleaks rule id, pattern): tokens recognised by their shape.
     ("private-key", r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"),
-    ("stripe-access-token", r"\b(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99}"),
+    ("stripe-access-token", r"\b(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{8,99}"),
     ("github-pat", r"\bghp_[0-9a-zA-Z]{36}"),
     ("github-oauth", r"\bgho_[0-9a-zA-Z]{36}"),
     ("github-app-token", r"\b(?:ghu|ghs)_[0-9a-zA-Z]{36}"),
@@ -95,10 +95,14 @@ VALUE_RULES: tuple[tuple[str, str], ...] = (
     ("doppler-api-token", r"\bdp\.pt\.[a-zA-Z0-9]{43}"),
     ("1password-service-account-token", r"\bops_eyJ[a-zA-Z0-9+/]{250,}={0,3}"),
     ("age-secret-key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+    # Not a gitleaks id: a password in a keyword/value connection string (libpq's
+    # "host=db password=…", ODBC's "Pwd=…;") or a query string without a URL around it.
+    ("password-assignment", r"(?:^|[\s;&?])(?i:password|passwd|pwd)=[^\s&;]+"),
     ("jwt", r"\bey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9/\\_-]{17,}\.(?:[a-zA-Z0-9/\\_-]{10,}={0,2})?"),
 )
 """Token formats secret by their shape, as ``(rule id, regular expression)``: the
-ids and patterns of gitleaks' default rules (``config/gitleaks.toml``)."""
+ids and patterns of gitleaks' default rules (``config/gitleaks.toml``), and a
+password assignment in a connection string."""
 _SECRET_VALUE = re.compile("|".join(f"(?:{pattern})" for _, pattern in VALUE_RULES))
 # A value shorter than this is not replaced in text: "1" or "yes" would turn
 # every occurrence of a common word into noise and protect nothing.

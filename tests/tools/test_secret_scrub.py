@@ -52,6 +52,7 @@ EXAMPLES = {
     "doppler-api-token": "dp.pt." + _B[:43],
     "1password-service-account-token": "ops_eyJ" + (_B * 5)[:260],
     "age-secret-key": "AGE-SECRET-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" * 2,
+    "password-assignment": "host=db.example port=5432 user=app password=hunter2-x",
     "jwt": "eyJhbGciOiJIUzI1NiJ9x." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0." + "dozjgNryP4J3jVmNHl0w",
 }
 URL_VALUES = ["https://db.example/connect?user=app&password=hunter2-x",
