@@ -51,6 +51,8 @@ Shape = tuple[str | None, ...]
 # the operators are not among them.
 _SAFE = re.compile(r"(?:[A-Za-z0-9_\-./:=@%+,]|\\[^\n]|[^\x00-\x7f])+")
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+# What can make a word of a text other than its letters: quotes, escapes, expansions.
+_SPELLING = re.compile(r"[\\'\"`$]")
 _IN_DOUBLE_QUOTES = re.compile(r"\\([\"\\$`\n])")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
@@ -79,6 +81,15 @@ _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox
 _FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 # How deep text handed to eval / bash -c is read as a line of its own.
 _MAX_NESTING = 4
+# Bounds on the deny readings of long lines (each only ever widens a reading):
+# the words after a wrapper a command is read from, the text of one reading, and of
+# one fragment of a line not read whole (a rule's literal start is what it meets).
+_MAX_FORMS = 64
+_MAX_SHAPE_CHARS = 2048
+_MAX_FRAGMENT_CHARS = 256
+# A line longer than this is not parsed (a pathological line would hold the event
+# loop for seconds): asked about, and met by every deny rule.
+_MAX_LINE_BYTES = 65_536
 
 
 _LANGUAGE = Language(tree_sitter_bash.language())
@@ -171,10 +182,20 @@ class SimpleCommand:
             return {s for s in shapes if s}
         shapes.add(_join(values))
         wrapped = False
+        starts = 0
         for i in range(start, len(values)):
             word = self.words[i]
             if i > start and not wrapped and word.value not in _FIND_ACTIONS:
                 continue
+            if (word.literal and word.value.startswith("-") and i > start
+                    and word.value not in _FIND_ACTIONS):
+                continue  # an option names no program
+            starts += 1
+            if starts > _MAX_FORMS:
+                # Too many words that could each start the command run: this one is
+                # met by every deny rule rather than read in quadratic time.
+                shapes.add((None,))
+                break
             if word.value in _FIND_ACTIONS:
                 if i + 1 < len(values):
                     shapes.add(_join([_basename(values[i + 1]), *values[i + 2:]]))
@@ -187,7 +208,7 @@ class SimpleCommand:
             if not word.literal:
                 # An unknown program could be any wrapper: read on as if it were one.
                 wrapped = True
-        return {s for s in shapes if s}
+        return {_bounded(s) for s in shapes if s}
 
     def nested_texts(self) -> list[str | None]:
         """The text this command hands to a shell to run as a line of its own —
@@ -224,6 +245,24 @@ class SimpleCommand:
 
 def _is_c_flag(word: Word) -> bool:
     return word.literal and bool(re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", word.value))
+
+
+def _bounded(shape: Shape) -> Shape:
+    """``shape`` cut to :data:`_MAX_SHAPE_CHARS` characters of text, followed by anything
+    (a wider shape: it meets every rule the whole one could), so that no reading of a
+    long line costs more than a bounded match."""
+    out: list[str | None] = []
+    size = 0
+    for part in shape:
+        if part is None:
+            out.append(None)
+            continue
+        if size + len(part) > _MAX_SHAPE_CHARS:
+            out.extend((part[:_MAX_SHAPE_CHARS - size], None))
+            return _merge(out)
+        out.append(part)
+        size += len(part)
+    return shape
 
 
 def _join(words: Sequence[Shape]) -> Shape:
@@ -545,11 +584,15 @@ def _words_under(node: Node) -> Iterator[Node]:
 
 def _fragments(text: str) -> Iterator[Shape]:
     """A text not read whole, from every word boundary on, followed by anything: a
-    rule that could match a part of it meets it."""
+    rule that could match a part of it meets it. One with quoting or an expansion
+    could spell any word (``'i'd``, ``$'\\x69d'``): every rule meets it."""
+    if _SPELLING.search(text.replace("\\\n", "")):
+        yield (None,)
+        return
     for source in {text, text.replace("\\\n", "")}:
         normal = " ".join(source.split())
         for m in re.finditer(r"(?:^|(?<=[\s;&|()<>`$'\"{}=\\]))[^\s]", normal):
-            yield (normal[m.start():], None)
+            yield (normal[m.start():m.start() + _MAX_FRAGMENT_CHARS], None)
 
 
 def _unquote_guess(text: str) -> str:
@@ -626,6 +669,10 @@ def _read(line: str, depth: int) -> ShellLine:
         return ShellLine(line, (), problem="text that is not UTF-8", complete=False)
     if "\x00" in line:
         return ShellLine(line, (), problem="a NUL character", complete=False)
+    if len(source) > _MAX_LINE_BYTES:
+        # Not read at all: what it runs is unknown, so every deny rule meets it.
+        return ShellLine(line, (SimpleCommand((Word(line[:64], (None,)),)),),
+                         problem=f"longer than {_MAX_LINE_BYTES} bytes", complete=False)
     if "\\\n" in line:
         # bash joins the lines before it reads words; a grammar that joined them
         # anywhere else would read other words: never plain, and read both ways.
@@ -661,6 +708,14 @@ def could_match(pattern: str, shape: Shape) -> bool:
     star patterns share a text."""
     if None not in shape:
         return _pattern_re(pattern).fullmatch("".join(shape)) is not None  # type: ignore[arg-type]
+    if len(shape) == 2 and shape[1] is None and shape[0] is not None:
+        # Text, then anything (a fragment, a cut reading): the rule could match iff the
+        # text can begin a string the rule matches — with a `*` in the rule, iff the
+        # text and the rule's literal start agree as far as both go.
+        text, head = shape[0], pattern.split("*", 1)[0]
+        if "*" not in pattern:
+            return pattern.startswith(text)
+        return text.startswith(head) or head.startswith(text)
     p: list[str | None] = [None if c == "*" else c for c in pattern]
     s: list[str | None] = []
     for part in shape:

@@ -588,3 +588,13 @@ def test_the_question_says_exactly_what_a_grant_covers(line: str, says: str) -> 
         "http_request", url.args, HTTP, "/w")))
     assert ("a session or always answer allows exactly: http_request(https://example.com/*) "
             "(each * stands for any text)") in shown
+
+
+@pytest.mark.parametrize("line", [
+    "env " + "a " * 5000 + "rm -rf /",  # more words after a wrapper than are read
+    "echo '" + "a " * 20000 + "rm -rf /",  # not read whole, long
+    "x" * 70_000 + "; $'\\x72m' -rf /",  # too long to parse at all
+])
+def test_a_long_line_is_never_less_denied(line: str) -> None:
+    assert verdict(line, allow=("terminal",), deny=("terminal(rm -rf *)",)) == "deny"
+    assert verdict(line, allow=("terminal(*)",)) != "allow" or read_line(line).plain

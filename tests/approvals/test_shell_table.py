@@ -160,6 +160,9 @@ ROWS: list[tuple[str, bool, bool]] = [
     ("git status &&-2>&1", False, False),
     ("git status\n-touch>&1", False, False),
     ("git status && touch -- pwned -2>&1", True, False),
+    # Here-documents the grammar cannot read (bash takes them to the end of the line),
+    # then a quoted command name: found by fuzzing against bash -x.
+    ("<>f <<-\\a<<-x 'tou'ch pwned", True, False),
 ]
 
 
