@@ -224,3 +224,29 @@ async def test_a_stdio_mcp_server_goes_through_the_runner_with_only_its_env(
     finally:
         await agent.aclose()
     assert runner.left == ["mcp:fx"]  # left once the server stopped
+
+
+def test_a_runner_that_fails_fails_the_mcp_server_closed(tmp_path: Path) -> None:
+    """The server is not started unconfined: it is failed, with the runner's reason."""
+    from lich.mcp.config import parse_mcp_settings
+    from lich.mcp.plugin import open_runtime
+
+    class Refusing:
+        @contextlib.asynccontextmanager
+        async def launch(self, spec: Launch) -> AsyncIterator[Launch]:
+            raise RuntimeError("sandbox unavailable: bwrap is missing")
+            yield spec  # pragma: no cover
+
+    pid_file = tmp_path / "server.pid"
+    servers = {"fx": {"command": sys.executable, "args": [str(FIXTURE)],
+                      "env": {"FIXTURE_PID_FILE": str(pid_file)}, "startup_timeout_s": 60.0}}
+    config = make_test_config(tmp_path, plugins=("mcp",), mcp={"servers": servers})
+    runtime = open_runtime(parse_mcp_settings(config.mcp), config, Refusing())
+    try:
+        [state] = runtime.states()
+        status, error = state.status, state.error or ""
+    finally:
+        runtime.close()
+    assert status == "failed"
+    assert "sandbox unavailable: bwrap is missing" in error
+    assert not pid_file.exists()  # nothing ran
