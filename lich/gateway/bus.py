@@ -740,11 +740,17 @@ class GatewayBus:
             finally:
                 writer.close()
 
-        try:
-            await asyncio.to_thread(write)
-        except Exception as exc:  # the run is done; its spend stays counted in memory
-            log_event(log, logging.ERROR, "spend_unrecorded", session=ledger,
-                      error=redact(f"{type(exc).__name__}: {exc}"))
+        for attempt in range(3):
+            try:
+                await asyncio.to_thread(write)
+                return
+            except Exception as exc:
+                # Another process's writer may have claimed the ledger (a fenced store):
+                # a fresh writer claims it back. After that the run's spend stays
+                # counted in this process's memory only.
+                if attempt == 2:
+                    log_event(log, logging.ERROR, "spend_unrecorded", session=ledger,
+                              error=redact(f"{type(exc).__name__}: {exc}"))
 
     def _adopt_legacy_transcript(self, conv: _Conversation) -> bool:
         """Rename a transcript saved under the old, unkeyed id to the keyed one (once);

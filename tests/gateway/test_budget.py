@@ -193,3 +193,28 @@ def test_the_daily_budget_key_is_checked(value: Any) -> None:
     assert info.value.problems[0].startswith("$.gateway.max_cost_usd_per_conversation_day")
     assert parse_gateway_config({"max_cost_usd_per_conversation_day": 2.5}
                                 ).max_cost_usd_per_conversation_day == 2.5
+
+
+async def test_a_ledger_write_that_loses_its_claim_is_tried_again(
+    make_agent: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fenced store's writer can lose the ledger to another process's: a fresh one is
+    opened, so the spend is on record for the next start."""
+    agent = make_agent()
+    agent.host.register_object(ThreeCents(), "pricer")
+    bus = GatewayBus(agent, max_cost_usd_per_day=0.05)
+    ledger = bus.ledger_id_for("webhook", "u")
+    real_open = agent.sessions.open
+    failures = [0]
+
+    def flaky_open(session_id: str | None = None) -> Any:
+        if session_id == ledger and failures[0] < 2:
+            failures[0] += 1
+            raise OSError("claimed by another writer")
+        return real_open(session_id)
+
+    monkeypatch.setattr(agent.sessions, "open", flaky_open)
+    assert (await bus.handle(InboundMessage("webhook", "c1", "u", "hi"))).kind == "reply"
+    assert failures[0] == 2
+    spends = [r for r in agent.sessions.read(ledger).records if r.get("event") == "spend"]
+    assert [r["cost_usd"] for r in spends] == [0.03]
