@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
+import attrs
 import pluggy
 from attrs import field, frozen
 
@@ -366,10 +367,11 @@ class PromptEdit:
 
     ``text`` replaces the message (``None``: keep it); ``context`` is added after
     it, as its own paragraph (``None``: nothing). Both are what the model sees and
-    what the transcript records.
+    what the transcript records. An empty ``text`` is refused (to refuse the
+    message, answer :class:`Block`).
     """
 
-    text: str | None = None
+    text: str | None = field(default=None, validator=attrs.validators.optional(_non_empty_text))
     context: str | None = None
 
 

@@ -278,6 +278,12 @@ async def test_hook_user_prompt__a_block_stops_the_run_before_any_model_call(
     await agent.aclose()
 
 
+def test_an_edit_cannot_empty_the_message() -> None:
+    with pytest.raises(ValueError, match="text must be a non-empty string"):
+        PromptEdit(text="  ")
+    assert PromptEdit(context="only context").text is None
+
+
 class RaisingPrompt:
     @hookimpl
     async def lich_user_prompt(self, message: str) -> Any:
