@@ -137,6 +137,12 @@ def error_preview(result: ToolResult, limit: int = 160) -> str:
     return truncate_text(first, limit, style="ellipsis")
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``, ``1,204 tokens``: a count with its noun, the one way
+    every closing line and summary says one (digits grouped, the plural right)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _wait_text(ms: float) -> str:
     """``0.8 s``, ``11.0 s``, ``2 min 5 s``: a person's answer time, roughly."""
     seconds = ms / 1000
@@ -501,7 +507,7 @@ class HumanRenderer(_Output):
         turns = event.turns_used
         # The turn cap needs no more words than the count; another budget says what ran out.
         why = "" if event.budget == "max_turns" or not event.reason else f": {event.reason}"
-        self.note(f"budget exhausted after {turns} turn{'s' if turns != 1 else ''}{why}",
+        self.note(f"budget exhausted after {counted(turns, 'turn')}{why}",
                   "yellow", always=True)
 
     def _on_error(self, event: Any) -> None:

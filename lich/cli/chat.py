@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lich._slash import SLASH_COMMANDS, model_lines
-from lich.cli._render import HumanRenderer, make_err_console
+from lich.cli._render import HumanRenderer, counted, make_err_console
 from lich.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -225,7 +225,7 @@ class ChatSession:
         return f", {format_cost(cost)}"
 
     async def _usage(self, _arg: str) -> bool:
-        self.say(f"this chat: {self.runs} runs, {usage_line(self.total)}"
+        self.say(f"this chat: {counted(self.runs, 'run')}, {usage_line(self.total)}"
                  f"{self._cost(self.cost)}", "")
         if self.last is not None:
             self.say(f"last run: {usage_line(self.last)}{self._cost(self.last_cost)}", "")
@@ -316,8 +316,8 @@ class ChatSession:
         turns = result.outcome.turns_used
         state = "" if result.stopped_reason == "final" else f" · {result.stopped_reason}"
         cost = self._cost(result.cost_usd).replace(", ", " · ", 1)
-        self.say(f"[{turns} turn{'s' if turns != 1 else ''} · "
-                 f"{result.usage.total_tokens} tokens{cost}{state}]")
+        self.say(f"[{counted(turns, 'turn')} · "
+                 f"{counted(result.usage.total_tokens, 'token')}{cost}{state}]")
         return not human.closed
 
     def _reload(self) -> None:
@@ -415,6 +415,6 @@ def chat(settings: CliSettings) -> int:
 
 
 def usage_line(usage: Usage) -> str:
-    """``P prompt + C completion = T tokens``."""
-    return (f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion = "
-            f"{usage.total_tokens} tokens")
+    """``P prompt + C completion = T tokens`` (digits grouped)."""
+    return (f"{usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion = "
+            f"{counted(usage.total_tokens, 'token')}")

@@ -280,14 +280,15 @@ def outcome_line(result: RunResult, *, priced: bool = False) -> str:
     line. The cost is there when ``priced`` (a plugin prices calls): ``cost unknown``
     when it could not price them all. ``1,204 tokens (estimated)`` when a provider
     reported no usage for some call."""
+    from lich.cli._render import counted
     from lich.money import format_cost
 
     turns = result.outcome.turns_used
     cost = f", {format_cost(result.cost_usd)}" if priced else ""
     # The provider reported no usage for some call: lich's chars / 4 estimate.
     estimated = " (estimated)" if result.usage.estimated else ""
-    return (f"{result.stopped_reason} after {turns} turn{'s' if turns != 1 else ''}, "
-            f"{result.usage.total_tokens:,} tokens{estimated}{cost}")
+    return (f"{result.stopped_reason} after {counted(turns, 'turn')}, "
+            f"{counted(result.usage.total_tokens, 'token')}{estimated}{cost}")
 
 
 def _summary(human: Any, result: RunResult, *, priced: bool = False) -> None:

@@ -411,6 +411,7 @@ def _show_meta(line: Any, record: Mapping[str, Any]) -> None:
         model = record.get("model") or "?"
         line(f"── run {record.get('run_id')} started {when} (model {model})", "dim")
     elif event == "run_end":
+        from lich.cli._render import counted
         from lich.money import format_usd
         from lich.sessions import run_cost
 
@@ -418,8 +419,14 @@ def _show_meta(line: Any, record: Mapping[str, Any]) -> None:
         error = f"; error: {record['error']}" if record.get("error") else ""
         cost = run_cost(record)
         priced = f", {format_usd(cost)}" if cost is not None else ""
-        line(f"── run ended: {record.get('stopped_reason')} after {record.get('turns_used')} "
-             f"turns, {usage.get('total_tokens', 0)} tokens{priced}{error}", "dim")
+        line(f"── run ended: {record.get('stopped_reason')} after "
+             f"{counted(_count(record.get('turns_used')), 'turn')}, "
+             f"{counted(_count(usage.get('total_tokens')), 'token')}{priced}{error}", "dim")
+
+
+def _count(value: Any) -> int:
+    """A count read from a transcript record (0 for anything but a whole number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _waited(event: Mapping[str, Any]) -> str:

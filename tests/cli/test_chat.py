@@ -81,7 +81,7 @@ def test_chat_slash_commands(work: Path, scripted: Any, lich: Any) -> None:
     assert result.exit_code == 0, result.stderr
     err = result.stderr
     assert "/resume ID|latest" in err  # /help
-    assert "this chat: 1 runs" in err  # /usage
+    assert "this chat: 1 run," in err  # /usage
     assert "model: scripted-model (provider scripted, kind openai_compat)" in err
     assert "new session" in err
     assert "unknown command /bogus (/help lists the commands)" in err
@@ -169,6 +169,23 @@ def test_chat_usage_counts_tokens(work: Path, scripted: Any, lich: Any) -> None:
     assert result.exit_code == 0
     assert "this chat: 2 runs, 30 prompt + 5 completion = 35 tokens" in result.stderr
     assert "last run: 20 prompt + 3 completion = 23 tokens" in result.stderr
+
+
+def test_chat_counts_say_one_run_one_turn_and_group_digits(
+    work: Path, scripted: Any, lich: Any
+) -> None:
+    from lich.types import Usage
+
+    server = scripted([Reply("a", usage=Usage(1200, 34, 1234))])
+    write_config(work, server.base_url)
+
+    result = lich("chat", input="one\n/usage\n")
+
+    assert result.exit_code == 0, result.stderr
+    assert "[1 turn · 1,234 tokens]" in result.stderr
+    assert "this chat: 1 run, 1,200 prompt + 34 completion = 1,234 tokens" in result.stderr
+    assert "1 runs" not in result.stderr
+    assert "1 turns" not in result.stderr
 
 
 def _session(tmp_path: Path, console: Console) -> ChatSession:

@@ -220,10 +220,10 @@ def test_chat_shows_each_run_cost_and_the_total(work: Path, scripted: Any, lich:
     result = lich("chat", input="one\ntwo\n/usage\n")
 
     assert result.exit_code == 0, result.stderr
-    assert result.stderr.count("[1 turn · 12000 tokens · $0.0400]") == 2
-    assert "this chat: 2 runs, 20000 prompt + 4000 completion = 24000 tokens, $0.0800" in (
+    assert result.stderr.count("[1 turn · 12,000 tokens · $0.0400]") == 2
+    assert "this chat: 2 runs, 20,000 prompt + 4,000 completion = 24,000 tokens, $0.0800" in (
         result.stderr)
-    assert "last run: 10000 prompt + 2000 completion = 12000 tokens, $0.0400" in result.stderr
+    assert "last run: 10,000 prompt + 2,000 completion = 12,000 tokens, $0.0400" in result.stderr
 
 
 def test_config_validate_reports_a_budget_nothing_enforces(

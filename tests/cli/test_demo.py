@@ -104,7 +104,7 @@ def test_demo_runs_offline(tmp_path: Path, work: Path, offline_env: dict[str, st
     assert "hello.txt" in proc.stdout.split("listed the work directory:")[1]
     for tool in ("write_file", "read_file", "list_dir"):
         assert f"tool {tool}(" in proc.stderr
-    assert re.search(r"final after 4 turns, \d+ tokens", proc.stderr), proc.stderr
+    assert re.search(r"final after 4 turns, [\d,]+ tokens", proc.stderr), proc.stderr
     # It says where the transcript is, and the transcript is there and readable.
     match = re.search(r"transcript: (\S+\.jsonl)", proc.stderr)
     assert match, proc.stderr

@@ -45,7 +45,7 @@ def test_one_shot_with_a_tool_call(work: Path, scripted: Any, lich: Any) -> None
     assert "notes.txt" in server.requests[1].messages[-1].content
     # The closing line says how it ended and where the transcript is.
     (transcript,) = (work / ".lich" / "sessions").glob("*.jsonl")
-    assert re.search(rf"\[lich\] final after 2 turns, \d+ tokens; session {transcript.stem}; "
+    assert re.search(rf"\[lich\] final after 2 turns, [\d,]+ tokens; session {transcript.stem}; "
                      rf"transcript {re.escape(str(transcript))}", result.stderr), result.stderr
 
 
