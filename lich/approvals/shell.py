@@ -342,6 +342,10 @@ class _Reader:
 
     def top(self, root: Node) -> None:
         """Check the line's structure; every node is then walked for commands."""
+        # The root may not span the whole line (a leading `\r`): what lies outside
+        # it must be blank as well.
+        self.gap(self.source[:root.start_byte], " \t\n")
+        self.gap(self.source[root.end_byte:], " \t\n")
         self.gaps(root, " \t\n")
         for child in root.children:
             self.statement(child)
@@ -390,7 +394,7 @@ class _Reader:
     def gap(self, raw: bytes, allowed: str) -> None:
         text = raw.decode("utf-8", "surrogateescape").replace("\\\n", "")
         if text.strip(allowed):
-            self.problem(f"text the grammar skipped: {text.strip()!r}")
+            self.problem(f"text the grammar skipped: {text.strip(allowed)!r}")
             self.complete = False
 
     def plain_command(self, node: Node) -> None:

@@ -163,6 +163,9 @@ ROWS: list[tuple[str, bool, bool]] = [
     # Here-documents the grammar cannot read (bash takes them to the end of the line),
     # then a quoted command name: found by fuzzing against bash -x.
     ("<>f <<-\\a<<-x 'tou'ch pwned", True, False),
+    # A carriage return is a word character to bash, blank to the grammar.
+    ("\rgit status", False, False),
+    ("git status\r", False, False),
 ]
 
 
