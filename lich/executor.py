@@ -280,8 +280,8 @@ class HookedToolRunner:
 
     Approval is the ``Ask`` contract and nothing more: when a hook asks, the runner
     builds the :class:`~lich.hooks.ApprovalRequest` (a short id, the asking plugins'
-    reasons, the rules ``lich_approval_rules`` offers, the tool's own preview),
-    emits ``approval_requested``, asks
+    reasons; the rules a session approval grants and the preview are the plugins',
+    ``lich_prepare_approval``), emits ``approval_requested``, asks
     the approvers (``lich_request_approval``), obeys the answer — edited arguments
     run only after they pass the tool's schema and every check-hook again — and
     emits ``approval_resolved``, which ``lich_approval_resolved`` hands to the
@@ -436,16 +436,15 @@ class HookedToolRunner:
             # Nothing would run: the executor answers unknown_tool. Asking a person about a
             # tool the model was never offered (--read-only, --tools) only confuses them.
             return call
-        rules: tuple[str, ...] = ()
-        if self.host.has_impls("lich_approval_rules"):
-            offered = await self.host.call_hook("lich_approval_rules", call=call, run=self.run)
-            rules = tuple(offered.value or ())
         with _pending_request_id() as request_id:
             request = ApprovalRequest(
                 id=request_id, call=call, reason="; ".join(decision.ask_reasons),
-                asked_by=decision.asked_by, rules=rules, tool=tool,
-                preview=await self._preview(tool, call), timeout_s=self.approval_timeout_s,
-            )
+                asked_by=decision.asked_by, tool=tool, timeout_s=self.approval_timeout_s)
+            if self.host.has_impls("lich_prepare_approval"):
+                # The rules a session approval grants and the preview: the plugins'.
+                prepared = await self.host.call_hook("lich_prepare_approval",
+                                                     request=request, run=self.run)
+                request = prepared.kwargs["request"]
             self.emit(ApprovalRequested(request.id, call, request.reason, request.asked_by,
                                         request.rules, request.timeout_s))
             started = time.perf_counter()
@@ -511,19 +510,6 @@ class HookedToolRunner:
         return call, _Resolution(
             True, approval.scope, approver,
             dict(call.args) if call.args is not request.call.args else None, approval.message)
-
-    async def _preview(self, tool: Tool | None, call: ToolCall) -> str | None:
-        """The tool's own preview of the call, or ``None``; a preview that fails or
-        overruns ``hook_timeout_s`` is left out (it only informs the person)."""
-        if tool is None or tool.preview is None:
-            return None
-        try:
-            async with asyncio.timeout(self.host.hook_timeout_s):
-                return await run_in_daemon_thread(tool.preview, dict(call.args),
-                                                  self.executor.work_dir)
-        except Exception:
-            log.debug("preview of %s failed", tool.name, exc_info=True)
-            return None
 
 
 @attrs.frozen

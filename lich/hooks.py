@@ -204,13 +204,14 @@ class ApprovalRequest:
     :param call: the call with its arguments as the tool would receive them.
     :param reason: the ``Ask`` reasons, joined with ``; ``.
     :param asked_by: the plugins that answered ``Ask``, in the order they ran.
-    :param rules: what a ``session`` or ``always`` approval grants, as
-        ``lich_approval_rules`` answered (the approvals plugin's ``[approvals]``
-        rules, ``terminal(git status*)``, one per simple command of a shell line);
-        empty when no plugin offers any.
+    :param rules: what a ``session`` or ``always`` approval grants, as a
+        ``lich_prepare_approval`` plugin filled them in (the approvals plugin's
+        ``[approvals]`` rules, ``terminal(git status*)``, one per simple command of
+        a shell line); empty when no plugin offers any.
     :param tool: the tool that would run (``None`` for an unknown name).
     :param preview: what the call would do (a diff for a file write), if the tool
-        can tell.
+        can tell and a ``lich_prepare_approval`` plugin asked it (the approvals
+        plugin does).
     :param timeout_s: how long lich waits for the answer (``None``: no limit); the
         call is denied when it passes.
     """

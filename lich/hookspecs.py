@@ -437,23 +437,30 @@ def lich_request_approval(
     """
 
 
-@hookspec(firstresult=True)
-def lich_approval_rules(call: ToolCall, run: RunInfo) -> tuple[str, ...] | None:
-    """What a ``session`` or ``always`` approval of ``call`` would grant.
+@hookspec
+def lich_prepare_approval(request: ApprovalRequest, run: RunInfo) -> ApprovalRequest | None:
+    """Complete an approval request before anyone is asked: what a ``session`` or
+    ``always`` approval grants, a preview of what the call would do.
 
-    :param call: the call a person is about to be asked about, its arguments final.
-    :param run: the run it belongs to; ``run.tool(call.name)`` is its tool.
-    :return: the rules, in the answering plugin's own terms (shown to the person
-        as :attr:`lich.ApprovalRequest.rules`, written to a config by an ``always``
-        answer, handed back with the answer to ``lich_approval_resolved``), or
-        ``None`` to let the next implementation answer.
+    :param request: the request so far: its ``id``, ``call``, ``reason``,
+        ``asked_by``, ``tool`` and ``timeout_s`` are set by lich; ``rules`` and
+        ``preview`` are empty unless an earlier implementation filled them.
+    :param run: the run the call belongs to; ``run.work_dir`` is where it runs.
+    :return: the request with more in it (``attrs.evolve(request, rules=...,
+        preview=...)``), or ``None`` to leave it as it is.
 
-    Asked once per approval request, before ``approval_requested`` is emitted,
-    whichever plugin asked. ``firstresult``: the first tuple (or list) of
-    strings wins; with none the request offers no rules, and a ``session``
-    answer covers that call only. The builtin ``approvals`` plugin answers with
-    its allow rules (``terminal(git status*)``). One that raises, exceeds
-    ``hook_timeout_s`` or answers anything else is logged and skipped.
+    Called once per request, whichever plugin asked, before ``approval_requested``
+    is emitted: the event, the approvers and :func:`lich_approval_resolved` all
+    see the request as the last implementation left it. Chained: each
+    implementation gets the request the one before returned. An answer that
+    changes the request's ``id``, ``call`` or ``tool`` (what is asked about, not
+    what is shown) is refused and skipped, as is one that raises, exceeds
+    ``hook_timeout_s`` or answers anything else: the request is then shown as it
+    was (fail open: it only informs the person). The builtin ``approvals``
+    plugin fills ``rules`` (its allow rules, ``terminal(git status*)``) and
+    ``preview`` (the tool's own, a diff for a file write); without any
+    implementation a request offers no rules, and a ``session`` answer covers
+    that call only.
     """
 
 

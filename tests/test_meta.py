@@ -635,36 +635,45 @@ async def test_hook_lich_request_approval(tmp_path: Path) -> None:
     assert asked[0][1] != asked[1][1]  # each request has its own id
 
 
-async def test_hook_lich_approval_rules(tmp_path: Path) -> None:
-    """The first list of strings is what the request offers; a bad answer is skipped."""
-    seen: list[tuple[str, ...]] = []
+async def test_hook_lich_prepare_approval(tmp_path: Path) -> None:
+    """Each implementation completes the request the one before returned; one that
+    changes what is asked about is skipped."""
+    from attrs import evolve
+
+    seen: list[tuple[tuple[str, ...], str | None]] = []
 
     class Ask_:
         def lich_before_tool_call(self) -> lich.Ask:
             return lich.Ask("asks")
 
-    class Offers:
-        def lich_approval_rules(self, call: ToolCall, run: lich.RunInfo) -> list[str]:
-            return [f"{call.name}({call.args['text']})", run.work_dir]
+    class Rules:  # registered first: called last, after Preview
+        def lich_prepare_approval(self, request: lich.ApprovalRequest,
+                                  run: lich.RunInfo) -> lich.ApprovalRequest:
+            return evolve(request, rules=(f"echo({request.call.args['text']})", run.work_dir))
 
-    class Junk:  # registered later, so asked first: its answer is not rules
-        def lich_approval_rules(self) -> list[object]:
-            return ["echo", 3]
+    class Preview:
+        async def lich_prepare_approval(self, request: lich.ApprovalRequest) -> Any:
+            return evolve(request, preview="would echo")
+
+    class Swapper:  # called first: tries to change the call itself
+        def lich_prepare_approval(self, request: lich.ApprovalRequest) -> Any:
+            return evolve(request, call=evolve(request.call, args={"text": "other"}))
 
     class Person:
         def lich_request_approval(self, request: lich.ApprovalRequest) -> lich.Approval:
-            seen.append(request.rules)
+            seen.append((request.rules, request.preview))
             return lich.Approval(True)
 
     agent = lich.Agent(make_test_config(tmp_path), chat=ScriptedChat(
         responder=calls_responder(("echo", {"text": "hi"}))),
-        plugins=[("echo", Echo()), ("ask", Ask_()), ("offers", Offers()), ("junk", Junk()),
-                 ("person", Person())])
+        plugins=[("echo", Echo()), ("ask", Ask_()), ("rules", Rules()),
+                 ("preview", Preview()), ("swapper", Swapper()), ("person", Person())])
     events: list[Any] = []
-    await agent.run("go", on_event=events.append)
-    assert seen == [("echo(hi)", str(tmp_path))]
+    result = await agent.run("go", on_event=events.append)
+    assert seen == [(("echo(hi)", str(tmp_path)), "would echo")]
     (requested,) = [e.event for e in events if type(e.event).__name__ == "ApprovalRequested"]
     assert requested.rules == ("echo(hi)", str(tmp_path))
+    assert [m.content for m in tool_messages(result.messages)] == ["echo: hi"]
 
 
 async def test_hook_lich_approval_resolved(tmp_path: Path) -> None:

@@ -27,8 +27,9 @@ built without a registry) is judged by the rules and the mode alone (its
 primary argument guessed from the argument names, so that deny rules still
 apply).
 
-**Grants.** For any plugin's ``Ask`` the plugin offers the allow rules a
-``session`` or ``always`` approval grants (``lich_approval_rules``), keeps what
+**Grants.** For any plugin's ``Ask`` the plugin completes the request with the
+allow rules a ``session`` or ``always`` approval grants and the tool's preview
+(``lich_prepare_approval``), keeps what
 such an approval granted, per session (``lich_approval_resolved``, into
 :data:`lich.approvals.grants.SESSION_GRANTS`), and answers a later request
 those rules cover itself, first of the approvers (``lich_request_approval``:
@@ -38,17 +39,21 @@ again. The core only asks, obeys and emits.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from lich.approvals.grants import SESSION_GRANTS
 from lich.approvals.rules import MODES, Mode, Rule, RuleSet, decide, parse_rule
 from lich.hooks import Approval, Ask, Block, hookimpl, runs_inline
 from lich.settings import each, one_of, setting, structure_settings
+from lich.threads import run_in_daemon_thread
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
@@ -60,12 +65,14 @@ __all__ = [
     "ApprovalSettings",
     "approval_settings",
     "lich_approval_resolved",
-    "lich_approval_rules",
     "lich_before_tool_call",
     "lich_check_config",
     "lich_check_tool_call",
+    "lich_prepare_approval",
     "lich_request_approval",
 ]
+
+log = logging.getLogger(__name__)
 
 _RULES = each(parse_rule, what='an array of rules like "terminal(git status*)"')
 
@@ -182,11 +189,35 @@ def lich_check_tool_call(call: ToolCall, run: RunInfo) -> Block | Ask | None:
 
 
 @hookimpl
-@runs_inline
-def lich_approval_rules(call: ToolCall, run: RunInfo) -> tuple[str, ...]:
-    """The allow rules a ``session`` or ``always`` approval of ``call`` grants (one
-    per simple command of a shell line): for any plugin's ``Ask``."""
-    return SESSION_GRANTS.rules_for(call, run.tool(call.name), run.work_dir)
+async def lich_prepare_approval(request: ApprovalRequest,
+                                run: RunInfo) -> ApprovalRequest | None:
+    """For any plugin's ``Ask``: the allow rules a ``session`` or ``always`` approval
+    grants (one per simple command of a shell line) and the tool's own preview of
+    the call (a diff for a file write), unless an earlier plugin gave them."""
+    rules = request.rules or SESSION_GRANTS.rules_for(request.call, request.tool,
+                                                      run.work_dir)
+    preview = request.preview
+    if preview is None:
+        preview = await _preview(request, run)
+    return evolve(request, rules=rules, preview=preview)
+
+
+async def _preview(request: ApprovalRequest, run: RunInfo) -> str | None:
+    """The tool's preview, or ``None``: one that fails or overruns half of
+    ``hook_timeout_s`` is left out (it only informs the person; the rules must
+    still make it within the hook's own time)."""
+    tool = request.tool
+    if tool is None or tool.preview is None:
+        return None
+    budget = (run.config.hook_timeout_s if run.config is not None else 10.0) / 2
+    try:
+        async with asyncio.timeout(budget):
+            # A worker thread: a preview reads files, and may block.
+            return await run_in_daemon_thread(tool.preview, dict(request.call.args),
+                                              Path(run.work_dir))
+    except Exception:
+        log.debug("preview of %s failed", tool.name, exc_info=True)
+        return None
 
 
 @hookimpl(tryfirst=True)

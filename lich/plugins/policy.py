@@ -39,6 +39,7 @@ from attrs import evolve, field, frozen
 
 from lich.hooks import (
     Approval,
+    ApprovalRequest,
     Ask,
     Block,
     Compression,
@@ -186,8 +187,12 @@ def _cost(answer: Any) -> str | None:
     return None
 
 
-def _rules(answer: tuple[Any, ...] | list[Any]) -> str | None:
-    return None if all(isinstance(rule, str) for rule in answer) else "not strings"
+def _prepared(kwargs: Mapping[str, Any], answer: ApprovalRequest) -> Mapping[str, Any]:
+    request: ApprovalRequest = kwargs["request"]
+    if answer.id != request.id or answer.call != request.call or answer.tool is not request.tool:
+        raise RefusedAnswer("its request changed the id, the call or the tool; only what "
+                            "is shown (rules, preview) may change")
+    return {"request": answer}
 
 
 def _rewrite(kwargs: Mapping[str, Any], answer: Rewrite) -> Mapping[str, Any]:
@@ -304,9 +309,10 @@ HOOK_POLICIES: tuple[HookPolicy, ...] = (
                    "or None",
         timed_out="no answer within {timeout:g}s"),
     HookPolicy(
-        "lich_approval_rules", answers={tuple: "stop", list: "stop"}, check=_rules,
-        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected a "
-                   "tuple of rules (strings) or None"),
+        # It only informs the person: a failure leaves the request as it was.
+        "lich_prepare_approval", answers={ApprovalRequest: "chain"}, chain=_prepared,
+        bad_answer="{hook} of plugin {plugin} returned {type} (ignored); expected "
+                   "ApprovalRequest or None"),
     observer("lich_approval_resolved"),
     HookPolicy(
         # Fail closed, as the before-hooks: a guard that cannot answer blocks the call.

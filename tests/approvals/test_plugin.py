@@ -3,6 +3,7 @@ each mode, the deny rules applied again to final arguments, and its settings."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import shutil
 from pathlib import Path
@@ -316,8 +317,11 @@ def test_the_plugin_answers_only_what_its_grants_cover(tmp_path: Path) -> None:
     agent = Agent(config, chat=ScriptedChat(["x"]), plugins=[("markers", _Tools(tmp_path))])
     run = RunInfo("r", "s-covered", "go", str(tmp_path), agent.config, tools=agent.tools)
     call = ToolCall("c", "mark", {"name": "x"})
-    rules = approvals.lich_approval_rules(call, run)
-    request = ApprovalRequest("1a2b", call, "asks", rules=rules, tool=agent.tools.get("mark"))
+    asked = ApprovalRequest("1a2b", call, "asks", tool=agent.tools.get("mark"))
+    request = asyncio.run(approvals.lich_prepare_approval(asked, run))
+    assert request is not None
+    rules = request.rules
+    assert rules == ("mark(x)",)
     assert approvals.lich_request_approval(request, run) is None
     approvals.lich_approval_resolved(request, ApprovalResolved("1a2b", "c", False, "session"),
                                      run)

@@ -46,12 +46,12 @@ def error_of(content: str) -> str:
 
 async def run_agent(
     work: Path,
-    plugins: list[tuple[str, object]],
+    objects: list[tuple[str, object]],
     *calls: tuple[str, dict[str, Any]],
     **config: Any,
 ) -> tuple[lich.RunResult, list[Envelope]]:
     events: list[Envelope] = []
-    agent = lich.Agent(make_test_config(work, **config), plugins=plugins,
+    agent = lich.Agent(make_test_config(work, **config), plugins=objects,
                        chat=ScriptedChat(responder=calls_responder(*calls)))
     result = await agent.run("go", on_event=events.append)
     return result, events
@@ -453,10 +453,15 @@ async def test_cancelling_the_run_stops_waiting_for_the_person(tmp_path: Path) -
 # ---------------------------------------------------------------------------
 
 
+# The preview (as the rules) is the approvals plugin's (lich_prepare_approval), for any
+# plugin's Ask: loaded here with rules that allow everything, AskFor asks.
+WITH_APPROVALS = {"plugins": ("approvals",), "approvals": {"mode": "allow"}}
+
+
 async def test_the_request_carries_the_tools_preview(tmp_path: Path) -> None:
     approver = ScriptedApprover(lambda _r: Approval(True))
     await run_agent(tmp_path, [("tools", Tools()), ("ask", AskFor("note")), ("ui", approver)],
-                    ("note", {"path": "a.txt", "text": "hello"}))
+                    ("note", {"path": "a.txt", "text": "hello"}), **WITH_APPROVALS)
     (request,) = approver.requests
     assert request.preview == f"would write 5 chars to {tmp_path / 'a.txt'}"
     assert request.tool is not None
@@ -480,8 +485,9 @@ async def test_a_failing_preview_is_left_out(tmp_path: Path) -> None:
     approver = ScriptedApprover(lambda _r: Approval(True))
     result, _ = await run_agent(
         tmp_path, [("p", Plugin()), ("ask", AskFor("risky")), ("ui", approver)],
-        ("risky", {"x": "1"}))
+        ("risky", {"x": "1"}), **WITH_APPROVALS)
     assert approver.requests[0].preview is None
+    assert approver.requests[0].rules == ("risky(1)",)  # the rules made it all the same
     assert tool_contents(result.messages) == ["1"]
 
 
@@ -609,7 +615,7 @@ async def test_an_ask_that_offers_no_rules_grants_nothing_for_the_session(
     _, events = await run_agent(
         tmp_path, [("tools", Tools()), ("ask", AskFor("echo")), ("ui", approver)],
         ("echo", {"text": "hi"}), ("echo", {"text": "hi"}))
-    assert [r.rules for r in approver.requests] == [(), ()]
+    assert [(r.rules, r.preview) for r in approver.requests] == [((), None), ((), None)]
     assert [r.approver for r in of_type(events, ApprovalResolved)] == ["ui", "ui"]
 
 

@@ -99,7 +99,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         "lich_before_tool_call": ["call", "run"],
         "lich_check_tool_call": ["call", "run"],
         "lich_request_approval": ["call", "run", "reason", "request"],
-        "lich_approval_rules": ["call", "run"],
+        "lich_prepare_approval": ["request", "run"],
         "lich_approval_resolved": ["request", "resolved", "run"],
         "lich_after_tool_call": ["call", "result", "run"],
         "lich_run_end": ["run", "outcome"],
@@ -123,7 +123,7 @@ def test_hook_specs_are_exactly_the_designed_ones() -> None:
         assert ":param" in doc or not args, f"{name} documents its arguments"
         caller = getattr(host.pm.hook, name)
         assert caller.spec is not None
-        firstresult = {"lich_make_router", "lich_request_approval", "lich_approval_rules",
+        firstresult = {"lich_make_router", "lich_request_approval",
                        "lich_price_call", "lich_before_model_call", "lich_make_bus",
                        "lich_make_session_store", "lich_make_process_runner"}
         assert bool(caller.spec.opts.get("firstresult")) == (name in firstresult), name
