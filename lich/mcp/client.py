@@ -40,6 +40,7 @@ import contextvars
 import datetime
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -58,8 +59,10 @@ from pydantic import ValidationError
 
 from lich.backoff import Backoff
 from lich.guards import truncate_text
+from lich.mcp.cache import CachedServer, ToolCache, cache_key
 from lich.mcp.config import McpSettings, ServerConfig
 from lich.mcp.results import map_result
+from lich.mcp.stdio import MAX_MESSAGE_BYTES, TOO_LARGE, capped_stdio
 from lich.private_files import open_private_log
 from lich.processes import DIRECT, Launch, ProcessRunner, launched
 from lich.types import ToolResult
@@ -69,7 +72,10 @@ __all__ = ["McpRuntime", "ServerState", "Status"]
 log = logging.getLogger("lich.mcp")
 
 T = TypeVar("T")
-Status: TypeAlias = Literal["connecting", "connected", "failed", "disconnected", "closed"]
+#: ``idle``: not started; its tools are the ones its last start listed (lich.mcp.cache),
+#: and it is started for the first call of one of them.
+Status: TypeAlias = Literal["idle", "connecting", "connected", "failed", "disconnected",
+                            "closed"]
 
 # A log file bigger than this at start is moved to <name>.log.1 (one generation kept).
 _LOG_ROTATE_BYTES = 1024 * 1024
@@ -286,6 +292,7 @@ class _Connection:
             self.state.tools = tools
             self.state.status, self.state.error = "connected", None
             self.state.connects += 1
+            self.runtime.remember(self)
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 if _wants_listen(client):
@@ -329,6 +336,12 @@ class _Connection:
             )
             with _open_log(self.state.log_path, config) as errlog:
                 async with launched(self.runtime.runner, spec) as run:
+                    if sys.platform != "win32":
+                        # Every message read with a cap, in linear time (lich.mcp.stdio).
+                        async with capped_stdio(run.argv, run.env, run.cwd, errlog) as (
+                                read, write):
+                            yield _WatchedReadStream(read, on_end), write
+                        return
                     params = StdioServerParameters(
                         command=run.argv[0], args=list(run.argv[1:]), env=dict(run.env),
                         cwd=run.cwd,
@@ -398,6 +411,7 @@ class _Connection:
                         self.config.name, _describe(exc))
             return
         self.state.tools = tools
+        self.runtime.remember(self)
         self.runtime.tools_changed(self.config.name)
 
     # ----------------------------------------------------------------- calls
@@ -410,6 +424,20 @@ class _Connection:
             name = self.config.name
             if self._closing:
                 return f"mcp_disconnected: server {name!r} is closed"
+            if self.state.status == "idle":
+                # Registered from the cache: started now, for its first call.
+                cached = [t.model_dump(by_alias=True, exclude_none=True)
+                          for t in self.state.tools]
+                await self.open()
+                if not self._connected():
+                    self.runtime.forget(self)
+                    return (f"mcp_unavailable: server {name!r} did not start: "
+                            f"{self.state.error}")
+                if [t.model_dump(by_alias=True, exclude_none=True)
+                        for t in self.state.tools] != cached:
+                    self.runtime.tools_changed(name)  # the model gets the new list next
+                assert self.client is not None
+                return self.client
             if self.state.status == "failed" and self.state.restarts == 0 \
                     and self._died_at == 0.0:
                 return f"mcp_unavailable: server {name!r} did not start: {self.state.error}"
@@ -432,6 +460,9 @@ class _Connection:
                 self.runtime.tools_changed(name)
             return self.client
 
+    def _connected(self) -> bool:
+        return self.state.status == "connected" and self.client is not None
+
     async def call(self, tool: str, args: Mapping[str, Any]) -> ToolResult:
         """Call ``tool``; every failure is a failed :class:`ToolResult`."""
         for attempt in range(2):
@@ -452,6 +483,17 @@ class _Connection:
                         await self._reinitialise()
                         continue
                     break
+                if (exc.error.message or "").startswith(TOO_LARGE):
+                    return ToolResult.failure(
+                        f"mcp_result_too_large: server {self.config.name!r} answered with "
+                        f"more than the {MAX_MESSAGE_BYTES // (1024 * 1024)} MiB lich reads "
+                        f"of one message ({exc.error.message.removeprefix(TOO_LARGE + ': ')});"
+                        " nothing of it was kept: ask for less")
+                if code in (mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_PARAMS) \
+                        and "unknown tool" in (exc.error.message or "").lower():
+                    # The list this run offered is stale (a cached one, or the server
+                    # changed without saying): the next start lists the tools again.
+                    self.runtime.forget(self)
                 if code == mcp_types.CONNECTION_CLOSED:
                     self._mark_dead("closed the connection during a call")
                     await self._stop_owner_quietly()
@@ -636,11 +678,14 @@ class McpRuntime:
     :param work_dir: where stdio servers run (their ``cwd`` is relative to it).
     :param log_dir: where each stdio server's stderr is written.
     :param runner: what the stdio servers are started through (:mod:`lich.processes`).
+    :param cache: where the servers' tool lists are kept between runs
+        (:mod:`lich.mcp.cache`); ``None``: every server is started at :meth:`start`.
     """
 
     def __init__(self, settings: McpSettings, *, work_dir: str | Path, log_dir: str | Path,
-                 runner: ProcessRunner | None = None) -> None:
+                 runner: ProcessRunner | None = None, cache: ToolCache | None = None) -> None:
         self.settings = settings
+        self.cache = cache
         self.runner: ProcessRunner = DIRECT if runner is None else runner
         self.work_dir = Path(work_dir)
         self.log_dir = Path(log_dir)
@@ -678,13 +723,46 @@ class McpRuntime:
 
     def start(self) -> list[ServerState]:
         """Connect every server in parallel, each under its own startup timeout;
-        blocks until all are connected or failed. Never raises for a server."""
-        if self.connections:
-            self._submit(self._open_all()).result()
+        blocks until all are connected or failed. Never raises for a server.
+
+        With a :attr:`cache`, a server whose tool list it holds is not started: it is
+        ``idle``, its tools the cached ones, and it starts for its first call."""
+        waiting = []
+        for connection in self.connections.values():
+            cached = self.cache.get(self._key(connection)) if self.cache is not None else None
+            if cached is None:
+                waiting.append(connection)
+                continue
+            state = connection.state
+            state.status, state.tools, state.task_only = "idle", cached.tools, cached.task_only
+            state.server_name, state.server_version = cached.server_name, cached.server_version
+            state.protocol_version = cached.protocol_version
+        if waiting:
+            self._submit(self._open_all(waiting)).result()
         return self.states()
 
-    async def _open_all(self) -> None:
-        await asyncio.gather(*(c.open() for c in self.connections.values()))
+    async def _open_all(self, connections: list[_Connection]) -> None:
+        await asyncio.gather(*(c.open() for c in connections))
+        for connection in connections:
+            if connection.state.status == "failed":
+                self.forget(connection)
+
+    def _key(self, connection: _Connection) -> str:
+        return cache_key(connection.config, self.work_dir)
+
+    def remember(self, connection: _Connection) -> None:
+        """Store what ``connection``'s server listed (it started, or its tools changed)."""
+        if self.cache is None:
+            return
+        state = connection.state
+        self.cache.put(self._key(connection), CachedServer(
+            list(state.tools), list(state.task_only), state.server_name,
+            state.server_version, state.protocol_version))
+
+    def forget(self, connection: _Connection) -> None:
+        """Drop ``connection``'s cached tool list (the next run starts the server)."""
+        if self.cache is not None:
+            self.cache.drop(self._key(connection))
 
     def states(self) -> list[ServerState]:
         """Each server's state, in config order."""

@@ -67,7 +67,8 @@ def _list(settings: Any, as_json: bool) -> int:
 
             # Through the runner a run would use (a sandbox plugin's), not around it.
             runner = host_for(settings, config).make_process_runner(config)
-            runtime = open_runtime(mcp, config, runner)
+            # A diagnosis: every server started, whatever the cache holds.
+            runtime = open_runtime(mcp, config, runner, cached=False)
         except ImportError:
             echo_error(missing_sdk_message())
             return EXIT_USAGE

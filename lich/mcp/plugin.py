@@ -55,17 +55,23 @@ def missing_sdk_message() -> str:
 
 
 def open_runtime(
-    settings: McpSettings, config: LichConfig, runner: ProcessRunner | None = None,
+    settings: McpSettings, config: LichConfig, runner: ProcessRunner | None = None, *,
+    cached: bool = True,
 ) -> McpRuntime:
     """Start every enabled server of ``settings`` (in parallel; blocks until each is
     connected or failed), the stdio ones through ``runner`` (the direct one by default).
+    ``cached``: a server whose tool list the cache holds (:mod:`lich.mcp.cache`) is not
+    started until its first call.
 
     :raises ImportError: the MCP SDK is not installed.
     """
+    from lich.mcp.cache import default_cache
     from lich.mcp.client import McpRuntime
 
+    # The cache goes where the logs do: the state dir of these runs (``.lich``).
+    cache = default_cache(log_dir(config).parent.parent) if cached else None
     runtime = McpRuntime(settings, work_dir=config.work_dir, log_dir=log_dir(config),
-                         runner=runner)
+                         runner=runner, cache=cache)
     runtime.start()
     return runtime
 
@@ -135,7 +141,7 @@ def lich_register_tools(
     toolset.register()
     registry.add_refresher(toolset.refresh)
     runtime.on_tools_changed = _refresh_wanted_of(registry)
-    failed = [s for s in runtime.states() if s.status != "connected"]
+    failed = [s for s in runtime.states() if s.status not in ("connected", "idle")]
     for state in failed:
         registry.warn(f"mcp server {state.name!r} is unavailable: {state.error}")
     if failed:

@@ -158,6 +158,12 @@ app.list_tools = _list_tools_marking_tasks  # type: ignore[method-assign]
 
 
 @app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
+def big(megabytes: float) -> str:
+    """A text result of that many MiB (and its structured copy: twice that on the wire)."""
+    return "x" * int(megabytes * 1024 * 1024)
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
 def untyped() -> str:
     """Answered without resultType under FIXTURE_RAW_RESULTS."""
     return "UNTYPED-RESULT"

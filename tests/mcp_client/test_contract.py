@@ -268,3 +268,24 @@ def _connection(agent: Any, server: str) -> Any:
     from lich.mcp.plugin import _RUNTIMES
 
     return _RUNTIMES[agent.tools].connections[server]
+
+
+async def test_a_result_past_the_read_cap_is_refused_and_the_server_goes_on(
+        mcp_agent: Any) -> None:
+    # 10 MiB of text (20 on the wire, with its structured copy): refused while it is read,
+    # nothing of it kept; the connection and the server are fine afterwards.
+    from lich.mcp.stdio import MAX_MESSAGE_BYTES
+
+    agent = mcp_agent({"fx": stdio_server()})
+    huge = await call(agent, "mcp__fx__big", megabytes=10)
+    assert huge.error is not None
+    assert huge.error.startswith("mcp_result_too_large: server 'fx' answered with more than "
+                                 f"the {MAX_MESSAGE_BYTES // 2**20} MiB"), huge.error
+    assert len(huge.error) < 400
+    assert (await call(agent, "mcp__fx__echo", text="still here")).output == "still here"
+    # Under the cap: read whole, then cut to the tool's output cap as any result is.
+    fits = await call(agent, "mcp__fx__big", megabytes=1)
+    assert fits.ok
+    assert fits.output.startswith("xxxx")
+    assert len(fits.output) < 2**20
+    assert _connection(agent, "fx").state.connects == 1

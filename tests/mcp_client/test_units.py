@@ -144,3 +144,39 @@ def test_only_an_explicit_idempotent_hint_makes_a_tool_idempotent() -> None:
     assert not is_idempotent(tool(idempotent_hint=False))
     # A read-only claim alone is not trusted to mean "safe to run twice".
     assert not is_idempotent(tool(read_only_hint=True))
+
+
+def test_lines_past_the_cap_keep_only_their_ends_and_name_their_request() -> None:
+    import json
+    import tracemalloc
+
+    from lich.mcp.stdio import CappedLines, TooLong
+
+    lines = CappedLines(cap=1024)
+    # Lines under the cap, split across chunks anyhow, come out whole and in order.
+    out = list(lines.feed(b'{"a": 1}\n{"b"')) + list(lines.feed(b': 2}\n\n'))
+    assert out == [b'{"a": 1}', b'{"b": 2}', b""]
+    # 10 MiB in 64 KiB chunks: never more than the cap and a chunk held at once.
+    big = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text",
+                                                                "text": "x" * 10 * 2**20}]}}
+    wire = json.dumps(big).encode() + b"\n"
+    tracemalloc.start()
+    found: list[object] = []
+    for i in range(0, len(wire), 65536):
+        found += lines.feed(wire[i:i + 65536])
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    (line,) = found
+    assert isinstance(line, TooLong)
+    assert line.size == len(wire) - 1
+    assert line.request_id() == 7
+    assert peak < 1024 * 1024  # the 10 MiB line was never held
+    # The id at the end (as the TypeScript SDK writes it), or none at all.
+    tail_first = b'{"result": {"text": "' + b"y" * 5000 + b'"}, "jsonrpc": "2.0", "id": "r-9"}\n'
+    (line,) = list(lines.feed(tail_first))
+    assert isinstance(line, TooLong)
+    assert line.request_id() == "r-9"
+    (line,) = list(lines.feed(b'{"method": "x", "params": "' + b"z" * 5000 + b'"}\n'))
+    assert isinstance(line, TooLong)
+    assert line.request_id() is None
+    assert list(lines.feed(b'{"ok": true}\n')) == [b'{"ok": true}']  # and it goes on
