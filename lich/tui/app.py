@@ -14,6 +14,7 @@ Importing this module imports Textual; :func:`lich.tui.run_tui` does so lazily.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -131,7 +132,13 @@ class LichApp(App[int]):
         Binding("shift+tab", "focus_previous", "move focus back", show=False),
         Binding("ctrl+q", "quit", "quit (cancels a run in flight first)", priority=True,
                 show=False),
+        # In place of Textual's own Ctrl+C, a toast that only says how to quit. Not a
+        # priority binding: the input's copy (with a selection) and the approval
+        # dialog's Ctrl+C come first.
+        Binding("ctrl+c", "ctrl_c", "cancel the run; when idle, twice quits", show=False),
     ]
+    #: How soon a second Ctrl+C must follow the first for an idle app to quit.
+    CTRL_C_AGAIN_S = 2.0
 
     def __init__(
         self,
@@ -382,6 +389,21 @@ class LichApp(App[int]):
         """Ctrl+O: show or hide the newest tool block's full output."""
         self.transcript.toggle_last_tool()
 
+    async def action_ctrl_c(self) -> None:
+        """Ctrl+C: cancel the run in flight; when idle, the first says "Ctrl-C again to
+        quit" (a line of the transcript) and a second within a few seconds quits."""
+        if self._run is not None and not self._run.cancel.cancelled:
+            self.action_cancel_run()
+            return
+        now = time.monotonic()
+        if now - self._ctrl_c_at <= self.CTRL_C_AGAIN_S:
+            await self.action_quit()
+            return
+        self._ctrl_c_at = now
+        await self.transcript.notice("Ctrl-C again to quit (or Ctrl+Q)")
+
+    _ctrl_c_at = float("-inf")
+
     async def action_quit(self) -> None:
         """Quit, cancelling a run in flight first."""
         if self._run is not None:
@@ -411,9 +433,10 @@ class LichApp(App[int]):
         elif isinstance(event, ToolCallEnd):
             await transcript.finish_tool(event.call, event.result)
         elif isinstance(event, ApprovalRequested):
-            await self.add_block(approval_requested_notice(event))
+            # Above the tool's block, whose result comes after the answer.
+            await transcript.add_before_tool(event.call.id, approval_requested_notice(event))
         elif isinstance(event, ApprovalResolved):
-            await self.add_block(approval_resolved_notice(event))
+            await transcript.add_before_tool(event.call_id, approval_resolved_notice(event))
         elif isinstance(event, CompressEnd):
             await self.add_block(compress_notice(event))
         elif isinstance(event, Retry):

@@ -721,3 +721,47 @@ async def test_retry_failover_and_stream_reset_show_as_notices(tmp_path: Path) -
         chat.gate.set()
         await wait_for(pilot, lambda: not app.busy, "run end")
         assert [b.source for b in assistant_blocks(app)] == ["The whole answer."]
+
+
+async def test_ctrl_c_when_idle_asks_for_a_second_one_then_quits(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, ["hi"])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running
+        assert notices(app) == ["Ctrl-C again to quit (or Ctrl+Q)"]
+        assert not app._notifications  # no Textual toast
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+async def test_ctrl_c_during_a_run_cancels_it_and_does_not_quit(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path, [Reply("late", delay_s=30)])
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "slow")
+        await wait_for(pilot, lambda: app.busy, "the run to start")
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: not app.busy, "the run to be cancelled")
+        assert app.is_running
+        assert run_end_records(app)[-1]["stopped_reason"] == "aborted"
+
+
+async def test_the_status_bar_is_refitted_after_a_resize(tmp_path: Path) -> None:
+    from lich.tui.widgets.status import StatusBar
+
+    agent, _ = make_agent(tmp_path, ["hi"])
+    app = LichApp(agent)
+    async with app.run_test(size=(160, 24)) as pilot:
+        await pilot.pause()
+        bar = app.query_one("#status", StatusBar)
+        wide = str(bar.render())
+        await pilot.resize_terminal(60, 24)
+        await pilot.pause()
+        await pilot.pause()
+        narrow = str(bar.render())
+        # Fitted to the new width (parts shortened or left out), not the old line cut.
+        assert narrow != wide
+        assert len(narrow) <= bar.size.width - 2

@@ -107,6 +107,18 @@ async def test_y_approves_the_call_and_the_log_says_so(tmp_path: Path) -> None:
         assert app.focused is app.prompt
 
 
+async def test_approval_notices_come_before_the_tools_result(tmp_path: Path) -> None:
+    # In the order things happened: asked, approved, then the tool ran and answered.
+    app, _tools = make_app(tmp_path, ("echo", {"text": "hi"}))
+    async with app.run_test(size=SIZE) as pilot:
+        await start(pilot)
+        await pilot.press("y")
+        await finish(pilot)
+        lines = app.transcript.text().splitlines()
+        assert lines[1:5] == ["⏸ echo waits for approval", "✓ approved by tui (once)",
+                              '● echo({"text":"hi"})', "└ ok (echo: hi)"], lines
+
+
 async def test_n_with_a_message_denies_and_the_model_reads_it(tmp_path: Path) -> None:
     app, tools = make_app(tmp_path, ("echo", {"text": "hi"}))
     async with app.run_test(size=SIZE) as pilot:

@@ -72,8 +72,22 @@ class Transcript(VerticalScroll):
         if extra > 0:
             await self.remove_children(list(self.children[:extra]))
 
-    async def add_block(self, block: Block) -> None:
-        """Append one block."""
+    async def add_before_tool(self, call_id: str, block: Block) -> None:
+        """Put ``block`` just above the block of the running tool call ``call_id`` (an
+        approval of that call: it happened before the result the tool block will show),
+        or append it when that call has no block open."""
+        view = self._tool_views.get(call_id)
+        if view is None or not view.is_attached:
+            await self.add_block(block)
+            return
+        await self.add_block(block, before=view)
+
+    async def add_block(self, block: Block, *, before: Widget | None = None) -> None:
+        """Append one block (or put it just before ``before``)."""
+        if before is not None and isinstance(block, NoticeBlock):
+            await self.mount(Static(plain(block.text), classes=f"notice {block.level}",
+                                    markup=False), before=before)
+            return
         if isinstance(block, UserBlock):
             text = Text("you › ", style="bold")
             text.append(visible(block.text))
