@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lich_env import SUITE_TRUST
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -311,9 +312,10 @@ def test_lich_config_validate_checks_the_plugin(tmp_path: Path) -> None:
 
     def validate(text: str, **extra: str) -> subprocess.CompletedProcess[str]:
         config.write_text('plugins = ["otel"]\n' + text, encoding="utf-8")
+        # (The test's own project: trusted, or its [otel] table would be ignored.)
         return subprocess.run([sys.executable, "-m", "lich", "config", "validate"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                              env={**env, **extra}, check=False)
+                              env={**env, **SUITE_TRUST, **extra}, check=False)
 
     ok = validate('[otel]\nexporter = "console"\ncapture_content = true\n')
     assert ok.returncode == 0, ok.stderr
