@@ -11,6 +11,7 @@ re-exports :class:`ToolExecutor`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import inspect
 import logging
@@ -232,6 +233,10 @@ approved the call depends on the front end (``lich --yes`` in a one-shot run say
 itself; ``lich mcp serve --allow``; nothing in a gateway), so each front end says its own."""
 
 
+# How long a tool waits for the checks of the path it is about to open.
+_PATH_CHECK_TIMEOUT_S = 60.0
+
+
 def _resolved(root: str, value: str) -> str:
     """``value`` resolved against ``root`` (symlinks followed), relative to it when
     inside (``/``-joined, ``.`` for the root), else absolute."""
@@ -414,8 +419,15 @@ class HookedToolRunner:
                     raise ToolError(f"path_changed: {value} now resolves to {rel}; not opened")
                 return
             again = evolve(call, args={**call.args, name: rel})
-            decision = asyncio.run_coroutine_threadsafe(
-                host.check_tool_call(again, run), loop).result()
+            pending = asyncio.run_coroutine_threadsafe(host.check_tool_call(again, run), loop)
+            try:
+                # Bounded: a loop that stops before the checks run must not hold this
+                # thread for ever; unchecked is refused.
+                decision = pending.result(timeout=_PATH_CHECK_TIMEOUT_S)
+            except (TimeoutError, concurrent.futures.CancelledError, RuntimeError) as exc:
+                pending.cancel()
+                raise ToolError(f"path_unchecked: {value} resolves to {rel}, which could "
+                                "not be checked again; not opened") from exc
             if decision.blocked_by is not None:
                 raise ToolError(f"path_changed: {value} now resolves to {rel}: "
                                 f"{decision.reason}")

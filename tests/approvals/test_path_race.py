@@ -10,6 +10,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from lich import hookimpl
 from lich.agent import Agent
 from lich.config import LichConfig
@@ -121,3 +123,35 @@ def test_a_person_approves_the_path_as_it_resolved_when_asked(tmp_path: Path) ->
     assert ("path_changed: src/sub/x.txt resolved to src/real/x.txt when it was approved "
             "and to .github/x.txt now") in message.content
     assert list((tmp_path / ".github").iterdir()) == []
+
+
+class SlowSecondCheck:
+    """A check hook that answers at once, then takes its time on the re-check."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @hookimpl
+    async def lich_check_tool_call(self, call: ToolCall, run: object) -> None:
+        self.calls += 1
+        if self.calls > 1:
+            await asyncio.sleep(2)
+
+
+def test_a_re_check_that_does_not_answer_in_time_refuses_the_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lich.executor
+
+    monkeypatch.setattr(lich.executor, "_PATH_CHECK_TIMEOUT_S", 0.2)
+    (tmp_path / "src" / "real").mkdir(parents=True)
+    os.symlink("real", tmp_path / "src" / "sub")
+    config = LichConfig(work_dir=str(tmp_path), persist_sessions=False,
+                        approvals={"allow": ["write_file(src/*)"]})
+    call = ToolCall("c1", "write_file", {"path": "src/sub/x.txt", "content": "x"})
+    agent = Agent(config, chat=ScriptedChat([Reply("", (call,)), "done"]),
+                  plugins=[("slow", SlowSecondCheck())])
+    result = asyncio.run(agent.run("write"))
+    (message,) = [m for m in result.messages if isinstance(m, ToolMessage)]
+    assert "path_unchecked: src/sub/x.txt resolves to src/real/x.txt" in message.content
+    assert not (tmp_path / "src" / "real" / "x.txt").exists()
