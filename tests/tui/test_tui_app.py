@@ -765,3 +765,31 @@ async def test_the_status_bar_is_refitted_after_a_resize(tmp_path: Path) -> None
         # Fitted to the new width (parts shortened or left out), not the old line cut.
         assert narrow != wide
         assert len(narrow) <= bar.size.width - 2
+
+
+async def test_a_running_tool_shows_it_is_running_and_for_how_long(tmp_path: Path) -> None:
+    import threading
+
+    from lich.tools import tool
+
+    release = threading.Event()
+
+    @tool(read_only=True)
+    def wait_here() -> str:
+        """Wait until the test lets go."""
+        release.wait(60)
+        return "done"
+
+    agent, _ = make_agent(tmp_path, [Reply(tool_calls=[ToolCall("w1", "wait_here", {})]),
+                                     "finished"], plugin=ToolsPlugin(wait_here))
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await wait_for(pilot, lambda: "└ running… (" in app.transcript.text(), "the tool")
+        await wait_for(pilot, lambda: "└ running… (0s)" not in app.transcript.text(),
+                       "the running line to count on")
+        assert "└ running… (" in app.transcript.text()
+        release.set()
+        await wait_for(pilot, lambda: not app.busy, "the run to end")
+        assert "└ ok (done)" in app.transcript.text()
+        assert "running" not in app.transcript.text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -64,8 +65,15 @@ class ToolView(Widget):
         yield self._output
 
     def on_mount(self) -> None:
-        """Show the result given at construction (resumed history)."""
+        """Show the result given at construction (resumed history); a call still
+        running shows how long it has been running, every second."""
+        self._started = time.monotonic()
+        if self.result is None:
+            self._timer = self.set_interval(1.0, self._show)
         self._show()
+
+    _timer: object = None
+    _started = 0.0
 
     @property
     def expanded(self) -> bool:
@@ -81,17 +89,27 @@ class ToolView(Widget):
         """The call ended: show its outcome (``call`` carries the final arguments)."""
         self.call = call
         self.result = result
+        stop = getattr(self._timer, "stop", None)
+        if callable(stop):
+            stop()
         self._call_line.update(plain(tool_call_line(call)))
         self._show()
 
     @property
     def summary(self) -> str:
         """The two visible lines, as text."""
-        return f"{tool_call_line(self.call)}\n{tool_result_line(self.result)}"
+        return f"{tool_call_line(self.call)}\n{self._line()}"
+
+    def _line(self) -> str:
+        line = tool_result_line(self.result)
+        if self.result is None and self._started:
+            # Live, while it runs: the tools report no output before they end.
+            line += f" ({int(time.monotonic() - self._started)}s)"
+        return line
 
     def _show(self) -> None:
         result = self.result
-        line = tool_result_line(result)
+        line = self._line()
         if result is not None:
             if self._has_more(result):
                 line += " [-]" if self.expanded else " [+]"
