@@ -17,11 +17,12 @@
 * A tool call that needs approval is asked about in its chat; ``/approve <id>`` and
   ``/deny <id>`` from the same sender answer it, ahead of the conversation's queue
   (:mod:`lich.gateway.approvals`).
-* With ``max_cost_usd_per_day``, a conversation that has spent it on the current
-  UTC day gets a polite refusal (``budget``) instead of a run, until the next day.
-  The spend is read back from the conversation's transcript (the ``cost_usd`` of
-  its ``run_end`` records), so a restart does not reset it; ``/new`` does not
-  either. A run whose cost is unknown counts as over the limit: the budget is
+* With ``max_cost_usd_per_day``, a person (platform + sender id) who has spent it
+  on the current UTC day, in all their chats together, gets a polite refusal
+  (``budget``) instead of a run, until the next day. Each run's cost is appended to
+  the person's keyed ledger in the session store (:meth:`GatewayBus.ledger_id_for`)
+  and read back from it, so neither a new chat, a restart nor ``/new`` resets it.
+  A run whose cost is unknown counts as over the limit: the budget is
   not silently unenforced.
 * Users see sanitised errors; the details go to the log under a reference.
 

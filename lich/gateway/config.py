@@ -360,7 +360,8 @@ class GatewayConfig:
     max_conversations: int = setting(200, check=at_least(1))
     queue_limit: int = setting(5, check=at_least(1))
     grace_s: float = setting(30.0, check=at_least(0))
-    #: What one conversation may spend per UTC day, in US dollars (needs ``prices``).
+    #: What one person (platform + sender id) may spend per UTC day across all their
+    #: chats, in US dollars (needs ``prices``); the name is older than the rule.
     max_cost_usd_per_conversation_day: float | None = setting(None, check=greater_than(0))
     webhook: WebhookSettings = WebhookSettings()
     telegram: TelegramSettings = TelegramSettings()
