@@ -51,6 +51,10 @@ if TYPE_CHECKING:
     from lich.providers import ProviderDefaults as ProviderDefaults
     from lich.providers import ProviderRegistry as ProviderRegistry
     from lich.sessions import SessionStore as SessionStore
+    from lich.settings import ConfigTables as ConfigTables
+    from lich.slash import SlashCommand as SlashCommand
+    from lich.slash import SlashContext as SlashContext
+    from lich.slash import SlashRegistry as SlashRegistry
     from lich.tools import Tool as Tool
     from lich.tools import ToolContext as ToolContext
     from lich.tools import ToolRegistry as ToolRegistry
@@ -86,6 +90,7 @@ _EXPORTS = {
     "ChatResult": "lich.types",
     "Compression": "lich.hooks",
     "ConfigError": "lich.config",
+    "ConfigTables": "lich.settings",
     "Envelope": "lich.events",
     "FollowUp": "lich.hooks",
     "InstructionSection": "lich.hooks",
@@ -108,6 +113,9 @@ _EXPORTS = {
     "RunOutcome": "lich.hooks",
     "RunResult": "lich.agent",
     "SessionStore": "lich.sessions",
+    "SlashCommand": "lich.slash",
+    "SlashContext": "lich.slash",
+    "SlashRegistry": "lich.slash",
     "Stop": "lich.hooks",
     "SystemMessage": "lich.types",
     "Tool": "lich.tools",

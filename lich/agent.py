@@ -193,13 +193,15 @@ def load_plugins(config: LichConfig, extra: Sequence[tuple[str, object]] = ()) -
 
 
 def build_tool_registry(
-    host: PluginHost, config: LichConfig, runner: ProcessRunner | None = None,
+    host: PluginHost, config: LichConfig, runner: ProcessRunner | None = None, *,
+    inspect_only: bool = False,
 ) -> ToolRegistry:
     """Every plugin's tools, with ``tools_enabled`` / ``tools_disabled`` applied.
 
     ``runner`` starts what registering starts (MCP servers); ``None`` asks the
-    plugins (``lich_make_process_runner``)."""
-    registry = ToolRegistry()
+    plugins (``lich_make_process_runner``). ``inspect_only``: to look at, not to
+    run — the plugins start nothing (:class:`lich.tools.ToolRegistry`)."""
+    registry = ToolRegistry(inspect_only=inspect_only)
     host.register_tools(registry, config, runner)
     registry.filter(config.tools_enabled, config.tools_disabled)
     return registry

@@ -24,6 +24,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, get_args
 
 import attrs
@@ -48,6 +49,7 @@ from lich.trust import ProjectTrust
 
 __all__ = [
     "BUILTIN_PLUGINS",
+    "CORE_KEYS",
     "ConfigError",
     "ConfigLocation",
     "LichConfig",
@@ -184,35 +186,24 @@ class LichConfig:
     plugins: tuple[str, ...] = BUILTIN_PLUGINS
     log_level: LogLevel = "info"
     tools: Mapping[str, Mapping[str, Any]] = setting(factory=dict, parse=each_value(_tool_table))
-    plugin_settings: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     stream: bool = True
     hook_timeout_s: float = setting(10.0, check=greater_than(0))
     #: How long a tool call waits for a person's approval (lich_request_approval) before
     #: it is denied; 0 waits for ever. Not hook_timeout_s: a person is slower than a hook.
     approval_timeout_s: float = setting(300.0, check=at_least(0))
-    #: The [approvals] table: the builtin approvals plugin's rules (it checks them).
-    approvals: Mapping[str, Any] = field(factory=dict)
-    #: The [otel] table: the builtin otel plugin's exporter settings (it checks them).
-    otel: Mapping[str, Any] = field(factory=dict)
     strict_plugins: bool = False
-    gateway: Mapping[str, Any] = field(factory=dict)
-    #: The ``[prices]`` table, kept raw: the ``prices`` plugin checks and reads it.
-    prices: Mapping[str, Any] = field(factory=dict)
-    #: The [mcp] table: the builtin mcp plugin's servers (it checks them).
-    mcp: Mapping[str, Any] = field(factory=dict)
-    #: The ``[bus]`` table, raw: how the gateway's messages reach their runs. ``kind``
-    #: picks the bus (``"memory"``, in process, by default); the plugin that makes that
-    #: kind (``lich_make_bus``) checks the rest.
-    bus: Mapping[str, Any] = field(factory=dict)
-    #: ``[session_store]``: where transcripts are kept. No table (or ``kind = "jsonl"``):
-    #: JSONL files under ``session_dir``; another ``kind`` is a plugin's store
-    #: (``lich_make_session_store``), whose other keys that plugin checks.
-    session_store: Mapping[str, Any] = field(factory=dict)
     #: How retries after a provider failure are spread (lich.backoff): "none" (the exact
     #: delays), "full" or "equal". Unset: "none" for a CLI run, "full" in the gateway,
     #: where many conversations retrying in lock-step against one rate-limited provider
     #: is the failure to avoid. A router plugin's own setting wins.
     retry_jitter: Jitter | None = None
+    #: Every other top-level table (``[approvals]``, ``[gateway]``, ``[myplugin]``), raw,
+    #: by name: each belongs to the plugin that claims it (``lich_register_config_tables``),
+    #: which checks it; one that no loaded plugin claims is a configuration error.
+    tables: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    #: The tables given the deprecated way, as ``[plugin_settings.<name>]`` (read as
+    #: ``[<name>]``; a plugin need not claim them, as it never had to).
+    legacy_tables: frozenset[str] = field(default=frozenset(), converter=frozenset)
 
     def __attrs_post_init__(self) -> None:
         # session_dir follows work_dir unless it was given.
@@ -224,6 +215,23 @@ class LichConfig:
     def tool_settings(self, name: str) -> Mapping[str, Any]:
         """The ``[tools.<name>]`` table, or an empty mapping."""
         return self.tools.get(name, {})
+
+    def table(self, name: str) -> Mapping[str, Any]:
+        """The raw top-level table ``[<name>]`` (a plugin's own), or an empty mapping.
+
+        The plugin that claims it structures it with its settings class
+        (:func:`lich.settings.structure_settings`, path ``$.<name>``).
+        """
+        return self.tables.get(name, _NO_TABLE)
+
+    @property
+    def plugin_settings(self) -> Mapping[str, Mapping[str, Any]]:
+        """Deprecated (one release): every plugin table by name, as :attr:`tables`.
+
+        ``config.plugin_settings.get("x")`` keeps finding ``[x]`` and the old
+        ``[plugin_settings.x]`` alike; read :meth:`table` instead.
+        """
+        return self.tables
 
 
 @frozen
@@ -239,6 +247,8 @@ class LoadedConfig:
     """A project config's trust, and what was ignored of it (``None``: not a project's)."""
     warnings: tuple[str, ...] = ()
     """Config files passed over (another user could have written them): one line each."""
+    notices: tuple[str, ...] = ()
+    """What the user should change although the config works (deprecated spellings)."""
 
 
 def user_config_path() -> Path:
@@ -338,6 +348,7 @@ def find_config_file(work_dir: str | os.PathLike[str], explicit: str | None = No
 
 
 _ADD = "+"
+_NO_TABLE: Mapping[str, Any] = MappingProxyType({})  # one object: a cache keyed on it holds
 
 
 def _expand_additions(raw: dict[str, Any], file_name: str | None) -> None:
@@ -532,6 +543,7 @@ def load_config(
                 f"$.providers[{i}].api_key: secrets never live in the config; "
                 "set api_key_env to the name of the environment variable holding the key"
             )
+    notices = _split_tables(raw, problems)
     if problems:
         raise ConfigError(problems, file_name)
     try:
@@ -539,7 +551,8 @@ def load_config(
     except ConfigError as exc:
         raise ConfigError(exc.problems, file_name) from exc
     return LoadedConfig(config=config, file=file_name, sources=sources, location=location,
-                        trust=project_trust, warnings=tuple(passed_over))
+                        trust=project_trust, warnings=tuple(passed_over),
+                        notices=notices)
 
 
 def _pop_trusted_dirs(
@@ -597,6 +610,53 @@ def _user_plugins(user: dict[str, Any]) -> tuple[str, ...]:
     base = user_config_path().parent
     return tuple(str(base / Path(e).expanduser()) if is_path_entry(e)
                  and not Path(e).expanduser().is_absolute() else e for e in listed)
+
+
+#: The keys of the core (``LichConfig``'s own): every other top-level table is a plugin's.
+CORE_KEYS: frozenset[str] = frozenset(
+    a.name for a in attrs.fields(LichConfig)) - {"tables", "legacy_tables"}
+_LEGACY = "plugin_settings"
+
+
+def _split_tables(raw: dict[str, Any], problems: list[str]) -> tuple[str, ...]:
+    """Move every top-level table that is no core key into ``raw["tables"]`` (and each
+    ``[plugin_settings.<name>]`` there as ``<name>``); the notices to show.
+
+    Only tables move: an unknown plain key (``max_turn = 3``) stays, and is reported
+    with the closest core key when the core keys are structured.
+    """
+    tables: dict[str, Any] = {}
+    for key in [k for k in raw if k not in CORE_KEYS and k != _LEGACY]:
+        if isinstance(raw[key], Mapping):
+            tables[key] = raw.pop(key)
+    raw.pop("tables", None)  # never a key of the file: a table named so is moved above
+    raw.pop("legacy_tables", None)
+    legacy = raw.pop(_LEGACY, None)
+    notices: tuple[str, ...] = ()
+    if legacy is not None:
+        if not isinstance(legacy, Mapping):
+            problems.append(f"$.{_LEGACY}: expected a table, got {json_type_name(legacy)}")
+            legacy = {}
+        moved = []
+        for name, table in legacy.items():
+            if not isinstance(table, Mapping):
+                problems.append(
+                    f"$.{_LEGACY}.{name}: expected a table, got {json_type_name(table)}")
+            elif name in tables or name in CORE_KEYS:
+                problems.append(f"$.{_LEGACY}.{name}: [{name}] is given too; keep one "
+                                f"(write [{name}]: [{_LEGACY}.<name>] is deprecated)")
+            else:
+                tables[name] = table
+                moved.append(str(name))
+        raw["legacy_tables"] = moved
+        if moved:
+            notices = (
+                f"$.{_LEGACY}: deprecated, read for one more release: write "
+                + ", ".join(f"[{name}]" for name in moved) + " instead of "
+                + ", ".join(f"[{_LEGACY}.{name}]" for name in moved)
+                + " (docs/plugins.md, Settings)",)
+    raw["tables"] = tables
+    return notices
 
 
 def _apply_provider_overrides(

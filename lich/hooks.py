@@ -257,7 +257,7 @@ class RunInfo:
     """The run a hook is called for.
 
     ``config`` is the effective :class:`~lich.config.LichConfig`; a plugin
-    finds its own settings in ``config.plugin_settings.get("<plugin name>")``.
+    finds its own table in ``config.table("<table>")``.
 
     ``tools`` is the :class:`~lich.tools.ToolRegistry` the run's calls are looked
     up in — the very registry the executor runs them from, so
@@ -306,10 +306,11 @@ class RunInfo:
         return self.models(role)
 
     def settings_for(self, plugin_name: str) -> Mapping[str, Any]:
-        """The ``[plugin_settings.<plugin_name>]`` table, or an empty mapping."""
+        """The ``[<plugin_name>]`` table (or the deprecated
+        ``[plugin_settings.<plugin_name>]``), or an empty mapping."""
         if self.config is None:
             return {}
-        return self.config.plugin_settings.get(plugin_name, {})
+        return self.config.table(plugin_name)
 
     def tool(self, name: str) -> Tool | None:
         """The tool registered as ``name`` in the run's :attr:`tools`, or ``None``

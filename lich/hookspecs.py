@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig, ProviderConfig
     from lich.events import ApprovalResolved, Envelope
-    from lich.gateway.bus import GatewayBus, MessageBus
-    from lich.gateway.registry import AdapterRegistry
     from lich.hooks import (
         Approval,
         ApprovalRequest,
@@ -49,9 +47,12 @@ if TYPE_CHECKING:
         RunOutcome,
         Stop,
     )
+    from lich.plugins.host import PluginHost
     from lich.processes import ProcessRunner
     from lich.providers import ProviderRegistry
     from lich.sessions import SessionStore
+    from lich.settings import ConfigTables
+    from lich.slash import SlashRegistry
     from lich.tools import ToolRegistry
     from lich.types import (
         ChatFn,
@@ -62,6 +63,65 @@ if TYPE_CHECKING:
         ToolResult,
         Usage,
     )
+
+
+# --------------------------------------------------------------------------
+# A plugin's own hooks and tables
+# --------------------------------------------------------------------------
+
+
+@hookspec(historic=True)
+def lich_add_hookspecs(host: PluginHost) -> None:
+    """Add this plugin's own hook specifications, for other plugins to implement.
+
+    :param host: call ``host.add_hookspecs(module_or_class)`` with the module (or
+        class) holding the specs, each a function marked ``@lich.hooks.hookspec``
+        and named ``lich_*``, its docstring the hook's reference; a
+        ``HOOK_POLICIES`` tuple beside them (rows of
+        :mod:`lich.plugins.policy`) says how the host's one caller calls each.
+        The plugin then calls its hooks itself: ``host.call_hook`` /
+        ``host.call_hook_sync`` for a hook with a row,
+        :meth:`lich.plugins.PluginHost.register_into` for a registration hook
+        filling a :class:`lich.registry.Registry`, ``host.pm.hook.<name>(...)``
+        for a plain one.
+
+    Called once, as the plugin is registered (a pluggy *historic* hook, as
+    pytest's ``pytest_addhooks``). Load order does not matter: a plugin listed
+    before the one whose hook it implements is checked against the spec when the
+    spec arrives, at the end of loading; an implementation of a hook no loaded
+    plugin specifies fails its plugin then (phase ``validate``, naming the
+    hook). A spec name taken already (by lich or another plugin) fails the
+    plugin adding it (phase ``register``). The builtin ``gateway`` plugin adds
+    ``lich_register_gateway_adapters`` and ``lich_make_bus`` this way;
+    ``lich plugins`` shows which plugin added which spec.
+    """
+
+
+@hookspec
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim the top-level config tables this plugin reads.
+
+    :param tables: call ``tables.claim(name, SettingsClass)`` for each
+        ``[name]`` table (a frozen attrs class, built with
+        :func:`lich.settings.structure_settings`); ``kind=`` claims a table only
+        for one value of its ``kind`` key (``[bus] kind = "nats"``), so that
+        several plugins can share a table name.
+    :return: nothing.
+
+    A claimed table is checked with its settings class by ``lich config
+    validate`` and before any run (every problem with its ``$.name.key``
+    path), shown with its defaults by ``lich config show`` and written into
+    the template by ``lich config init`` — for builtin and third-party
+    plugins alike. A top-level table no loaded plugin claims is a
+    configuration error, with the closest known name and, when an installed
+    plugin that is not enabled would claim it, that plugin's name. The plugin
+    reads its values with ``config.table(name)`` in any hook given the config.
+
+    Called once per plugin host, after every plugin of the config is loaded.
+    A table (or kind) claimed twice keeps the first claim; the later one is a
+    warning on that plugin's load report. If this hook raises, the plugin is
+    unloaded whole.
+    """
 
 
 # --------------------------------------------------------------------------
@@ -82,7 +142,7 @@ def lich_register_tools(
         (``duplicate_tool: <name> (already registered by <plugin>); skipped``)
         and skipped; the first registration wins.
     :param config: the effective configuration (``config.tools`` holds the
-        ``[tools.<name>]`` tables, ``config.plugin_settings`` the plugins' own).
+        ``[tools.<name>]`` tables, ``config.table(name)`` a plugin's own ``[name]``).
     :param runner: the agent's :class:`lich.processes.ProcessRunner` (the answer of
         ``lich_make_process_runner``): a plugin that starts processes while it
         registers (the MCP plugin's stdio servers) starts them through it. Tools
@@ -188,8 +248,10 @@ def lich_make_session_store(config: LichConfig) -> SessionStore | None:
     """Return the transcript store: where the agent, ``lich sessions``,
     ``--resume``, the TUI and the gateway keep and find sessions.
 
-    :param config: the effective configuration; ``config.session_store`` is the
-        ``[session_store]`` table, whose ``kind`` says which store is wanted.
+    :param config: the effective configuration; ``config.table("session_store")`` is
+        the ``[session_store]`` table, whose ``kind`` says which store is wanted (a
+        store plugin claims its kind: ``tables.claim("session_store", Settings,
+        kind="mine")``, as lich claims ``"jsonl"`` for its own store).
     :return: a :class:`lich.sessions.SessionStore`, or ``None`` to let the
         next implementation decide (a plugin answers only for its own ``kind``).
 
@@ -212,8 +274,8 @@ def lich_make_session_store(config: LichConfig) -> SessionStore | None:
 def lich_check_config(config: LichConfig) -> None:
     """Check this plugin's settings in ``config``; raise if they are wrong.
 
-    :param config: the effective configuration (``config.plugin_settings``,
-        ``config.tools`` and any table the plugin owns).
+    :param config: the effective configuration (``config.table(name)`` for the
+        tables the plugin claims, ``config.tools``).
     :raises lich.config.ConfigError: listing every problem as ``"$.path: message"``
         (:func:`lich.settings.structure_settings` builds exactly that).
     :return: nothing.
@@ -227,6 +289,32 @@ def lich_check_config(config: LichConfig) -> None:
 
 
 @hookspec
+def lich_register_slash_commands(registry: SlashRegistry) -> None:
+    """Add slash commands to the interactive front ends: ``lich chat``, the TUI
+    and the gateway's chats.
+
+    :param registry: call ``registry.register(command)`` with a
+        :class:`lich.slash.SlashCommand` — its name, one line of help, an
+        optional argument hint, the front ends that offer it (all three by
+        default) and its ``run`` function. ``run(context)`` gets a
+        :class:`lich.slash.SlashContext` (the argument, the front end, the
+        config, the session id) and returns the text to show, or ``None``; it
+        may be ``async def``.
+    :return: nothing.
+
+    Slash commands are handled by the front end and never sent to the model.
+    ``/help`` in each front end lists every command it offers, builtin and
+    plugin alike, from this one registry; the builtin commands (``/help``,
+    ``/model``, ``/new``, ...) register through this hook too, so a plugin's
+    command whose name or alias is taken is reported on the plugin's load
+    report (``slash_command_taken``) and left out — a plugin cannot replace
+    a builtin command. Called once per front end as it starts. A ``run`` that
+    raises is shown as an error line (``/name failed: ...``) and the front end
+    goes on. If this hook raises, the plugin is unloaded whole.
+    """
+
+
+@hookspec
 def lich_register_commands(cli: click.Group) -> None:
     """Add click commands to the ``lich`` command line.
 
@@ -234,46 +322,6 @@ def lich_register_commands(cli: click.Group) -> None:
 
     Fires when the CLI is built. A plugin whose hook raises is reported in
     ``lich plugins`` and its commands are left out; ``lich`` stays usable.
-    """
-
-
-@hookspec
-def lich_register_gateway_adapters(registry: AdapterRegistry) -> None:
-    """Add gateway platforms.
-
-    :param registry: call ``registry.register(name, factory)``; ``factory``
-        takes a :class:`lich.gateway.AdapterContext` and returns a
-        :class:`lich.gateway.Adapter`. A name registered twice is reported
-        (``duplicate_gateway_platform: <name> (already registered by
-        <plugin>); skipped``) and the later one skipped, so a third-party
-        plugin (registered first) can replace a builtin platform.
-
-    Fires when ``lich gateway`` starts. The builtin ``gateway`` plugin
-    registers ``webhook``, ``telegram``, ``discord`` and ``twitch`` this way.
-    """
-
-
-@hookspec(firstresult=True)
-def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
-    """Return the bus that carries the gateway's inbound messages to their runs.
-
-    :param config: the effective configuration (``config.bus`` is the raw
-        ``[bus]`` table; its ``kind`` says which bus is wanted, ``"memory"``
-        by default).
-    :param local: the in-process bus, which runs messages in this process
-        with the gateway's agent and limits (``[gateway] queue_limit``,
-        ``history_cap``). A bus that moves messages elsewhere (a broker) hands
-        them to it where they are run.
-    :return: a :class:`lich.gateway.MessageBus` when this plugin makes the
-        bus ``[bus] kind`` names, else ``None``.
-
-    ``firstresult``: the first non-``None`` answer wins. With none, the
-    gateway uses ``local`` itself — today's bus, at no added cost — when
-    ``kind`` is ``"memory"``, and refuses to start otherwise (no loaded plugin
-    makes that kind). The builtin ``nats`` plugin answers for ``kind =
-    "nats"``. A bus must pass :class:`lich.testing.contracts.BusContract`.
-    Fires when ``lich gateway`` starts, after the agent is built; a plugin
-    that raises stops the gateway with a configuration error naming it.
     """
 
 

@@ -41,6 +41,7 @@ from attrs import Factory, field, frozen
 from lich import serialization
 from lich.dotlich import make_dirs
 from lich.private_files import open_private_append
+from lich.session_table import DEFAULT_STORE_KIND, parse_jsonl_table
 from lich.types import AssistantMessage, Message, ToolMessage, ToolResult
 
 if TYPE_CHECKING:
@@ -732,10 +733,6 @@ def _title(path: Path, limit: int = 80) -> str:
 
 
 
-#: The ``[session_store]`` kind of the default store (also what an absent ``kind`` means).
-DEFAULT_STORE_KIND = "jsonl"
-
-
 def open_session_store(config: LichConfig, host: PluginHost | None = None) -> SessionStore:
     """The session store of ``config``: the JSONL store under ``config.session_dir``,
     or, when ``[session_store]`` names another ``kind``, the store a plugin of
@@ -750,13 +747,10 @@ def open_session_store(config: LichConfig, host: PluginHost | None = None) -> Se
     """
     from lich.settings import ConfigError
 
-    table = config.session_store
+    table = config.table("session_store")
     kind = table.get("kind", DEFAULT_STORE_KIND)
     if kind == DEFAULT_STORE_KIND:
-        extra = sorted(k for k in table if k != "kind")
-        if extra:
-            raise ConfigError([f"$.session_store.{k}: the {DEFAULT_STORE_KIND} store takes "
-                               "no settings (its directory is session_dir)" for k in extra])
+        parse_jsonl_table(table)  # the check of lich's claim of the table, the same words
         return JsonlSessionStore(config.session_dir)
     store = host.make_session_store(config) if host is not None else None
     if store is None:

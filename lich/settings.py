@@ -15,10 +15,11 @@ problem at once, each with its ``$.path``, as a :class:`ConfigError`::
         repeat: int = setting(1, check=at_least(1))
         shout: bool = False
 
-    settings = structure_settings(
-        config.plugin_settings.get("greeter", {}), GreeterSettings,
-        "$.plugin_settings.greeter",
-    )
+    @hookimpl
+    def lich_register_config_tables(tables):
+        tables.claim("greeter", GreeterSettings)  # the [greeter] table is this plugin's
+
+    settings = structure_settings(config.table("greeter"), GreeterSettings, "$.greeter")
 
 Types are strict, as JSON and TOML are typed: a string is no number, ``1.5``
 is no integer, ``true`` is no number, a string is no array. Unknown keys are
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, ClassVar, TypeVar, overload
 from urllib.parse import urlsplit
 
 import attrs
@@ -39,10 +40,13 @@ import cattrs
 from cattrs.errors import IterableValidationError, IterableValidationNote
 
 from lich._converter import CHECK, PARSE, converter, describe_errors, json_type_name
+from lich.registry import Registry
 
 __all__ = [
     "TOOL_LIMIT_KEYS",
     "ConfigError",
+    "ConfigTables",
+    "TableClaim",
     "ToolSettings",
     "at_least",
     "at_most",
@@ -83,7 +87,7 @@ def structure_settings(raw: Any, cls: type[T], path: str = "$") -> T:
     :param raw: the table as read from TOML or JSON (``None`` counts as empty).
     :param cls: the settings class; nested attrs classes are nested tables.
     :param path: where ``raw`` sits in the config, for the messages
-        (``"$.plugin_settings.my_plugin"``).
+        (``"$.my_plugin"``).
     :raises ConfigError: listing every problem as ``"<path>.<key>: <message>"``.
     """
     if not raw and isinstance(raw, Mapping | None) and _all_defaulted(cls):
@@ -335,3 +339,138 @@ def tool_limits(table: Any, tool: str) -> ToolSettings:
         raise ConfigError([f"{path}: expected a table, got {json_type_name(table)}"])
     own = {k: table[k] for k in TOOL_LIMIT_KEYS if k in table} if table else {}
     return structure_settings(own, ToolSettings, path)
+
+
+# --------------------------------------------------------------- config tables
+
+
+@attrs.frozen
+class TableClaim:
+    """A plugin's claim on a top-level config table (``[<table>]``).
+
+    :param table: the table's name.
+    :param settings: the settings class (a frozen attrs class) its values are built into.
+    :param plugin: the plugin that claimed it (``"lich"``: the core).
+    :param kind: for a table whose ``kind`` key picks its owner (``[bus]``,
+        ``[session_store]``), the kind this claim is for; ``None``: the whole table.
+    :param default: a kind claim that also owns the table when ``kind`` is left out.
+    :param parse: builds ``settings`` from the raw table and its ``$.path``
+        (default :func:`structure_settings`; a custom one must use it too).
+    :param help: one line describing the table (``lich config init`` writes it).
+    """
+
+    table: str
+    settings: type[Any]
+    plugin: str
+    kind: str | None = None
+    default: bool = False
+    parse: Callable[[Any, str], Any] | None = None
+    help: str = ""
+
+    def structure(self, raw: Any) -> Any:
+        """The table's settings, built from ``raw``.
+
+        A kind claim whose settings class has no ``kind`` field is given the table
+        without its ``kind`` key (the key chose the claim; it is no setting).
+
+        :raises ConfigError: every problem, with its ``$.<table>...`` path.
+        """
+        path = f"$.{self.table}"
+        if raw is not None and not isinstance(raw, Mapping):
+            raise ConfigError([f"{path}: expected a table, got {json_type_name(raw)}"])
+        if (self.kind is not None and raw and "kind" in raw and attrs.has(self.settings)
+                and "kind" not in attrs.fields_dict(self.settings)):
+            raw = {k: v for k, v in raw.items() if k != "kind"}
+        if self.parse is None:
+            return structure_settings(raw, self.settings, path)
+        return self.parse(raw if raw is not None else {}, path)
+
+
+class ConfigTables(Registry[TableClaim]):
+    """The top-level config tables the loaded plugins claim, filled by
+    ``lich_register_config_tables(tables)``.
+
+    A plugin claims its tables as it registers tools: ``tables.claim("myplugin",
+    MySettings)``. lich then checks every claimed table with the claim's settings
+    class (``lich config validate``, before any run), shows it with its defaults
+    (``lich config show``) and writes it into the template (``lich config init``);
+    a table no loaded plugin claims is a configuration error.
+
+    Entries are named ``<table>`` for a whole-table claim and ``<table> (kind
+    <kind>)`` for a kind claim; a name claimed twice keeps its first claim.
+    """
+
+    what: ClassVar[str] = "config_table"
+
+    def claim(
+        self,
+        table: str,
+        settings: type[Any],
+        *,
+        kind: str | None = None,
+        default: bool = False,
+        parse: Callable[[Any, str], Any] | None = None,
+        help: str = "",
+    ) -> None:
+        """Claim the table ``[<table>]`` for the calling plugin.
+
+        :param settings: the frozen attrs class the table is structured into.
+        :param kind: claim only the table whose ``kind`` key is this (several
+            plugins may then share one table name, each for its kinds).
+        :param default: (with ``kind``) also claim the table when ``kind`` is left out.
+        :param parse: ``(raw, path) -> settings``, when the table needs more than
+            :func:`structure_settings` (which it must still use).
+        :param help: one line for ``lich config init``.
+        :raises ValueError: a table name that is no bare lower-case key, a
+            settings class that is no attrs class, or ``default`` without ``kind``.
+        """
+        if not table or not table.replace("_", "a").isalnum() or table != table.lower():
+            raise ValueError(f"table name {table!r}: lower case letters, digits and _ only")
+        if default and kind is None:
+            raise ValueError(f"[{table}]: default=True needs a kind")
+        if not attrs.has(settings):
+            raise ValueError(f"[{table}]: settings must be an attrs class, not {settings!r}")
+        key = table if kind is None else f"{table} (kind {kind})"
+        # A whole-table claim and a kind claim of one table cannot both hold, nor two
+        # default kinds: the first claim of the table's name is the one kept.
+        rival = next((c for c in self.items() if c.table == table and (
+            c.kind is None or kind is None or (default and c.default))), None)
+        if rival is not None:
+            key = rival.table if rival.kind is None else f"{rival.table} (kind {rival.kind})"
+        self._add(key, TableClaim(table, settings, self.current_plugin or "lich", kind=kind,
+                                  default=default, parse=parse, help=help))
+
+    @property
+    def claims(self) -> tuple[TableClaim, ...]:
+        """Every claim, in registration order."""
+        return tuple(self.items())
+
+    def in_plugin_order(self) -> list[TableClaim]:
+        """Every claim, the core's first, then by plugin in the order the plugins
+        were registered (hooks are called last-registered first)."""
+        order = list(dict.fromkeys(c.plugin for c in self.items()))
+        rank = {p: (p != "lich", -i) for i, p in enumerate(order)}
+        return sorted(self.items(), key=lambda c: rank[c.plugin])
+
+    def tables(self) -> list[str]:
+        """The claimed table names, each once, in registration order."""
+        return list(dict.fromkeys(c.table for c in self.items()))
+
+    def of_plugin(self, plugin: str) -> list[str]:
+        """What ``plugin`` claims: ``gateway``, ``bus (kind memory)``."""
+        return [n for n in self.names() if self.plugin_of(n) == plugin]
+
+    def claim_for(self, table: str, raw: Any) -> TableClaim | None:
+        """The claim that owns ``raw`` as the table ``[<table>]``: the whole-table
+        claim, or the claim of its ``kind`` (the default claim when it has none)."""
+        kind = raw.get("kind") if isinstance(raw, Mapping) else None
+        for claim in self.items():
+            if claim.table == table and (
+                    claim.kind is None or claim.kind == kind
+                    or (kind is None and claim.default)):
+                return claim
+        return None
+
+    def kinds(self, table: str) -> list[str]:
+        """The kinds claimed for ``[<table>]`` (empty: no kind claims)."""
+        return [c.kind for c in self.items() if c.table == table and c.kind is not None]

@@ -314,12 +314,20 @@ class ToolRegistry(Registry[Tool]):
 
     While a plugin's ``lich_register_tools`` runs, the host sets
     :attr:`current_plugin` so every tool is attributed to its plugin.
+
+    :param inspect_only: the registry is filled to look at the tools, not to run
+        them (``lich config validate``): a plugin must not start a process or open
+        a connection for it. One whose tools cannot be known without that registers
+        none and says so with :meth:`unlisted` (the MCP plugin does).
     """
 
     what = "tool"
 
-    def __init__(self) -> None:
+    def __init__(self, *, inspect_only: bool = False) -> None:
         super().__init__()
+        self.inspect_only = inspect_only
+        #: What each plugin left unlisted for an inspect-only registry, by plugin.
+        self.left_out: dict[str, str] = {}
         self._definitions: tuple[ToolDefinition, ...] | None = None
         self._filter: tuple[frozenset[str] | None, frozenset[str]] = (None, frozenset())
         self._refreshers: builtins.list[Callable[[], None]] = []
@@ -328,6 +336,11 @@ class ToolRegistry(Registry[Tool]):
     def _changed(self) -> None:
         self._definitions = None
         self._tell_listeners()
+
+    def unlisted(self, what: str) -> None:
+        """Say (for an inspect-only registry) that the registering plugin has tools it
+        did not list, and which (``"the tools of the MCP servers git, docs"``)."""
+        self.left_out[self.current_plugin or "?"] = what
 
     def _tell_listeners(self) -> None:
         for listener in list(self._listeners.values()):

@@ -16,7 +16,7 @@ Cancellation is asyncio task cancellation and is never caught here: it ends
 the call at once, wherever it lands (a provider call, a backoff sleep), with
 no retry and no failover.
 
-Settings (``[plugin_settings.failover]``): ``max_attempts`` (3),
+Settings (``[failover]``): ``max_attempts`` (3),
 ``base_delay_s`` (0.5), ``max_delay_s`` (8), ``retry_after_cap_s`` (30),
 ``jitter`` (``"none"``; or ``"full"``, ``"equal"``).
 """
@@ -47,6 +47,7 @@ from lich.types import (
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
+    from lich.settings import ConfigTables
 
 __all__ = [
     "DEFAULT_BASE_DELAY_S",
@@ -58,8 +59,8 @@ __all__ = [
     "FailoverSettings",
     "classify_error",
     "compute_backoff",
-    "lich_check_config",
     "lich_make_router",
+    "lich_register_config_tables",
     "router_settings",
 ]
 
@@ -256,7 +257,7 @@ def _cause(error: ProviderError) -> tuple[str, int | None, str]:
 
 @attrs.frozen
 class FailoverSettings:
-    """``[plugin_settings.failover]``."""
+    """``[failover]``."""
 
     max_attempts: int = setting(DEFAULT_MAX_ATTEMPTS, check=at_least(1),
                                 help="tries per provider before failing over")
@@ -270,21 +271,23 @@ class FailoverSettings:
     jitter: Jitter | None = None
 
 
-SETTINGS_PATH = "$.plugin_settings.failover"
+SETTINGS_PATH = "$.failover"
 
 
 def router_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``[plugin_settings.failover]`` checked, as keyword arguments of :class:`FailoverRouter`.
+    """``[failover]`` checked, as keyword arguments of :class:`FailoverRouter`.
 
-    :raises lich.config.ConfigError: naming every bad ``$.plugin_settings.failover`` key.
+    :raises lich.config.ConfigError: naming every bad ``$.failover`` key.
     """
     return attrs.asdict(structure_settings(settings, FailoverSettings, SETTINGS_PATH))
 
 
+
 @hookimpl
-def lich_check_config(config: LichConfig) -> None:
-    """Check ``[plugin_settings.failover]`` before any run (and in ``lich config validate``)."""
-    router_settings(config.plugin_settings.get("failover"))
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[failover]``: retries and backoff of the router."""
+    tables.claim("failover", FailoverSettings,
+                 help="the failover router: attempts per provider and backoff")
 
 
 @hookimpl(trylast=True)
@@ -292,6 +295,6 @@ def lich_make_router(providers: list[Provider], config: LichConfig) -> FailoverR
     """Return the failover router over ``providers`` (config order)."""
     if not providers:
         return None
-    settings = router_settings(config.plugin_settings.get("failover", {}))
+    settings = router_settings(config.table("failover"))
     settings["jitter"] = settings["jitter"] or config.retry_jitter or "none"
     return FailoverRouter(providers, **settings)

@@ -46,6 +46,7 @@ def unasked_warning(host: PluginHost, tools: Iterable[Tool],
     if not risky:
         return None
     shown = ", ".join(risky[:6]) + (f" and {len(risky) - 6} more" if len(risky) > 6 else "")
-    ignored = " and [approvals] is ignored" if config is not None and config.approvals else ""
+    ignored = (" and [approvals] is ignored"
+               if config is not None and config.table("approvals") else "")
     return (f"the approvals plugin is not loaded: {shown} run without asking{ignored} "
             "(add \"approvals\" to plugins, or \"+approvals\")")

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import ApprovalResolved
     from lich.hooks import ApprovalRequest, RunInfo
+    from lich.settings import ConfigTables
     from lich.types import ToolCall
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "lich_check_config",
     "lich_check_tool_call",
     "lich_prepare_approval",
+    "lich_register_config_tables",
     "lich_request_approval",
 ]
 
@@ -135,7 +137,7 @@ def _for_config(config: LichConfig) -> _Known:
     entry = _known.get(key)
     if entry is not None and entry[0]() is config:
         return entry[1]
-    known = _Known(approval_settings(config.approvals))
+    known = _Known(approval_settings(config.table("approvals")))
     with _lock:
         entry = _known.get(key)
         if entry is not None and entry[0]() is config:
@@ -144,11 +146,19 @@ def _for_config(config: LichConfig) -> _Known:
     return known
 
 
+
+@hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[approvals]``: the mode and the allow and deny rules."""
+    tables.claim("approvals", ApprovalSettings, parse=lambda raw, path: approval_settings(raw),
+                 help="which tool calls run unasked, ask a person, or are refused")
+
+
 @hookimpl
 def lich_check_config(config: LichConfig) -> None:
     """Check the ``[approvals]`` table: ``mode`` and every rule of ``allow``, ``ask``
     and ``deny`` (``$.approvals.deny[1]: bad rule 'terminal(': ...``)."""
-    approval_settings(config.approvals)
+    approval_settings(config.table("approvals"))
 
 
 def _answer(call: ToolCall, run: RunInfo) -> Block | Ask | None:

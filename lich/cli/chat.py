@@ -4,7 +4,7 @@ Each line is one run of the agent on the same session, with the history of
 the previous runs. Ctrl-C cancels the run in flight (the chat goes on); at
 the prompt it clears the line (terminal) or ends the chat (piped input).
 Slash commands manage the session; they come from the table in
-:mod:`lich._slash`, shared with the TUI, and ``/help`` lists them.
+:mod:`lich.slash`, shared with the TUI, and ``/help`` lists them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lich._slash import SLASH_COMMANDS, model_lines
 from lich.cli._render import HumanRenderer, counted, make_err_console
 from lich.cli.common import (
     EXIT_INTERRUPTED,
@@ -32,6 +31,7 @@ from lich.cli.common import (
 from lich.cli.options import CliSettings, get_settings, json_option, session_options
 from lich.cli.run import describe_provider_error, run_agent
 from lich.private_files import touch_private
+from lich.slash import SlashContext, SlashTable, model_lines, run_slash_command
 from lich.visible import visible
 
 if TYPE_CHECKING:
@@ -145,6 +145,8 @@ class ChatSession:
         # The chat's cost so far (None once a run's cost was unknown), and the last run's.
         self.cost: float | None = 0.0
         self.last_cost: float | None = None
+        #: The slash commands: chat's own and every loaded plugin's.
+        self.slash: SlashTable = agent.host.slash_commands()
 
     # ---------------------------------------------------------------- output
 
@@ -193,19 +195,33 @@ class ChatSession:
 
         :raises ValueError: ``line`` is not a slash command.
         """
-        parsed = SLASH_COMMANDS.parse(line, "chat")
+        parsed = self.slash.parse(line, "chat")
         if parsed is None:
             raise ValueError(f"not a slash command: {line!r}")
         if parsed.command is None or parsed.error is not None:
             echo_error(parsed.error or f"unknown command /{parsed.typed}")
             return False
-        return await self.handlers()[parsed.command.name](parsed.args)
+        handler = self.handlers().get(parsed.command.name)
+        if handler is not None and parsed.command.run is None:
+            return await handler(parsed.args)
+        # A plugin's command: its text on stderr with chat's other lines; its failure
+        # is an error line, and the chat goes on.
+        context = SlashContext(parsed.args, "chat", self.session_id, self.config,
+                               host=self.agent.host)
+        try:
+            text = await run_slash_command(parsed.command, context)
+        except Exception as exc:
+            echo_error(f"/{parsed.command.name} failed: {type(exc).__name__}: {exc}")
+            return False
+        if text:
+            self.say(text, "")
+        return False
 
     async def _exit(self, _arg: str) -> bool:
         return True
 
     async def _help(self, _arg: str) -> bool:
-        for line in SLASH_COMMANDS.help_lines("chat"):
+        for line in self.slash.help_lines("chat"):
             self.say(line, "")
         self.say(KEYS_HELP, "")
         return False
@@ -387,7 +403,7 @@ def chat(settings: CliSettings) -> int:
                 line = line.strip()
                 if not line:
                     continue  # an empty line is not a question (and does not end the chat)
-                if SLASH_COMMANDS.is_command(line):
+                if SlashTable.is_command(line):
                     if await state.command(line):
                         break
                     continue

@@ -221,7 +221,8 @@ def load_settings_config(settings: CliSettings, *, with_plugins: bool = True) ->
         loaded = load(True)
     if not settings.trust_reported:
         settings.trust_reported = True
-        for line in loaded.warnings:
+        # Once per invocation, however many times the command loads its config.
+        for line in (*loaded.warnings, *loaded.notices):
             echo_warning(line)
         if loaded.trust is not None and not loaded.trust.trusted and loaded.trust.ignored:
             echo_warning(loaded.trust.describe())

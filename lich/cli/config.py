@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from lich.config import LichConfig, LoadedConfig, ProviderConfig
     from lich.plugins import PluginHost
     from lich.providers import ProviderKind, ProviderRegistry
+    from lich.settings import ConfigTables, TableClaim
 
 __all__ = [
     "config_group",
@@ -54,6 +55,7 @@ __all__ = [
     "describe_config",
     "mask_secrets",
     "provider_kinds",
+    "table_view",
     "toml_value",
     "write_text_atomically",
 ]
@@ -168,21 +170,54 @@ def _provider_view(p: ProviderConfig, registry: ProviderRegistry | None) -> dict
     return view
 
 
+def _jsonable(value: Any) -> Any:
+    """An unstructured settings value as JSON data: sets as sorted arrays."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        return sorted((_jsonable(v) for v in value), key=repr)
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def table_view(claim: TableClaim, raw: Mapping[str, Any] | None) -> Any:
+    """The effective values of a claimed table: ``raw`` structured with the claim's
+    settings class, defaults filled in, as JSON-able data (``raw`` itself when it does
+    not structure: `lich config validate` says why)."""
+    from lich.serialization import unstructure
+    from lich.settings import ConfigError
+
+    try:
+        value = _jsonable(unstructure(claim.structure(raw or {})))
+    except ConfigError:
+        return dict(raw or {})
+    if claim.kind is not None and isinstance(value, dict):
+        value = {"kind": claim.kind, **value}
+    return value
+
+
 def describe_config(
-    loaded: LoadedConfig, registry: ProviderRegistry | None = None
+    loaded: LoadedConfig, registry: ProviderRegistry | None = None,
+    tables: ConfigTables | None = None,
 ) -> list[tuple[str, Any, str]]:
     """Every setting as ``(key, JSON-able value, source)``; secrets masked.
 
     With ``registry``, providers are shown as they will be used (kind defaults applied).
+    With ``tables`` (the loaded plugins' claims), every claimed table is shown with its
+    defaults filled in, whether the file has it or not; a table of the file no plugin
+    claims is shown as written, with the source ``file (unclaimed)``.
     """
     import attrs
 
-    from lich.config import LichConfig
+    from lich.config import CORE_KEYS, LichConfig
 
     config = loaded.config
     rows: list[tuple[str, Any, str]] = []
     for field in attrs.fields(LichConfig):
         name = field.name
+        if name not in CORE_KEYS:
+            continue  # the plugin tables follow, one row each
         value = getattr(config, name)
         source = loaded.sources.get(name, "default")
         if name == "providers":
@@ -194,6 +229,21 @@ def describe_config(
         elif isinstance(value, tuple):
             value = list(value)
         rows.append((name, value, source))
+    shown = set()
+    for claim in tables.in_plugin_order() if tables is not None else ():
+        raw = config.tables.get(claim.table)
+        assert tables is not None
+        if claim.table in shown or tables.claim_for(claim.table, raw) is not claim:
+            continue  # a kind claim the table does not have
+        shown.add(claim.table)
+        rows.append((claim.table, mask_secrets(table_view(claim, raw)),
+                     loaded.sources.get(claim.table, "default")))
+    for name, raw in config.tables.items():
+        if name not in shown:
+            how = ("[plugin_settings], deprecated" if name in config.legacy_tables
+                   else "unclaimed")
+            rows.append((name, mask_secrets(dict(raw)),
+                         f"{loaded.sources.get(name, 'file')} ({how})"))
     return rows
 
 
@@ -208,7 +258,12 @@ def config_show(settings: CliSettings, as_json: bool) -> int:
     loaded = load_or_report(settings)
     if loaded is None:
         return EXIT_USAGE
-    rows = describe_config(loaded, provider_kinds(settings, loaded.config))
+    kinds = provider_kinds(settings, loaded.config)
+    with quiet_plugin_log():
+        # Claiming imports the plugins of the config (trust has left out the ones it
+        # would not run) and starts nothing: no tool is registered, no server started.
+        tables = host_for(settings, loaded.config).config_tables()
+    rows = describe_config(loaded, kinds, tables)
     if as_json:
         print_json({"file": loaded.file, "trust": trust_view(loaded),
                      "values": {k: {"value": v, "source": s} for k, v, s in rows}})
@@ -298,8 +353,38 @@ def toml_value(value: Any) -> str:
     return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 
+def _toml_lines(path: str, value: Mapping[str, Any]) -> list[str]:
+    """``value`` as the TOML table ``[path]``, one line per key (arrays on one line), its
+    nested tables after it; values TOML cannot hold (``None``) are left out."""
+    head, nested = [f"[{path}]"], []
+    for key, item in value.items():
+        if isinstance(item, Mapping):
+            if item:
+                nested += _toml_lines(f"{path}.{key}", item)
+        elif item is not None and not (isinstance(item, list)
+                                       and any(isinstance(i, Mapping) for i in item)):
+            head.append(f"{key} = {toml_value(item)}")
+    return head + nested
+
+
+def _table_lines(claim: TableClaim, others: Sequence[TableClaim] = ()) -> list[str]:
+    """The commented template of one claimed table: its defaults, as TOML; ``others``
+    are the other kinds claimed for the same table (named, not written out)."""
+    value = table_view(claim, {"kind": claim.kind} if claim.kind is not None else {})
+    owner = "lich" if claim.plugin == "lich" else f"plugin {claim.plugin}"
+    lines = [f"# {claim.table} ({owner}): {claim.help or 'its settings'}"]
+    if others:
+        kinds = ", ".join(f"{c.kind!r} ({'lich' if c.plugin == 'lich' else c.plugin})"
+                          for c in others)
+        lines.append(f"# (other kinds of this table: {kinds})")
+    body = _toml_lines(claim.table, value if isinstance(value, Mapping) else {})
+    lines += [f"# {line}" for line in body]
+    return lines
+
+
 def config_template(
-    settings: CliSettings | None = None, kinds: Sequence[ProviderKind] = ()
+    settings: CliSettings | None = None, kinds: Sequence[ProviderKind] = (),
+    tables: ConfigTables | None = None,
 ) -> str:
     """The commented ``config.toml`` that ``lich config init`` writes.
 
@@ -307,7 +392,9 @@ def config_template(
     key variable flags or variables) when one is given; otherwise the example stays
     commented out, so lich says "no model configured" instead of calling a made-up model.
     ``kinds`` are the provider kinds the loaded plugins registered: the template names
-    them and their defaults. A key variable is written only when one was given: left
+    them and their defaults; ``tables`` the tables they claim, each written with its
+    defaults, commented out (builtin and third-party plugins alike). A key variable is
+    written only when one was given: left
     out, the kind's default variable is sent to the kind's own host and nowhere else.
     """
     from lich.config import BUILTIN_PLUGINS
@@ -410,11 +497,16 @@ def config_template(
         "# timeout_s = 300",
         "# max_output_chars = 20000",
         "",
-        "# Settings for a plugin, read by the plugin as config.plugin_settings[<name>].",
-        "# [plugin_settings.my_plugin]",
-        '# greeting = "hello"',
-        "",
+        "# The tables of the plugins: each is claimed by one (`lich plugins` says which),",
+        "# shown here with its defaults.",
     ]
+    claims = tables.in_plugin_order() if tables is not None else []
+    for claim in claims:
+        same = [c for c in claims if c.table == claim.table and c is not claim]
+        if claim.kind is not None and not claim.default and any(c.default for c in same):
+            continue  # written with its table's default kind
+        lines += ["", *_table_lines(claim, same if claim.kind is not None else ())]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -459,7 +551,14 @@ def config_init(settings: CliSettings, *, user: bool, force: bool, to_stdout: bo
         config: LichConfig | None = load_settings_config(settings).config
     except ConfigError:
         config = None  # a broken config is what `init --force` replaces: use the defaults
-    text = config_template(settings, provider_kinds(settings, config).ordered())
+    kinds = provider_kinds(settings, config).ordered()
+    from lich.config import LichConfig
+
+    if config is None:
+        config = LichConfig(work_dir=str(Path(settings.work_dir or os.getcwd()).resolve()))
+    with quiet_plugin_log():
+        tables = host_for(settings, config).config_tables()
+    text = config_template(settings, kinds, tables)
     if to_stdout:
         click.echo(text, nl=False)
         return EXIT_OK
@@ -526,8 +625,8 @@ def config_validate(settings: CliSettings) -> int:
         # The plugins' own settings first: what a run would reject (lich_check_config).
         errors.extend(host.check_config(config))
         host.register_providers(registry)
-        tools = build_tool_registry(host, config)
-    # Registering tools may start processes (MCP servers): the names are all we need.
+        # To look at: the plugins start nothing (no MCP server, no connection).
+        tools = build_tool_registry(host, config, inspect_only=True)
     host.shutdown_sync(tools)
     named = named_plugin_failures(settings, host)
     for report in host.failures:
@@ -554,7 +653,9 @@ def config_validate(settings: CliSettings) -> int:
     if config.tools_enabled is not None:
         missing = sorted(set(config.tools_enabled) - set(tools.names()))
         if missing:
-            warnings.append(f"$.tools_enabled: no loaded plugin provides {', '.join(missing)}")
+            unlisted = "; ".join(tools.left_out.values())
+            warnings.append(f"$.tools_enabled: no loaded plugin provides {', '.join(missing)}"
+                            + (f" (unless among {unlisted})" if unlisted else ""))
     from lich.approvals import unasked_warning
 
     unasked = unasked_warning(host, tools.list(), config)

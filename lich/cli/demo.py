@@ -82,7 +82,7 @@ def demo(settings: CliSettings) -> int:
             "log_level": settings.log_level or "info",
             # Unattended on a fresh install: exactly the one write of the script is
             # allowed (inside the fresh temp dir); its read and listing are read-only.
-            "approvals": {"allow": [f"write_file({DEMO_FILE})"]},
+            "tables": {"approvals": {"allow": [f"write_file({DEMO_FILE})"]}},
         }
         try:
             built = assemble(settings, config=LichConfig(**values), console=err)

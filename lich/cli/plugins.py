@@ -1,5 +1,7 @@
-"""``lich plugins``: the configured plugins and how loading each went; ``lich plugins
-available``: what is installed. A plugin that fails is a row in a table, never a crash."""
+"""``lich plugins``: the configured plugins and how loading each went — for each, the
+config tables it claims, the hooks it implements and the hook specs it adds; ``lich
+plugins available``: what is installed. A plugin that fails is a row in a table, never
+a crash."""
 
 from __future__ import annotations
 
@@ -56,8 +58,10 @@ def _exercise(host: PluginHost, config: LichConfig) -> str | None:
     from lich.providers import ProviderRegistry
 
     with quiet_plugin_log():
-        # As an agent is assembled: the settings checks first, then registration.
+        # As an agent is assembled: the settings checks first (which has every plugin
+        # claim its tables), then registration.
         host.check_config(config)
+        host.slash_commands()
         host.register_providers(ProviderRegistry())
         tools = build_tool_registry(host, config)
         # Registering tools may start processes (MCP servers): stop them again.
@@ -89,16 +93,22 @@ def plugins_list(settings: CliSettings, as_json: bool) -> int:
         from rich.text import Text
 
         whole = ("entry", "plugin", "version", "status")
-        table = Table(*(Column(h, no_wrap=True) for h in whole), "hooks",
+        table = Table(*(Column(h, no_wrap=True) for h in whole), "tables", "hooks",
                       Column("error", no_wrap=True))
         for r in reports:
             style = {"loaded": "green", "failed": "red", "skipped": "yellow"}[r.status]
             hooks = ", ".join(h.removeprefix("lich_") for h in r.hooks)
+            if r.hookspecs:
+                # The hooks this plugin specifies (for others to implement): the same
+                # column, as a builtin's and a third party's are the same kind of thing.
+                hooks += "; adds specs: " + ", ".join(h.removeprefix("lich_")
+                                                       for h in r.hookspecs)
+            tables = ", ".join(f"[{t}]" for t in r.tables)
             # A loaded plugin's warnings (a command name it could not take) go where a
             # failed one's error would.
             problem = r.describe_error() or "; ".join(f"warning: {w}" for w in r.warnings)
             add_row(table, r.entry, r.plugin or "", r.version or "",
-                     Text(r.status, style=style), hooks, problem)
+                     Text(r.status, style=style), tables, hooks, problem)
         console = out_console()
         print_table(console, table)
         failed = len(host.failures)

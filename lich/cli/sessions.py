@@ -141,7 +141,7 @@ def _store(settings: CliSettings) -> Iterator[SessionStore | None]:
         yield None
         return
     # The default store needs no plugin: load them only for another kind.
-    host = (None if loaded.config.session_store.get("kind", DEFAULT_STORE_KIND)
+    host = (None if loaded.config.table("session_store").get("kind", DEFAULT_STORE_KIND)
             == DEFAULT_STORE_KIND else host_for(settings, loaded.config))
     try:
         with quiet_plugin_log():

@@ -14,6 +14,9 @@
 * A conversation with ``queue_limit`` messages already running or waiting
   answers "busy" instead of queueing more.
 * ``/new`` starts the conversation over; ``/start`` (Telegram's greeting) says hello.
+* A plugin's slash command (``lich_register_slash_commands``, offered in the gateway)
+  is run in the conversation's turn and its text is the reply; it runs no model. Any
+  other ``/word`` is a message for the model, as before.
 * A tool call that needs approval is asked about in its chat; ``/approve <id>`` and
   ``/deny <id>`` from the same sender answer it, ahead of the conversation's queue
   (:mod:`lich.gateway.approvals`).
@@ -58,6 +61,7 @@ from lich.gateway.formatting import (
     redact,
     sanitize_error,
 )
+from lich.slash import SlashContext, SlashTable, run_slash_command
 from lich.types import Message, SystemMessage, ToolMessage, Usage, UserMessage
 
 if TYPE_CHECKING:
@@ -112,6 +116,8 @@ PENDING: Literal["pending"] = "pending"
 MAX_PARKED = 10_000
 _STATUS_ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 _COMMAND = re.compile(r"^/(new|start)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S | re.I)
+# "/name@bot args" (Telegram addresses a command to a bot so in a group): the name, args.
+_SLASH = re.compile(r"^/([^\s@/]+)(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
 
 
 @frozen
@@ -435,6 +441,8 @@ class GatewayBus:
             n += 1
             name = f"gateway-approvals-{n}"
         agent.host.register_object(self.approvals, name)
+        #: The slash commands of the gateway's chats: its own and the plugins'.
+        self.slash: SlashTable = agent.host.slash_commands()
         # Replies fetched by status id (the webhook's reply_timeout_s), bounded.
         self._parked: OrderedDict[str, asyncio.Future[BusReply]] = OrderedDict()
         #: Whether a conversation's history is kept in memory between its runs. A bus
@@ -634,6 +642,10 @@ class GatewayBus:
                 text = rest
             else:
                 text = START_INPUT
+        else:
+            answered = await self._plugin_command(conv, message)
+            if answered is not None:
+                return answered
         if await self._over_budget(message):
             spend = self._spend_of(message)
             log_event(log, logging.WARNING, "budget_refused", platform=message.platform,
@@ -641,6 +653,33 @@ class GatewayBus:
                       day=spend.day, spent=spend.usd, limit=self.max_cost_usd_per_day)
             return BusReply("budget", BUDGET_TEXT, conv.session_id)
         return await self._run(conv, message, text, on_event, notify, turn, preloaded)
+
+    async def _plugin_command(self, conv: _Conversation,
+                              message: InboundMessage) -> BusReply | None:
+        """The reply to a plugin's slash command in ``message``, or ``None`` when it is
+        none (a message for the model)."""
+        found = _SLASH.match(message.text.strip())
+        if found is None:
+            return None
+        parsed = self.slash.parse(f"/{found.group(1)} {found.group(2) or ''}", "gateway")
+        if parsed is None or parsed.command is None or parsed.command.run is None:
+            return None
+        if parsed.error is not None:
+            return BusReply("reply", parsed.error, conv.session_id)
+        context = SlashContext(parsed.args, "gateway", conv.session_id, self.agent.config,
+                               user_id=f"{message.platform}:{message.user_id}",
+                               host=self.agent.host)
+        try:
+            text = await run_slash_command(parsed.command, context)
+        except Exception as exc:
+            user_text, ref = sanitize_error(exc)
+            log_event(log, logging.ERROR, "slash_command_failed", platform=message.platform,
+                      chat=message.chat_id, command=parsed.command.name, ref=ref,
+                      error=redact(f"{type(exc).__name__}: {exc}"))
+            return BusReply("error", user_text, conv.session_id)
+        log_event(log, logging.INFO, "slash_command", platform=message.platform,
+                  chat=message.chat_id, command=parsed.command.name)
+        return BusReply("reply" if text else "empty", text or "", conv.session_id)
 
     def ledger_id_for(self, platform: str, user_id: str) -> str:
         """The session id of a person's spend ledger (keyed like a conversation's)."""

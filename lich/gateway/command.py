@@ -50,8 +50,9 @@ def assemble_gateway(ctx: click.Context) -> tuple[Assembly, GatewayConfig]:
             "an [approvals] allow rule").report())
     try:
         built = assemble(settings, agent=False, service=True)
-        gateway = parse_gateway_config(built.config.gateway)
-        problems = built.host.check_config(gateway_agent_config(built.config, gateway))
+        gateway = parse_gateway_config(built.config.table("gateway"))
+        problems = built.host.check_config(gateway_agent_config(built.config, gateway,
+                                                                  built.host))
         check_named_plugins(settings, built.host)
         if problems:
             raise ConfigError(problems)

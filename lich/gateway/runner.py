@@ -33,12 +33,13 @@ if TYPE_CHECKING:
     from lich.plugins import PluginHost
     from lich.types import ChatFn
 
-__all__ = ["GatewayRunner", "gateway_agent_config", "run_gateway"]
+__all__ = ["GatewayRunner", "gateway_agent_config", "make_bus", "run_gateway"]
 
 log = logging.getLogger("lich.gateway")
 
 
-def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConfig:
+def gateway_agent_config(config: LichConfig, gateway: GatewayConfig,
+                         host: PluginHost | None = None) -> LichConfig:
     """The agent configuration of the gateway: the tools narrowed to ``[gateway] tools``,
     and retries spread with jitter unless the config says otherwise.
 
@@ -51,19 +52,35 @@ def gateway_agent_config(config: LichConfig, gateway: GatewayConfig) -> LichConf
     limited again together, so ``retry_jitter`` defaults to ``"full"`` here. No one
     is at a terminal to approve a call: ``[approvals] mode`` defaults to
     ``"deny-unlisted"`` (read-only tools and what the allow rules name run, the
-    rest is refused), unless the config sets a mode.
+    rest is refused), unless the config sets a mode — when a plugin of ``host`` claims
+    ``[approvals]`` (without one, a table nobody claims would be an error).
     """
     changes: dict[str, Any] = {"protect_private_files": True}
     if config.retry_jitter is None:
         changes["retry_jitter"] = "full"
-    if "mode" not in config.approvals:
-        changes["approvals"] = {**config.approvals, "mode": "deny-unlisted"}
+    claimed = host is None or "approvals" in host.config_tables().tables()
+    if claimed and "mode" not in config.table("approvals"):
+        approvals = {**config.table("approvals"), "mode": "deny-unlisted"}
+        changes["tables"] = {**config.tables, "approvals": approvals}
     if gateway.tools is not None:
         tools = gateway.tools
         if config.tools_enabled is not None:
             tools = tuple(t for t in tools if t in config.tools_enabled)
         changes["tools_enabled"] = tools
     return config_with(config, **changes)
+
+
+def make_bus(host: PluginHost, config: LichConfig, local: GatewayBus) -> MessageBus | None:
+    """``lich_make_bus`` (the gateway's own hook, called as its row in
+    :data:`lich.gateway.hookspecs.HOOK_POLICIES` says): the first answer, or ``None``
+    (use ``local``).
+
+    :raises lich.config.ConfigError: a bus plugin raised (its own ``ConfigError`` as
+        it is; anything else named with the plugin), or answered with something that
+        is not a bus.
+    """
+    return host.call_hook_sync(  # type: ignore[no-any-return]
+        "lich_make_bus", config=config, local=local).value
 
 
 class GatewayRunner:
@@ -74,7 +91,7 @@ class GatewayRunner:
     :param host: a plugin host with the plugins loaded (made from the config by default).
     :param chat: a chat function to use instead of the configured providers (tests).
     :param env: where tokens are read (``os.environ`` by default).
-    :param gateway: an already parsed ``[gateway]`` table (overrides ``config.gateway``).
+    :param gateway: an already parsed ``[gateway]`` table (overrides ``config.table("gateway")``).
     """
 
     def __init__(
@@ -88,7 +105,8 @@ class GatewayRunner:
         gateway: GatewayConfig | None = None,
     ) -> None:
         self.config = config
-        self.gateway = gateway if gateway is not None else parse_gateway_config(config.gateway)
+        self.gateway = (gateway if gateway is not None
+                        else parse_gateway_config(config.table("gateway")))
         self.requested = tuple(dict.fromkeys(p.strip() for p in platforms if p.strip()))
         self.host = host
         self.chat = chat
@@ -120,7 +138,8 @@ class GatewayRunner:
 
         if self.host is None:
             self.host = load_plugins(self.config)
-        self.host.register_gateway_adapters(self.registry)
+        # The gateway's own hook (lich.gateway.hookspecs), called as lich calls its own.
+        self.host.register_into("lich_register_gateway_adapters", self.registry)
         names = self.requested or self.gateway.platforms
         unknown = [n for n in names if not self.registry.has(n)]
         if unknown:
@@ -140,8 +159,10 @@ class GatewayRunner:
 
         # A bus spread over processes may run every message elsewhere (an ingress runs
         # no model): whether a model is needed here is known once the bus is made.
-        self.agent = Agent(gateway_agent_config(self.config, self.gateway), host=self.host,
-                           chat=self.chat, model_optional=bus_kind(self.config.bus) != "memory")
+        self.agent = Agent(gateway_agent_config(self.config, self.gateway, self.host),
+                           host=self.host,
+                           chat=self.chat,
+                           model_optional=bus_kind(self.config.table("bus")) != "memory")
         try:
             # A database store that is unreachable or too new fails the start, not the
             # first conversation (its schema is migrated here too).
@@ -258,8 +279,8 @@ class GatewayRunner:
         from lich.config import ConfigError
 
         assert self.host is not None
-        kind = bus_kind(self.config.bus)
-        made = self.host.make_bus(self.config, local)
+        kind = bus_kind(self.config.table("bus"))
+        made = make_bus(self.host, self.config, local)
         if made is not None:
             log_event(log, logging.INFO, "bus_ready", kind=kind, bus=type(made).__name__)
             return made

@@ -55,7 +55,7 @@ def _list(settings: Any, as_json: bool) -> int:
         return EXIT_USAGE
     config = loaded.config
     try:
-        mcp = parse_mcp_settings(config.mcp)
+        mcp = parse_mcp_settings(config.table("mcp"))
     except ConfigError as exc:
         echo_error(str(ConfigError(exc.problems, loaded.file)))
         return EXIT_USAGE

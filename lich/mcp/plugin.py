@@ -30,10 +30,18 @@ if TYPE_CHECKING:
     from lich.mcp.client import McpRuntime
     from lich.mcp.config import McpSettings
     from lich.processes import ProcessRunner
+    from lich.settings import ConfigTables
     from lich.tools import ToolRegistry
 
-__all__ = ["lich_check_config", "lich_register_commands", "lich_register_tools",
-           "lich_shutdown", "log_dir", "open_runtime"]
+__all__ = [
+    "lich_check_config",
+    "lich_register_commands",
+    "lich_register_config_tables",
+    "lich_register_tools",
+    "lich_shutdown",
+    "log_dir",
+    "open_runtime",
+]
 
 log = logging.getLogger("lich.mcp")
 
@@ -95,12 +103,22 @@ def _narrowed(settings: McpSettings, tools_enabled: tuple[str, ...] | None) -> M
         name: server for name, server in settings.servers.items() if wanted(name)})
 
 
+
+@hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[mcp]``: the MCP servers whose tools the agent offers."""
+    from lich.mcp.config import McpSettings, parse_mcp_settings
+
+    tables.claim("mcp", McpSettings, parse=lambda raw, path: parse_mcp_settings(raw, path=path),
+                 help="MCP servers whose tools the agent offers ([mcp.servers.<name>])")
+
+
 @hookimpl
 def lich_check_config(config: LichConfig) -> None:
     """Check ``[mcp]``; every run and ``lich config validate`` refuse a bad table."""
     from lich.mcp.config import parse_mcp_settings
 
-    parse_mcp_settings(config.mcp)
+    parse_mcp_settings(config.table("mcp"))
 
 
 def _refresh_wanted_of(registry: ToolRegistry) -> Callable[[], None]:
@@ -124,8 +142,14 @@ def lich_register_tools(
     tools."""
     from lich.mcp.config import parse_mcp_settings
 
-    settings = _narrowed(parse_mcp_settings(config.mcp), config.tools_enabled)
+    settings = _narrowed(parse_mcp_settings(config.table("mcp")), config.tools_enabled)
     if not settings.enabled():
+        return
+    if registry.inspect_only:
+        # `lich config validate`: no server is started (no process, no connection) to
+        # list names; what is left out is said instead.
+        names = ", ".join(server.name for server in settings.enabled())
+        registry.unlisted(f"the tools of the MCP servers {names} (not started here)")
         return
     try:
         runtime = open_runtime(settings, config, runner)

@@ -16,10 +16,26 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig
     from lich.gateway.bus import GatewayBus, MessageBus
+    from lich.settings import ConfigTables
 
-__all__ = ["lich_check_config", "lich_make_bus", "lich_register_commands"]
+__all__ = [
+    "lich_check_config",
+    "lich_make_bus",
+    "lich_register_commands",
+    "lich_register_config_tables",
+]
 
 KIND = "nats"
+
+
+
+@hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[bus]`` when its ``kind`` is ``"nats"``."""
+    from lich.nats_bus.settings import NatsBusSettings, parse_nats_bus_settings
+
+    tables.claim("bus", NatsBusSettings, kind=KIND, parse=parse_nats_bus_settings,
+                 help="the NATS JetStream bus: servers, partitions, leases")
 
 
 @hookimpl
@@ -28,8 +44,8 @@ def lich_check_config(config: LichConfig) -> None:
     from lich.gateway.bus import bus_kind
     from lich.nats_bus.settings import parse_nats_bus_settings
 
-    if bus_kind(config.bus) == KIND:
-        parse_nats_bus_settings(config.bus)
+    if bus_kind(config.table("bus")) == KIND:
+        parse_nats_bus_settings(config.table("bus"))
 
 
 @hookimpl
@@ -42,9 +58,9 @@ def lich_make_bus(config: LichConfig, local: GatewayBus) -> MessageBus | None:
     from lich.nats_bus.settings import parse_nats_bus_settings
     from lich.settings import ConfigError
 
-    if bus_kind(config.bus) != KIND:
+    if bus_kind(config.table("bus")) != KIND:
         return None
-    settings = parse_nats_bus_settings(config.bus)
+    settings = parse_nats_bus_settings(config.table("bus"))
     try:
         from lich.nats_bus.bus import NatsBus
     except ImportError as exc:

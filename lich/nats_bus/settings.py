@@ -176,11 +176,11 @@ def nats_bus_settings_of(config: LichConfig, what: str) -> NatsBusSettings:
     """
     from lich.gateway.bus import bus_kind
 
-    kind = bus_kind(config.bus)
+    kind = bus_kind(config.table("bus"))
     if kind != "nats":
         raise ConfigError([
             f"$.bus.kind: {what} the nats bus; [bus] kind is {kind!r} (set kind = \"nats\")"])
-    return parse_nats_bus_settings(config.bus)
+    return parse_nats_bus_settings(config.table("bus"))
 
 
 def _digest(text: str, size: int) -> bytes:

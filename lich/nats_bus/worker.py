@@ -66,9 +66,9 @@ async def run_worker(
     settings = attrs.evolve(settings, consume=True,
                             concurrency=concurrency or settings.concurrency,
                             health_listen=health or settings.health_listen)
-    gateway = gateway if gateway is not None else parse_gateway_config(config.gateway)
+    gateway = gateway if gateway is not None else parse_gateway_config(config.table("gateway"))
     host = host if host is not None else load_plugins(config)
-    agent = Agent(gateway_agent_config(config, gateway), host=host, chat=chat)
+    agent = Agent(gateway_agent_config(config, gateway, host), host=host, chat=chat)
     probes: HealthServer | None = None
     try:
         bus = NatsBus(settings, GatewayBus.from_config(agent, gateway))

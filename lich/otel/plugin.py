@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from lich.hooks import RunInfo
     from lich.otel._tracing import Tracing
     from lich.providers import ProviderRegistry
+    from lich.settings import ConfigTables
 
 __all__ = [
     "EXPORTERS",
@@ -72,6 +73,7 @@ __all__ = [
     "export_plan",
     "lich_check_config",
     "lich_event",
+    "lich_register_config_tables",
     "lich_register_providers",
     "lich_run_start",
     "load_settings",
@@ -135,7 +137,7 @@ def load_settings(config: LichConfig) -> OtelSettings:
 
     :raises lich.config.ConfigError: naming every bad ``$.otel.<key>``.
     """
-    return structure_settings(config.otel, OtelSettings, SETTINGS_PATH)
+    return structure_settings(config.table("otel"), OtelSettings, SETTINGS_PATH)
 
 
 def _env(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
@@ -291,6 +293,12 @@ class OtelPlugin:
         return self._tracing
 
     @hookimpl
+    def lich_register_config_tables(self, tables: ConfigTables) -> None:
+        """Claim ``[otel]`` (an instance registered as a plugin object claims it too)."""
+        tables.claim("otel", OtelSettings,
+                     help="OpenTelemetry traces: the exporter and its endpoint")
+
+    @hookimpl
     def lich_check_config(self, config: LichConfig) -> None:
         """Check ``[otel]`` and the ``OTEL_*`` variables lich reads."""
         settings = load_settings(config)
@@ -431,6 +439,12 @@ def _describer(run: RunInfo) -> Callable[[str], str | None]:
 
 
 _PLUGIN = OtelPlugin()
+
+
+@hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[otel]``: the exporter and what spans carry."""
+    _PLUGIN.lich_register_config_tables(tables)
 
 
 @hookimpl

@@ -2,8 +2,8 @@
 :class:`~lich.plugins.calling.HookCaller` over one pluggy manager, plus the
 registration fan-out that joins the two.
 
-The registration hooks (tools, provider kinds, gateway adapters, CLI commands,
-the router, config checks) sit here because they need both halves: they are
+The registration hooks (tools, provider kinds, config tables, slash commands, CLI
+commands, the router, config checks) sit here because they need both halves: they are
 called like hooks, but a plugin whose registration hook raises is failed in its
 load report and unloaded whole — with whatever it already put into any
 registry.
@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import weakref
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from lich.hooks import NEEDED_WHEN_ATTR
 from lich.plugins.calling import HookCaller
@@ -27,11 +29,11 @@ if TYPE_CHECKING:
     import click
 
     from lich.config import LichConfig
-    from lich.gateway.bus import GatewayBus, MessageBus
-    from lich.gateway.registry import AdapterRegistry
     from lich.processes import ProcessRunner
     from lich.providers import ProviderRegistry
     from lich.sessions import SessionStore
+    from lich.settings import ConfigTables
+    from lich.slash import SlashTable
     from lich.tools import ToolRegistry
     from lich.types import ChatFn, Provider
 
@@ -64,6 +66,8 @@ class PluginHost(PluginLoader, HookCaller):
         # held weakly: every agent assembled on this host (each /model switch) makes new
         # registries, and the host must not keep the old ones alive.
         self._undo: list[weakref.WeakMethod[Callable[[str], object]]] = []
+        # The claims of the plugins loaded when they were last asked for, by those names.
+        self._tables: tuple[tuple[str, ...], ConfigTables] | None = None
 
     def _fail_plugin(self, plugin_name: str, phase: UnloadPhase, exc: BaseException) -> None:
         # A plugin that fails in one registration hook loses what it registered in the
@@ -152,23 +156,165 @@ class PluginHost(PluginLoader, HookCaller):
         self._track(registry.remove_plugin)
         self._register_each("lich_register_providers", registry)
 
-    def register_gateway_adapters(self, registry: AdapterRegistry) -> None:
-        """Call ``lich_register_gateway_adapters``; a failing plugin is unloaded whole."""
-        # As for tools and provider kinds: a platform name registered twice is reported
-        # on the later plugin's load report and skipped, not a reason to unload it.
+    def register_into(self, hook_name: str, registry: Any, **kwargs: Any) -> None:
+        """Call the registration hook ``hook_name`` with ``registry`` (passed as
+        ``registry``) and ``kwargs``, as lich calls its own: each plugin's names are
+        attributed to it, a name taken twice is a warning on the later plugin's load
+        report, and a plugin whose hook raises is unloaded whole, with what it
+        registered here and in every other registry.
+
+        For a plugin's own registration hooks (``lich_add_hookspecs``): the
+        gateway calls ``lich_register_gateway_adapters`` through it. ``registry``
+        is a :class:`lich.registry.Registry` (or has its ``current_plugin``,
+        ``on_duplicate`` and ``remove_plugin``).
+        """
         registry.on_duplicate = self._warn
+        if hasattr(registry, "on_warning"):
+            registry.on_warning = self._warn
         self._track(registry.remove_plugin)
-        self._register_each("lich_register_gateway_adapters", registry)
+        self._register_each(hook_name, registry, **kwargs)
+
+    def config_tables(self) -> ConfigTables:
+        """The config tables the loaded plugins claim (``lich_register_config_tables``),
+        and the core's own claim of ``[session_store]`` for its JSONL store.
+
+        Asked again after more plugins were loaded, the hook is called again. Each
+        loaded plugin's report lists what it claims (``LoadReport.tables``).
+        """
+        from lich.session_table import DEFAULT_STORE_KIND, JsonlStoreSettings, parse_jsonl_table
+        from lich.settings import ConfigTables
+
+        names = tuple(self.plugin_names())
+        if self._tables is not None and self._tables[0] == names:
+            return self._tables[1]
+        tables = ConfigTables()
+        tables.claim("session_store", JsonlStoreSettings, kind=DEFAULT_STORE_KIND, default=True,
+                     parse=parse_jsonl_table,
+                     help="where transcripts are kept (kind picks the store)")
+        self.register_into("lich_register_config_tables", tables, tables=tables)
+        for i, report in enumerate(self.reports):
+            if report.ok and report.plugin:
+                self.reports[i] = attrs.evolve(
+                    report, tables=tuple(tables.of_plugin(report.plugin)))
+        self._tables = (tuple(self.plugin_names()), tables)
+        return tables
+
+    def table_problems(self, config: LichConfig) -> list[str]:
+        """What is wrong with the plugin tables of ``config``: each claimed table
+        structured with its settings class, and every table no loaded plugin claims
+        (with the closest known name, and the installed plugin that is not enabled
+        but would claim it). Tables given as ``[plugin_settings.<name>]`` need no
+        claim (deprecated, read for one release).
+        """
+        from lich.config import CORE_KEYS
+        from lich.settings import ConfigError, json_type_name
+        from lich.suggest import closest
+
+        tables = self.config_tables()
+        problems: list[str] = []
+        for name, raw in config.tables.items():
+            claim = tables.claim_for(name, raw)
+            if claim is not None:
+                try:
+                    claim.structure(raw)
+                except ConfigError as exc:
+                    if name in config.legacy_tables:
+                        # Where the user wrote it: [plugin_settings.<name>] (deprecated).
+                        here, there = f"$.{name}", f"$.plugin_settings.{name}"
+                        problems.extend(there + p[len(here):] if p.startswith(here) else p
+                                        for p in exc.problems)
+                    else:
+                        problems.extend(exc.problems)
+                continue
+            kinds = tables.kinds(name)
+            if kinds:
+                kind = raw.get("kind") if isinstance(raw, Mapping) else None
+                if not isinstance(raw, Mapping):
+                    problems.append(f"$.{name}: expected a table, got {json_type_name(raw)}")
+                    continue
+                if not isinstance(kind, str) or not kind.strip():
+                    problems.append(f"$.{name}.kind: " + (
+                        "must not be empty" if isinstance(kind, str)
+                        else f"expected a kind name, got {json_type_name(kind)}"))
+                    continue
+                which = f"[{name}] kind {kind!r}"
+                hint = self._disabled_owner(name, kind)
+                problems.append(
+                    f"$.{name}.kind: no loaded plugin claims {which} (claimed kinds: "
+                    f"{', '.join(repr(k) for k in kinds)}){hint}")
+                continue
+            if name in config.legacy_tables:
+                continue
+            hint = self._disabled_owner(name, None)
+            if not hint:
+                guess = closest(name, [*CORE_KEYS, *tables.tables()])
+                if guess is not None:
+                    hint = f" (did you mean {guess!r}?)"
+                elif name in self.plugin_names():
+                    hint = (f" (plugin {name!r} is loaded but claims no table: it may still "
+                            f"read [plugin_settings.{name}], deprecated)")
+            problems.append(f"$.{name}: no loaded plugin claims the table [{name}]{hint}")
+        return problems
+
+    def _disabled_owner(self, table: str, kind: str | None) -> str:
+        """`` (plugin 'x' claims it: ...)`` for an installed plugin that is not loaded
+        and would claim the table (or the kind), read from metadata only — no
+        plugin that is not enabled is ever imported to ask.
+
+        Who would claim what is declared, not asked: a table (or a kind) named as
+        an installed plugin's entry point is that plugin's (``[otel]``: ``otel``;
+        ``[bus] kind = "nats"``: ``nats``), and a distribution may name others in
+        the entry-point group ``lich.tables`` (``<table> = "<the plugin's module>"``).
+        """
+        from lich.plugins import _entry_points as ep_index
+        from lich.plugins.loading import TABLES_GROUP, _entry_points
+
+        installed = _entry_points()
+        loaded = {r.plugin for r in self.reports if r.ok}
+        owner = None
+        for candidate in (kind, table):
+            if candidate and candidate in installed and candidate not in loaded:
+                owner = candidate
+                break
+        if owner is None:
+            declared = ep_index.lookup(TABLES_GROUP).get(table if kind is None else kind)
+            if declared is not None:
+                owner = next((n for n, ep in installed.items()
+                              if ep.value == declared.value and n not in loaded), None)
+        if owner is None:
+            return ""
+        failed = any(r.plugin == owner and not r.ok for r in self.reports)
+        state = "did not load (see `lich plugins`)" if failed else "is not enabled"
+        return (f" (the installed plugin {owner!r} claims it, and {state}: add "
+                f"\"{owner}\" to plugins, or \"+{owner}\")")
+
+    def slash_commands(self) -> SlashTable:
+        """The slash commands of the interactive front ends: the builtin ones and
+        every loaded plugin's (``lich_register_slash_commands``), in one table."""
+        from lich import slash
+
+        if not self.pm.has_plugin(slash.BUILTIN_PLUGIN):
+            # The front ends' own commands register through the same hook, first
+            # (tryfirst), so that a plugin cannot take their names.
+            self.pm.register(slash, name=slash.BUILTIN_PLUGIN)
+        registry = slash.SlashRegistry()
+        self.register_into("lich_register_slash_commands", registry)
+        return registry.table()
 
     def check_config(self, config: LichConfig) -> list[str]:
         """``lich_check_config`` of every plugin: the problems they report, in plugin order.
 
         A plugin whose check raises anything but :class:`lich.config.ConfigError`
         fails (phase ``validate``) and is unloaded. A budget (``max_cost_usd``,
-        ``max_total_tokens``) that no loaded plugin enforces is a problem too.
+        ``max_total_tokens``) that no loaded plugin enforces is a problem too, and so
+        is every problem of the plugin tables (:meth:`table_problems`).
         """
+        # The claimed tables first, each checked with its plugin's settings class.
+        problems = self.table_problems(config)
         checked = self.call_hook_sync("lich_check_config", config=config)
-        problems = [problem for answer in checked.collected for problem in answer.value.problems]
+        for answer in checked.collected:
+            # A plugin that still checks its claimed table itself says it again: once.
+            problems.extend(p for p in answer.value.problems if p not in problems)
         # The budgets are core keys that a plugin enforces: set with no such plugin loaded
         # (a plugin list without `budgets`), they would silently limit nothing.
         limits = [key for key in ("max_cost_usd", "max_total_tokens")
@@ -234,16 +380,6 @@ class PluginHost(PluginLoader, HookCaller):
         """
         router = self.call_hook_sync("lich_make_router", providers=providers, config=config)
         return router.value  # type: ignore[no-any-return]
-
-    def make_bus(self, config: LichConfig, local: GatewayBus) -> MessageBus | None:
-        """``lich_make_bus``: the first non-``None`` answer, or ``None`` (use ``local``).
-
-        :raises lich.config.ConfigError: a bus plugin raised (its own
-            ``ConfigError`` as it is; anything else named with the plugin), or
-            answered with something that is not a bus.
-        """
-        return self.call_hook_sync(  # type: ignore[no-any-return]
-            "lich_make_bus", config=config, local=local).value
 
     def make_process_runner(self, config: LichConfig) -> ProcessRunner:
         """``lich_make_process_runner``: the first answer, or :data:`lich.processes.DIRECT`.

@@ -43,6 +43,7 @@ from lich.suggest import did_you_mean
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "TABLES_GROUP",
     "AvailablePlugin",
     "LoadReport",
     "PluginLoadError",
@@ -56,6 +57,9 @@ __all__ = [
 log = logging.getLogger("lich.plugins")
 
 ENTRY_POINT_GROUP = "lich"
+#: Entry points naming which plugin claims a config table not named after it:
+#: ``<table> = "<module of the plugin's entry point>"`` (read from metadata only).
+TABLES_GROUP = "lich.tables"
 Status: TypeAlias = Literal["loaded", "failed", "skipped"]
 Phase: TypeAlias = Literal["resolve", "import", "register", "validate"]
 SourceKind: TypeAlias = Literal["entry_point", "module", "file", "object"]
@@ -77,6 +81,10 @@ class LoadReport:
     distribution: str | None = None
     version: str | None = None
     hooks: tuple[str, ...] = ()
+    #: The hook specifications this plugin added (``lich_add_hookspecs``).
+    hookspecs: tuple[str, ...] = ()
+    #: The config tables it claims (``lich_register_config_tables``), once claimed.
+    tables: tuple[str, ...] = ()
     phase: Phase | None = None
     error_type: str | None = None
     error_message: str | None = None
@@ -182,14 +190,101 @@ class PluginLoader:
         #: and its row, so the loader that adds specs keeps the rows too.
         self.policies: dict[str, HookPolicy] = policy_table()
         self.reports: list[LoadReport] = []
+        #: hook name -> the plugin whose lich_add_hookspecs added its spec
+        self.spec_owners: dict[str, str] = {}
+        # The plugin pm.register is registering (its lich_add_hookspecs runs inside it).
+        self._registering: str | None = None
+        # Inside load(): plugins whose implementations of hooks no spec names yet wait
+        # for the end of the batch (the plugin adding the spec may come later in it).
+        self._pending: list[str] | None = None
+        self.pm.hook.lich_add_hookspecs.call_historic(kwargs={"host": self})
+
+    # ------------------------------------------------------------ hook specs
+
+    def add_hookspecs(self, module_or_class: ModuleType | type,
+                      *policies: HookPolicy) -> list[str]:
+        """Add the ``lich_*`` hook specifications of ``module_or_class`` (functions
+        marked ``@lich.hooks.hookspec``) and their rows of the policy table
+        (:class:`lich.plugins.policy.HookPolicy`: ``policies``, and the module's
+        own ``HOOK_POLICIES`` if it has them); the names added.
+
+        A hook with a row is called through the host's one caller
+        (``host.call_hook``, ``host.call_hook_sync``) as its row says; one without
+        can still be called plainly (``host.pm.hook.<name>(...)``).
+
+        Called from a plugin's ``lich_add_hookspecs(host)``, the specs are that
+        plugin's (``lich plugins`` shows them). Implementations already registered
+        are checked against them now: one asking for an argument the spec lacks
+        fails its plugin (phase ``validate``).
+
+        :raises ValueError: no spec found, a name not starting ``lich_``, a spec
+            that exists already, or a row for no spec of ``module_or_class`` (or
+            for a hook that has one).
+        """
+        names = [n for n in dir(module_or_class)
+                 if self.pm.parse_hookspec_opts(module_or_class, n) is not None]
+        if not names:
+            raise ValueError(f"no hook specification in {module_or_class!r} (mark each "
+                             "with @lich.hooks.hookspec)")
+        problems = [f"{n}: a hook name starts with {PROJECT}_" for n in names
+                    if not n.startswith(f"{PROJECT}_")]
+        for name in names:
+            caller = getattr(self.pm.hook, name, None)
+            if getattr(caller, "spec", None) is not None:
+                owner = self.spec_owners.get(name, PROJECT)
+                problems.append(f"{name}: specified already (by {owner})")
+        rows = [*policies, *getattr(module_or_class, "HOOK_POLICIES", ())]
+        problems += [f"{row.name}: a policy row for no hook of {module_or_class!r}, or "
+                     "a second one" for row in rows
+                     if row.name not in names or row.name in self.policies
+                     or sum(r.name == row.name for r in rows) > 1]
+        if problems:
+            raise ValueError("cannot add hook specifications: " + "; ".join(problems))
+        for name in names:
+            self._fit_to_spec(name, getattr(module_or_class, name))
+        self.pm.add_hookspecs(module_or_class)
+        self.policies.update((row.name, row) for row in rows)
+        owner = self._registering or PROJECT
+        for name in names:
+            self.spec_owners[name] = owner
+        return names
+
+    def _fit_to_spec(self, name: str, spec: Callable[..., Any]) -> None:
+        """Fail every plugin whose implementation of ``name`` asks for an argument the
+        new spec lacks (pluggy would refuse the whole spec)."""
+        caller = getattr(self.pm.hook, name, None)
+        if caller is None:
+            return
+        taken = [p for p in inspect.signature(spec).parameters if p != "self"]
+        for impl in list(caller.get_hookimpls()):
+            extra = [a for a in impl.argnames if a not in taken]
+            if extra:
+                self._fail_loaded(impl.plugin_name, "validate", TypeError(
+                    f"{name}({', '.join(impl.argnames)}): "
+                    f"{', '.join(repr(a) for a in extra)} not an argument of {name}, "
+                    f"which takes ({', '.join(taken)})"))
 
     # ------------------------------------------------------------------ loading
 
     def load(self, entries: Sequence[str]) -> list[LoadReport]:
         """Load ``entries`` one by one, in order; returns their reports.
 
-        The reports are also kept in :attr:`reports`."""
-        return [self.load_entry(entry) for entry in entries]
+        The reports are also kept in :attr:`reports`. A plugin implementing a hook
+        that no spec names is checked at the end, once every entry had its chance
+        to add specs (``lich_add_hookspecs``), so the order of entries does not
+        matter."""
+        outer = self._pending is None
+        if outer:
+            self._pending = []
+        try:
+            for entry in entries:
+                self.load_entry(entry)
+        finally:
+            if outer:
+                pending, self._pending = self._pending, None
+                for name in pending or ():
+                    self._check_unknown(name)
+        return [r for r in self.reports[len(self.reports) - len(entries):]]
 
     def load_entry(self, entry: str) -> LoadReport:
         """Load one entry; never raises."""
@@ -278,6 +373,7 @@ class PluginLoader:
                     f"{self.pm.get_name(plugin)}"
                 ),
             )
+        self._registering = name
         try:
             self.pm.register(plugin, name=name)
         except Exception as exc:
@@ -291,25 +387,13 @@ class PluginLoader:
                 problem = self._argument_problem(plugin)
                 return evolve(failed, error_message=problem) if problem else failed
             return _failed(base, "register", exc)
-        unknown = [
-            caller.name
-            for caller in self.pm.get_hookcallers(plugin) or ()
-            if caller.spec is None
-            and any(
-                impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls()
-            )
-        ]
-        if unknown:
+        finally:
+            self._registering = None
+        unknown = self._unknown_hooks(plugin)
+        if unknown and self._pending is None:
             self.pm.unregister(plugin)
-            known = self._hook_names()
-            return evolve(
-                base,
-                phase="validate",
-                error_type="UnknownHook",
-                error_message="no hook specification named "
-                + ", ".join(f"{name}{did_you_mean(name, known)}" for name in sorted(unknown))
-                + " (hooks start with lich_; see docs/plugins.md)",
-            )
+            return evolve(base, phase="validate", error_type="UnknownHook",
+                          error_message=self._unknown_message(unknown))
         wrappers = sorted(
             caller.name
             for caller in self.pm.get_hookcallers(plugin) or ()
@@ -334,7 +418,40 @@ class PluginLoader:
             return evolve(base, phase="validate", error_type="UnsupportedInlineHook",
                           error_message=misplaced)
         hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
-        return evolve(base, status="loaded", hooks=tuple(hooks))
+        if unknown and self._pending is not None:
+            self._pending.append(name)
+        specs = sorted(n for n, owner in self.spec_owners.items() if owner == name)
+        return evolve(base, status="loaded", hooks=tuple(hooks), hookspecs=tuple(specs))
+
+    def _unknown_hooks(self, plugin: object) -> list[str]:
+        """The hooks ``plugin`` implements that no spec names (optional ones aside)."""
+        return sorted(
+            caller.name
+            for caller in self.pm.get_hookcallers(plugin) or ()
+            if caller.spec is None
+            and any(impl.plugin is plugin and not impl.optionalhook
+                    for impl in caller.get_hookimpls())
+        )
+
+    def _unknown_message(self, unknown: Sequence[str]) -> str:
+        known = self._hook_names()
+        return ("no hook specification named "
+                + ", ".join(f"{name}{did_you_mean(name, known)}" for name in unknown)
+                + " (hooks start with lich_; a plugin's own hooks need that plugin "
+                "loaded; see docs/plugins.md)")
+
+    def _check_unknown(self, name: str) -> None:
+        """At the end of :meth:`load`: fail ``name`` if a hook it implements is still
+        specified by no loaded plugin."""
+        plugin = self.pm.get_plugin(name)
+        if plugin is None:
+            return
+        unknown = self._unknown_hooks(plugin)
+        if unknown:
+            self._fail_loaded(name, "validate", LookupError(self._unknown_message(unknown)))
+            for i, report in enumerate(self.reports):
+                if report.plugin == name and report.phase == "validate":
+                    self.reports[i] = evolve(report, error_type="UnknownHook")
 
     def _inline_problem(self, plugin: object) -> str | None:
         """What is wrong with ``plugin``'s :func:`~lich.hooks.runs_inline` markers: one

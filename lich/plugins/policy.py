@@ -173,14 +173,6 @@ def _process_runner(answer: Any) -> str | None:
     return None if callable(getattr(answer, "launch", None)) else "no launch method"
 
 
-_BUS_METHODS = ("submit", "handle", "start", "drain", "close", "cancel_runs", "park", "parked")
-
-
-def _bus(answer: Any) -> str | None:
-    missing = [name for name in _BUS_METHODS if not callable(getattr(answer, name, None))]
-    return ", ".join(missing) or None
-
-
 def _cost(answer: Any) -> str | None:
     if isinstance(answer, bool) or not math.isfinite(answer) or answer < 0:
         return "not a cost"
@@ -238,6 +230,11 @@ def _offer(_kwargs: Mapping[str, Any], answer: Any) -> Mapping[str, Any]:
 
 #: One row per ``lich_*`` hook of :mod:`lich.hookspecs`, in the order of that module.
 HOOK_POLICIES: tuple[HookPolicy, ...] = (
+    # -- a plugin's own hooks and tables -----------------------------------
+    # Historic: pluggy calls it as each plugin registers (PluginLoader); a failure
+    # there fails that plugin's registration. The row says so for the reference.
+    registration("lich_add_hookspecs"),
+    registration("lich_register_config_tables"),
     # -- registration ------------------------------------------------------
     registration("lich_register_tools"),
     registration("lich_register_providers"),
@@ -268,16 +265,8 @@ HOOK_POLICIES: tuple[HookPolicy, ...] = (
                    "lich.processes.ProcessRunner: a launch(spec) method returning an "
                    "async context manager)"),
     registration("lich_check_config", config_error="answer", phase="validate"),
+    registration("lich_register_slash_commands"),
     registration("lich_register_commands"),
-    registration("lich_register_gateway_adapters"),
-    registration(
-        "lich_make_bus", answers={object: "stop"}, check=_bus,
-        config_error="raise", on_error="raise",
-        failed="$.bus: {hook} of plugin {plugin!r} failed: {error}",
-        # The gateway would fail at its first message, far from the cause.
-        on_bad_answer="raise",
-        bad_answer="$.bus: {hook} of plugin {plugin!r} returned {type}, not a bus "
-                   "(it has no {problem})"),
     # -- run time ----------------------------------------------------------
     observer("lich_run_start"),
     HookPolicy(

@@ -18,9 +18,15 @@ if TYPE_CHECKING:
 
     from lich.config import LichConfig
     from lich.sessions import SessionStore
+    from lich.settings import ConfigTables
 
-__all__ = ["lich_check_config", "lich_make_session_store", "lich_register_commands",
-           "make_store"]
+__all__ = [
+    "lich_check_config",
+    "lich_make_session_store",
+    "lich_register_commands",
+    "lich_register_config_tables",
+    "make_store",
+]
 
 log = logging.getLogger("lich.postgres")
 
@@ -30,7 +36,7 @@ INSTALL_HINT = "the postgres session store needs psycopg: pip install 'lich-agen
 def _wanted(config: LichConfig) -> bool:
     from lich.postgres.settings import KIND
 
-    return config.session_store.get("kind") == KIND
+    return config.table("session_store").get("kind") == KIND
 
 
 def make_store(config: LichConfig) -> SessionStore:
@@ -42,7 +48,7 @@ def make_store(config: LichConfig) -> SessionStore:
     from lich.postgres.settings import parse_store_settings, resolve_dsn
     from lich.settings import ConfigError
 
-    settings = parse_store_settings(config.session_store)
+    settings = parse_store_settings(config.table("session_store"))
     dsn = resolve_dsn(settings)
     try:
         from lich.postgres.store import PostgresStore, dsn_has_password, dsn_is_valid
@@ -59,6 +65,17 @@ def make_store(config: LichConfig) -> SessionStore:
     return PostgresStore(dsn, settings)
 
 
+
+@hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[session_store]`` when its ``kind`` is ``"postgres"``."""
+    from lich.postgres.settings import KIND, PostgresStoreSettings, parse_store_settings
+
+    tables.claim("session_store", PostgresStoreSettings, kind=KIND,
+                 parse=lambda raw, path: parse_store_settings(raw),
+                 help="transcripts in PostgreSQL (dsn_env names the DSN's variable)")
+
+
 @hookimpl
 def lich_make_session_store(config: LichConfig) -> SessionStore | None:
     """The PostgreSQL store for ``kind = "postgres"``; ``None`` for any other kind."""
@@ -72,7 +89,7 @@ def lich_check_config(config: LichConfig) -> None:
     if _wanted(config):
         from lich.postgres.settings import parse_store_settings
 
-        parse_store_settings(config.session_store)
+        parse_store_settings(config.table("session_store"))
 
 
 @hookimpl

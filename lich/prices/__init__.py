@@ -58,6 +58,7 @@ from lich.settings import at_least, each_value, non_empty, setting, structure_se
 
 if TYPE_CHECKING:
     from lich.config import LichConfig, ProviderConfig
+    from lich.settings import ConfigTables
     from lich.types import Usage
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "PriceSettings",
     "lich_check_config",
     "lich_price_call",
+    "lich_register_config_tables",
     "parse_price_settings",
     "price_of",
 ]
@@ -390,11 +392,19 @@ def _settings(config: LichConfig | None) -> PriceSettings:
     if config is None:
         return PriceSettings()
     cached = _parsed
-    if cached is not None and cached[0] is config.prices:
+    if cached is not None and cached[0] is config.table("prices"):
         return cached[1]
-    settings = parse_price_settings(config.prices)
-    _parsed = (config.prices, settings)
+    settings = parse_price_settings(config.table("prices"))
+    _parsed = (config.table("prices"), settings)
     return settings
+
+
+
+@hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[prices]``: the price list's updates and overrides."""
+    tables.claim("prices", PriceSettings, parse=lambda raw, path: parse_price_settings(raw),
+                 help="model prices: updates and your own per-model prices")
 
 
 @hookimpl

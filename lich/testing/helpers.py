@@ -58,15 +58,24 @@ class HookRecorder:
 def make_test_config(work_dir: Path, **overrides: Any) -> LichConfig:
     """A :class:`lich.config.LichConfig` rooted in ``work_dir`` (sessions under ``.lich``).
 
-    ``plugins`` defaults to none: name the ones the test needs.
+    ``plugins`` defaults to none: name the ones the test needs. A keyword that is no
+    core key is a plugin's table (``approvals={"mode": "ask"}``, ``myplugin={...}``);
+    ``plugin_settings={"x": {...}}`` gives tables the deprecated way (as
+    ``[plugin_settings.x]`` would).
     """
     # Imported here so that `import lich.testing` stays light (the config module pulls
     # in TOML parsing and discovery that a scripted server alone never needs).
-    from lich.config import LichConfig
+    from lich.config import CORE_KEYS, LichConfig
 
     values: dict[str, Any] = {"work_dir": str(work_dir), "plugins": (), "stream": False}
+    tables = dict(overrides.pop("tables", {}))
+    legacy = dict(overrides.pop("plugin_settings", {}))
+    marked = frozenset(overrides.pop("legacy_tables", ()))
+    for key in [k for k in overrides if k not in CORE_KEYS]:
+        tables[key] = overrides.pop(key)
     values.update(overrides)
-    return LichConfig(**values)
+    return LichConfig(**values, tables={**legacy, **tables},
+                      legacy_tables=frozenset(legacy) | marked)
 
 
 def child_venv(path: Path) -> Path:

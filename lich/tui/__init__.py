@@ -8,7 +8,7 @@ the input history (:mod:`lich.tui.input_history`) need no Textual either.
 
 The app is :mod:`lich.tui.app` (runs, events, sessions), with its widgets in
 :mod:`lich.tui.widgets` (one module each), what the slash commands of
-:mod:`lich._slash` do in the TUI in :mod:`lich.tui.commands`, the run's
+:mod:`lich.slash` do in the TUI in :mod:`lich.tui.commands`, the run's
 Textual messages in :mod:`lich.tui.messages`, the routing of log warnings in
 :mod:`lich.tui.log_capture`, and the approver that asks about tool calls in a
 dialog in :mod:`lich.tui.approval`.

@@ -7,7 +7,7 @@ and become transcript content (:mod:`lich.tui.widgets`) and state transitions
 (:mod:`lich.tui.state`). Esc cancels the run through its
 :class:`~lich.cancel.CancelToken`, so the run ends ``aborted`` with a valid
 transcript. Formatting lives in :mod:`lich.tui.format`; the slash commands
-come from the table shared with ``lich chat`` (:mod:`lich._slash`).
+come from the table shared with ``lich chat`` (:mod:`lich.slash`).
 
 Importing this module imports Textual; :func:`lich.tui.run_tui` does so lazily.
 """
@@ -25,7 +25,6 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from lich import __version__
-from lich._slash import SLASH_COMMANDS, SlashInput
 from lich.agent import Agent
 from lich.approvals.store import add_allow_rules, approval_config_targets
 from lich.cancel import CancelToken
@@ -52,6 +51,7 @@ from lich.events import (
 )
 from lich.plugins import PluginLoadError
 from lich.sessions import SessionNotFound, repair_dangling_tool_calls
+from lich.slash import SlashInput
 from lich.tui import state as st
 from lich.tui.approval import PLUGIN_NAME, TuiApprover
 from lich.tui.commands import TuiCommands
@@ -328,7 +328,7 @@ class LichApp(App[int]):
         text = raw.strip()
         if not text:
             return
-        command = SLASH_COMMANDS.parse(text, "tui")
+        command = self.commands.table.parse(text, "tui")
         if command is not None:
             self.prompt.take(text)
             await self.run_command(command)

@@ -1,4 +1,4 @@
-"""The TUI's slash commands: each command of the shared table (:mod:`lich._slash`)
+"""The TUI's slash commands: each command of the shared table (:mod:`lich.slash`)
 mapped to what the app does.
 
 The table says which commands there are, how they are spelled and what
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from textual.binding import Binding
 
-from lich._slash import SLASH_COMMANDS, SlashInput, model_lines
+from lich.slash import SlashContext, SlashInput, SlashTable, model_lines, run_slash_command
 from lich.tui.format.blocks import NoticeLevel
 from lich.tui.format.commands import model_line, session_list_lines, usage_line
 
@@ -68,6 +68,8 @@ class TuiCommands:
 
     def __init__(self, app: LichApp) -> None:
         self.app = app
+        #: The slash commands: the TUI's own and every loaded plugin's.
+        self.table: SlashTable = app.agent.host.slash_commands()
 
     def handlers(self) -> dict[str, Handler]:
         """The handler of each command, by its name in the shared table; a handler
@@ -91,7 +93,21 @@ class TuiCommands:
                 f"· {command.error or f'unknown command /{command.typed}'}", level
             )
             return
-        await self.handlers()[command.command.name](command.args)
+        handler = self.handlers().get(command.command.name)
+        if handler is not None and command.command.run is None:
+            await handler(command.args)
+            return
+        # A plugin's command: its text as a notice; a failure is an error notice.
+        context = SlashContext(command.args, "tui", self.app.session_id, self.app.agent.config,
+                               host=self.app.agent.host)
+        try:
+            text = await run_slash_command(command.command, context)
+        except Exception as exc:
+            await self.app.notice(
+                f"· /{command.command.name} failed: {type(exc).__name__}: {exc}", "error")
+            return
+        if text:
+            await self.app.notice(text)
 
     async def _refused_while_busy(self, what: str) -> bool:
         """True (after saying so) when a run is in flight: ``what`` changes the conversation."""
@@ -105,7 +121,7 @@ class TuiCommands:
         await self.app.action_quit()
 
     async def _help(self, _args: str) -> None:
-        for line in (*SLASH_COMMANDS.help_lines("tui"), *keys_help_lines()):
+        for line in (*self.table.help_lines("tui"), *keys_help_lines()):
             await self.app.notice(line)
 
     async def _model(self, args: str) -> None:

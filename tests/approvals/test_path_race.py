@@ -38,7 +38,7 @@ def _swap_forever(work: Path, stop: threading.Event, swaps: list[int]) -> None:
 
 def _run_writes(work: Path, **approvals: object) -> list[ToolMessage]:
     config = LichConfig(work_dir=str(work), persist_sessions=False, max_turns=WRITES + 5,
-                        approvals=dict(approvals))
+                        tables={"approvals": dict(approvals)})
     script = [Reply("", (ToolCall(f"c{i}", "write_file",
                                   {"path": "src/sub/x.txt", "content": f"write {i}"}),))
               for i in range(WRITES)]

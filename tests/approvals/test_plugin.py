@@ -25,7 +25,8 @@ from lich.types import ToolCall, ToolMessage, ToolResult
 
 
 def _config(work: Path, **approvals_table: Any) -> LichConfig:
-    return LichConfig(work_dir=str(work), persist_sessions=False, approvals=approvals_table)
+    return LichConfig(work_dir=str(work), persist_sessions=False,
+                      tables={"approvals": approvals_table})
 
 
 def _run(config: LichConfig, calls: list[tuple[str, dict[str, Any]]],
@@ -235,10 +236,10 @@ def test_the_plugin_is_a_default_builtin_right_after_the_tools() -> None:
 
 def test_the_gateway_defaults_to_deny_unlisted(tmp_path: Path) -> None:
     config = _config(tmp_path, allow=["terminal(git status*)"])
-    assert gateway_agent_config(config, GatewayConfig()).approvals == {
+    assert gateway_agent_config(config, GatewayConfig()).table("approvals") == {
         "allow": ["terminal(git status*)"], "mode": "deny-unlisted"}
     chosen = _config(tmp_path, mode="ask")
-    assert gateway_agent_config(chosen, GatewayConfig()).approvals == {"mode": "ask"}
+    assert gateway_agent_config(chosen, GatewayConfig()).table("approvals") == {"mode": "ask"}
     gateway = gateway_agent_config(_config(tmp_path), GatewayConfig(tools=("terminal",)))
     results = _run(gateway, [_term("touch x")])
     assert "mode deny-unlisted" in results[0].content

@@ -66,7 +66,7 @@ def test_a_hostile_rule_is_escaped_and_read_back_exactly(tmp_path: Path) -> None
     assert data == {"max_turns": 3, "approvals": {"allow": [hostile]}}
     # And the config loader takes the file as it is.
     loaded = load_config(config_path=str(path), env={})
-    assert loaded.config.approvals == {"allow": [hostile]}
+    assert loaded.config.table("approvals") == {"allow": [hostile]}
 
 
 def test_an_unparsable_file_or_rule_is_refused_and_nothing_written(tmp_path: Path) -> None:

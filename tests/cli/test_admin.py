@@ -54,7 +54,11 @@ def test_every_commented_setting_in_the_template_is_valid(work: Path, lich: Any)
 
     assert [p.name for p in config.providers] == ["main", "fallback"]
     assert config.tools["terminal"]["timeout_s"] == 300
-    assert config.plugin_settings["my_plugin"] == {"greeting": "hello"}
+    # Each plugin table, with its defaults, as its plugin claims it.
+    assert config.table("approvals") == {"mode": "ask", "allow": [], "ask": [], "deny": []}
+    assert config.table("session_store") == {"kind": "jsonl"}
+    assert config.table("gateway")["webhook"]["port"] == 8089
+    assert config.table("failover")["max_attempts"] == 3
 
 
 def test_config_init_fills_in_the_model_from_flags(work: Path, lich: Any) -> None:
@@ -115,7 +119,9 @@ def test_config_show_names_every_source_and_hides_secrets(
     assert provider["api_key_env"] == "MY_KEY"
     assert provider["api_key_set"] is True
     assert provider["headers"] == {"Authorization": "***"}
-    assert values["plugin_settings"]["value"] == {"audit": {"token": "***"}}
+    # The deprecated [plugin_settings.audit] is shown as the table it is read as.
+    assert values["audit"] == {"value": {"token": "***"},
+                               "source": "file ([plugin_settings], deprecated)"}
     for out in (table.stdout, as_json.stdout):
         for secret in ("sk-very-secret", "header-secret", "plugin-secret"):
             assert secret not in out

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
 from lich.cli.chat import KEYS_HELP, ChatSession
 from lich.cli.options import CliSettings
 from lich.sessions import JsonlSessionStore
+from lich.slash import SLASH_COMMANDS
 from lich.testing import Fail, Reply, ScriptedChat, ScriptRequest, make_test_config
 
 from .conftest import run_lich, write_config

@@ -14,7 +14,7 @@ import pytest
 
 from tests.cli.conftest import write_config
 
-NO_BACKOFF = "[plugin_settings.failover]\nbase_delay_s = 0\nmax_delay_s = 0"
+NO_BACKOFF = "[failover]\nbase_delay_s = 0\nmax_delay_s = 0"
 
 
 def error_line(stderr: str) -> str:

@@ -160,7 +160,7 @@ def test_lich_plugins_reports_the_broken_plugin(work: Path, scripted: Any, lich:
 
     assert table.exit_code == 0, table.stderr
     header = next(line for line in table.stdout.splitlines() if "entry" in line)
-    assert re.search(r"entry\W+plugin\W+version\W+status\W+hooks\W+error", header), header
+    assert re.search(r"entry\W+plugin\W+version\W+status\W+tables\W+hooks\W+error", header), header
     assert "broken.py" in table.stdout
     assert "failed" in table.stdout
     assert "ModuleNotFoundError" in table.stdout
@@ -423,7 +423,7 @@ def test_plugins_table_is_a_table_when_it_fits_and_records_when_it_does_not(
     on_a_terminal(monkeypatch, 40)
     narrow = screen_lines(lich("plugins").stdout)
 
-    assert re.search(r"entry\W+plugin\W+version\W+status\W+hooks\W+error", wide[1]), wide
+    assert re.search(r"entry\W+plugin\W+version\W+status\W+tables\W+hooks\W+error", wide[1]), wide
     assert all(len(line) <= 150 for line in wide)
     assert any(re.search(r"boom\.py\W+boom\W+failed\W+import: RuntimeError: boom\W", line)
                for line in wide), wide

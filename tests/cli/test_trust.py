@@ -78,7 +78,8 @@ class Clone:
 
     def config_text(self, extra: str = "") -> str:
         return (
-            'plugins = ["+.lich/evil.py"]\n'
+            # otel too: its table is a configuration error without the plugin claiming it.
+            'plugins = ["+.lich/evil.py", "+otel"]\n'
             "protect_private_files = false\n"
             "max_turns = 9000\n"
             f"{extra}"
@@ -160,8 +161,11 @@ def test_config_show_says_what_trust_would_enable(clone: Clone) -> None:
     values = data["values"]
     assert values["protect_private_files"]["value"] is True
     assert values["max_turns"]["value"] == 25
-    assert values["mcp"]["value"] == {}
-    assert values["approvals"]["value"] == {}
+    # The plugins' tables as their defaults: none of the clone's values is used.
+    assert values["mcp"] == {"value": {"servers": {}, "context_warning_share": 0.25},
+                             "source": "default"}
+    assert values["approvals"]["value"]["mode"] == "ask"
+    assert values["approvals"]["source"] == "default"
     assert values["providers"]["value"][0]["model"] == "scripted-model"
     assert values["providers"]["value"][0]["base_url"] == clone.user_server.base_url
 

@@ -239,7 +239,8 @@ def test_unknown_hook_name_fails_validation_and_registers_nothing(work: Path) ->
     assert report.error_type == "UnknownHook"
     assert report.error_message == (
         "no hook specification named lich_before_tool (did you mean "
-        "'lich_before_tool_call'?) (hooks start with lich_; see docs/plugins.md)"
+        "'lich_before_tool_call'?) (hooks start with lich_; a plugin's own hooks need "
+        "that plugin loaded; see docs/plugins.md)"
     )
     assert host.pm.get_plugin("unknown_hook_plugin") is None
 

@@ -33,7 +33,7 @@ KINDS: list[tuple[type[Any], str, Callable[[Any, str], None], str, str]] = [
     (ProviderRegistry, "provider_kind", lambda r, n: r.register(n, _factory),
      "lich_register_providers", "register_providers"),
     (AdapterRegistry, "gateway_platform", lambda r, n: r.register(n, _factory),
-     "lich_register_gateway_adapters", "register_gateway_adapters"),
+     "lich_register_gateway_adapters", "register_into"),
 ]
 
 
@@ -55,11 +55,17 @@ def test_every_registry_reports_a_duplicate_the_same_way(
         return type(f"Plugin_{tag}", (), {k: staticmethod(v) for k, v in namespace.items()})()
 
     host = PluginHost()
+    if hook == "lich_register_gateway_adapters":
+        from lich.gateway import hookspecs
+
+        host.add_hookspecs(hookspecs)  # the gateway's own hook, as its plugin adds it
     host.register_object(plugin("a"), "first")
     host.register_object(plugin("b"), "second")  # registered last: its hook runs first
     registry = cls()
     if method == "register_tools":
         host.register_tools(registry, config=None)  # type: ignore[arg-type]
+    elif method == "register_into":
+        host.register_into(hook, registry)
     else:
         getattr(host, method)(registry)
     assert registry.names() == ["shared"]

@@ -9,17 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from lich._slash import FRONT_ENDS, SLASH_COMMANDS, FrontEnd, SlashCommand, SlashTable
+from lich.slash import SLASH_COMMANDS, FrontEnd, SlashCommand, SlashTable
+
+# The interactive front ends whose own commands SLASH_COMMANDS holds (the gateway has
+# its own, GATEWAY_COMMANDS).
+FRONT_ENDS: tuple[FrontEnd, ...] = ("chat", "tui")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # A table with a command in only one front end, to see what the other one says.
 PARTIAL = SlashTable(
     (
-        SlashCommand("help", "list them"),
+        SlashCommand("help", "list them", front_ends=FRONT_ENDS),
         SlashCommand("clear", "clear the screen", front_ends={"tui"}),
-        SlashCommand("resume", "continue", arg_hint="ID", arg_required=True),
-        SlashCommand("exit", "quit", aliases=("quit", "q")),
+        SlashCommand("resume", "continue", arg_hint="ID", arg_required=True,
+                     front_ends=FRONT_ENDS),
+        SlashCommand("exit", "quit", aliases=("quit", "q"), front_ends=FRONT_ENDS),
     )
 )
 
@@ -173,7 +178,7 @@ def test_a_name_listed_twice_is_refused() -> None:
 def test_the_table_imports_nothing_heavy() -> None:
     # lich chat loads it at start-up: no Textual, prompt_toolkit or rich.
     code = (
-        "import sys, lich._slash\n"
+        "import sys, lich.slash\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in "
         "('textual', 'prompt_toolkit', 'rich', 'httpx') or m.startswith('lich.tui')]\n"
         "assert not heavy, heavy\n"

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
 from lich.config import ConfigError
 from lich.events import EventHandler
 from lich.gateway.bus import BusReply, GatewayBus, InboundMessage
-from lich.gateway.plugin import lich_check_config
 from lich.hooks import hookimpl
+from lich.plugins import PluginHost
 from lich.testing import make_test_config
 
 from .conftest import ForwardingBus
@@ -35,13 +36,23 @@ class CountingBus(ForwardingBus):
         return await super().submit(message, on_event=on_event, notify=notify)
 
 
+@attrs.frozen
+class CountingSettings:
+    """``[bus] kind = "counting"``: no settings."""
+
+
 class CountingPlugin:
     def __init__(self) -> None:
         self.bus: CountingBus | None = None
 
     @hookimpl
+    def lich_register_config_tables(self, tables: Any) -> None:
+        # A bus kind is its plugin's to claim, as nats claims "nats".
+        tables.claim("bus", CountingSettings, kind="counting")
+
+    @hookimpl
     def lich_make_bus(self, config: Any, local: GatewayBus) -> CountingBus | None:
-        if config.bus.get("kind") != "counting":
+        if config.table("bus").get("kind") != "counting":
             return None
         self.bus = CountingBus(local)
         return self.bus
@@ -78,7 +89,7 @@ async def test_without_a_bus_plugin_the_memory_bus_is_the_in_process_one(start_g
 
 
 async def test_a_kind_no_plugin_makes_refuses_to_start(start_gateway: Any):
-    with pytest.raises(ConfigError, match=r"\$\.bus\.kind: no loaded plugin makes a bus of "
+    with pytest.raises(ConfigError, match=r"\$\.bus\.kind: no loaded plugin claims \[bus\] "
                                           r"kind 'nats'.*\+nats"):
         await start_gateway(["webhook"], {"webhook": {"port": 0}}, bus={"kind": "nats"})
 
@@ -109,15 +120,18 @@ async def test_an_answer_that_is_not_a_bus_is_refused(start_gateway: Any):
 
 @pytest.mark.parametrize(("bus", "problem"), [
     ("memory", "$.bus: expected a table, got string"),
-    ({"kind": 3}, "$.bus.kind: expected a bus kind name, got integer"),
+    ({"kind": 3}, "$.bus.kind: expected a kind name, got integer"),
     ({"kind": " "}, "$.bus.kind: must not be empty"),
     ({"partitions": 4}, "$.bus.partitions: unknown key (the memory bus has no settings)"),
 ])
 def test_the_bus_table_is_checked(tmp_path: Any, bus: Any, problem: str):
-    with pytest.raises(ConfigError) as caught:
-        lich_check_config(make_test_config(tmp_path, bus=bus))
-    assert problem in caught.value.problems
+    host = PluginHost(work_dir=tmp_path)
+    host.load(["gateway"])  # it claims [bus] for the memory bus (the default kind)
+    assert problem in host.check_config(make_test_config(tmp_path, bus=bus))
 
 
 def test_another_kind_is_left_to_its_plugin(tmp_path: Any):
-    lich_check_config(make_test_config(tmp_path, bus={"kind": "nats", "partitions": 4}))
+    host = PluginHost(work_dir=tmp_path)
+    host.load(["gateway", "nats"])
+    config = make_test_config(tmp_path, bus={"kind": "nats", "partitions": 4})
+    assert host.check_config(config) == []

@@ -180,7 +180,7 @@ def test_loaded_from_a_config_file(tmp_path):
         '[gateway]\nplatforms = ["telegram"]\n[gateway.telegram]\nallowed_users = [42]\n'
     )
     loaded = load_config(work_dir=tmp_path, env={}, trust=True)  # the test's own project
-    assert parse_gateway_config(loaded.config.gateway).telegram.allowlist.users == {"42"}
+    assert parse_gateway_config(loaded.config.table("gateway")).telegram.allowlist.users == {"42"}
 
 
 def test_allowlist_semantics():

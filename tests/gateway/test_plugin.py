@@ -43,9 +43,12 @@ def test_loading_registers_the_four_platforms_attributed_to_the_plugin(tmp_path:
     (report,) = host.load(["gateway"])
     assert report.ok, report.describe_error()
     assert set(report.hooks) == {
-        "lich_register_gateway_adapters", "lich_register_commands", "lich_check_config"}
+        "lich_register_gateway_adapters", "lich_register_commands", "lich_add_hookspecs",
+        "lich_register_config_tables"}
+    # Its own hooks, for other plugins (and itself) to implement.
+    assert report.hookspecs == ("lich_make_bus", "lich_register_gateway_adapters")
     registry = AdapterRegistry()
-    host.register_gateway_adapters(registry)
+    host.register_into("lich_register_gateway_adapters", registry)
     assert registry.names() == ["webhook", "telegram", "discord", "twitch"]
     assert {registry.plugin_of(n) for n in registry.names()} == {"gateway"}
 

@@ -158,7 +158,7 @@ def test_import_converts_mcp_json_to_a_table_lich_reads(work: Path, lich: Any) -
     (work / ".lich").mkdir()
     (work / ".lich" / "config.toml").write_text(result.stdout, encoding="utf-8")
     config = load_config(work_dir=work).config
-    settings = parse_mcp_settings(config.mcp, environ={})
+    settings = parse_mcp_settings(config.table("mcp"), environ={})
     assert settings.servers["git"].args == ("mcp-server-git", "--repository", ".")
     assert settings.servers["git"].env == {"GIT_PAGER": "cat"}
     assert settings.servers["docs"].headers == {"Authorization": "Bearer none"}
@@ -191,7 +191,7 @@ def test_import_write_appends_to_a_config_keeping_its_comments(work: Path, lich:
     assert text.startswith(original)
     config = load_config(work_dir=work).config
     assert config.max_turns == 7
-    settings = parse_mcp_settings(config.mcp, environ={})
+    settings = parse_mcp_settings(config.table("mcp"), environ={})
     assert settings.context_warning_share == 0.5
     assert settings.servers["time"].args == ("--local-timezone", "UTC")
     # The same again: the name is taken, and the file is left as it was.

@@ -282,7 +282,8 @@ def test_a_run_with_the_plugin_switched_off_imports_no_opentelemetry(
         from lich.config import LichConfig
         from lich.testing import ScriptedChat
 
-        config = LichConfig(work_dir={str(tmp_path)!r}, plugins=("otel",), otel={otel!r},
+        config = LichConfig(work_dir={str(tmp_path)!r}, plugins=("otel",),
+                            tables={{'otel': {otel!r}}},
                             persist_sessions=False)
         agent = Agent(config, chat=ScriptedChat(["hi", "again"]))
         assert [r.status for r in agent.host.reports] == ["loaded"]

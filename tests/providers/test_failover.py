@@ -520,7 +520,7 @@ async def test_without_jitter_the_delays_are_the_documented_ones() -> None:
 def _config(**settings: Any) -> LichConfig:
     return LichConfig(
         providers=(ProviderConfig(kind="openai_compat", name="a", model="m"),),
-        plugin_settings={"failover": settings} if settings else {},
+        tables={"failover": settings} if settings else {},
         plugins=(),
     )
 
@@ -565,14 +565,14 @@ def test_the_gateway_spreads_retries_unless_told_otherwise(tmp_path: Any) -> Non
 
 @pytest.mark.parametrize(
     ("settings", "problem"),
-    [({"max_attempts": 0}, "$.plugin_settings.failover.max_attempts: must be at least 1"),
-     ({"max_attempts": 1.5}, "$.plugin_settings.failover.max_attempts: expected an integer"),
-     ({"base_delay_s": "fast"}, "$.plugin_settings.failover.base_delay_s: expected a number"),
-     ({"retry_after_cap_s": -1}, "$.plugin_settings.failover.retry_after_cap_s: must be at"),
-     ({"jitter": "lots"}, "$.plugin_settings.failover.jitter: must be one of 'none', 'full', "
+    [({"max_attempts": 0}, "$.failover.max_attempts: must be at least 1"),
+     ({"max_attempts": 1.5}, "$.failover.max_attempts: expected an integer"),
+     ({"base_delay_s": "fast"}, "$.failover.base_delay_s: expected a number"),
+     ({"retry_after_cap_s": -1}, "$.failover.retry_after_cap_s: must be at"),
+     ({"jitter": "lots"}, "$.failover.jitter: must be one of 'none', 'full', "
                           "'equal', got 'lots'"),
-     ({"jitter": True}, "$.plugin_settings.failover.jitter: must be one of"),
-     ({"max_retries": 2}, "$.plugin_settings.failover.max_retries: unknown key")],
+     ({"jitter": True}, "$.failover.jitter: must be one of"),
+     ({"max_retries": 2}, "$.failover.max_retries: unknown key")],
 )
 def test_bad_settings_are_config_errors(settings: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -12,10 +12,10 @@ import pytest
 from textual.widgets import Markdown, Static
 from tui_support import GatedChat, ToolsPlugin, make_agent, send, wait_for
 
-from lich._slash import SLASH_COMMANDS
 from lich.agent import Agent
 from lich.config import ProviderConfig
 from lich.events import Failover, Retry, StreamReset, TextDelta
+from lich.slash import SLASH_COMMANDS
 from lich.testing import Fail, Reply, ScriptedChat, make_test_config
 from lich.tui.app import LichApp
 from lich.tui.commands import key_bindings, key_name, keys_help_lines

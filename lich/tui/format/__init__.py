@@ -9,7 +9,7 @@ all of it is unit-tested on its own, and the widgets only arrange what it return
 - :mod:`~lich.tui.format.status`: the status line and how it fits the width
 
 The names of every module are importable from here too. The slash commands
-themselves are in :mod:`lich._slash` (shared with ``lich chat``), and the
+themselves are in :mod:`lich.slash` (shared with ``lich chat``), and the
 input history in :mod:`lich.tui.input_history`.
 """
 

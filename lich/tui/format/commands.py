@@ -1,6 +1,6 @@
 """What the TUI's slash commands print: ``/usage``, ``/model`` and ``/sessions``.
 
-The commands themselves, their help and their parsing are in :mod:`lich._slash`,
+The commands themselves, their help and their parsing are in :mod:`lich.slash`,
 shared with ``lich chat``.
 """
 

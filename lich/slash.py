@@ -1,11 +1,28 @@
 """The slash commands of lich's interactive front ends, in one table.
 
-``lich chat`` (:mod:`lich.cli.chat`) and ``lich tui`` (:mod:`lich.tui.app`)
-both read :data:`SLASH_COMMANDS`: each command is listed once, with its
-aliases, its argument hint, its help text and the front ends that have it.
-Both parse their input with :meth:`SlashTable.parse`, dispatch on the
-canonical name it finds, and build ``/help`` from :meth:`SlashTable.help_lines`,
-so the two front ends cannot drift apart.
+``lich chat`` (:mod:`lich.cli.chat`), ``lich tui`` (:mod:`lich.tui.app`) and the
+gateway's chats (:mod:`lich.gateway.bus`) read one :class:`SlashTable`, made by
+the plugin host from ``lich_register_slash_commands``
+(:meth:`lich.plugins.PluginHost.slash_commands`): each command is listed once,
+with its aliases, its argument hint, its help text and the front ends that have
+it. The front ends' own commands (:data:`SLASH_COMMANDS`, :data:`GATEWAY_COMMANDS`)
+register through that hook too, first, from this module; a plugin's command
+brings its own ``run``. Every front end parses its input with
+:meth:`SlashTable.parse`, dispatches on the canonical name it finds, and builds
+``/help`` from :meth:`SlashTable.help_lines`, so they cannot drift apart.
+
+A plugin adds one like this::
+
+    from lich import hookimpl
+    from lich.slash import SlashCommand, SlashContext
+
+    def _weather(context: SlashContext) -> str:
+        return f"sunny in {context.args or 'here'}"
+
+    @hookimpl
+    def lich_register_slash_commands(registry):
+        registry.register(SlashCommand("weather", "say the weather", arg_hint="[CITY]",
+                                       run=_weather))
 
 Slash commands are handled by the front end and never sent to the model.
 
@@ -15,33 +32,47 @@ must not pull in Textual or prompt_toolkit).
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
+from lich.hooks import hookimpl
+from lich.registry import Registry
 from lich.suggest import closest
 
 if TYPE_CHECKING:
-    from lich.config import ProviderConfig
+    from lich.config import LichConfig, ProviderConfig
+    from lich.plugins import PluginHost
 
 __all__ = [
+    "BUILTIN_PLUGIN",
     "FRONT_ENDS",
+    "GATEWAY_COMMANDS",
     "SLASH_COMMANDS",
     "FrontEnd",
     "SlashCommand",
+    "SlashContext",
     "SlashInput",
+    "SlashRegistry",
     "SlashTable",
+    "lich_register_slash_commands",
     "model_lines",
+    "run_slash_command",
 ]
 
-FrontEnd: TypeAlias = Literal["chat", "tui"]
-"""An interactive front end: ``lich chat`` or ``lich tui``."""
+FrontEnd: TypeAlias = Literal["chat", "tui", "gateway"]
+"""An interactive front end: ``lich chat``, ``lich tui`` or the gateway's chats."""
 
-FRONT_ENDS: tuple[FrontEnd, ...] = ("chat", "tui")
+FRONT_ENDS: tuple[FrontEnd, ...] = ("chat", "tui", "gateway")
 
-_FRONT_END_NAMES: dict[FrontEnd, str] = {"chat": "lich chat", "tui": "the TUI"}
+_FRONT_END_NAMES: dict[FrontEnd, str] = {"chat": "lich chat", "tui": "the TUI",
+                                         "gateway": "the gateway"}
+
+BUILTIN_PLUGIN = "lich"
+"""The name the front ends' own commands are registered under."""
 
 _SUGGEST_CUTOFF = 0.6
 """How alike a typo must be to a command to be suggested (:func:`difflib.get_close_matches`)."""
@@ -69,6 +100,37 @@ def _is_name(value: str) -> bool:
     return bool(value) and value == value.lower() and re.search(r"[\s/]", value) is None
 
 
+def _front_ends(value: Iterable[FrontEnd]) -> frozenset[FrontEnd]:
+    return frozenset(value)
+
+
+@frozen
+class SlashContext:
+    """What a plugin's slash command runs with.
+
+    :param args: the rest of the line after the name, trimmed.
+    :param front_end: where it was typed (``chat``, ``tui`` or ``gateway``).
+    :param session_id: the session of the conversation (``None`` before the first
+        message of ``lich chat`` and the TUI).
+    :param config: the effective configuration (``config.table(name)`` for the
+        plugin's own table).
+    :param user_id: who typed it, in the gateway (``platform:id``); empty elsewhere.
+    :param host: the plugin host of the front end's agent: how a command calls hooks
+        (its plugin's own, ``lich_add_hookspecs``, included).
+    """
+
+    args: str
+    front_end: FrontEnd
+    session_id: str | None = None
+    config: LichConfig | None = field(default=None, eq=False, repr=False)
+    user_id: str = ""
+    host: PluginHost | None = field(default=None, eq=False, repr=False)
+
+
+SlashRun: TypeAlias = Callable[[SlashContext], "str | Awaitable[str | None] | None"]
+"""A plugin command's function: the text to show for it, or ``None``."""
+
+
 @frozen
 class SlashCommand:
     """One slash command.
@@ -79,7 +141,10 @@ class SlashCommand:
     :param arg_hint: how the argument is written in ``/help`` (``ID|latest``,
         ``[NAME]`` when it is optional); empty when the command takes none.
     :param arg_required: the command cannot run without an argument.
-    :param front_ends: the front ends that have the command.
+    :param front_ends: the front ends that have the command (all by default).
+    :param run: what a plugin's command does (``def`` or ``async def``, given a
+        :class:`SlashContext`, returning the text to show); ``None`` for a front
+        end's own command, which the front end runs itself.
     """
 
     name: str
@@ -87,7 +152,9 @@ class SlashCommand:
     aliases: tuple[str, ...] = ()
     arg_hint: str = ""
     arg_required: bool = False
-    front_ends: frozenset[FrontEnd] = field(default=frozenset(FRONT_ENDS), converter=frozenset)
+    front_ends: frozenset[FrontEnd] = field(default=frozenset(FRONT_ENDS),
+                                            converter=_front_ends)
+    run: SlashRun | None = field(default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # A mistake in the table should fail at import, not when a user types the command.
@@ -202,7 +269,7 @@ class SlashTable:
         """The name (or alias) ``typed`` was probably meant to be, if one is close enough.
 
         A prefix of one command's names wins (``ses`` → ``sessions``); otherwise
-        the closest name or alias (:func:`lich._converter.closest`)
+        the closest name or alias (:func:`lich.suggest.closest`)
         (``hepl`` → ``help``, ``qiut`` → ``quit``).
         """
         if not typed:
@@ -235,8 +302,10 @@ class SlashTable:
         return [f"  {c.synopsis.ljust(width)}  {c.help}" for c in commands]
 
 
+_INTERACTIVE: frozenset[FrontEnd] = frozenset({"chat", "tui"})
+
 SLASH_COMMANDS = SlashTable(
-    (
+    SlashCommand(c.name, c.help, c.aliases, c.arg_hint, c.arg_required, _INTERACTIVE) for c in (
         SlashCommand("help", "list the commands and keys"),
         SlashCommand(
             "model", "show the model, or switch the first provider to NAME", arg_hint="[NAME]"
@@ -254,4 +323,72 @@ SLASH_COMMANDS = SlashTable(
         SlashCommand("exit", "quit", aliases=("quit", "q")),
     )
 )
-"""Every slash command of ``lich chat`` and ``lich tui``."""
+"""The own slash commands of ``lich chat`` and ``lich tui``."""
+
+GATEWAY_COMMANDS = SlashTable((
+    SlashCommand("start", "say hello (Telegram's greeting)", front_ends={"gateway"}),
+    SlashCommand("approve", "let the tool call ID run (session: and its like for the session)",
+                 arg_hint="ID [session]", arg_required=True, front_ends={"gateway"}),
+    SlashCommand("deny", "refuse the tool call ID", arg_hint="ID", arg_required=True,
+                 front_ends={"gateway"}),
+))
+"""The gateway's own slash commands (:mod:`lich.gateway.bus` runs them); its ``/new``
+is the one of :data:`SLASH_COMMANDS`, offered there too."""
+
+#: Commands of :data:`SLASH_COMMANDS` the gateway has as well (one name, one command).
+_ALSO_IN_THE_GATEWAY = frozenset({"new"})
+
+
+class SlashRegistry(Registry[SlashCommand]):
+    """What ``lich_register_slash_commands(registry)`` fills: every command by each of
+    its names. A name or alias taken already is reported on the later plugin's load
+    report (``duplicate_slash_command``) and that command is left out whole.
+    """
+
+    what: ClassVar[str] = "slash_command"
+
+    def register(self, command: SlashCommand) -> None:
+        """Add ``command``.
+
+        :raises TypeError: ``command`` is no :class:`SlashCommand`, or a plugin's
+            command has no ``run`` (only the front ends' own commands do without).
+        """
+        if not isinstance(command, SlashCommand):
+            raise TypeError(f"expected a SlashCommand, got {type(command).__name__}")
+        if command.run is None and self.current_plugin not in (None, BUILTIN_PLUGIN):
+            raise TypeError(f"/{command.name}: a plugin's slash command needs a run function")
+        taken = [n for n in command.names if n in self]
+        if taken:
+            # Checked before adding any name: a command is offered whole or not at all.
+            self._add(taken[0], command)
+            return
+        for name in command.names:
+            self._add(name, command)
+
+    def table(self) -> SlashTable:
+        """The commands as one :class:`SlashTable`, in registration order."""
+        return SlashTable(dict.fromkeys(self.items()))
+
+
+async def run_slash_command(command: SlashCommand, context: SlashContext) -> str | None:
+    """Run a plugin's ``command``: its text, or ``None``.
+
+    :raises Exception: whatever ``run`` raised (the front end shows it as an error).
+    """
+    if command.run is None:
+        return None
+    result: Any = command.run(context)
+    if inspect.isawaitable(result):
+        result = await result
+    return None if result is None else str(result)
+
+
+@hookimpl(tryfirst=True)
+def lich_register_slash_commands(registry: SlashRegistry) -> None:
+    """The front ends' own commands, registered before any plugin's."""
+    for command in SLASH_COMMANDS.commands:
+        if command.name in _ALSO_IN_THE_GATEWAY:
+            command = evolve(command, front_ends={*command.front_ends, "gateway"})
+        registry.register(command)
+    for command in GATEWAY_COMMANDS.commands:
+        registry.register(command)
