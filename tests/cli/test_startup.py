@@ -129,7 +129,7 @@ def test_a_plain_run_imports_no_dependency_of_an_idle_plugin(
 
 def test_unconfigured_plugins_need_no_per_turn_hook(tmp_path: Path) -> None:
     """What a run with the default plugins (and the nats bus) calls per turn: the
-    approvals rules only — nothing of MCP, postgres, the gateway or nats, and the
+    approvals plugin only — nothing of MCP, postgres, the gateway or nats, and the
     budgets check only when a budget is set."""
     from lich.config import BUILTIN_PLUGINS, LichConfig
     from lich.plugins import PluginHost
@@ -142,13 +142,17 @@ def test_unconfigured_plugins_need_no_per_turn_hook(tmp_path: Path) -> None:
         return {hook for hook in PER_TURN_HOOKS if host.needs(hook, config)}
 
     plain = LichConfig(work_dir=str(tmp_path))
-    assert needed(plain) == {"lich_before_tool_call", "lich_check_tool_call"}
+    # lich_request_approval: the approvals plugin answers what its grants cover, first
+    # (asked only when a call needs approval, not every turn).
+    assert needed(plain) == {"lich_before_tool_call", "lich_check_tool_call",
+                             "lich_request_approval"}
     implementers = {hook: sorted(i.plugin_name for i in getattr(host.pm.hook, hook).get_hookimpls())
                     for hook in PER_TURN_HOOKS}
     assert {hook: names for hook, names in implementers.items() if names} == {
         "lich_before_model_call": ["budgets"],  # idle without a budget (needed_when)
         "lich_before_tool_call": ["approvals"],
         "lich_check_tool_call": ["approvals"],
+        "lich_request_approval": ["approvals"],
     }
     for budget in ({"max_cost_usd": 1.0}, {"max_total_tokens": 1000}):
         with_budget = LichConfig(work_dir=str(tmp_path), **budget)  # type: ignore[arg-type]
