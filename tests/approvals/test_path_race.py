@@ -147,7 +147,7 @@ def test_a_re_check_that_does_not_answer_in_time_refuses_the_open(
     (tmp_path / "src" / "real").mkdir(parents=True)
     os.symlink("real", tmp_path / "src" / "sub")
     config = LichConfig(work_dir=str(tmp_path), persist_sessions=False,
-                        approvals={"allow": ["write_file(src/*)"]})
+                        tables={"approvals": {"allow": ["write_file(src/*)"]}})
     call = ToolCall("c1", "write_file", {"path": "src/sub/x.txt", "content": "x"})
     agent = Agent(config, chat=ScriptedChat([Reply("", (call,)), "done"]),
                   plugins=[("slow", SlowSecondCheck())])
