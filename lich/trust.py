@@ -291,9 +291,9 @@ def _others_write(st: os.stat_result) -> bool:
 
 
 def unsafe_reason(project_dir: Path) -> str | None:
-    """Why ``project_dir/.lich/config.toml`` must not be read, or ``None``: it, or its
-    ``.lich`` directory, is owned by another user (not root), or one of them or the
-    project directory is writable by others (git's ``safe.directory`` rule, after
+    """Why ``project_dir/.lich/config.toml`` must not be read, or ``None``: it, its
+    ``.lich`` directory or the project directory is owned by another user (not root),
+    or one of them is writable by others (git's ``safe.directory`` rule, after
     CVE-2022-24765: ``/tmp/.lich`` would otherwise configure everyone under ``/tmp``).
     """
     lich_dir = project_dir / ".lich"
@@ -304,7 +304,10 @@ def unsafe_reason(project_dir: Path) -> str | None:
     except OSError as exc:
         return f"cannot be checked ({exc.strerror})"
     for path, st in checks:
-        if path != project_dir and not _owner_ok(st):
+        # The project directory too: its owner may swap the .lich inside it for their
+        # own at any time, even between this check and the read (git's rule looks at
+        # the owner of the directory holding .git for the same reason).
+        if not _owner_ok(st):
             return f"{path} is owned by another user (uid {st.st_uid})"
         if _others_write(st) and not stat.S_ISLNK(st.st_mode):
             return f"{path} is writable by other users"
