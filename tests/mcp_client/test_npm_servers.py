@@ -107,3 +107,35 @@ async def test_server_memory_keeps_what_it_is_told(mcp_agent: Any, tmp_path: Pat
     graph = await call(agent, "mcp__memory__read_graph")
     assert "speaks MCP" in graph.output
     assert "speaks MCP" in memory_file.read_text(encoding="utf-8")
+
+
+async def test_server_everythings_task_only_tool_is_not_offered(mcp_agent: Any) -> None:
+    # simulate-research-query is task-only (execution.taskSupport "required"): a plain
+    # call fails every time, so the model is not offered it (#35.17).
+    from lich.mcp.plugin import _RUNTIMES
+
+    agent = mcp_agent({"everything": npm_server("mcp-server-everything", "stdio")})
+    state = _RUNTIMES[agent.tools].connections["everything"].state
+    names = agent.tools.names()
+    if "simulate-research-query" not in state.task_only:
+        pytest.skip("this server-everything offers no task-only tool over stdio")
+    assert "mcp__everything__simulate-research-query" not in names
+    assert "mcp__everything__echo" in names
+
+
+async def test_server_filesystems_media_file_reads_without_its_base64(
+        mcp_agent: Any, tmp_path: Path) -> None:
+    # read_media_file answers an image block and a structured copy of it, no text: the
+    # model gets the placeholder, never the base64 again (#35.18).
+    import base64
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+                           "YPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
+    (shared / "dot.png").write_bytes(png)
+    agent = mcp_agent({"fs": npm_server("mcp-server-filesystem", str(shared))})
+    media = await call(agent, "mcp__fs__read_media_file", path=str(shared / "dot.png"))
+    assert media.ok, media
+    assert re.fullmatch(r"\[image: image/png, \d+ bytes\]", media.output), media.output
+    assert base64.b64encode(png).decode()[:20] not in media.output
