@@ -74,7 +74,27 @@ _RESERVED = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "for"
 _WRAPPERS = frozenset({"command", "builtin", "exec", "nohup", "env", "sudo", "doas", "nice",
                        "time", "xargs", "timeout", "stdbuf", "ionice", "chrt", "setsid",
                        "flock", "nsenter", "unshare", "chroot", "su", "runuser", "taskset",
-                       "strace", "ltrace", "watch", "script", "busybox", "coproc"})
+                       "strace", "ltrace", "watch", "script", "busybox", "coproc",
+                       # ... and more of them: a deny rule sees through each (a remote
+                       # shell's command is read as a line too: _REMOTE).
+                       "ssh", "rsh", "autossh", "sshpass", "mosh", "sg", "pkexec",
+                       "setpriv", "prlimit", "runcon", "capsh", "cgexec", "aa-exec",
+                       "unbuffer", "rlwrap", "caffeinate", "faketime", "eatmydata",
+                       "proxychains", "proxychains4", "torsocks", "tsocks", "catchsegv",
+                       "valgrind", "gdb", "lldb", "perf", "cpulimit", "numactl", "schedtool",
+                       "firejail", "bwrap", "fakeroot", "fakechroot", "systemd-run",
+                       "dbus-launch", "dbus-run-session", "xvfb-run", "chronic", "parallel",
+                       "sem", "nq", "tsp", "daemonize", "start-stop-daemon", "entr",
+                       "direnv", "op", "aws-vault", "doppler", "uv", "uvx", "pipx", "npx",
+                       "poetry", "pdm", "hatch", "pixi", "conda", "mamba", "micromamba",
+                       "bundle", "pyenv", "rbenv", "nix-shell", "tmux", "screen", "expect"})
+# Programs that hand their later words, joined, to a shell to run as a line (the
+# remote one of `ssh host 'a; b'`, `sg group 'a; b'`), and the ssh options whose
+# value is a command line run locally.
+_REMOTE = frozenset({"ssh", "rsh", "autossh", "sg"})
+_SSH_COMMAND_OPTION = re.compile(
+    r"(?i)^(?:-o)?\s*(?:proxycommand|localcommand|knownhostscommand|remotecommand)[=\s]\s*(.*)",
+    re.DOTALL)
 # Shells whose `-c` argument is a command line, and `find`'s actions that run one.
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "su",
                      "runuser", "script", "fish"})
@@ -91,6 +111,11 @@ _MAX_FRAGMENT_CHARS = 256
 # loop for seconds): asked about, and met by every deny rule.
 _MAX_LINE_BYTES = 65_536
 
+
+# A value that could run a command when evaluated (a substitution in it), and the
+# expansion that evaluates a value as a prompt string.
+_CODE_IN_VALUE = re.compile(r"\$[({\[]|`|[<>]\(")
+_PROMPT_EXPANSION = re.compile(r"@P\}\Z")
 
 _LANGUAGE = Language(tree_sitter_bash.language())
 _local = threading.local()
@@ -232,6 +257,14 @@ class SimpleCommand:
                 # A variable name or an arithmetic argument runs the substitutions of
                 # its subscript: `test -v 'x[$(cmd)]'`.
                 found.extend(w.value if w.literal else None for w in rest)
+            elif name in _REMOTE or name in ("scp", "sftp"):
+                if name in _REMOTE and rest:
+                    found.append(" ".join(w.value for w in rest)
+                                 if all(w.literal for w in rest) else None)
+                for w in rest:
+                    option = _SSH_COMMAND_OPTION.match(w.value) if w.literal else None
+                    if option:
+                        found.append(option.group(1))
             elif (name in _SHELLS and any(_is_c_flag(w) for w in rest)) or name == "watch":
                 for w in rest:
                     if not w.literal:
@@ -509,6 +542,17 @@ class _Reader:
                     body = body.lstrip("<").strip()
                     body = _unquote_guess(body)
                 self.nested(body)
+            elif kind == "variable_assignment":
+                value = current.child_by_field_name("value")
+                if value is not None:
+                    self.maybe_code(value)
+            elif kind == "for_statement":
+                for value in current.children_by_field_name("value"):
+                    self.maybe_code(value)
+            elif kind == "expansion" and _PROMPT_EXPANSION.search(self.text(current)):
+                # `${p@P}` expands p's value as a prompt string: its substitutions
+                # run, whatever set p (a file, a command's output).
+                self.nested(None)
             elif kind == "comment":
                 self.problem("a comment")
             elif kind == "file_descriptor" and not self.text(current).isdigit():
@@ -560,6 +604,23 @@ class _Reader:
         head = raw[: (names[1].start_byte - node.start_byte)] if len(names) > 1 else raw
         value = self.word(names[1]).shape if len(names) > 1 else ()
         return Word(raw, _merge([head, *value]))
+
+    def maybe_code(self, node: Node) -> None:
+        """A literal value a variable gets (an assignment, a ``for`` word) that holds a
+        substitution: bash runs it when the variable is evaluated — in arithmetic
+        (``$((x))`` with ``x='a[$(cmd)]'``), by ``${x@P}`` — so deny rules read it as
+        a line too. Only widens the deny readings: the line stays as plain as it was."""
+        word = self.word(node)
+        if not word.literal or not _CODE_IN_VALUE.search(word.value):
+            return
+        if self.depth >= _MAX_NESTING:
+            self.nested_commands.append(SimpleCommand((Word(word.value, (None,)),)))
+            return
+        inner = _read(word.value, self.depth + 1)
+        self.nested_commands.extend((*inner.commands, *inner.nested))
+        if not inner.complete:
+            self.nested_commands.extend(SimpleCommand((Word(word.value, shape),))
+                                        for shape in _fragments(word.value))
 
     def nested(self, text: str | None) -> None:
         """A text run as a command line of its own (``None``: not known before)."""
