@@ -568,7 +568,8 @@ class Agent:
                 journal.fence(inner)  # before its first record: the claim is made with it
             writer = _RunWriter(inner, cancel.cancel if cancel is not None else None)
         info = RunInfo(run_id, session_id, input, config.work_dir, config, tools=self.tools,
-                       models=self.chat_for)
+                       models=self.chat_for,
+                       recorder=writer.append if writer is not None else None)
         # The per-turn hooks this run calls: those a plugin implements and needs for this
         # config (a plugin loaded but not configured declares itself idle: needed_when).
         pricing = self.host.needs("lich_price_call", config)

@@ -13,6 +13,7 @@ approver (``lich_request_approval``) is shown and :class:`Approval` its answer;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from lich.tools import Tool, ToolRegistry
 
 __all__ = [
+    "CORE_RECORD_KINDS",
     "PROJECT",
     "Approval",
     "ApprovalRequest",
@@ -279,6 +281,32 @@ class RunInfo:
     #: The plugins' per-run state (:meth:`state_for`), one mapping per plugin name.
     plugin_state: dict[str, dict[str, Any]] = field(
         factory=dict, eq=False, repr=False, kw_only=True)
+    #: Appends one record to the run's transcript (:meth:`append_record`); ``None`` when
+    #: the run keeps none (``persist_sessions = false``, a ``RunInfo`` built by hand).
+    recorder: Callable[..., None] | None = field(
+        default=None, eq=False, repr=False, kw_only=True)
+
+    def append_record(self, kind: str, **fields: Any) -> bool:
+        """Append a plugin's own record ``{"kind": kind, **fields}`` to the run's
+        transcript, in order with the run's own records; whether the run keeps one.
+
+        How a plugin leaves what it did beside the conversation (the ``checkpoints``
+        plugin's ``checkpoint`` records) for its own commands to read back from the
+        session store. Readers that do not know ``kind`` skip it. ``fields`` must be
+        JSON values. Call it from the event loop (an ``async def`` hook), as the run's
+        own records are written there. Like the run's writer it never raises for an
+        unwritable store (the run goes on without its transcript).
+
+        :raises ValueError: ``kind`` is one of the run's own (:data:`CORE_RECORD_KINDS`)
+            or not a short lower-case name.
+        """
+        if kind in CORE_RECORD_KINDS or not _RECORD_KIND.fullmatch(kind):
+            raise ValueError(f"a plugin's record kind must be a lower-case name other than "
+                             f"{', '.join(sorted(CORE_RECORD_KINDS))}: got {kind!r}")
+        if self.recorder is None:
+            return False
+        self.recorder(kind, **fields)
+        return True
 
     def state_for(self, plugin_name: str) -> dict[str, Any]:
         """A mutable mapping private to ``plugin_name`` for this run, empty at first and
@@ -316,6 +344,11 @@ class RunInfo:
         """The tool registered as ``name`` in the run's :attr:`tools`, or ``None``
         (no such tool, or no registry given)."""
         return self.tools.get(name) if self.tools is not None else None
+
+
+#: The record kinds a run writes itself, which :meth:`RunInfo.append_record` refuses.
+CORE_RECORD_KINDS = frozenset({"message", "compact", "event", "meta"})
+_RECORD_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 @frozen

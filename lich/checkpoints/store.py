@@ -1,0 +1,310 @@
+"""The shadow store: a bare git repository under the project's ``.lich/checkpoints/``.
+
+Driven by the ``git`` binary with its own ``GIT_DIR``, ``GIT_WORK_TREE`` and
+index, and with no system or global git config, so the user's ``.git`` (in any
+state: mid-rebase, detached, with submodules) is never read for state nor
+written, and the user's hooks, filters and aliases never run. A snapshot is a
+commit of the work dir's files as they are: what ``.gitignore`` files ignore,
+the protected set (:class:`lich.protected.ProtectedPaths`: ``.lich/``, secret
+files by name) and nested repositories are left out; a file over the size cap
+is left out and reported as *skipped*.
+
+Each session's snapshots are a chain of commits under ``refs/lich/s/<hash of
+the session id>``, which keeps them reachable.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from attrs import frozen
+
+from lich.dotlich import LICH_DIR, make_dirs
+from lich.protected import ProtectedPaths
+
+__all__ = ["STORE_DIR", "Entry", "ShadowStore", "Snapshot", "SnapshotError"]
+
+#: Where the store lives, below the work dir.
+STORE_DIR = Path(LICH_DIR) / "checkpoints" / "store.git"
+_GIT_TIMEOUT_S = 120.0
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot or a restore could not be made (no git, a git failure, a refused dir)."""
+
+
+@frozen
+class Snapshot:
+    """One commit of the work dir: its id (the first 12 hex digits of the commit), the
+    paths changed since the session's previous snapshot, the files left out for size."""
+
+    commit: str
+    tree: str
+    changed: tuple[str, ...]
+    skipped: tuple[Mapping[str, Any], ...]
+
+    @property
+    def id(self) -> str:
+        return self.commit[:12]
+
+
+@frozen
+class Entry:
+    """A file in a snapshot's tree: its git mode and blob id."""
+
+    mode: str
+    blob: str
+
+
+def _refuse(work_dir: Path) -> str | None:
+    """Why ``work_dir`` must not be snapshotted whole (the root, the home dir), or None."""
+    if work_dir == Path(work_dir.anchor):
+        return f"refusing to snapshot the filesystem root ({work_dir})"
+    home = Path(os.path.expanduser("~")).resolve()
+    if work_dir == home:
+        return f"refusing to snapshot the home directory ({work_dir}); use a project directory"
+    return None
+
+
+class ShadowStore:
+    """The checkpoint store of one work dir (see the module docstring)."""
+
+    def __init__(self, work_dir: str | os.PathLike[str], *, max_file_bytes: int,
+                 protected: ProtectedPaths | None = None) -> None:
+        self.work_dir = Path(os.path.realpath(work_dir))
+        self.git_dir = self.work_dir / STORE_DIR
+        self.max_file_bytes = max_file_bytes
+        # The protected set always includes our own state, whatever the config says.
+        base = protected if protected is not None else ProtectedPaths()
+        self.protected = ProtectedPaths(
+            tuple(sorted({*base.dirs, str(self.work_dir / LICH_DIR)})),
+            base.names if LICH_DIR in base.names else (LICH_DIR, *base.names))
+        git = shutil.which("git")
+        if git is None:
+            raise SnapshotError("checkpoints need the git binary, and none is on PATH")
+        self._git_bin = git
+
+    # -- git plumbing --------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        # Nothing of the user's git environment or config: GIT_DIR and friends from the
+        # caller's environment would point git at the user's repository.
+        return {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LC_ALL": "C",
+            "HOME": str(self.git_dir),
+            "GIT_DIR": str(self.git_dir),
+            "GIT_WORK_TREE": str(self.work_dir),
+            "GIT_INDEX_FILE": str(self.git_dir / "lich-index"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_LITERAL_PATHSPECS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_AUTHOR_NAME": "lich checkpoints",
+            "GIT_AUTHOR_EMAIL": "checkpoints@lich.invalid",
+            "GIT_COMMITTER_NAME": "lich checkpoints",
+            "GIT_COMMITTER_EMAIL": "checkpoints@lich.invalid",
+        }
+
+    def git(self, *args: str, input: bytes | None = None, check: bool = True) -> bytes:
+        """Run ``git args`` on the store; its stdout. :raises SnapshotError: it failed."""
+        try:
+            done = subprocess.run(
+                [self._git_bin, "-c", "core.autocrlf=false", "-c", "core.fsmonitor=false",
+                 "-c", "core.hooksPath=/dev/null", "-c", "core.symlinks=true", *args],
+                input=input, capture_output=True, env=self._env(), cwd=self.work_dir,
+                timeout=_GIT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SnapshotError(f"git {args[0]}: {exc}") from exc
+        if check and done.returncode != 0:
+            message = done.stderr.decode("utf-8", "replace").strip()
+            raise SnapshotError(f"git {args[0]} failed: {message}")
+        return done.stdout
+
+    def _init(self) -> None:
+        if (self.git_dir / "HEAD").is_file():
+            return
+        make_dirs(self.git_dir.parent)  # .lich/ with its .gitignore
+        env = {k: v for k, v in self._env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+        subprocess.run([self._git_bin, "init", "--bare", "-q", str(self.git_dir)],
+                       env=env, capture_output=True, check=True, timeout=_GIT_TIMEOUT_S)
+        (self.git_dir / "info").mkdir(exist_ok=True)
+        (self.git_dir / "info" / "exclude").write_text(f"/{LICH_DIR}/\n")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One snapshot or restore at a time per store (two agents in one work dir)."""
+        self._init()
+        with open(self.git_dir / "lich.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @staticmethod
+    def ref(session_id: str) -> str:
+        """The ref holding ``session_id``'s chain of snapshots."""
+        return "refs/lich/s/" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
+
+    def head(self, session_id: str) -> str | None:
+        """The session's latest snapshot commit, or ``None``."""
+        if not (self.git_dir / "HEAD").is_file():
+            return None
+        out = self.git("rev-parse", "-q", "--verify", self.ref(session_id) + "^{commit}",
+                       check=False).strip()
+        return out.decode() or None
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def _select(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        """``(kept, dropped, skipped)``: the paths to store, those to take out of the
+        index, and what was left out with why."""
+        listed = self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        kept: list[str] = []
+        dropped: list[str] = []
+        skipped: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        root = str(self.work_dir)
+        for raw in listed.split(b"\0"):
+            if not raw:
+                continue
+            rel = os.fsdecode(raw)
+            if rel in seen:
+                continue
+            seen.add(rel)
+            if rel.endswith("/"):  # a nested repository: its own history, not ours to keep
+                skipped.append({"path": rel.rstrip("/"), "reason": "repository"})
+                continue
+            full = os.path.join(root, rel)
+            if self.protected.blocks(full, root):
+                dropped.append(rel)
+                continue
+            try:
+                info = os.lstat(full)
+            except OSError:
+                dropped.append(rel)  # gone since it was stored
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                kept.append(rel)  # the link itself (its target text), never followed
+            elif not stat.S_ISREG(info.st_mode):
+                dropped.append(rel)
+            elif info.st_size > self.max_file_bytes:
+                dropped.append(rel)
+                skipped.append({"path": rel, "reason": "too_large", "bytes": info.st_size})
+            else:
+                kept.append(rel)
+        return kept, dropped, skipped
+
+    def snapshot(self, session_id: str, message: Mapping[str, Any]) -> Snapshot:
+        """Commit the work dir as it is now onto ``session_id``'s chain.
+
+        :raises SnapshotError: the dir is refused or git failed.
+        """
+        refused = _refuse(self.work_dir)
+        if refused:
+            raise SnapshotError(refused)
+        with self._locked():
+            kept, dropped, skipped = self._select()
+            if kept:
+                self.git("update-index", "--add", "--remove", "-z", "--stdin",
+                         input=_nul(kept))
+            if dropped:
+                self.git("update-index", "--force-remove", "-z", "--stdin",
+                         input=_nul(dropped))
+            tree = self.git("write-tree").decode().strip()
+            parent = self.head(session_id)
+            body = json.dumps({**message, "skipped": skipped}, sort_keys=True)
+            args = ["commit-tree", tree, "-m", body]
+            if parent:
+                args += ["-p", parent]
+            commit = self.git(*args).decode().strip()
+            self.git("update-ref", self.ref(session_id), commit)
+            changed: tuple[str, ...] = ()
+            if parent:
+                changed = self.changed(parent, commit)
+        return Snapshot(commit, tree, changed, tuple(skipped))
+
+    # -- reading -------------------------------------------------------------------------
+
+    def changed(self, old: str, new: str) -> tuple[str, ...]:
+        """The paths that differ between two snapshots."""
+        out = self.git("diff-tree", "-r", "-z", "--no-renames", "--name-only", old, new)
+        return tuple(sorted(os.fsdecode(p) for p in out.split(b"\0") if p))
+
+    def entries(self, commit: str) -> dict[str, Entry]:
+        """Every file of a snapshot: path → :class:`Entry`."""
+        out = self.git("ls-tree", "-r", "-z", "--full-tree", commit)
+        found: dict[str, Entry] = {}
+        for line in out.split(b"\0"):
+            if not line:
+                continue
+            meta, _, path = line.partition(b"\t")
+            mode, _kind, blob = meta.decode().split(" ")
+            found[os.fsdecode(path)] = Entry(mode, blob)
+        return found
+
+    def diff(self, old: str, new: str | None = None) -> str:
+        """A patch from snapshot ``old`` to ``new`` (or to the work dir as it is)."""
+        args = ["diff", "--no-color", "--no-ext-diff", "--binary", old]
+        if new is not None:
+            args.append(new)
+        return self.git(*args).decode("utf-8", "replace")
+
+    def resolve(self, commit_prefix: str) -> str:
+        """The full commit id of a snapshot id (12 hex digits, or more)."""
+        out = self.git("rev-parse", "-q", "--verify", commit_prefix + "^{commit}", check=False)
+        if not out.strip():
+            raise SnapshotError(f"no snapshot {commit_prefix!r} in {self.git_dir}")
+        return out.decode().strip()
+
+    # -- restoring -----------------------------------------------------------------------
+
+    def restore(self, commit: str, write: Sequence[str], delete: Iterable[str]) -> None:
+        """Write ``write`` as they are in ``commit`` and remove ``delete`` from the work
+        dir; nothing else is touched. Paths are relative to the work dir."""
+        with self._locked():
+            for rel in delete:
+                full = self._inside(rel)
+                try:
+                    if not os.path.isdir(full) or os.path.islink(full):
+                        os.unlink(full)
+                except FileNotFoundError:
+                    pass
+                self._prune_parents(full)
+            if write:
+                # checkout writes through our own index, links as links, modes kept.
+                self.git("checkout", commit, "--pathspec-from-file=-", "--pathspec-file-nul",
+                         input=_nul(write))
+
+    def _inside(self, rel: str) -> str:
+        full = os.path.normpath(os.path.join(self.work_dir, rel))
+        parent = os.path.realpath(os.path.dirname(full))
+        root = str(self.work_dir)
+        if os.path.commonpath((root, parent)) != root or self.protected.blocks(full, root):
+            raise SnapshotError(f"refusing to touch {rel!r}: outside the work dir or protected")
+        return full
+
+    def _prune_parents(self, full: str) -> None:
+        """Remove the directories a deleted file leaves empty, up to the work dir."""
+        parent = os.path.dirname(full)
+        while parent != str(self.work_dir) and parent.startswith(str(self.work_dir)):
+            try:
+                os.rmdir(parent)
+            except OSError:
+                return
+            parent = os.path.dirname(parent)
+
+
+def _nul(paths: Iterable[str]) -> bytes:
+    return b"".join(os.fsencode(p) + b"\0" for p in paths)

@@ -1,0 +1,249 @@
+"""The checkpoints plugin and ``lich rewind``, with real git, real files and a real run.
+
+The plugin is loaded by module path (``lich.checkpoints.plugin``): the ``checkpoints``
+entry point exists once the distribution is reinstalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from lich.agent import Agent
+from lich.checkpoints.cli import checkpoints_group, rewind_command
+from lich.checkpoints.store import STORE_DIR
+from lich.hooks import RunInfo
+from lich.testing import ScriptedChat, make_test_config
+from lich.testing.scripted import Reply
+from lich.types import ToolCall
+
+PLUGINS = ("builtin_tools", "lich.checkpoints.plugin")
+GIT_ENV = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u",
+           "GIT_COMMITTER_EMAIL": "u@x", "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` but lich's own state and the user's .git."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).parts[0] not in (".lich", ".git")}
+
+
+def dir_digest(root: Path) -> dict[str, tuple[str, int]]:
+    """Content hash and mtime of every file below ``root`` (the user's .git)."""
+    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(),
+                                       p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def call(cid: str, name: str, **args: Any) -> Reply:
+    return Reply(tool_calls=[ToolCall(cid, name, args)])
+
+
+def run_agent(work: Path, replies: list[Reply], session_id: str | None = None,
+              **config: Any) -> str:
+    cfg = make_test_config(work, plugins=PLUGINS, **config)
+    agent = Agent(cfg, chat=ScriptedChat([*replies, Reply(text="done")]))
+    try:
+        result = asyncio.run(agent.run("edit", session_id=session_id))
+    finally:
+        asyncio.run(agent.aclose())
+    assert result.stopped_reason == "final"
+    return result.session_id if hasattr(result, "session_id") else session_id or ""
+
+
+def records(work: Path, kind: str = "checkpoint") -> list[dict[str, Any]]:
+    found = []
+    for path in sorted((work / ".lich" / "sessions").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["kind"] == kind:
+                found.append(record)
+    return found
+
+
+def cli(command: Any, *args: str) -> Any:
+    result = CliRunner().invoke(command, list(args), catch_exceptions=False)
+    return result
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    w = tmp_path / "proj"
+    w.mkdir()
+    (w / "a.txt").write_text("alpha\n")
+    (w / "b.txt").write_text("bravo one\n")
+    (w / "c.txt").write_text("charlie\n")
+    (w / "e.txt").write_text("echo\n")
+    (w / "k.txt").write_text("kilo\n")
+    (w / "sub").mkdir()
+    (w / "sub" / "s.txt").write_text("sierra\n")
+    return w
+
+
+EDITS = [
+    call("c1", "write_file", path="a.txt", content="ALPHA\n"),
+    call("c2", "edit_file", path="b.txt", old_string="one", new_string="two"),
+    call("c3", "terminal", command="sed -i s/sierra/SIERRA/ sub/s.txt && mv c.txt d.txt "
+                                   "&& rm e.txt && mkdir -p new && echo n > new/n.txt"),
+]
+
+
+def test_a_rewind_undoes_file_tool_and_shell_edits_exactly(work: Path) -> None:
+    before = tree(work)
+    run_agent(work, EDITS)
+    edited = tree(work)
+    assert edited["a.txt"] == b"ALPHA\n"
+    assert "d.txt" in edited
+    assert "e.txt" not in edited
+    cps = records(work)
+    befores = [r for r in cps if r["phase"] == "before"]
+    assert [r["tool_call_id"] for r in befores] == ["c1", "c2", "c3"]  # one per turn
+    assert all(r["id"] and r["turn"] for r in befores)
+    shell = next(r for r in cps if r["phase"] == "after" and r["tool_call_id"] == "c3")
+    assert shell["changed"] == ["c.txt", "d.txt", "e.txt", "new/n.txt", "sub/s.txt"]
+
+    dry = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1", "--dry-run",
+              "--json")
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.output)
+    assert sorted(plan["write"]) == ["a.txt", "b.txt", "c.txt", "e.txt", "sub/s.txt"]
+    assert sorted(plan["delete"]) == ["d.txt", "new/n.txt"]
+    assert tree(work) == edited  # a dry run changes nothing
+
+    done = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1", "--json")
+    assert done.exit_code == 0, done.output
+    assert tree(work) == before
+    assert not (work / "new").exists()  # the directory the agent made is gone with its file
+
+    # The rewind took the state it found as a checkpoint: rewinding to it undoes it.
+    undo = json.loads(done.output)["undo"]
+    again = cli(rewind_command, "--work-dir", str(work), "latest", "--to", undo, "--json")
+    assert again.exit_code == 0, again.output
+    assert tree(work) == edited
+
+
+def test_a_file_changed_by_hand_after_the_agent_is_left_alone_unless_forced(work: Path) -> None:
+    before = tree(work)
+    run_agent(work, EDITS)
+    (work / "a.txt").write_text("mine now\n")  # the user's edit after the agent's write
+    done = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["kept_hand_edits"] == ["a.txt"]
+    after = tree(work)
+    assert after["a.txt"] == b"mine now\n"
+    assert {k: v for k, v in after.items() if k != "a.txt"} == {
+        k: v for k, v in before.items() if k != "a.txt"}
+    # A file only the user changed is not the agent's: never touched, even forced.
+    (work / "k.txt").write_text("user file\n")
+    forced = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1", "--force",
+                 "--json")
+    assert forced.exit_code == 0, forced.output
+    assert (work / "a.txt").read_text() == "alpha\n"
+    assert (work / "k.txt").read_text() == "user file\n"
+
+
+def test_the_users_repository_is_left_exactly_as_it_was(work: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=work, check=True, capture_output=True,
+                       env={**os.environ, **GIT_ENV})
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("checkout", "-qb", "side")
+    (work / "a.txt").write_text("side\n")
+    git("commit", "-qam", "side")
+    git("checkout", "-q", "-")
+    (work / "a.txt").write_text("main\n")
+    git("commit", "-qam", "main")
+    subprocess.run(["git", "rebase", "side"], cwd=work, capture_output=True,
+                   env={**os.environ, **GIT_ENV})  # conflicts: the repo is mid-rebase
+    assert (work / ".git" / "rebase-merge").is_dir() or (work / ".git" / "rebase-apply").is_dir()
+    (work / "a.txt").write_text("resolved\n")
+    digest = dir_digest(work / ".git")
+    before = tree(work)
+    run_agent(work, EDITS)
+    done = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1")
+    assert done.exit_code == 0, done.output
+    assert tree(work) == before
+    assert dir_digest(work / ".git") == digest
+
+
+def test_ignored_protected_and_large_files_are_not_stored(work: Path) -> None:
+    (work / ".gitignore").write_text("build/\n")
+    (work / "build").mkdir()
+    (work / "build" / "out.o").write_text("object\n")
+    (work / ".env").write_text("TOKEN=secret\n")
+    (work / "big.bin").write_bytes(b"x" * 5000)
+    run_agent(work, EDITS[:1], checkpoints={"max_file_bytes": 4096})
+    first = records(work)[0]
+    assert first["skipped"] == [{"path": "big.bin", "reason": "too_large", "bytes": 5000}]
+    shown = cli(checkpoints_group, "show", "--work-dir", str(work), "latest", first["id"],
+                "--json")
+    assert shown.exit_code == 0, shown.output
+    files = json.loads(shown.output)["files"]
+    assert "a.txt" in files
+    assert ".gitignore" in files
+    assert not {"build/out.o", ".env", "big.bin"} & set(files)
+    assert not any(f.startswith(".lich") for f in files)
+
+
+def test_read_only_calls_take_no_checkpoint(work: Path) -> None:
+    run_agent(work, [call("r1", "read_file", path="a.txt")])
+    assert records(work) == []
+    assert not (work / STORE_DIR).exists()
+
+
+def test_disabled_takes_none(work: Path) -> None:
+    run_agent(work, EDITS[:1], checkpoints={"enabled": False})
+    assert records(work) == []
+
+
+def test_list_and_diff(work: Path) -> None:
+    run_agent(work, EDITS)
+    listed = cli(checkpoints_group, "list", "--work-dir", str(work), "latest", "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)["checkpoints"]
+    assert [r["tool_call_id"] for r in rows] == ["c1", "c2", "c3"]
+    assert {r["session_turn"] for r in rows} == {1}
+    diff = cli(checkpoints_group, "diff", "--work-dir", str(work), "latest", rows[0]["id"],
+               "--json")
+    data = json.loads(diff.output)
+    assert "a.txt" in data["paths"]
+    assert "-alpha" in data["patch"]
+    assert "+ALPHA" in data["patch"]
+    unknown = cli(checkpoints_group, "show", "--work-dir", str(work), "latest", "ffffffff")
+    assert unknown.exit_code == 2
+    assert "no checkpoint" in unknown.output
+
+
+def test_rewind_by_turn_across_runs(work: Path) -> None:
+    sid = "sess-one"
+    run_agent(work, EDITS[:1], session_id=sid)
+    mid = tree(work)
+    run_agent(work, EDITS[1:], session_id=sid)
+    done = cli(rewind_command, "--work-dir", str(work), sid, "--to", "2")
+    assert done.exit_code == 0, done.output
+    assert tree(work) == mid
+    missing = cli(rewind_command, "--work-dir", str(work), sid, "--to", "7")
+    assert missing.exit_code == 2
+
+
+def test_a_plugin_record_cannot_pose_as_the_runs_own() -> None:
+    got: list[tuple[str, dict[str, Any]]] = []
+    info = RunInfo("r", "s", "x", "/tmp", recorder=lambda kind, **f: got.append((kind, f)))
+    for kind in ("message", "compact", "event", "meta", "Bad Kind", ""):
+        with pytest.raises(ValueError, match="record kind"):
+            info.append_record(kind, a=1)
+    assert info.append_record("checkpoint", a=1) is True
+    assert got == [("checkpoint", {"a": 1})]
+    assert RunInfo("r", "s", "x", "/tmp").append_record("checkpoint") is False
