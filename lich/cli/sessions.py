@@ -262,7 +262,8 @@ def _remove(settings: CliSettings, store: SessionStore, doomed: Sequence[Session
     else:
         verb = "would remove" if dry_run else "removed"
         for info in removed:
-            click.echo(f"{verb} {info.session_id}  {info.title}".rstrip())
+            # The title is the first message's text: a chat user's or a model's.
+            click.echo(f"{verb} {info.session_id}  {visible(info.title)}".rstrip())
         if not removed:
             click.echo("no sessions to remove", err=True)
     return EXIT_USAGE if failures else EXIT_OK
