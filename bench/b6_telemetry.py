@@ -68,7 +68,7 @@ async def _measure(turns: int, reps: int) -> dict[str, Any]:
                                               base_url=server.base_url(turns)),),
                     plugins=("openai_compat",), work_dir=work, stream=False,
                     persist_sessions=True, max_turns=turns + 1,
-                    otel=otel,
+                    tables={"otel": otel} if otel else {},
                 )
                 agents[name] = Agent(config, plugins=objects)
 

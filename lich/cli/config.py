@@ -122,8 +122,9 @@ def config_validate_command(ctx: click.Context) -> None:
     ctx.exit(config_validate(get_settings(ctx)))
 
 
-# "dsn": a database DSN ([session_store] dsn) may hold a password.
-_SECRET_KEY = re.compile(r"(key|token|secret|passw|auth|credential|cookie|dsn)", re.I)
+# "dsn": a database DSN ([session_store] dsn) may hold a password. Not "unauth...": a
+# count of unauthenticated connections ([gateway.webhook] max_unauthenticated) is no secret.
+_SECRET_KEY = re.compile(r"(key|token|secret|passw|(?<!un)auth|credential|cookie|dsn)", re.I)
 
 
 def mask_secrets(value: Any, key: str = "") -> Any:

@@ -266,3 +266,12 @@ def test_config_validate_and_show_start_no_mcp_server(tmp_path: Path,
     assert json.loads(show.stdout)["values"]["mcp"]["value"]["servers"]["spy"]["args"] == [
         str(spy)]
     assert not started.exists()  # no process was started for either
+
+
+def test_config_show_masks_secrets_in_plugin_tables_but_not_their_limits() -> None:
+    from lich.cli.config import mask_secrets
+
+    shown = mask_secrets({"webhook": {"max_unauthenticated": 32, "token_env": "T"},
+                          "headers": {"Authorization": "Bearer x"}, "api_key": "k"})
+    assert shown == {"webhook": {"max_unauthenticated": 32, "token_env": "T"},
+                     "headers": {"Authorization": "***"}, "api_key": "***"}
