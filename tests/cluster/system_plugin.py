@@ -241,7 +241,7 @@ class _FreezingStore:
 def lich_make_session_store(config: Any) -> Any:
     """The postgres store, wrapped (see the module docstring); ``None`` otherwise."""
     probe = _probe_dir(config)
-    if probe is None or config.session_store.get("kind") != "postgres":
+    if probe is None or config.table("session_store").get("kind") != "postgres":
         return None
     from lich.postgres.plugin import make_store
 

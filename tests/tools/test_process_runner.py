@@ -241,7 +241,7 @@ def test_a_runner_that_fails_fails_the_mcp_server_closed(tmp_path: Path) -> None
     servers = {"fx": {"command": sys.executable, "args": [str(FIXTURE)],
                       "env": {"FIXTURE_PID_FILE": str(pid_file)}, "startup_timeout_s": 60.0}}
     config = make_test_config(tmp_path, plugins=("mcp",), mcp={"servers": servers})
-    runtime = open_runtime(parse_mcp_settings(config.mcp), config, Refusing())
+    runtime = open_runtime(parse_mcp_settings(config.table("mcp")), config, Refusing())
     try:
         [state] = runtime.states()
         status, error = state.status, state.error or ""
