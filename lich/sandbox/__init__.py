@@ -1,7 +1,7 @@
 """The ``sandbox`` plugin: every process lich starts for a tool or an MCP server runs in
 a bubblewrap sandbox (Linux namespaces), through the ``lich_make_process_runner`` seam.
 
-* :mod:`lich.sandbox.settings` — the ``[plugin_settings.sandbox]`` table (``mode``,
+* :mod:`lich.sandbox.settings` — the ``[sandbox]`` table (``mode``,
   ``profile``, ``read_paths``).
 * :mod:`lich.sandbox.bwrap` — the probe (is ``bwrap`` there, new enough, and can it
   create its namespaces on this machine) and the sandbox's command line.

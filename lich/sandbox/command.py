@@ -124,7 +124,7 @@ def doctor_command(ctx: click.Context) -> None:
         click.echo(f"profile:  {sandbox.profile}")
         if sandbox.mode == "off":
             click.echo('(mode = "off": tool processes are not sandboxed; set '
-                       '[plugin_settings.sandbox] mode = "auto" or "required")')
+                       '[sandbox] mode = "auto" or "required")')
         elif not found.ok:
             click.echo("tool processes run unsandboxed" if sandbox.mode == "auto" else
                        "runs stop: the sandbox is required")

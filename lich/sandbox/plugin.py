@@ -5,7 +5,8 @@
   is started through; ``required`` and a failing probe stop the agent's assembly with
   the probe's reason (nothing runs unsandboxed); ``auto`` says in one line why it
   runs without.
-* ``lich_check_config`` — the ``[plugin_settings.sandbox]`` table is checked.
+* ``lich_register_config_tables`` — the ``[sandbox]`` table is this plugin's;
+  ``lich_check_config`` checks it.
 * ``lich_register_commands`` — ``lich sandbox doctor`` and ``lich sandbox -- CMD``.
 
 Nothing a tool call carries reaches the decision: it is made once, from the
@@ -26,15 +27,16 @@ from lich.config import ConfigError
 from lich.hooks import hookimpl
 from lich.processes import Launch
 from lich.sandbox.bwrap import Probe, default_read_paths, probe, sandbox_argv, sandbox_tree
-from lich.sandbox.settings import SETTINGS_PATH, SandboxSettings, sandbox_settings
+from lich.sandbox.settings import SETTINGS_PATH, TABLE, SandboxSettings, sandbox_settings
 
 if TYPE_CHECKING:
     import click
 
     from lich.config import LichConfig
+    from lich.settings import ConfigTables
 
 __all__ = ["BwrapRunner", "lich_check_config", "lich_make_process_runner",
-           "lich_register_commands", "runner_for"]
+           "lich_register_commands", "lich_register_config_tables", "runner_for"]
 
 log = logging.getLogger("lich.sandbox")
 
@@ -74,8 +76,8 @@ class BwrapRunner:
 
 
 def settings_of(config: LichConfig) -> SandboxSettings:
-    """The checked ``[plugin_settings.sandbox]`` of ``config``."""
-    return sandbox_settings(config.plugin_settings.get("sandbox"))
+    """The checked ``[sandbox]`` of ``config``."""
+    return sandbox_settings(config.table(TABLE))
 
 
 def runner_for(config: LichConfig, settings: SandboxSettings, found: Probe) -> BwrapRunner:
@@ -110,8 +112,15 @@ def lich_make_process_runner(config: LichConfig) -> BwrapRunner | None:
 
 
 @hookimpl
+def lich_register_config_tables(tables: ConfigTables) -> None:
+    """Claim ``[sandbox]``."""
+    tables.claim(TABLE, SandboxSettings,
+                 help="the OS sandbox of tool processes and MCP servers (mode, profile)")
+
+
+@hookimpl
 def lich_check_config(config: LichConfig) -> None:
-    """Check the ``[plugin_settings.sandbox]`` table."""
+    """Check the ``[sandbox]`` table."""
     settings_of(config)
 
 

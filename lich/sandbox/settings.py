@@ -1,4 +1,4 @@
-"""The sandbox plugin's settings: the ``[plugin_settings.sandbox]`` table."""
+"""The sandbox plugin's settings: the ``[sandbox]`` table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from attrs import frozen
 
 from lich.settings import each, one_of, setting, structure_settings
 
-__all__ = ["MODES", "PROFILES", "SETTINGS_PATH", "SandboxSettings", "sandbox_settings"]
+__all__ = ["MODES", "PROFILES", "SETTINGS_PATH", "TABLE", "SandboxSettings", "sandbox_settings"]
 
 MODES = ("off", "auto", "required")
 """``off``: no sandbox; ``auto``: the sandbox when this machine can run it, else a one-line
@@ -19,7 +19,8 @@ PROFILES = ("read-only", "workspace-write", "full")
 ``/tmp`` and home; ``workspace-write`` the work dir too (but ``.git`` internals that run
 code and ``.lich``); ``full`` no sandbox at all (said explicitly)."""
 
-SETTINGS_PATH = "$.plugin_settings.sandbox"
+SETTINGS_PATH = "$.sandbox"
+TABLE = "sandbox"
 
 
 def _path(value: Any) -> str:
@@ -30,7 +31,7 @@ def _path(value: Any) -> str:
 
 @frozen
 class SandboxSettings:
-    """``[plugin_settings.sandbox]``: whether processes are sandboxed, and how."""
+    """``[sandbox]``: whether processes are sandboxed, and how."""
 
     mode: str = setting("off", check=one_of(*MODES),
                         help="off, auto (when the machine can) or required (fail closed)")
@@ -44,6 +45,6 @@ class SandboxSettings:
 def sandbox_settings(raw: Any) -> SandboxSettings:
     """The checked settings of the raw table ``raw``.
 
-    :raises lich.config.ConfigError: naming every bad key (``$.plugin_settings.sandbox.mode``).
+    :raises lich.config.ConfigError: naming every bad key (``$.sandbox.mode``).
     """
     return structure_settings(raw, SandboxSettings, SETTINGS_PATH)

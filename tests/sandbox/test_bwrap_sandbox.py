@@ -63,7 +63,7 @@ def work(tmp_path: Path) -> Path:
 def agent_for(work: Path, mode: str = "required", plugins: tuple[str, ...] = (PLUGIN,),
               **sandbox: Any) -> Agent:
     cfg = make_test_config(work, plugins=("builtin_tools", *plugins),
-                           plugin_settings={"sandbox": {"mode": mode, **sandbox}})
+                           sandbox={"mode": mode, **sandbox})
     return Agent(cfg, chat=ScriptedChat([]))
 
 
@@ -291,7 +291,7 @@ async def test_grep_and_disk_usage_workers_run_sandboxed(sandboxed: Agent) -> No
 
 def test_an_agent_run_against_the_scripted_model_is_sandboxed(work: Path, home: Path) -> None:
     cfg = make_test_config(work, plugins=("builtin_tools", PLUGIN),
-                           plugin_settings={"sandbox": {"mode": "required"}})
+                           sandbox={"mode": "required"})
     chat = ScriptedChat(responder=calls_responder(
         ("terminal", {"command": "cat ~/.ssh/id_ed25519 || echo NO-KEY"}),
         ("terminal", {"command": "echo made > made.txt"})))
@@ -339,7 +339,7 @@ def test_required_with_a_failing_probe_stops_the_run_with_its_reason(
     marker = work / "ran"
     with pytest.raises(ConfigError) as caught:
         agent_for(work)
-    assert "$.plugin_settings.sandbox.mode: the sandbox is required but cannot start" in str(
+    assert "$.sandbox.mode: the sandbox is required but cannot start" in str(
         caught.value)
     assert reason in str(caught.value)
     assert not marker.exists()
@@ -374,9 +374,9 @@ def test_bad_settings_are_reported_with_their_path(work: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         agent_for(work, mode="sometimes", profile="open", read_paths="~/.cargo")
     text = str(caught.value)
-    assert "$.plugin_settings.sandbox.mode" in text
-    assert "$.plugin_settings.sandbox.profile" in text
-    assert "$.plugin_settings.sandbox.read_paths" in text
+    assert "$.sandbox.mode" in text
+    assert "$.sandbox.profile" in text
+    assert "$.sandbox.read_paths" in text
 
 
 def test_a_work_dir_too_big_to_check_fails_the_start(tmp_path: Path) -> None:
@@ -434,8 +434,7 @@ async def test_a_stdio_mcp_server_starts_inside_the_sandbox(
 ) -> None:
     cfg = make_test_config(
         work, plugins=("mcp", PLUGIN), mcp={"servers": mcp_servers},
-        plugin_settings={"sandbox": {"mode": "required",
-                                     "read_paths": [str(FIXTURE_DIR)]}})
+        sandbox={"mode": "required", "read_paths": [str(FIXTURE_DIR)]})
     agent = Agent(cfg, chat=ScriptedChat([]))
     try:
         echoed = await agent.executor.execute(

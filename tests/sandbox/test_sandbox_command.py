@@ -32,7 +32,7 @@ def project(tmp_path: Path) -> Path:
 def sandbox(work: Path, *args: str, table: str = "", path: str | None = None
             ) -> subprocess.CompletedProcess[str]:
     config = work.parent / "lich.toml"
-    config.write_text(f"[plugin_settings.sandbox]\n{table}\n")
+    config.write_text(f"[sandbox]\n{table}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
     env["HOME"] = str(work.parent / "home")
     if path is not None:
@@ -84,7 +84,7 @@ def test_the_read_only_profile_applies_to_the_command(project: Path) -> None:
 @pytest.mark.parametrize(("args", "table", "said"), [
     (("--",), "", "no command after `--`"),
     (("--", "true"), 'profile = "full"', 'the profile is "full": no sandbox'),
-    (("--", "true"), 'mode = "never"', "$.plugin_settings.sandbox.mode"),
+    (("--", "true"), 'mode = "never"', "$.sandbox.mode"),
 ])
 def test_a_command_that_cannot_run_is_a_usage_error(
     project: Path, args: tuple[str, ...], table: str, said: str,
