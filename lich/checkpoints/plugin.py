@@ -26,11 +26,13 @@ from lich.events import TurnStart
 from lich.hooks import RunInfo, hookimpl, needed_when
 from lich.protected import ProtectedPaths
 from lich.settings import at_least, setting, structure_settings
+from lich.slash import SlashCommand, SlashContext
 
 if TYPE_CHECKING:
     from lich.config import LichConfig
     from lich.events import Envelope
     from lich.settings import ConfigTables
+    from lich.slash import SlashRegistry
     from lich.types import ToolCall, ToolResult
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "lich_event",
     "lich_register_commands",
     "lich_register_config_tables",
+    "lich_register_slash_commands",
     "open_store",
 ]
 
@@ -146,6 +149,54 @@ async def lich_after_tool_call(call: ToolCall, result: ToolResult, run: RunInfo)
     """Snapshot what the call left: the ledger of the agent's own writes."""
     if _writes(call, run) and "checkpointed_turn" in run.state_for(PLUGIN):
         await _snapshot(run, call, "after")
+
+
+def _rewind_slash(context: SlashContext) -> str:
+    """``/rewind``: the checkpoints of this conversation with what each turn changed;
+    ``/rewind TURN|ID [--dry-run] [--force]`` rewinds the files (as ``lich rewind``)."""
+    from lich.checkpoints.rewind import RewindError, agent_changes, describe, load, rewind
+    from lich.sessions import SessionNotFound, open_session_store
+
+    config = context.config
+    if config is None or context.session_id is None:
+        return "nothing to rewind yet: this conversation has no session"
+    words = context.args.split()
+    flags = {w for w in words if w.startswith("--")}
+    unknown = flags - {"--dry-run", "--force"}
+    rest = [w for w in words if not w.startswith("--")]
+    if unknown or len(rest) > 1:
+        return "usage: /rewind [TURN|CHECKPOINT] [--dry-run] [--force]"
+    try:
+        shadow = open_store(config)
+        store = open_session_store(config, context.host)
+        try:
+            session = load(store, context.session_id, shadow)
+            if not rest and not flags:
+                lines = [f"{c.id}  turn {session.turns.get(c.run_id, '-')}  {c.phase:<7} then "
+                         f"changed: {', '.join(agent_changes(session.points, c)) or '-'}"
+                         for c in session.targets]
+                return "\n".join([*lines, "/rewind TURN|ID rewinds the files to one of them"]
+                                 if lines else ["no checkpoints in this conversation yet"])
+            result = rewind(store, session, rest[0] if rest else None,
+                            dry_run="--dry-run" in flags, force="--force" in flags)
+            return "\n".join(describe(result, session.session_id)).replace(
+                f"lich rewind {session.session_id} --to", "/rewind")
+        finally:
+            store.close()
+    except (RewindError, SnapshotError, SessionNotFound) as exc:
+        return f"/rewind: {exc}"
+
+
+@hookimpl
+def lich_register_slash_commands(registry: SlashRegistry) -> None:
+    """``/rewind`` in ``lich chat`` and the TUI."""
+    async def run(context: SlashContext) -> str:
+        # git and the files off the front end's event loop.
+        return await asyncio.to_thread(_rewind_slash, context)
+
+    registry.register(SlashCommand(
+        "rewind", "list this conversation's checkpoints, or rewind the files to one",
+        arg_hint="[TURN|ID] [--dry-run] [--force]", front_ends=("chat", "tui"), run=run))
 
 
 @hookimpl

@@ -187,7 +187,7 @@ class ShadowStore:
                 skipped.append({"path": rel.rstrip("/"), "reason": "repository"})
                 continue
             full = os.path.join(root, rel)
-            if self.protected.blocks(full, root):
+            if self.protected.blocks(full, root) or _beyond_link(root, full):
                 dropped.append(rel)
                 continue
             try:
@@ -216,12 +216,14 @@ class ShadowStore:
             raise SnapshotError(refused)
         with self._locked():
             kept, dropped, skipped = self._select()
-            if kept:
-                self.git("update-index", "--add", "--remove", "-z", "--stdin",
-                         input=_nul(kept))
+            # Out first: a directory that became a file or a link (or the reverse)
+            # conflicts with its old entries otherwise.
             if dropped:
                 self.git("update-index", "--force-remove", "-z", "--stdin",
                          input=_nul(dropped))
+            if kept:
+                self.git("update-index", "--add", "--remove", "--replace", "-z", "--stdin",
+                         input=_nul(kept))
             tree = self.git("write-tree").decode().strip()
             parent = self.head(session_id)
             body = json.dumps({**message, "skipped": skipped}, sort_keys=True)
@@ -282,6 +284,8 @@ class ShadowStore:
                 except FileNotFoundError:
                     pass
                 self._prune_parents(full)
+            for rel in write:
+                self._inside(rel)  # never through a link out of the work dir
             if write:
                 # checkout writes through our own index, links as links, modes kept.
                 self.git("checkout", commit, "--pathspec-from-file=-", "--pathspec-file-nul",
@@ -304,6 +308,13 @@ class ShadowStore:
             except OSError:
                 return
             parent = os.path.dirname(parent)
+
+
+def _beyond_link(root: str, full: str) -> bool:
+    """Whether a directory between ``root`` and ``full`` is a link: what is below it is
+    somewhere else, not the work dir's."""
+    parent = os.path.dirname(full)
+    return parent != root and os.path.realpath(parent) != parent
 
 
 def _nul(paths: Iterable[str]) -> bytes:

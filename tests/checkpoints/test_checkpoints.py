@@ -247,3 +247,90 @@ def test_a_plugin_record_cannot_pose_as_the_runs_own() -> None:
     assert info.append_record("checkpoint", a=1) is True
     assert got == [("checkpoint", {"a": 1})]
     assert RunInfo("r", "s", "x", "/tmp").append_record("checkpoint") is False
+
+
+def test_rewind_in_chat_lists_turns_with_their_files_and_rewinds(work: Path) -> None:
+    from lich.slash import SlashContext, run_slash_command
+
+    before = tree(work)
+    cfg = make_test_config(work, plugins=PLUGINS)
+    agent = Agent(cfg, chat=ScriptedChat([*EDITS, Reply(text="done")]))
+    try:
+        result = asyncio.run(agent.run("edit", session_id="chat-1"))
+        assert result.stopped_reason == "final"
+        table = agent.host.slash_commands()
+        assert table.get("rewind", "gateway") is None  # the gateway's /undo is not this
+        command = table.get("rewind", "chat")
+        assert command is not None
+        assert table.get("rewind", "tui") is command
+
+        def slash(args: str) -> str:
+            context = SlashContext(args, "chat", "chat-1", cfg, host=agent.host)
+            return asyncio.run(run_slash_command(command, context)) or ""
+
+        listing = slash("").splitlines()
+        assert len(listing) == 4  # three checkpoints, then how to use them
+        assert listing[0].endswith("then changed: a.txt")
+        assert "d.txt" in listing[2]
+        assert "would restore: a.txt" in slash("1 --dry-run")
+        assert "usage" in slash("--nope")
+        done = slash("1")
+        assert tree(work) == before
+        undo = done.rsplit("/rewind ", 1)[1].strip()
+        slash(undo)
+        assert tree(work)["a.txt"] == b"ALPHA\n"
+        assert "no checkpoint" in slash("zzzzzz")
+    finally:
+        asyncio.run(agent.aclose())
+
+
+def test_a_rewind_does_not_write_through_a_link_the_agent_made(work: Path,
+                                                                tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "s.txt").write_text("theirs\n")  # sub/s.txt resolves through the link
+    before = tree(work)
+    run_agent(work, [call("c1", "terminal",
+                          command=f"rm -rf sub && ln -s {outside} sub && ln -s {outside} l")])
+    assert (work / "sub").is_symlink()
+    done = cli(rewind_command, "--work-dir", str(work), "latest", "--json")
+    assert done.exit_code == 0, done.output
+    assert tree(work) == before
+    assert not (work / "sub").is_symlink()
+    assert not (work / "l").exists()
+    # nothing written or removed outside
+    assert [(p.name, p.read_text()) for p in outside.iterdir()] == [("s.txt", "theirs\n")]
+
+
+def test_a_nested_repository_is_skipped_and_said_so(work: Path) -> None:
+    nested = work / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(nested)], check=True, capture_output=True,
+                   env={**os.environ, **GIT_ENV})
+    (nested / "x.py").write_text("x = 1\n")
+    run_agent(work, EDITS[:1])
+    first = records(work)[0]
+    assert {"path": "vendor/lib", "reason": "repository"} in first["skipped"]
+
+
+def test_the_home_directory_is_refused_and_the_call_still_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    run_agent(home, [call("c1", "write_file", path="n.txt", content="n\n")])
+    assert (home / "n.txt").read_text() == "n\n"
+    assert records(home) == []
+    assert "refusing to snapshot the home directory" in caplog.text
+
+
+def test_without_git_on_path_the_call_still_runs(
+        work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    run_agent(work, EDITS[:1])
+    assert (work / "a.txt").read_text() == "ALPHA\n"
+    assert records(work) == []
+    assert "need the git binary" in caplog.text
