@@ -451,3 +451,20 @@ async def test_a_stdio_mcp_server_starts_inside_the_sandbox(
         assert not (root / home.relative_to("/") / ".ssh").exists()  # its view: no key
     finally:
         await agent.aclose()
+
+
+async def test_links_out_of_the_work_dir_lead_nowhere(sandboxed: Agent, work: Path,
+                                                      home: Path) -> None:
+    (work / "innocent.txt").symlink_to(home / ".ssh" / "id_ed25519")
+    (work / "homedir").symlink_to(home)
+    result = await terminal(sandboxed, "cat innocent.txt homedir/.ssh/id_ed25519; "
+                                       f"cat /proc/self/root{home}/.ssh/id_ed25519; "
+                                       f"cat /proc/1/root{home}/.ssh/id_ed25519")
+    assert "PRIVATE KEY" not in result.output
+
+
+async def test_a_background_job_ends_with_its_sandboxed_call(sandboxed: Agent) -> None:
+    seconds = f"{700 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6}"
+    result = await terminal(sandboxed, f"sleep {seconds} > /dev/null 2>&1 & echo started")
+    assert "started" in result.output
+    wait_for(lambda: not _pids_with(seconds), what="the background sleep to be gone")
