@@ -154,7 +154,8 @@ def diff_command(ctx: click.Context, session: str, checkpoint: str, other: str |
             if to is None:
                 # The work dir as it is, through a snapshot on a chain of its own: the
                 # session's chain is the record of what happened, not of who looked.
-                now = shadow.snapshot(f"{cps.session_id}#diff", {"phase": "diff"})
+                scratch = f"{cps.session_id}#diff"
+                now = shadow.snapshot(scratch, {"phase": "diff", "session_id": scratch})
                 new = now.commit
             else:
                 new = to.commit
@@ -165,6 +166,62 @@ def diff_command(ctx: click.Context, session: str, checkpoint: str, other: str |
             else:
                 click.echo(patch, nl=False)
             return EXIT_OK
+    ctx.exit(_run(go))
+
+
+@checkpoints_group.command("prune")
+@setup_options
+@json_option()
+@click.argument("session", required=False)
+@click.option("--dry-run", is_flag=True, help="Print what would be dropped; drop nothing.")
+@click.pass_context
+def prune_command(ctx: click.Context, session: str | None, dry_run: bool) -> None:
+    """Drop snapshots and delete what no session holds any more (git gc).
+
+    With SESSION, that session's snapshots; without, those of removed sessions,
+    scratch ones, those older than [checkpoints] max_age_days, then the oldest while
+    the store is bigger than max_store_mb.
+    """
+    from lich.checkpoints.plugin import checkpoint_settings
+    from lich.checkpoints.prune import prune
+    from lich.config import ConfigError
+    from lich.sessions import SessionNotFound, open_session_store
+
+    settings = get_settings(ctx)
+
+    def go() -> int:
+        loaded = load_or_report(settings)
+        if loaded is None:
+            return EXIT_USAGE
+        try:
+            limits = checkpoint_settings(loaded.config)
+            shadow = open_store(loaded.config)
+            store = open_session_store(loaded.config, host_for(settings, loaded.config))
+        except (ConfigError, SnapshotError) as exc:
+            raise RewindError(str(exc), EXIT_USAGE) from exc
+        try:
+            try:
+                sid = store.resolve(session) if session is not None else None
+            except SessionNotFound as exc:
+                raise RewindError(str(exc), EXIT_USAGE) from exc
+            done = prune(shadow, set(store.ids()), session=sid,
+                         max_age_s=limits.max_age_days * 86400 or None,
+                         max_store_bytes=limits.max_store_mb * 1024 * 1024 or None,
+                         dry_run=dry_run)
+        finally:
+            store.close()
+        rows = [{"session_id": c.session_id, "ref": c.ref, "latest": c.latest,
+                 "reason": why} for c, why in done.dropped]
+        if settings.json:
+            print_json({"dropped": rows, "bytes_before": done.before,
+                        "bytes_after": done.after, "dry_run": dry_run})
+            return EXIT_OK
+        for row in rows:
+            click.echo(f"{'would drop' if dry_run else 'dropped'}: "
+                       f"{row['session_id'] or row['ref']} ({row['reason']})")
+        if done.after is not None:
+            click.echo(f"store: {done.before:,} bytes before, {done.after:,} after")
+        return EXIT_OK
     ctx.exit(_run(go))
 
 

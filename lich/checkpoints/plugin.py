@@ -59,6 +59,11 @@ class CheckpointSettings:
     enabled: bool = True
     #: A file bigger than this is not stored; its record lists it as skipped.
     max_file_bytes: int = setting(10 * 1024 * 1024, check=at_least(0))
+    #: ``lich checkpoints prune`` drops sessions whose latest snapshot is older (0: never).
+    max_age_days: float = setting(30.0, check=at_least(0))
+    #: ``lich checkpoints prune`` then drops the oldest sessions' snapshots while the
+    #: store is bigger than this (0: no cap).
+    max_store_mb: int = setting(1024, check=at_least(0))
 
 
 def checkpoint_settings(config: LichConfig) -> CheckpointSettings:

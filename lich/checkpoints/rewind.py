@@ -150,9 +150,10 @@ def rewind(store: SessionStore, session: SessionCheckpoints, to: str | None, *,
     points = list(session.points)
     if dry_run:
         # A chain of its own: the session's chain records what happened, not who looked.
-        now = shadow.snapshot(f"{sid}#dry-run", {"phase": "dry-run"})
+        now = shadow.snapshot(f"{sid}#dry-run", {"phase": "dry-run",
+                                                  "session_id": f"{sid}#dry-run"})
     else:
-        now = shadow.snapshot(sid, {"phase": "rewind", "run_id": run_id})
+        now = shadow.snapshot(sid, {"phase": "rewind", "run_id": run_id, "session_id": sid})
         _record(store, sid, shadow, now, "rewind", run_id)
         points.append(Checkpoint(id=now.id, commit=now.commit, phase="rewind", run_id=run_id,
                                  turn=None, tool_call_id=None, tool="rewind",
@@ -161,7 +162,8 @@ def rewind(store: SessionStore, session: SessionCheckpoints, to: str | None, *,
     plan = plan_rewind(shadow, points, target, now.commit, force=force)
     if not dry_run:
         shadow.restore(target.commit, plan.write, plan.delete)
-        after = shadow.snapshot(sid, {"phase": "restored", "run_id": run_id})
+        after = shadow.snapshot(sid, {"phase": "restored", "run_id": run_id,
+                                      "session_id": sid})
         _record(store, sid, shadow, after, "restored", run_id)
     return RewindResult(plan, None if dry_run else now.id, dry_run)
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,7 @@ from attrs import frozen
 from lich.dotlich import LICH_DIR, make_dirs
 from lich.protected import ProtectedPaths
 
-__all__ = ["STORE_DIR", "Entry", "ShadowStore", "Snapshot", "SnapshotError"]
+__all__ = ["STORE_DIR", "Chain", "Entry", "ShadowStore", "Snapshot", "SnapshotError"]
 
 #: Where the store lives, below the work dir.
 STORE_DIR = Path(LICH_DIR) / "checkpoints" / "store.git"
@@ -56,6 +57,16 @@ class Snapshot:
     @property
     def id(self) -> str:
         return self.commit[:12]
+
+
+@frozen
+class Chain:
+    """One session's chain of snapshots: its ref, the session id its snapshots name
+    (``sid#dry-run`` for a dry run's scratch chain) and when its latest was taken."""
+
+    ref: str
+    session_id: str
+    latest: float
 
 
 @frozen
@@ -136,7 +147,7 @@ class ShadowStore:
             return
         make_dirs(self.git_dir.parent)  # .lich/ with its .gitignore
         env = {k: v for k, v in self._env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
-        subprocess.run([self._git_bin, "init", "--bare", "-q", str(self.git_dir)],
+        subprocess.run([self._git_bin, "init", "--bare", "-q", "--template=", str(self.git_dir)],
                        env=env, capture_output=True, check=True, timeout=_GIT_TIMEOUT_S)
         (self.git_dir / "info").mkdir(exist_ok=True)
         (self.git_dir / "info" / "exclude").write_text(f"/{LICH_DIR}/\n")
@@ -226,7 +237,10 @@ class ShadowStore:
                          input=_nul(kept))
             tree = self.git("write-tree").decode().strip()
             parent = self.head(session_id)
-            body = json.dumps({**message, "skipped": skipped}, sort_keys=True)
+            # The time to the microsecond: a commit's own date is whole seconds, and
+            # pruning goes oldest first.
+            body = json.dumps({**message, "ts": time.time(), "skipped": skipped},
+                              sort_keys=True)
             args = ["commit-tree", tree, "-m", body]
             if parent:
                 args += ["-p", parent]
@@ -269,6 +283,61 @@ class ShadowStore:
         if not out.strip():
             raise SnapshotError(f"no snapshot {commit_prefix!r} in {self.git_dir}")
         return out.decode().strip()
+
+    # -- pruning -------------------------------------------------------------------------
+
+    def chains(self) -> list[Chain]:
+        """Every session's chain of snapshots, oldest latest-snapshot first."""
+        if not (self.git_dir / "HEAD").is_file():
+            return []
+        # Fields end in NUL, as no commit message holds one; for-each-ref ends each
+        # ref's line with a newline after that.
+        out = self.git("for-each-ref", "--sort=committerdate",
+                       "--format=%(refname)%00%(committerdate:unix)%00%(contents)%00",
+                       "refs/lich/s/")
+        found: list[Chain] = []
+        for line in out.split(b"\0\n"):
+            parts = line.split(b"\0")
+            if len(parts) != 3:
+                continue
+            ref, when, body = parts
+            try:
+                meta = json.loads(body.decode())
+                session_id = str(meta.get("session_id", ""))
+                latest = float(meta.get("ts", when or 0))
+            except (ValueError, AttributeError, TypeError):
+                session_id, latest = "", float(when or 0)
+            found.append(Chain(ref.decode(), session_id, latest))
+        found.sort(key=lambda chain: chain.latest)
+        return found
+
+    def drop(self, refs: Iterable[str]) -> None:
+        """Forget these chains (their snapshots go at the next :meth:`collect`)."""
+        with self._locked():
+            for ref in refs:
+                self.git("update-ref", "-d", ref)
+
+    def collect(self) -> int:
+        """Delete every snapshot no chain holds, now (``git gc --prune=now``); the bytes
+        the store then takes."""
+        with self._locked():
+            # The index holds the last snapshot's blobs, and gc keeps what an index holds:
+            # the next snapshot rebuilds it (hashing every file once more).
+            (self.git_dir / "lich-index").unlink(missing_ok=True)
+            self.git("reflog", "expire", "--expire=now", "--all")
+            self.git("gc", "--prune=now", "--quiet")
+        return self.size()
+
+    def size(self) -> int:
+        """The bytes the store takes on disk."""
+        total = 0
+        for base, _dirs, files in os.walk(self.git_dir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(base, name)).st_size
+                except OSError:
+                    pass
+        return total
 
     # -- restoring -----------------------------------------------------------------------
 

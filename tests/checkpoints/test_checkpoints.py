@@ -334,3 +334,98 @@ def test_without_git_on_path_the_call_still_runs(
     assert (work / "a.txt").read_text() == "ALPHA\n"
     assert records(work) == []
     assert "need the git binary" in caplog.text
+
+
+def _git_has(work: Path, blob: str) -> bool:
+    done = subprocess.run(["git", "--git-dir", str(work / STORE_DIR), "cat-file", "-e", blob],
+                          capture_output=True, env={**os.environ, **GIT_ENV})
+    return done.returncode == 0
+
+
+def _blob_of(work: Path, path: str) -> str:
+    out = subprocess.run(["git", "--git-dir", str(work / STORE_DIR), "hash-object", "--",
+                          str(work / path)], capture_output=True, check=True, text=True)
+    return out.stdout.strip()
+
+
+def test_prune_deletes_what_no_session_holds_from_disk(work: Path) -> None:
+    (work / "blob.bin").write_bytes(os.urandom(200_000))
+    run_agent(work, EDITS[:1], session_id="old-one")
+    run_agent(work, [call("k1", "write_file", path="k.txt", content="K\n")],
+              session_id="kept-one")
+    cli(rewind_command, "--work-dir", str(work), "kept-one", "--dry-run")  # a scratch chain
+    blob = _blob_of(work, "blob.bin")
+    (work / "blob.bin").unlink()
+    assert _git_has(work, blob)
+
+    dry = cli(checkpoints_group, "prune", "--work-dir", str(work), "old-one", "--dry-run",
+              "--json")
+    assert dry.exit_code == 0, dry.output
+    assert [r["session_id"] for r in json.loads(dry.output)["dropped"]] == ["old-one"]
+    assert _git_has(work, blob)
+
+    # The kept session still holds the blob (its first snapshot had it).
+    done = cli(checkpoints_group, "prune", "--work-dir", str(work), "old-one", "--json")
+    assert done.exit_code == 0, done.output
+    assert _git_has(work, blob)
+    listed = cli(checkpoints_group, "list", "--work-dir", str(work), "kept-one", "--json")
+    assert json.loads(listed.output)["checkpoints"]
+
+    # A session removed from the store: its snapshots go, and the blob with them.
+    for path in (work / ".lich" / "sessions").glob("kept-one*.jsonl"):
+        path.unlink()
+    swept = cli(checkpoints_group, "prune", "--work-dir", str(work), "--json")
+    assert swept.exit_code == 0, swept.output
+    data = json.loads(swept.output)
+    assert sorted(r["reason"] for r in data["dropped"]) == ["scratch", "session_removed"]
+    assert data["bytes_after"] < data["bytes_before"]
+    assert data["bytes_after"] < 200_000
+    assert not _git_has(work, blob)
+
+
+def test_prune_caps_the_store_size_oldest_first(work: Path) -> None:
+    (work / "blob.bin").write_bytes(os.urandom(1_500_000))
+    run_agent(work, EDITS[:1], session_id="first")
+    (work / "blob.bin").unlink()
+    run_agent(work, [call("k1", "write_file", path="k.txt", content="K\n")],
+              session_id="second")
+    config = work / "lich.toml"
+    config.write_text("[checkpoints]\nmax_store_mb = 0\n")
+    uncapped = cli(checkpoints_group, "prune", "--work-dir", str(work), "--config", str(config),
+                   "--json")
+    assert uncapped.exit_code == 0, uncapped.output
+    assert json.loads(uncapped.output)["dropped"] == []  # 0: no cap
+    config.write_text("[checkpoints]\nmax_store_mb = 1\n")
+    capped = cli(checkpoints_group, "prune", "--work-dir", str(work), "--config", str(config),
+                 "--json")
+    assert capped.exit_code == 0, capped.output
+    data = json.loads(capped.output)
+    assert [(r["session_id"], r["reason"]) for r in data["dropped"]] == [("first", "store_size")]
+    assert data["bytes_after"] <= 1024 * 1024
+    listed = cli(checkpoints_group, "list", "--work-dir", str(work), "second", "--json")
+    assert json.loads(listed.output)["checkpoints"]
+
+
+def test_prune_drops_sessions_older_than_the_age_cap(work: Path) -> None:
+    import time
+
+    from lich.checkpoints.plugin import open_store
+    from lich.checkpoints.prune import prune
+
+    run_agent(work, EDITS[:1], session_id="aged")
+    shadow = open_store(make_test_config(work))
+    kept = prune(shadow, {"aged"}, max_age_s=30 * 86400, dry_run=True)
+    assert kept.dropped == ()
+    later = prune(shadow, {"aged"}, max_age_s=30 * 86400, now=time.time() + 31 * 86400)
+    assert [(c.session_id, why) for c, why in later.dropped] == [("aged", "older_than")]
+    assert shadow.chains() == []
+
+
+def test_bad_settings_are_named(work: Path) -> None:
+    from lich.checkpoints.plugin import checkpoint_settings
+    from lich.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\$\.checkpoints\.max_file_bytes"):
+        checkpoint_settings(make_test_config(work, checkpoints={"max_file_bytes": -1}))
+    with pytest.raises(ConfigError, match=r"\$\.checkpoints\.enabeld"):
+        checkpoint_settings(make_test_config(work, checkpoints={"enabeld": True}))
