@@ -53,12 +53,16 @@ def gateway_agent_config(config: LichConfig, gateway: GatewayConfig,
     is at a terminal to approve a call: ``[approvals] mode`` defaults to
     ``"deny-unlisted"`` (read-only tools and what the allow rules name run, the
     rest is refused), unless the config sets a mode — when a plugin of ``host`` claims
-    ``[approvals]`` (without one, a table nobody claims would be an error).
+    ``[approvals]`` (without ``host``: when ``approvals`` is in its plugin list; a table
+    nobody claims would be an error).
     """
     changes: dict[str, Any] = {"protect_private_files": True}
     if config.retry_jitter is None:
         changes["retry_jitter"] = "full"
-    claimed = host is None or "approvals" in host.config_tables().tables()
+    # Only for a table some plugin claims: without one it would be an error nobody made.
+    # No host (a caller building the config alone): the plugin list says.
+    claimed = ("approvals" in host.config_tables().tables() if host is not None
+               else "approvals" in config.plugins)
     if claimed and "mode" not in config.table("approvals"):
         approvals = {**config.table("approvals"), "mode": "deny-unlisted"}
         changes["tables"] = {**config.tables, "approvals": approvals}
