@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -34,6 +35,8 @@ from lich.dotlich import LICH_DIR, make_dirs
 from lich.protected import ProtectedPaths
 
 __all__ = ["STORE_DIR", "Chain", "Entry", "ShadowStore", "Snapshot", "SnapshotError"]
+
+log = logging.getLogger(__name__)
 
 #: Where the store lives, below the work dir.
 STORE_DIR = Path(LICH_DIR) / "checkpoints" / "store.git"
@@ -159,9 +162,30 @@ class ShadowStore:
         with open(self.git_dir / "lich.lock", "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
+                self._clear_stale_locks()
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _clear_stale_locks(self) -> None:
+        """Remove the lock files of a git process killed mid-write (SIGKILL, a power cut).
+
+        Only this class writes to the store, always under :meth:`_locked`: a git lock
+        file found while we hold that lock is a dead process's, and left in place it
+        would fail every later snapshot. What the dead process wrote before its lock
+        was renamed into place is not in use (git writes the new file beside the old
+        and renames), so the store stays as its last complete write left it.
+        """
+        candidates = [self.git_dir / "lich-index.lock", self.git_dir / "packed-refs.lock"]
+        refs = self.git_dir / "refs" / "lich" / "s"
+        if refs.is_dir():
+            candidates += refs.glob("*.lock")
+        for lock in candidates:
+            try:
+                lock.unlink()
+                log.warning("checkpoints: removed the stale lock %s", lock)
+            except FileNotFoundError:
+                pass
 
     @staticmethod
     def ref(session_id: str) -> str:

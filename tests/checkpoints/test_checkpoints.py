@@ -429,3 +429,51 @@ def test_bad_settings_are_named(work: Path) -> None:
         checkpoint_settings(make_test_config(work, checkpoints={"max_file_bytes": -1}))
     with pytest.raises(ConfigError, match=r"\$\.checkpoints\.enabeld"):
         checkpoint_settings(make_test_config(work, checkpoints={"enabeld": True}))
+
+
+KILLED_SNAPSHOTS = """
+import sys
+from pathlib import Path
+from lich.checkpoints.store import ShadowStore
+
+work = Path(sys.argv[1])
+store = ShadowStore(work, max_file_bytes=1 << 20)
+i = 0
+while True:
+    for j in range(40):
+        (work / f"f{j}.txt").write_text(f"{i} {j}\\n" * 50)
+    store.snapshot("killed", {"session_id": "killed", "phase": "before"})
+    print(i, flush=True)
+    i += 1
+"""
+
+
+def test_a_store_killed_mid_snapshot_stays_usable(work: Path) -> None:
+    import random
+    import signal
+    import sys
+    import time
+
+    script = work.parent / "snap.py"
+    script.write_text(KILLED_SNAPSHOTS)
+    rng = random.Random(33)
+    for _ in range(6):
+        child = subprocess.Popen([sys.executable, str(script), str(work)],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        child.stdout.readline()  # one snapshot is complete; kill it inside a later one
+        time.sleep(rng.uniform(0, 0.05))
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    # A lock file of a git killed mid-write, for certain (the kills may miss the window).
+    (work / STORE_DIR / "lich-index.lock").write_bytes(b"torn")
+    run_agent(work, EDITS)
+    fsck = subprocess.run(["git", "--git-dir", str(work / STORE_DIR), "fsck", "--no-dangling"],
+                          capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    assert not (work / STORE_DIR / "lich-index.lock").exists()
+    before_rewind = tree(work)
+    done = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1", "--json")
+    assert done.exit_code == 0, done.output
+    assert tree(work)["a.txt"] == b"alpha\n"
+    assert tree(work) != before_rewind
