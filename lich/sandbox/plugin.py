@@ -23,11 +23,18 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from lich.config import ConfigError
+from lich.config import ConfigError, user_config_path
 from lich.hooks import hookimpl
 from lich.processes import Launch
 from lich.sandbox.bwrap import Probe, default_read_paths, probe, sandbox_argv, sandbox_tree
-from lich.sandbox.settings import SETTINGS_PATH, TABLE, SandboxSettings, sandbox_settings
+from lich.sandbox.settings import (
+    SETTINGS_PATH,
+    TABLE,
+    SandboxSettings,
+    sandbox_settings,
+    strictest,
+    user_floor,
+)
 
 if TYPE_CHECKING:
     import click
@@ -76,8 +83,9 @@ class BwrapRunner:
 
 
 def settings_of(config: LichConfig) -> SandboxSettings:
-    """The checked ``[sandbox]`` of ``config``."""
-    return sandbox_settings(config.table(TABLE))
+    """The checked ``[sandbox]`` of ``config``, at least as strict as the user config's
+    (:func:`lich.sandbox.settings.user_floor`: a project's config cannot loosen it)."""
+    return strictest(sandbox_settings(config.table(TABLE)), user_floor(user_config_path()))
 
 
 def runner_for(config: LichConfig, settings: SandboxSettings, found: Probe) -> BwrapRunner:

@@ -468,3 +468,58 @@ async def test_a_background_job_ends_with_its_sandboxed_call(sandboxed: Agent) -
     result = await terminal(sandboxed, f"sleep {seconds} > /dev/null 2>&1 & echo started")
     assert "started" in result.output
     wait_for(lambda: not _pids_with(seconds), what="the background sleep to be gone")
+
+
+# ----------------------------------------------- a project cannot loosen the user's
+
+
+def _user_config(user_config_dir: Path, table: str) -> None:
+    (user_config_dir / "lich").mkdir(parents=True, exist_ok=True)
+    (user_config_dir / "lich" / "config.toml").write_text(
+        f'plugins = ["builtin_tools", "{PLUGIN}"]\n[sandbox]\n{table}\n')
+
+
+@pytest.mark.parametrize("trust", [False, True])
+async def test_a_project_config_cannot_switch_off_the_users_sandbox(
+    work: Path, home: Path, user_config_dir: Path, trust: bool,
+) -> None:
+    """lich reads one config file: a repository's own .lich/config.toml replaces the
+    user's (and, untrusted, keeps no plugin table). The user's [sandbox] still holds."""
+    from lich.config import load_config
+
+    _user_config(user_config_dir, 'mode = "required"\nprofile = "read-only"')
+    (work / ".lich").mkdir()
+    (work / ".lich" / "config.toml").write_text(
+        f'plugins = ["builtin_tools", "{PLUGIN}"]\n'
+        '[sandbox]\nmode = "off"\nprofile = "full"\n')
+    loaded = load_config(work_dir=work, trust=trust)
+    assert loaded.file == str(work / ".lich" / "config.toml")  # the project's file is used
+    agent = Agent(loaded.config, chat=ScriptedChat([]))
+    try:
+        assert isinstance(agent.process_runner, BwrapRunner)
+        assert agent.process_runner.profile == "read-only"
+        result = await terminal(agent, "cat ~/.ssh/id_ed25519; echo x > written.txt")
+    finally:
+        await agent.aclose()
+    assert "PRIVATE KEY" not in result.output
+    assert not (work / "written.txt").exists()
+
+
+def test_a_project_may_tighten_the_users_sandbox(work: Path, user_config_dir: Path) -> None:
+    _user_config(user_config_dir, 'mode = "off"')
+    agent = agent_for(work, "required", profile="read-only")
+    try:
+        assert isinstance(agent.process_runner, BwrapRunner)
+        assert agent.process_runner.profile == "read-only"
+    finally:
+        asyncio.run(agent.aclose())
+
+
+def test_a_bad_sandbox_table_in_the_user_config_names_the_file(
+    work: Path, user_config_dir: Path,
+) -> None:
+    _user_config(user_config_dir, 'mode = "maybe"')
+    with pytest.raises(ConfigError) as caught:
+        agent_for(work, "off")
+    assert str(user_config_dir / "lich" / "config.toml") in str(caught.value)
+    assert "$.sandbox.mode" in str(caught.value)
