@@ -53,6 +53,7 @@ __all__ = [
     "TextDelta",
     "ToolCallEnd",
     "ToolCallStart",
+    "ToolOutput",
     "TurnEnd",
     "TurnStart",
 ]
@@ -223,6 +224,24 @@ class ToolCallStart:
 
 
 @frozen
+class ToolOutput:
+    """Output a running tool reported before it ended (``ctx.output``): ``text`` is
+    what came since the previous ``tool_output`` of the same call, ``call_id``
+    the call's id.
+
+    For watching a call as it runs, nothing more: the executor coalesces a tool's
+    reports into at most one event per :data:`lich.executor.LIVE_OUTPUT_INTERVAL_S`
+    and stops at the tool's output cap, the transcript does not keep these, and
+    the call's result (``tool_call_end``) is what the model reads. The text is
+    what the tool printed, before ``lich_after_tool_call`` hooks see the result.
+    """
+
+    call_id: str
+    text: str
+    type: Literal["tool_output"] = "tool_output"
+
+
+@frozen
 class ToolCallEnd:
     """A tool call finished.
 
@@ -371,6 +390,7 @@ Event: TypeAlias = (
     | Failover
     | LlmEnd
     | ToolCallStart
+    | ToolOutput
     | ApprovalRequested
     | ApprovalResolved
     | ToolCallEnd

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -29,7 +30,7 @@ from attrs import evolve
 
 from lich._schema import validate_args
 from lich.cancel import Cancelled, CancelToken
-from lich.events import ApprovalRequested, ApprovalResolved, Event
+from lich.events import ApprovalRequested, ApprovalResolved, Event, ToolOutput
 from lich.guards import ToolError, truncate_text
 from lich.hooks import ApprovalRequest, RunInfo
 from lich.loop import ToolOutcome, unless_cancelled
@@ -37,14 +38,20 @@ from lich.processes import DIRECT, ProcessRunner
 from lich.protected import ProtectedPaths
 from lich.settings import ConfigError, tool_limits
 from lich.threads import run_in_daemon_thread
-from lich.tools import Tool, ToolContext, ToolRegistry
+from lich.tools import Tool, ToolContext, ToolRegistry, no_output
 from lich.types import ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from lich.plugins import PluginHost
     from lich.plugins.calling import ToolDecision
 
-__all__ = ["APPROVAL_UNAVAILABLE", "SLOW_INLINE_S", "HookedToolRunner", "ToolExecutor"]
+__all__ = [
+    "APPROVAL_UNAVAILABLE",
+    "LIVE_OUTPUT_INTERVAL_S",
+    "SLOW_INLINE_S",
+    "HookedToolRunner",
+    "ToolExecutor",
+]
 
 # The name it had when the executor lived in lich.tools: log filters and formats keep working.
 log = logging.getLogger("lich.tools")
@@ -52,6 +59,77 @@ log = logging.getLogger("lich.tools")
 #: A ``runs_inline`` tool call that takes longer than this (seconds) is logged as a
 #: warning, once per tool and executor: it held up the whole event loop meanwhile.
 SLOW_INLINE_S = 0.05
+
+
+#: How often (seconds) at most what a running tool reports (``ctx.output``) becomes a
+#: ``tool_output`` event: the pieces reported meanwhile are joined into the next one,
+#: so a command printing a line per microsecond costs the event stream no more than
+#: this rate per call, and a quiet one is shown within this delay.
+LIVE_OUTPUT_INTERVAL_S = 0.1
+
+
+class _LiveOutput:
+    """One call's ``ctx.output``: pieces reported from the loop or any thread,
+    coalesced into ``tool_output`` events emitted on the loop — at most one per
+    :data:`LIVE_OUTPUT_INTERVAL_S`, ``cap`` characters in all (the tool's output cap:
+    past it the rest is dropped). :meth:`close` (the call ended) emits what is left
+    before the call's ``tool_call_end``; what comes after is dropped."""
+
+    __slots__ = ("_buffer", "_call_id", "_closed", "_emit", "_handle", "_lock", "_loop",
+                 "_pending", "_room", "_thread")
+
+    def __init__(self, call_id: str, cap: int, emit: Callable[[Event], None]) -> None:
+        self._call_id = call_id
+        self._room = cap
+        self._emit = emit
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._buffer: list[str] = []
+        self._pending = False  # a flush is scheduled (or about to be)
+        self._closed = False
+        self._handle: asyncio.TimerHandle | None = None
+
+    def write(self, text: str, /) -> None:
+        """Report ``text`` (the tool's ``ctx.output``)."""
+        if not isinstance(text, str):
+            raise TypeError(f"ctx.output takes text (str), not {type(text).__name__}")
+        if not text:
+            return
+        with self._lock:
+            if self._closed or self._room <= 0:
+                return
+            piece = text[:self._room]
+            self._room -= len(piece)
+            self._buffer.append(piece)
+            if self._pending:
+                return
+            self._pending = True
+        if threading.get_ident() == self._thread:
+            self._arm()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody watches
+                self._loop.call_soon_threadsafe(self._arm)
+
+    def _arm(self) -> None:
+        if not self._closed:
+            self._handle = self._loop.call_later(LIVE_OUTPUT_INTERVAL_S, self._flush)
+
+    def _flush(self, *, closing: bool = False) -> None:
+        with self._lock:
+            text = "".join(self._buffer)
+            self._buffer.clear()
+            self._pending = False
+            self._closed = self._closed or closing
+        self._handle = None
+        if text:
+            self._emit(ToolOutput(self._call_id, text))
+
+    def close(self) -> None:
+        """The call ended: emit what is buffered; nothing more from now on."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._flush(closing=True)
 
 
 class _InlineOverran(Exception):
@@ -122,9 +200,14 @@ class ToolExecutor:
         run: RunInfo | None = None,
         cancel: CancelToken | None = None,
         check_path: Callable[[str], None] | None = None,
+        emit: Callable[[Event], None] | None = None,
     ) -> ToolResult:
         """Run ``call`` and return its result; failures are results too. ``check_path``
-        becomes the tool's :attr:`~lich.tools.ToolContext.check_path`."""
+        becomes the tool's :attr:`~lich.tools.ToolContext.check_path`. With ``emit``,
+        what the tool reports while it runs (:attr:`~lich.tools.ToolContext.output`)
+        is emitted as :class:`~lich.events.ToolOutput` events, coalesced (at most one
+        per :data:`LIVE_OUTPUT_INTERVAL_S`) and capped at the tool's output cap; the
+        last one before this returns. Without it ``ctx.output`` does nothing."""
         if call.args_error is not None:
             return ToolResult.failure(f"invalid_tool_arguments: {call.args_error}")
         item = self.registry.get(call.name)
@@ -141,6 +224,7 @@ class ToolExecutor:
         # should stop by polling ctx.cancel. Without a run token there is nothing to
         # forward or wait for (B1, performance.md).
         call_token = CancelToken()
+        live = None if emit is None else _LiveOutput(call.id, max_chars, emit)
         ctx = ToolContext(
             work_dir=self.work_dir,
             env=self.env,
@@ -152,7 +236,20 @@ class ToolExecutor:
             protected=self.protected,
             process_runner=self.process_runner,
             check_path=check_path,
+            output=no_output if live is None else live.write,
         )
+        try:
+            return await self._guarded(item, call, ctx, cancel, timeout_s, max_chars, inline)
+        finally:
+            if live is not None:
+                live.close()
+
+    async def _guarded(
+        self, item: Tool, call: ToolCall, ctx: ToolContext, cancel: CancelToken | None,
+        timeout_s: float, max_chars: int, inline: bool,
+    ) -> ToolResult:
+        """The call under its deadline and the run's cancel, every failure a result."""
+        call_token = ctx.cancel
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
@@ -296,7 +393,8 @@ class HookedToolRunner:
     :param executor: runs the call.
     :param host: whose hooks are called.
     :param run: the run the calls belong to.
-    :param emit: receives the ``approval_requested`` / ``approval_resolved`` events.
+    :param emit: receives the ``approval_requested`` / ``approval_resolved`` events
+        and the ``tool_output`` events of the running tools.
     :param before_execute: awaited with the call right before the executor runs it
         (after every hook and approval): returning a result stops the call there,
         with that result. A durable turn records ``tool_start`` in it
@@ -317,6 +415,8 @@ class HookedToolRunner:
         self.host = host
         self.run = run
         self.emit = emit or (lambda _event: None)
+        # Live tool output goes where the other events go; nowhere, no sink per call.
+        self._emit_output = emit
         timeout = run.config.approval_timeout_s if run.config is not None else 300.0
         self.approval_timeout_s: float | None = timeout or None  # 0: wait for ever
         # The tool hooks this run needs (lich.hooks.needed_when): none, no hook call.
@@ -360,7 +460,7 @@ class HookedToolRunner:
                 return ToolOutcome(call, stopped, rewritten_by, approval_wait_ms=waited_ms)
         check_path = self._path_check(call, judged, asked=asked) if judged is not None else None
         result = await self.executor.execute(call, run=self.run, cancel=cancel,
-                                             check_path=check_path)
+                                             check_path=check_path, emit=self._emit_output)
         replaced_by = None
         if self._after:
             try:

@@ -42,6 +42,7 @@ __all__ = [
     "ToolContext",
     "ToolExecutor",
     "ToolRegistry",
+    "no_output",
     "tool",
     "validate_args",
 ]
@@ -64,6 +65,10 @@ PreviewFn: TypeAlias = Callable[[Mapping[str, Any], Path], "str | None"]
 """``preview(args, work_dir)``: what a call would do, for the person approving it (a
 unified diff for a file write), or ``None``. Called in a worker thread; it must not
 change anything."""
+
+
+def no_output(text: str, /) -> None:
+    """The :attr:`ToolContext.output` of a call nobody watches: does nothing."""
 
 
 @frozen
@@ -89,6 +94,14 @@ class ToolContext:
     :func:`lich.guards.open_beneath`); it raises :class:`~lich.guards.ToolError`
     (``path_changed: …``) when the checks would not allow the call with that path
     — a directory swapped for a link after the approval rules judged the path.
+    ``output(text)`` reports output while the tool runs, for a person watching (the
+    TUI's tool block, ``lich --json``'s ``tool_output`` events): call it with each new
+    piece, from the event loop or from a worker thread; it never blocks and never
+    raises for a call that has ended. It is not the result: the tool still returns
+    everything the model should read. The executor coalesces the pieces (at most one
+    event per :data:`lich.executor.LIVE_OUTPUT_INTERVAL_S`) and drops what comes past
+    the tool's output cap. :attr:`watched` says whether anyone listens, so a tool
+    can skip the work of producing live text when nobody does.
     """
 
     work_dir: Path
@@ -101,6 +114,12 @@ class ToolContext:
     protected: ProtectedPaths = field(factory=ProtectedPaths)
     process_runner: ProcessRunner = field(default=DIRECT, eq=False)
     check_path: Callable[[str], None] | None = field(default=None, eq=False)
+    output: Callable[[str], None] = field(default=no_output, eq=False)
+
+    @property
+    def watched(self) -> bool:
+        """Whether :attr:`output` goes anywhere (``False``: it is :func:`no_output`)."""
+        return self.output is not no_output
 
 
 @frozen

@@ -11,7 +11,9 @@
   it does not die of SIGPIPE at its next write.
 * stdout and stderr are read through our own pipes into capped buffers
   while the command runs: past the cap, data is drained and dropped, so a
-  chatty command cannot grow memory.
+  chatty command cannot grow memory. What arrives is also reported as it
+  comes (``ctx.output``, when someone watches), both streams in arrival
+  order; the result is the same as without.
 * The environment is the process environment plus the tool env, scrubbed of
   secrets (provider key variables and the names
   :func:`lich.secrets.is_secret_name` calls secret) unless
@@ -26,6 +28,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import subprocess
@@ -75,8 +78,12 @@ _DETACHED: set[_CappedPipe] = set()
 class _CappedPipe(asyncio.Protocol):
     """Collects at most ``cap_bytes`` from a pipe; counts (and drops) the rest."""
 
-    def __init__(self, cap_bytes: int) -> None:
+    def __init__(self, cap_bytes: int, on_text: Callable[[str], None] | None = None) -> None:
         self.cap = cap_bytes
+        # What arrives, as text, for a person watching the call; decoded incrementally
+        # so a character split across two reads is not mangled.
+        self.on_text = on_text
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.chunks: list[bytes] = []
         self.kept = 0
         self.dropped = 0
@@ -88,6 +95,11 @@ class _CappedPipe(asyncio.Protocol):
             piece = data[:room]
             self.chunks.append(piece)
             self.kept += len(piece)
+            # Only what is kept is reported: a flood past the cap costs no decoding.
+            if self.on_text is not None:
+                text = self._decoder.decode(piece)
+                if text:
+                    self.on_text(text)
         self.dropped += max(0, len(data) - max(room, 0))
 
     def eof_received(self) -> bool | None:
@@ -100,6 +112,7 @@ class _CappedPipe(asyncio.Protocol):
     def detach(self) -> None:
         """Keep draining, but collect nothing more: the call has returned."""
         self.cap = self.kept
+        self.on_text = None
         _DETACHED.add(self)
         self.closed.add_done_callback(lambda _: _DETACHED.discard(self))
 
@@ -141,7 +154,7 @@ def make_terminal_tool() -> Tool:
         return await run_command(
             command, str(ctx.work_dir), env, deadline, cap,
             max_processes=settings.max_processes, max_memory_mb=settings.max_memory_mb,
-            runner=ctx.process_runner,
+            runner=ctx.process_runner, on_output=ctx.output if ctx.watched else None,
         )
 
     return Tool(
@@ -261,6 +274,7 @@ def _spawn_failed(exc: BaseException) -> ToolError:
 async def run_command(
     command: str, cwd: str, env: dict[str, str], deadline: Deadline | float, cap: int,
     *, max_processes: int = 0, max_memory_mb: int = 0, runner: ProcessRunner = DIRECT,
+    on_output: Callable[[str], None] | None = None,
 ) -> ToolResult:
     """Run ``command`` through ``runner``; on timeout or cancellation kill every
     process it started.
@@ -269,7 +283,8 @@ async def run_command(
     up after) says when the command is stopped and by when the call returns, its
     partial output with it, however long killing takes. ``max_processes`` and
     ``max_memory_mb`` (0 = unlimited) become the command's ``RLIMIT_NPROC`` and
-    ``RLIMIT_AS``.
+    ``RLIMIT_AS``. ``on_output`` receives stdout and stderr as text as they
+    arrive (the tool's ``ctx.output``), until the call returns.
     """
     if not isinstance(deadline, Deadline):
         now = asyncio.get_running_loop().time()
@@ -285,10 +300,11 @@ async def run_command(
     except Exception as exc:
         raise _spawn_failed(exc) from exc
     async with stack:
-        return await _run(run, procs, deadline, cap)
+        return await _run(run, procs, deadline, cap, on_output)
 
 
-async def _run(run: Launch, procs: CallProcesses, deadline: Deadline, cap: int) -> ToolResult:
+async def _run(run: Launch, procs: CallProcesses, deadline: Deadline, cap: int,
+               on_output: Callable[[str], None] | None) -> ToolResult:
     loop = asyncio.get_running_loop()
     recorder: asyncio.Task[None] | None = None
     out_r, out_w = os.pipe()
@@ -327,7 +343,7 @@ async def _run(run: Launch, procs: CallProcesses, deadline: Deadline, cap: int) 
                 os.close(fd)
                 unowned.discard(fd)
         for fd in (out_r, err_r):
-            reader = _CappedPipe(STREAM_CAP_CHARS * 4)
+            reader = _CappedPipe(STREAM_CAP_CHARS * 4, on_output)
             pipe_file = os.fdopen(fd, "rb", 0)
             unowned.discard(fd)
             try:

@@ -48,6 +48,7 @@ from lich.events import (
     TextDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolOutput,
 )
 from lich.plugins import PluginLoadError
 from lich.sessions import SessionNotFound, repair_dangling_tool_calls
@@ -430,6 +431,8 @@ class LichApp(App[int]):
             await transcript.end_answer(event.result.message.content)
         elif isinstance(event, ToolCallStart):
             await transcript.start_tool(event.call)
+        elif isinstance(event, ToolOutput):
+            transcript.tool_output(event.call_id, event.text)
         elif isinstance(event, ToolCallEnd):
             await transcript.finish_tool(event.call, event.result)
         elif isinstance(event, ApprovalRequested):

@@ -77,6 +77,7 @@ def _samples() -> list[ev.Event]:
         ev.Failover("p", "q", "network", "refused"),
         ev.LlmEnd(1, result),
         ev.ToolCallStart(1, call),
+        ev.ToolOutput("c1", "line 1\nline"),
         ev.ApprovalRequested("3f2a", call, "read_file needs approval", ("approvals",),
                              ("read_file(a.txt)",), 300.0),
         ev.ApprovalRequested("3f2b", call, "ask"),
@@ -229,3 +230,41 @@ def test_a_json_line_is_the_envelope_dict_encoded_byte_for_byte(ts: Any) -> None
     assert out.getvalue() == expected
     clashing = json.loads(out.getvalue().splitlines()[len(events) - 1])
     assert (clashing["session_id"], clashing["ts"]) == ("the event's", "late")
+
+
+def _terminal_then_answer(request: ScriptRequest) -> Any:
+    if not request.tool_results_since_user():
+        command = "echo first; sleep 0.2; echo second >&2"
+        return Reply("Running.", (ToolCall("c1", "terminal", {"command": command}),))
+    return Reply("Ran it.")
+
+
+def test_a_running_commands_output_comes_as_tool_output_lines(
+    work: Path, scripted: Any, lich: Any, validator: jsonschema.Draft202012Validator
+) -> None:
+    server = scripted(responder=_terminal_then_answer)
+    write_config(work, server.base_url)
+
+    result = lich("--json", "--yes", "run it")
+
+    assert result.exit_code == 0, result.stderr
+    lines = json_lines(result.stdout)
+    for line in lines:
+        validator.validate(line)
+    types = [line["type"] for line in lines]
+    start, end = types.index("tool_call_start"), types.index("tool_call_end")
+    live = [line for line in lines if line["type"] == "tool_output"]
+    assert live
+    assert all(start < lines.index(line) < end for line in live)
+    assert {line["call_id"] for line in live} == {"c1"}
+    assert "".join(line["text"] for line in live) == "first\nsecond\n"
+    assert lines[end]["result"]["output"] == "first\nsecond\n\n[exit 0]"
+    # The transcript keeps the result, not the pieces.
+    session = next((work / ".lich" / "sessions").glob("*.jsonl")).read_text()
+    assert "tool_output" not in session
+    assert "[exit 0]" in session
+
+    # The human renderer shows no live output: stdout is the model's answer only.
+    human = lich("--yes", "run it")
+    assert human.exit_code == 0, human.stderr
+    assert "first" not in human.stdout

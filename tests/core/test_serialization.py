@@ -56,6 +56,7 @@ EVENTS: dict[type[Any], ev.Event] = {
     ev.Failover: ev.Failover("a", "b", "auth", "401"),
     ev.LlmEnd: ev.LlmEnd(2, RESULT),
     ev.ToolCallStart: ev.ToolCallStart(2, CALL),
+    ev.ToolOutput: ev.ToolOutput("c1", "ok\n\x1b[31mred ✓"),
     ev.ToolCallEnd: ev.ToolCallEnd(
         2, CALL, ToolResult.failure("blocked_by_plugin: no", "partial"), 1.5,
         rewritten_by=("a", "b"), blocked_by="c", replaced_by=None,

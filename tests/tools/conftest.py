@@ -17,6 +17,7 @@ from provider_kinds import builtin_provider_kinds
 
 from lich.cancel import CancelToken
 from lich.config import LichConfig
+from lich.events import Event
 from lich.hooks import RunInfo
 from lich.providers import secret_env_names
 from lich.testing import DEFAULT_TIMEOUT_S, WaitTimeout, wait_for
@@ -175,6 +176,7 @@ class Runner:
         settings: Mapping[str, Any] | None = None,
         cancel: CancelToken | None = None,
         run_config: LichConfig | None = None,
+        emit: Callable[[Event], None] | None = None,
     ) -> ToolResult:
         tool_settings = dict(self.settings)
         if settings is not None:
@@ -186,7 +188,7 @@ class Runner:
         if run_config is not None:
             run = RunInfo("run1", "sess1", "input", str(self.work_dir), run_config)
         return await executor.execute(ToolCall("t1", name, dict(args or {})), run=run,
-                                      cancel=cancel)
+                                      cancel=cancel, emit=emit)
 
 
 @pytest.fixture

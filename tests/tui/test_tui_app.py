@@ -793,3 +793,45 @@ async def test_a_running_tool_shows_it_is_running_and_for_how_long(tmp_path: Pat
         await wait_for(pilot, lambda: not app.busy, "the run to end")
         assert "└ ok (done)" in app.transcript.text()
         assert "running" not in app.transcript.text()
+
+
+async def test_a_running_terminal_command_shows_its_output_as_it_comes(tmp_path: Path) -> None:
+    """A real ``terminal`` command prints, waits, prints: the block shows the first line
+    while the command still runs (it waits for a file only the test writes), and the
+    result replaces the live lines when it ends."""
+    import attrs
+
+    from lich_builtin_tools._terminal import make_terminal_tool
+
+    terminal = attrs.evolve(make_terminal_tool(), requires_approval=False)
+    command = ("echo first; while [ ! -e gate ]; do sleep 0.02; done; "
+               "echo second >&2")
+    agent, scripted = make_agent(
+        tmp_path,
+        [Reply("Running it.", (ToolCall("c1", "terminal", {"command": command}),)),
+         Reply("Done.")],
+        plugin=ToolsPlugin(terminal),
+    )
+    app = LichApp(agent)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "run it")
+        await wait_for(pilot, lambda: bool(list(app.transcript.query(ToolView))), "tool block")
+        view = app.transcript.query_one(ToolView)
+        live = view.query_one(".live", Static)
+        await wait_for(pilot, lambda: "first" in view.live_text, "live output")
+        assert view.result is None  # still running: it waits for the gate
+        assert live.display
+        assert "first" in str(live.render())
+        assert view.summary.splitlines()[1].startswith("└ running…")
+        (tmp_path / "gate").touch()
+        await wait_for(pilot, lambda: not app.busy, "run end")
+        assert view.result is not None
+        assert view.result.output == "first\nsecond\n\n[exit 0]"
+        assert not live.display
+        assert view.live_text == ""
+        # The model read the whole result, exactly as without live output.
+        tool_messages = scripted.requests[1].tool_results_since_user()
+        assert next(m.content for m in tool_messages) == "first\nsecond\n\n[exit 0]"
+        # The transcript keeps the result, not the live pieces.
+        records = app.agent.sessions.path_for(app.session_id).read_text()
+        assert "tool_output" not in records

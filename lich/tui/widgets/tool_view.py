@@ -36,9 +36,15 @@ class ToolResultLine(Static, can_focus=True):
         self.action_toggle_output()
 
 
+#: How much of a running call's live output its block shows: the last lines only.
+LIVE_TAIL_LINES = 8
+LIVE_TAIL_CHARS = 2_000
+
+
 class ToolView(Widget):
     """One tool call: ``● name(args)``, then ``└ ok|error (preview)``, and the full
-    output (hidden until expanded)."""
+    output (hidden until expanded). While it runs, the last lines of what the tool
+    reported so far (``tool_output`` events) show under the ``running…`` line."""
 
     DEFAULT_CSS = """
     ToolView { height: auto; padding: 0 0 0 2; }
@@ -49,6 +55,8 @@ class ToolView(Widget):
     ToolView > ToolResultLine:focus { text-style: reverse; }
     ToolView > .output { display: none; padding: 0 0 0 4; color: $text-muted; }
     ToolView.expanded > .output { display: block; }
+    ToolView > .live { display: none; padding: 0 0 0 4; color: $text-muted; }
+    ToolView.live > .live { display: block; }
     """
 
     def __init__(self, call: ToolCall, result: ToolResult | None = None) -> None:
@@ -58,11 +66,29 @@ class ToolView(Widget):
         self._call_line = Static(plain(tool_call_line(call)), classes="call", markup=False)
         self._result_line = ToolResultLine("", markup=False)
         self._output = Static("", classes="output", markup=False)
+        self._live = Static("", classes="live", markup=False)
+        self._live_text = ""
 
     def compose(self) -> ComposeResult:
         yield self._call_line
         yield self._result_line
+        yield self._live
         yield self._output
+
+    @property
+    def live_text(self) -> str:
+        """What the running call's block shows of its live output (its last lines)."""
+        return self._live_text
+
+    def add_output(self, text: str) -> None:
+        """The running call reported ``text``: show it, keeping the last lines. Once
+        the call has ended its result is what counts, and late text is ignored."""
+        if self.result is not None:
+            return
+        tail = (self._live_text + text)[-LIVE_TAIL_CHARS:]
+        self._live_text = "\n".join(tail.split("\n")[-LIVE_TAIL_LINES:])
+        self._live.update(plain(self._live_text.rstrip("\n")))
+        self.add_class("live")
 
     def on_mount(self) -> None:
         """Show the result given at construction (resumed history); a call still
@@ -92,6 +118,9 @@ class ToolView(Widget):
         stop = getattr(self._timer, "stop", None)
         if callable(stop):
             stop()
+        # The result replaces what was shown while it ran (a preview, the full output).
+        self.remove_class("live")
+        self._live_text = ""
         self._call_line.update(plain(tool_call_line(call)))
         self._show()
 
@@ -103,7 +132,7 @@ class ToolView(Widget):
     def _line(self) -> str:
         line = tool_result_line(self.result)
         if self.result is None and self._started:
-            # Live, while it runs: the tools report no output before they end.
+            # While it runs: how long so far (its live output shows below).
             line += f" ({int(time.monotonic() - self._started)}s)"
         return line
 

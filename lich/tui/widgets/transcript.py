@@ -154,6 +154,12 @@ class Transcript(VerticalScroll):
         self._tool_views[call.id] = view
         await self.add(view)
 
+    def tool_output(self, call_id: str, text: str) -> None:
+        """The running call ``call_id`` reported ``text``: show it in its block."""
+        view = self._tool_views.get(call_id)
+        if view is not None and view.is_attached:
+            view.add_output(text)
+
     async def finish_tool(self, call: ToolCall, result: ToolResult) -> None:
         """A tool call ended: complete its block, or add one when it is gone (capped away)."""
         view = self._tool_views.pop(call.id, None)
