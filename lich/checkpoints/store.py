@@ -24,7 +24,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from attrs import frozen
 
 from lich.dotlich import LICH_DIR, make_dirs
 from lich.protected import ProtectedPaths
+from lich.secret_files import name_matches
 
 __all__ = ["STORE_DIR", "Chain", "Entry", "ShadowStore", "Snapshot", "SnapshotError"]
 
@@ -203,43 +204,87 @@ class ShadowStore:
     # -- snapshots -----------------------------------------------------------------------
 
     def _select(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
-        """``(kept, dropped, skipped)``: the paths to store, those to take out of the
-        index, and what was left out with why."""
-        listed = self.git("ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        """``(kept, dropped, skipped)``: the paths to (re)store, those to take out of the
+        index, and what was left out with why.
+
+        Only what git says changed since the last snapshot — files new to it
+        (``ls-files --others``, ignores applied) and stored files that differ
+        (``diff-files``, by their stat data) — is looked at on disk; an unchanged
+        stored file costs a name check (an unchanged tree's snapshot must be cheap).
+        """
+        def listed(*args: str) -> list[str]:
+            return [os.fsdecode(p) for p in self.git(*args).split(b"\0") if p]
+
+        cached = listed("ls-files", "-z", "--cached")
+        others = listed("ls-files", "-z", "--others", "--exclude-standard")
+        dirty = set(listed("diff-files", "-z", "--name-only", "--no-renames"))
+        blocked = self._blocked()
         kept: list[str] = []
         dropped: list[str] = []
         skipped: list[dict[str, Any]] = []
-        seen: set[str] = set()
         root = str(self.work_dir)
-        for raw in listed.split(b"\0"):
-            if not raw:
-                continue
-            rel = os.fsdecode(raw)
-            if rel in seen:
-                continue
-            seen.add(rel)
+        for rel in dict.fromkeys(cached):
+            if blocked(rel):
+                dropped.append(rel)
+            elif rel in dirty:
+                self._check(root, rel, kept, dropped, skipped)
+        for rel in others:
             if rel.endswith("/"):  # a nested repository: its own history, not ours to keep
                 skipped.append({"path": rel.rstrip("/"), "reason": "repository"})
-                continue
-            full = os.path.join(root, rel)
-            if self.protected.blocks(full, root) or _beyond_link(root, full):
-                dropped.append(rel)
-                continue
-            try:
-                info = os.lstat(full)
-            except OSError:
-                dropped.append(rel)  # gone since it was stored
-                continue
-            if stat.S_ISLNK(info.st_mode):
-                kept.append(rel)  # the link itself (its target text), never followed
-            elif not stat.S_ISREG(info.st_mode):
-                dropped.append(rel)
-            elif info.st_size > self.max_file_bytes:
-                dropped.append(rel)
-                skipped.append({"path": rel, "reason": "too_large", "bytes": info.st_size})
-            else:
-                kept.append(rel)
+            elif not blocked(rel):
+                self._check(root, rel, kept, dropped, skipped)
         return kept, dropped, skipped
+
+    def _check(self, root: str, rel: str, kept: list[str], dropped: list[str],
+               skipped: list[dict[str, Any]]) -> None:
+        """Sort one new or changed path by what it is on disk now."""
+        try:
+            info = os.lstat(os.path.join(root, rel))
+        except OSError:
+            dropped.append(rel)  # gone since it was stored
+            return
+        if stat.S_ISLNK(info.st_mode):
+            kept.append(rel)  # the link itself (its target text), never followed
+        elif not stat.S_ISREG(info.st_mode):
+            dropped.append(rel)
+        elif info.st_size > self.max_file_bytes:
+            dropped.append(rel)
+            skipped.append({"path": rel, "reason": "too_large", "bytes": info.st_size})
+        else:
+            kept.append(rel)
+
+    def _blocked(self) -> Callable[[str], bool]:
+        """Whether a path (relative to the work dir) is out of every snapshot: protected
+        (:meth:`lich.protected.ProtectedPaths.blocks`, decided once per directory), or
+        below a directory that is a link (what is there is somewhere else).
+
+        :raises SnapshotError: the work dir itself lies in a protected directory.
+        """
+        root = str(self.work_dir)
+        if self.protected.blocks(root, root):
+            raise SnapshotError(f"refusing to snapshot {root}: it is protected")
+        names = self.protected.names
+        widest = max((glob.count("/") + 1 for glob in names), default=1)
+        inside = {os.path.relpath(d, root) for d in self.protected.dirs
+                  if os.path.commonpath((root, d)) == root}
+        dirs: dict[str, bool] = {"": False}
+
+        def dir_blocked(rel: str) -> bool:
+            found = dirs.get(rel)
+            if found is None:
+                parts = rel.split("/")
+                found = dirs[rel] = (
+                    dir_blocked(os.path.dirname(rel)) or rel in inside
+                    or name_matches(parts[-widest:], names)
+                    or os.path.islink(os.path.join(root, rel)))
+            return found
+
+        def blocked(rel: str) -> bool:
+            # Windows of components ending above the file are the directories' verdicts.
+            return dir_blocked(os.path.dirname(rel)) or name_matches(
+                rel.split("/")[-widest:], names)
+
+        return blocked
 
     def snapshot(self, session_id: str, message: Mapping[str, Any]) -> Snapshot:
         """Commit the work dir as it is now onto ``session_id``'s chain.
@@ -401,13 +446,6 @@ class ShadowStore:
             except OSError:
                 return
             parent = os.path.dirname(parent)
-
-
-def _beyond_link(root: str, full: str) -> bool:
-    """Whether a directory between ``root`` and ``full`` is a link: what is below it is
-    somewhere else, not the work dir's."""
-    parent = os.path.dirname(full)
-    return parent != root and os.path.realpath(parent) != parent
 
 
 def _nul(paths: Iterable[str]) -> bytes:
