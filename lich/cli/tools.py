@@ -9,6 +9,7 @@ from lich.cli.common import (
     EXIT_USAGE,
     CommandError,
     check_named_plugins,
+    echo_error,
     host_for,
     quiet_plugin_log,
     warn_plugin_failures,
@@ -32,6 +33,7 @@ def tools_command(ctx: click.Context) -> None:
 def tools_list(settings: CliSettings, as_json: bool) -> int:
     """``lich tools``: the enabled tools with their plugin and description."""
     from lich.agent import build_tool_registry
+    from lich.config import ConfigError
     from lich.providers import ProviderRegistry
 
     loaded = load_or_report(settings)
@@ -39,12 +41,18 @@ def tools_list(settings: CliSettings, as_json: bool) -> int:
         return EXIT_USAGE
     config = loaded.config
     host = host_for(settings, config)
-    with quiet_plugin_log():
-        # As an agent is assembled: a plugin that fails registering its providers is
-        # unloaded whole, so its tools must not be listed as if a run could use them.
-        host.check_config(config)
-        host.register_providers(ProviderRegistry())
-        registry = build_tool_registry(host, config)
+    try:
+        with quiet_plugin_log():
+            # As an agent is assembled: a plugin that fails registering its providers is
+            # unloaded whole, so its tools must not be listed as if a run could use them.
+            host.check_config(config)
+            host.register_providers(ProviderRegistry())
+            registry = build_tool_registry(host, config)
+    except ConfigError as exc:
+        # A plugin's table, or a process runner that cannot start (a required sandbox):
+        # said as a run would say it, not as a traceback.
+        echo_error(str(exc))
+        return EXIT_USAGE
     # Registering tools may start processes (MCP servers): the list is all we need.
     host.shutdown_sync(registry)
     try:

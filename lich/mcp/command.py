@@ -72,6 +72,9 @@ def _list(settings: Any, as_json: bool) -> int:
         except ImportError:
             echo_error(missing_sdk_message())
             return EXIT_USAGE
+        except ConfigError as exc:  # a runner that cannot start (a required sandbox)
+            echo_error(str(exc))
+            return EXIT_USAGE
     try:
         rows = _rows(mcp, runtime)
     finally:

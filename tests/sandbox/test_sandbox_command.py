@@ -102,3 +102,26 @@ def test_a_command_without_bwrap_exits_1_and_runs_nothing(project: Path,
     assert done.returncode == 1
     assert "sandbox unavailable: bwrap is not installed" in done.stderr
     assert not (project / "made.txt").exists()
+
+
+@pytest.mark.parametrize("command", [("tools",), ("mcp", "list")])
+def test_a_required_sandbox_that_cannot_start_is_an_error_line_not_a_traceback(
+    project: Path, tmp_path: Path, command: tuple[str, ...],
+) -> None:
+    """`lich tools` and `lich mcp list` assemble the runner as a run does."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    config = project.parent / "lich.toml"
+    config.write_text('plugins = ["builtin_tools", "mcp", "lich.sandbox.plugin"]\n'
+                      '[sandbox]\nmode = "required"\n'
+                      f'[mcp.servers.fx]\ncommand = "{sys.executable}"\nargs = ["-c", "0"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
+    env["PATH"] = str(empty)
+    done = subprocess.run([sys.executable, "-m", "lich", *command, "--config", str(config),
+                           "--work-dir", str(project)],
+                          cwd=project, capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert ("lich: error: $.sandbox.mode: the sandbox is required but cannot start: "
+            "bwrap is not installed") in done.stderr
