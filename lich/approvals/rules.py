@@ -180,14 +180,12 @@ def primary_of(tool: Tool | None, args: Mapping[str, Any] | None = None) -> Prim
     """The primary argument of ``tool``: declared, else its first required string
     parameter (see the module docs).
 
-    Without a tool (a call no registry knows), the first argument of ``args``
-    named like a command, path or URL, so that a deny rule still applies.
+    Without a tool (a call no registry knows), or for a tool with no required string
+    parameter, the first argument of ``args`` named like a command, path or URL, so
+    that a deny rule still applies.
     """
     if tool is None:
-        for key, value in (args or {}).items():
-            if isinstance(value, str) and key.lower() in _KIND_BY_NAME:
-                return Primary(key, _kind_for(key))
-        return Primary(None)
+        return _named_like_a_primary(args)
     name: str | None = tool.primary_arg
     if name is None:
         params = tool.parameters
@@ -200,8 +198,18 @@ def primary_of(tool: Tool | None, args: Mapping[str, Any] | None = None) -> Prim
                     name = candidate
                     break
     if name is None:
-        return Primary(None)
+        # No required string parameter (many MCP servers mark nothing required): a
+        # deny rule must still meet `command`, `path` or `url`, as for an unknown tool.
+        return _named_like_a_primary(args)
     return Primary(name, tool.primary_kind or _kind_for(name))
+
+
+def _named_like_a_primary(args: Mapping[str, Any] | None) -> Primary:
+    """The first string argument named like a command, path or URL (else none)."""
+    for key, value in (args or {}).items():
+        if isinstance(value, str) and key.lower() in _KIND_BY_NAME:
+            return Primary(key, _kind_for(key))
+    return Primary(None)
 
 
 # --------------------------------------------------------------------- subjects

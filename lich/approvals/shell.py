@@ -110,6 +110,9 @@ _MAX_FRAGMENT_CHARS = 256
 # A line longer than this is not parsed (a pathological line would hold the event
 # loop for seconds): asked about, and met by every deny rule.
 _MAX_LINE_BYTES = 65_536
+# All the text one line's reading parses, the line and every text nested in it (a
+# here-document, eval's words, bash -c's script, a variable's value) together.
+_MAX_READ_BYTES = 4 * _MAX_LINE_BYTES
 
 
 # A value that could run a command when evaluated (a substitution in it), and the
@@ -734,6 +737,15 @@ def _read(line: str, depth: int) -> ShellLine:
         return ShellLine(line, (), problem="text that is not UTF-8", complete=False)
     if "\x00" in line:
         return ShellLine(line, (), problem="a NUL character", complete=False)
+    budget: list[int] | None = getattr(_local, "budget", None)
+    if budget is not None:
+        budget[0] -= len(source)
+        if budget[0] < 0:
+            # Texts within texts (here-documents in substitutions in here-documents…)
+            # would be read again at every level: a few hundred bytes could hold the
+            # reader for hours. Past the budget the text is unknown, as a long line is.
+            return ShellLine(line, (SimpleCommand((Word(line[:64], (None,)),)),),
+                             problem="too much nested text to read", complete=False)
     if len(source) > _MAX_LINE_BYTES:
         # Not read at all: what it runs is unknown, so every deny rule meets it.
         return ShellLine(line, (SimpleCommand((Word(line[:64], (None,)),)),),
@@ -761,10 +773,13 @@ def _read(line: str, depth: int) -> ShellLine:
 @functools.lru_cache(maxsize=512)
 def read_line(line: str) -> ShellLine:
     """Read ``line`` as bash would (see the module docs). Never raises."""
+    _local.budget = [_MAX_READ_BYTES]
     try:
         return _read(line, 0)
     except RecursionError:
         return ShellLine(line, (), problem="nesting too deep to read", complete=False)
+    finally:
+        _local.budget = None
 
 
 def could_match(pattern: str, shape: Shape) -> bool:

@@ -165,3 +165,19 @@ def test_an_attack_is_never_allowed_and_a_deny_rule_meets_it(line: str, tmp_path
 def test_a_wrapper_running_something_else_is_not_denied(line: str) -> None:
     # The deny rule reads through wrappers; it does not meet every line naming one.
     assert _action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "allow"
+
+
+UNREQUIRED = Tool(
+    name="mcp__box__run", description="an MCP server's shell tool that marks nothing required",
+    parameters={"type": "object", "properties": {"command": {"type": "string"}}},
+    execute=lambda args, ctx: ToolResult.success(""))
+
+
+@pytest.mark.parametrize("line", ["touch pwned", "git status; touch pwned"])
+def test_a_deny_rule_meets_a_tool_that_marks_nothing_required(line: str) -> None:
+    rules = RuleSet.parse(["mcp__box__run"], (), ["mcp__box__run(touch*)"])
+    verdict = decide(rules, "ask", UNREQUIRED.name, {"command": line}, UNREQUIRED, "/w")
+    assert verdict.action == "deny"
+    rules = RuleSet.parse(["mcp__box__run(git status*)"])
+    verdict = decide(rules, "ask", UNREQUIRED.name, {"command": line}, UNREQUIRED, "/w")
+    assert verdict.action != "allow"
