@@ -15,7 +15,8 @@ covers an earlier one):
 4. the paths shown read-only although they are in a home (the interpreter lich runs on,
    ``read_paths``);
 5. in the work dir: ``.git/hooks``, ``.git/config``, ``.git/modules`` (and a ``.git``
-   file) read-only, since git runs what they name outside the sandbox later; the
+   file) read-only, since git runs what they name outside the sandbox later, and
+   ``.git`` itself a mount point (it cannot be renamed away and replaced); the
    protected directories (``.lich``, the session dir) and every secret file by name
    (:data:`lich.secret_files.SECRET_FILE_GLOBS`) masked by an empty read-only mount;
    ``/etc/shadow``-like system secrets masked too.
@@ -195,6 +196,8 @@ class Tree:
     """Directories replaced by an empty read-only one (masked, or not there yet)."""
     null_files: tuple[str, ...] = ()
     """Files replaced by an empty read-only one (``/dev/null``)."""
+    pinned: tuple[str, ...] = ()
+    """Directories bound onto themselves, so that they cannot be renamed (``.git``)."""
 
 
 def sandbox_tree(work_dir: str, protected_dirs: Iterable[str] = (),
@@ -209,7 +212,11 @@ def sandbox_tree(work_dir: str, protected_dirs: Iterable[str] = (),
     empty: list[str] = []
     null: list[str] = []
     git = os.path.join(work, ".git")
+    pinned: list[str] = []
     if os.path.isdir(git) and not os.path.islink(git):
+        # A mount point cannot be renamed: without this, `mv .git x; mkdir -p .git/hooks`
+        # would move the read-only mounts away and plant a hook git runs later.
+        pinned.append(git)
         for name in ("hooks", "config", "modules"):
             path = os.path.join(git, name)
             if os.path.lexists(path):
@@ -268,7 +275,7 @@ def sandbox_tree(work_dir: str, protected_dirs: Iterable[str] = (),
     dirs = sorted(set(empty))
     dirs = [d for d in dirs if not any(_within(o, d) and o != d for o in dirs)]
     files = sorted(p for p in set(null) if not any(_within(d, p) for d in dirs))
-    return Tree(tuple(read_only), tuple(dirs), tuple(files))
+    return Tree(tuple(read_only), tuple(dirs), tuple(files), tuple(pinned))
 
 
 def _system_secrets() -> list[str]:
@@ -319,6 +326,8 @@ def sandbox_argv(
     for path in read_paths:
         real = _real(os.path.expanduser(path))
         out += ["--ro-bind-try", real, real]
+    for path in tree.pinned:
+        out += ["--bind" if profile == "workspace-write" else "--ro-bind", path, path]
     for path in tree.read_only:
         out += ["--ro-bind", path, path]
     # In a read-only work dir nothing can be created: what is not there stays away.

@@ -188,6 +188,16 @@ async def test_git_hooks_config_and_lich_dir_are_read_only(sandboxed: Agent,
     assert (work / ".git" / "HEAD-test").exists()  # the rest of .git stays writable
 
 
+async def test_git_cannot_be_renamed_away_and_replaced(sandboxed: Agent, work: Path) -> None:
+    """The read-only mounts are inside .git: moving .git would take them along and
+    leave room for a fresh .git/hooks."""
+    await terminal(sandboxed, "mv .git .git-old; mkdir -p .git/hooks; "
+                              "echo evil > .git/hooks/pre-commit; mv .lich .lich-old")
+    assert not (work / ".git-old").exists()
+    assert not (work / ".git" / "hooks" / "pre-commit").exists()
+    assert (work / ".git" / "config").read_text().startswith("[core]")
+
+
 async def test_missing_git_hooks_and_lich_dirs_cannot_be_created(
     work: Path, home: Path,
 ) -> None:
