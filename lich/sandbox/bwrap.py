@@ -217,7 +217,7 @@ def sandbox_tree(work_dir: str, protected_dirs: Iterable[str] = (),
         # A mount point cannot be renamed: without this, `mv .git x; mkdir -p .git/hooks`
         # would move the read-only mounts away and plant a hook git runs later.
         pinned.append(git)
-        for name in ("hooks", "config", "modules"):
+        for name in ("hooks", "config", "config.worktree", "modules"):
             path = os.path.join(git, name)
             if os.path.lexists(path):
                 read_only.append(path)

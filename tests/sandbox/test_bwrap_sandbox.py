@@ -212,6 +212,25 @@ async def test_missing_git_hooks_and_lich_dirs_cannot_be_created(
     assert not (work / ".lich" / "config.toml").exists()
 
 
+async def test_a_work_dir_inside_the_home_is_there_and_the_rest_of_home_is_not(
+    home: Path,
+) -> None:
+    work = home / "projects" / "app"
+    work.mkdir(parents=True)
+    (work / "main.py").write_text("print('app')\n")
+    (home / ".gitconfig").write_text("[user]\n\tname = someone\n")
+    agent = agent_for(work)
+    try:
+        result = await terminal(agent, "cat main.py; cat ~/.ssh/id_ed25519 ~/.gitconfig; "
+                                       "ls -a ~ ~/projects; echo w > written.txt")
+    finally:
+        await agent.aclose()
+    assert "print('app')" in result.output
+    assert "PRIVATE KEY" not in result.output
+    assert "someone" not in result.output
+    assert (work / "written.txt").read_text() == "w\n"
+
+
 async def test_a_loopback_server_cannot_be_reached(sandboxed: Agent, direct: Agent) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
