@@ -36,7 +36,7 @@ __all__ = ["PER_TURN_HOOKS", "VARIANTS", "run", "tables"]
 PER_TURN_HOOKS = ("lich_before_model_call", "lich_price_call", "lich_before_tool_call",
                   "lich_check_tool_call", "lich_after_tool_call", "lich_event")
 
-_PRICES: dict[str, Any] = {"prices": {"providers": {"bench": "openai"}}}
+_PRICES: dict[str, Any] = {"tables": {"prices": {"providers": {"bench": "openai"}}}}
 
 # name -> (config on top of the plain one, plugin objects to add)
 VARIANTS: dict[str, tuple[dict[str, Any], Callable[[], list[tuple[str, Any]]] | None]] = {

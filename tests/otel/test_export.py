@@ -336,14 +336,12 @@ def test_an_unreachable_collector_is_one_warning_line_and_does_not_hold_the_exit
     and the exit does not wait for an export that cannot succeed — here the exporter
     would retry for ten minutes and the flush wait is the longest allowed, so a
     process that waited would be killed by the subprocess timeout."""
-    import socket
-
     from lich_env import lich_env
 
+    from lich.testing.ports import refused_port
+
     model = lich_scripted_server([Reply("hello back")])
-    with socket.socket() as closed:  # bound, not listening: connections are refused
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
+    with refused_port() as port:  # bound, not listening: connections are refused
         config = tmp_path / "lich.toml"
         config.write_text(
             'plugins = ["+otel"]\nstream = false\n'
