@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, get_args
@@ -64,6 +64,7 @@ __all__ = [
     "locate_config",
     "user_config_path",
     "user_trusted_dirs",
+    "with_file_lines",
 ]
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -545,14 +546,38 @@ def load_config(
             )
     notices = _split_tables(raw, problems)
     if problems:
-        raise ConfigError(problems, file_name)
+        raise ConfigError(_with_lines(problems, file, sources), file_name)
     try:
         config = structure_settings(raw, LichConfig)
     except ConfigError as exc:
-        raise ConfigError(exc.problems, file_name) from exc
+        raise ConfigError(_with_lines(exc.problems, file, sources), file_name) from exc
     return LoadedConfig(config=config, file=file_name, sources=sources, location=location,
                         trust=project_trust, warnings=tuple(passed_over),
                         notices=notices)
+
+
+def with_file_lines(loaded: LoadedConfig, problems: Sequence[str]) -> list[str]:
+    """``problems`` (``"$.path: message"`` lines, a plugin's settings check's too) with
+    `` (line N)``: where each path stands in the loaded TOML file, when it came from
+    there."""
+    return _with_lines(list(problems), Path(loaded.file) if loaded.file else None,
+                       loaded.sources)
+
+
+def _with_lines(problems: list[str], file: Path | None,
+                sources: Mapping[str, Source]) -> list[str]:
+    """``problems`` with the line of the TOML file each ``$.path`` stands on (read again,
+    only now there is something to report); a key the environment or a flag set keeps
+    its problem as it is."""
+    if file is None or file.suffix.lower() == ".json":
+        return problems
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return problems
+    from lich.toml_lines import with_lines
+
+    return with_lines(text, problems, frozenset(k for k, v in sources.items() if v != "file"))
 
 
 def _pop_trusted_dirs(

@@ -436,6 +436,12 @@ def assemble(
         # A config plugin that failed may be the cause too (a provider kind it was to
         # register): say so before the error.
         warn_plugin_failures(host)
+        if isinstance(exc, ConfigError):
+            from lich.config import with_file_lines
+
+            # A plugin's settings check names the $.path; the file has its line.
+            located = ConfigError(with_file_lines(loaded, exc.problems), exc.file)
+            raise CommandError(str(located)) from exc
         raise CommandError(str(exc)) from exc
     # (An agent dropped by a failed check has made no request: its providers' clients
     # hold no connection to close.)

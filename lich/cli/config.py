@@ -632,8 +632,11 @@ def config_validate(settings: CliSettings) -> int:
     named = named_plugin_failures(settings, host)
     for report in host.failures:
         text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"
-        # A --plugin entry must load (as in a run); config entries only in strict mode.
-        (errors if config.strict_plugins or report in named else warnings).append(text)
+        # A run goes on without a configured plugin that fails (a warning), but a config
+        # that names one is not "ok": every failure is an error here, but an entry
+        # skipped as a duplicate of one that loaded.
+        failed = report.status != "skipped" or config.strict_plugins or report in named
+        (errors if failed else warnings).append(text)
     for i, provider in enumerate(config.providers):
         try:
             registry.resolve(provider, i)
@@ -668,8 +671,10 @@ def config_validate(settings: CliSettings) -> int:
     for text in warnings:
         echo_warning(text)
     if errors:
+        from lich.config import with_file_lines
+
         prefix = f"{loaded.file}: " if loaded.file else ""
-        for text in errors:
+        for text in with_file_lines(loaded, errors):
             echo_error(prefix + text)
         return EXIT_USAGE
     click.echo(f"ok: {where}")

@@ -589,6 +589,10 @@ def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:
     if isinstance(exc, SyntaxError):
         where = f"{exc.filename}:{exc.lineno}" if exc.filename else f"line {exc.lineno}"
         message = f"{exc.msg} ({where})"
+    else:
+        at = _plugin_frame(base, exc)
+        if at is not None:
+            message = f"{message} ({at})"
     return evolve(
         base,
         status="failed",
@@ -597,6 +601,39 @@ def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:
         error_message=message,
         hooks=(),
     )
+
+
+# Frames that are never the plugin's own: Python's import machinery, pluggy, lich.
+_NOT_THE_PLUGINS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    os.path.dirname(os.path.abspath(pluggy.__file__)))
+
+
+def _plugin_frame(base: LoadReport, exc: BaseException) -> str | None:
+    """``file:line`` where the plugin's own code raised ``exc`` (the import that failed,
+    the line of a hook that raised): the innermost frame of the plugin's file or
+    module, else the innermost one outside lich, pluggy and the import machinery."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = base.resolved or ""
+    module = own.split(":", 1)[0] if base.source in ("entry_point", "module") else None
+    fallback = None
+    for frame in reversed(frames):
+        filename = frame.filename
+        if filename.startswith("<") or filename.startswith(_NOT_THE_PLUGINS):
+            continue
+        if base.source == "file" and os.path.abspath(filename) == own:
+            return f"{filename}:{frame.lineno}"
+        if module and _module_file(module) == os.path.abspath(filename):
+            return f"{filename}:{frame.lineno}"
+        fallback = fallback or f"{filename}:{frame.lineno}"
+    return fallback
+
+
+def _module_file(module: str) -> str | None:
+    loaded = sys.modules.get(module)
+    path = getattr(loaded, "__file__", None)
+    return os.path.abspath(path) if isinstance(path, str) else None
 
 
 _EP_CACHE: dict[str, ep_index.EntryPointRecord] | None = None

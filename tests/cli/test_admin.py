@@ -183,6 +183,65 @@ def test_config_validate(work: Path, lich: Any, scripted: Any) -> None:
     assert f"{path}: $.colour: unknown key" in unknown_key.stderr
 
 
+def test_config_validate_gives_the_line_of_each_problem(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["never"])
+    path = write_config(work, server.base_url, extra=(
+        "[plugin_settings.failover]\nmax_attempts = 0\n"))
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text + "\n[[providers]]\nkind = \"ollama\"\nmodel = \"m\"\n",
+                    encoding="utf-8")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    settings_line = lines.index("max_attempts = 0") + 1
+    second = [i for i, line in enumerate(lines, 1) if line == "[[providers]]"][1]
+
+    validate = lich("config", "validate")
+    run = lich("run", "hello")
+
+    assert validate.exit_code == 2
+    # The $.path and the line: a missing key points at its table's header.
+    assert (f"{path}: $.providers[1].name: required key missing (line {second})"
+            in validate.stderr)
+    assert run.exit_code == 2
+    assert f"$.providers[1].name: required key missing (line {second})" in run.stderr
+    # A plugin's own settings check gets its line too (in a run and in validate).
+    path.write_text(text, encoding="utf-8")
+    validate = lich("config", "validate")
+    run = lich("run", "hello")
+    assert (f"$.plugin_settings.failover.max_attempts: must be at least 1, got 0 "
+            f"(line {settings_line})") in validate.stderr
+    assert f"must be at least 1, got 0 (line {settings_line})" in run.stderr
+    assert server.requests == []
+
+
+def test_config_validate_is_not_ok_while_a_configured_plugin_fails_to_load(
+    work: Path, lich: Any, scripted: Any
+) -> None:
+    server = scripted(["never"])
+    (work / "broken.py").write_text("import os\n\nimport no_such_module_zz\n",
+                                    encoding="utf-8")
+    (work / "raises.py").write_text(
+        "from lich import hookimpl\n\n\ndef helper():\n    raise RuntimeError('boom')\n\n\n"
+        "@hookimpl\ndef lich_register_tools(registry):\n    helper()\n", encoding="utf-8")
+    write_config(work, server.base_url, plugins=["builtin_tools", "approvals", "openai_compat",
+                                                 "broken.py", "raises.py"])
+
+    validate = lich("config", "validate")
+    plugins = lich("plugins", "--json")
+
+    assert validate.exit_code == 2, validate.stdout
+    assert not validate.stdout.startswith("ok")
+    # Each failure says where: the import that failed, the line of the hook that raised.
+    assert (f"plugin 'broken.py': failed: import: ModuleNotFoundError: No module named "
+            f"'no_such_module_zz' ({work / 'broken.py'}:3)") in validate.stderr
+    assert (f"plugin 'raises.py': failed: register: RuntimeError: boom "
+            f"({work / 'raises.py'}:5)") in validate.stderr
+    reports = {r["entry"]: r for r in json.loads(plugins.stdout)}
+    assert reports["raises.py"]["error_message"] == f"boom ({work / 'raises.py'}:5)"
+    assert server.requests == []
+
+
 def test_config_validate_checks_plugin_settings_as_a_run_does(
     work: Path, lich: Any, scripted: Any
 ) -> None:
