@@ -118,7 +118,7 @@ def _lines(text: str) -> list[tuple[Path, int]]:
             continue
         assign = _ASSIGN.match(line)
         if assign:
-            key = _key_parts(assign.group(1))
+            key = tuple(_key_parts(assign.group(1)))
             # A dotted key (tools.terminal.timeout_s = 5) makes its tables on this line.
             found.extend(((*table, *key[:n]), number) for n in range(1, len(key) + 1))
             open_ = _opens(assign.group(2))

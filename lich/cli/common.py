@@ -288,7 +288,7 @@ def warn_plugin_failures(host: PluginHost) -> None:
     for report in host.failures:
         verb = "was skipped" if report.status == "skipped" else "failed to load"
         echo_warning(
-            f"plugin {report.entry!r} {verb} ({report.describe_error()}); "
+            f"plugin {report.entry!r} {verb} ({report.describe_error(at=True)}); "
             "continuing without it (see `lich plugins`)"
         )
 

@@ -631,7 +631,7 @@ def config_validate(settings: CliSettings) -> int:
     host.shutdown_sync(tools)
     named = named_plugin_failures(settings, host)
     for report in host.failures:
-        text = f"plugin {report.entry!r}: {report.status}: {report.describe_error()}"
+        text = f"plugin {report.entry!r}: {report.status}: {report.describe_error(at=True)}"
         # A run goes on without a configured plugin that fails (a warning), but a config
         # that names one is not "ok": every failure is an error here, but an entry
         # skipped as a duplicate of one that loaded.

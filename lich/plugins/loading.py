@@ -88,6 +88,9 @@ class LoadReport:
     phase: Phase | None = None
     error_type: str | None = None
     error_message: str | None = None
+    #: ``file:line`` where the plugin's own code raised (the import that failed, the
+    #: line of a hook that raised), when the traceback has it.
+    error_at: str | None = None
     load_ms: float = 0.0
     warnings: tuple[str, ...] = field(default=(), converter=_str_tuple)
 
@@ -96,12 +99,14 @@ class LoadReport:
         """Whether the plugin is loaded."""
         return self.status == "loaded"
 
-    def describe_error(self) -> str:
-        """``<phase>: <ErrorType>: <message>`` for a failed or skipped entry."""
+    def describe_error(self, *, at: bool = False) -> str:
+        """``<phase>: <ErrorType>: <message>`` for a failed or skipped entry; with ``at``,
+        followed by `` (file:line)`` where the plugin's code raised, when known."""
         if self.status == "loaded":
             return ""
         kind = f"{self.error_type}: " if self.error_type else ""
-        return f"{self.phase or 'load'}: {kind}{self.error_message or ''}"
+        where = f" ({self.error_at})" if at and self.error_at else ""
+        return f"{self.phase or 'load'}: {kind}{self.error_message or ''}{where}"
 
 
 class PluginLoadError(Exception):
@@ -589,16 +594,14 @@ def _failed(base: LoadReport, phase: Phase, exc: BaseException) -> LoadReport:
     if isinstance(exc, SyntaxError):
         where = f"{exc.filename}:{exc.lineno}" if exc.filename else f"line {exc.lineno}"
         message = f"{exc.msg} ({where})"
-    else:
-        at = _plugin_frame(base, exc)
-        if at is not None:
-            message = f"{message} ({at})"
+    at = None if isinstance(exc, SyntaxError) else _plugin_frame(base, exc)
     return evolve(
         base,
         status="failed",
         phase=phase,
         error_type=type(exc).__name__,
         error_message=message,
+        error_at=at,
         hooks=(),
     )
 

@@ -119,7 +119,7 @@ def test_a_missing_required_key_is_a_config_error_before_any_request(
     assert error_line(result.stderr) == (
         "lich: error: $.providers[0]: provider 'claude': missing API key: set the "
         "environment variable LICH_TEST_MISSING_KEY (or name another variable in this "
-        "provider's api_key_env)"
+        "provider's api_key_env) (line 1)"
     )
     assert server.requests == []
 

@@ -222,9 +222,11 @@ def test_bad_values_name_the_file_and_the_path(
 def test_several_problems_are_listed_together(tmp_path: Path, home: Path) -> None:
     path = write_config(tmp_path, "nonsense = 1\nother = 2\n")
     error = problems_of(tmp_path)
-    assert error.problems == ["$.nonsense: unknown key", "$.other: unknown key"]
+    assert error.problems == ["$.nonsense: unknown key (line 1)",
+                              "$.other: unknown key (line 2)"]
     assert str(error) == (
-        f"{path}: invalid configuration:\n  $.nonsense: unknown key\n  $.other: unknown key"
+        f"{path}: invalid configuration:\n  $.nonsense: unknown key (line 1)\n"
+        "  $.other: unknown key (line 2)"
     )
 
 
@@ -235,9 +237,9 @@ def test_the_executor_limits_of_every_tool_table_are_checked(tmp_path: Path, hom
         "[tools.read_file]\ntimeout_s = 0\n"
         "[tools.their_tool]\nmax_output_chars = 1.5\ntimeout_s = '9'\ntheir_key = 'any'\n"))
     assert sorted(problems_of(tmp_path).problems) == [
-        "$.tools.read_file.timeout_s: must be greater than 0, got 0.0",
-        "$.tools.their_tool.max_output_chars: expected an integer, got number",
-        "$.tools.their_tool.timeout_s: expected a number, got string",
+        "$.tools.read_file.timeout_s: must be greater than 0, got 0.0 (line 2)",
+        "$.tools.their_tool.max_output_chars: expected an integer, got number (line 4)",
+        "$.tools.their_tool.timeout_s: expected a number, got string (line 5)",
     ]
     write_config(tmp_path, "[tools.their_tool]\ntimeout_s = 2\ntheir_key = 'any'\n")
     assert load(tmp_path).tools == {"their_tool": {"timeout_s": 2, "their_key": "any"}}
