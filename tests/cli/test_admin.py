@@ -221,11 +221,11 @@ def test_config_validate_is_not_ok_while_a_configured_plugin_fails_to_load(
     server = scripted(["never"])
     (work / "broken.py").write_text("import os\n\nimport no_such_module_zz\n",
                                     encoding="utf-8")
-    (work / "raises.py").write_text(
+    (work / "hook_raises.py").write_text(
         "from lich import hookimpl\n\n\ndef helper():\n    raise RuntimeError('boom')\n\n\n"
         "@hookimpl\ndef lich_register_tools(registry):\n    helper()\n", encoding="utf-8")
     write_config(work, server.base_url, plugins=["builtin_tools", "approvals", "openai_compat",
-                                                 "broken.py", "raises.py"])
+                                                 "broken.py", "hook_raises.py"])
 
     validate = lich("config", "validate")
     plugins = lich("plugins", "--json")
@@ -235,11 +235,11 @@ def test_config_validate_is_not_ok_while_a_configured_plugin_fails_to_load(
     # Each failure says where: the import that failed, the line of the hook that raised.
     assert (f"plugin 'broken.py': failed: import: ModuleNotFoundError: No module named "
             f"'no_such_module_zz' ({work / 'broken.py'}:3)") in validate.stderr
-    assert (f"plugin 'raises.py': failed: register: RuntimeError: boom "
-            f"({work / 'raises.py'}:5)") in validate.stderr
+    assert (f"plugin 'hook_raises.py': failed: register: RuntimeError: boom "
+            f"({work / 'hook_raises.py'}:5)") in validate.stderr
     reports = {r["entry"]: r for r in json.loads(plugins.stdout)}
-    assert reports["raises.py"]["error_message"] == "boom"
-    assert reports["raises.py"]["error_at"] == f"{work / 'raises.py'}:5"
+    assert reports["hook_raises.py"]["error_message"] == "boom"
+    assert reports["hook_raises.py"]["error_at"] == f"{work / 'hook_raises.py'}:5"
     assert server.requests == []
 
 
