@@ -347,7 +347,7 @@ class RunInfo:
 
 
 #: The record kinds a run writes itself, which :meth:`RunInfo.append_record` refuses.
-CORE_RECORD_KINDS = frozenset({"message", "compact", "event", "meta"})
+CORE_RECORD_KINDS = frozenset({"message", "compact", "event", "meta", "rewind"})
 _RECORD_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 

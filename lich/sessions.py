@@ -7,7 +7,10 @@ Every line is one record ``{"v": 2, "ts": …, "kind": …}``:
 * ``event`` — ``{"event": {...}}``, events worth keeping (tool call provenance,
   retries and failovers, compression, errors);
 * ``meta`` — ``{"event": "run_start" | "run_end", ...}`` with the input,
-  usage, cost (``cost_usd``, ``null`` when unknown) and stopped reason.
+  usage, cost (``cost_usd``, ``null`` when unknown) and stopped reason;
+* ``rewind`` — ``{"messages": N}``: the history from here on is its first ``N``
+  messages (a conversation rewind: the file stays append-only, and a run that
+  resumes the session continues from there).
 
 Version 2 (this one) added the cache and reasoning token counts to every
 usage and ``cost_usd`` to ``run_end`` and to the recorded events; version 1
@@ -598,7 +601,8 @@ def read_session_file(path: Path, session_id: str | None = None) -> SessionConte
 
 
 def apply_record(record: Any, messages: builtins.list[Message]) -> builtins.list[Message]:
-    """The history after ``record``: a ``message`` appended, a ``compact`` replacing it.
+    """The history after ``record``: a ``message`` appended, a ``compact`` replacing it,
+    a ``rewind`` cutting it.
 
     What every store's reader does with each record it reads back, in order.
 
@@ -615,6 +619,11 @@ def apply_record(record: Any, messages: builtins.list[Message]) -> builtins.list
         messages.append(serialization.message_from_dict(record.get("message")))
     elif kind == "compact":
         messages = serialization.messages_from_dicts(record.get("messages"))
+    elif kind == "rewind":
+        keep = record.get("messages")
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+            raise ValueError(f"rewind record: messages must be a count, not {keep!r}")
+        messages = messages[:keep]
     return messages
 
 

@@ -20,6 +20,7 @@ from lich.checkpoints.rewind import (
     describe,
     load,
     rewind,
+    rewind_conversation,
 )
 from lich.checkpoints.store import SnapshotError
 from lich.cli.common import EXIT_OK, EXIT_STOPPED, EXIT_USAGE, echo_error, host_for
@@ -232,14 +233,17 @@ def prune_command(ctx: click.Context, session: str | None, dry_run: bool) -> Non
 @click.option("--to", "to", metavar="TURN|CHECKPOINT",
               help="A turn of the session (undo it and every later one) or a checkpoint id; "
                    "default: the latest checkpoint.")
-@click.option("--code", is_flag=True, default=True,
-              help="Restore the files (the default, and for now the only kind).")
+@click.option("--code", is_flag=True, help="Restore the files (the default).")
+@click.option("--conversation", is_flag=True,
+              help="Cut the conversation back to before that turn's message (--resume "
+                   "then continues from there).")
+@click.option("--both", is_flag=True, help="--code and --conversation.")
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
 @click.option("--force", is_flag=True,
               help="Also restore files changed by hand since the agent last wrote them.")
 @click.pass_context
 def rewind_command(ctx: click.Context, session: str, to: str | None, code: bool,
-                   dry_run: bool, force: bool) -> None:
+                   conversation: bool, both: bool, dry_run: bool, force: bool) -> None:
     """Put the files the agent changed since a checkpoint back as they were.
 
     Only files the agent (or a rewind) wrote are touched; one changed by hand after
@@ -249,12 +253,34 @@ def rewind_command(ctx: click.Context, session: str, to: str | None, code: bool,
     settings = get_settings(ctx)
 
     def go() -> int:
+        files = code or both or not conversation
+        talk = conversation or both
         with _session(settings, session) as (store, cps):
-            result = rewind(store, cps, to, dry_run=dry_run, force=force)
+            data: dict[str, Any] = {}
+            lines: list[str] = []
+            if talk:
+                # Resolved before the files are touched: a bad --to changes nothing.
+                cps.conversation_target(to)
+            if files:
+                try:
+                    result = rewind(store, cps, to, dry_run=dry_run, force=force)
+                except RewindError as exc:
+                    if not talk or exc.code != EXIT_STOPPED:
+                        raise
+                    lines.append(str(exc))  # no file to restore: the conversation still goes
+                else:
+                    data.update(result.to_dict())
+                    lines += describe(result, cps.session_id)
+            if talk:
+                cut = rewind_conversation(store, cps, to, dry_run=dry_run)
+                data["conversation"] = cut
+                lines.append(f"{'would drop' if dry_run else 'dropped'} turn {cut['turn']} "
+                             f"and after: {cut['messages_dropped']} messages "
+                             f"(kept {cut['messages_kept']})")
             if settings.json:
-                print_json(result.to_dict())
+                print_json(data)
             else:
-                for line in describe(result, cps.session_id):
+                for line in lines:
                     click.echo(line)
             return EXIT_OK
     ctx.exit(_run(go))

@@ -24,9 +24,12 @@ from typing import Any
 from attrs import frozen
 
 from lich.checkpoints.store import Entry, ShadowStore
+from lich.serialization import SerializationError
+from lich.sessions import apply_record
+from lich.types import UserMessage
 
-__all__ = ["OURS", "POINTS", "Checkpoint", "RewindPlan", "checkpoints_of", "plan_rewind",
-           "turn_runs"]
+__all__ = ["OURS", "POINTS", "Checkpoint", "RewindPlan", "checkpoints_of",
+           "conversation_turns", "plan_rewind", "turn_runs"]
 
 #: Phases whose changed paths are the agent's (or a rewind's) own writes.
 OURS = frozenset({"after", "restored"})
@@ -77,17 +80,39 @@ def checkpoints_of(records: Iterable[Mapping[str, Any]]) -> list[Checkpoint]:
     return found
 
 
-def turn_runs(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Run id → the session's turn number (1 for the first user message's run): the
-    ``run_start`` records that did not continue an earlier run's turn."""
-    turns: dict[str, int] = {}
-    number = 0
+def conversation_turns(records: Iterable[Mapping[str, Any]]) -> list[tuple[int, str]]:
+    """The turns of the conversation as it is now (``rewind`` records applied): for
+    each of its user messages, in order, ``(its index in the history, the run that
+    added it)``. Turn N of a session is the N-th of them, for code and conversation
+    alike; a run whose message a rewind cut off has no turn any more."""
+    messages: list[Any] = []
+    users: list[tuple[int, str]] = []
+    run = ""
     for r in records:
-        if r.get("kind") == "meta" and r.get("event") == "run_start":
-            if not r.get("continued"):
-                number += 1
-            turns[str(r.get("run_id"))] = max(number, 1)
-    return turns
+        kind = r.get("kind")
+        if kind == "meta" and r.get("event") == "run_start" and not r.get("continued"):
+            run = str(r.get("run_id", ""))
+        try:
+            messages = apply_record(r, messages)
+        except (ValueError, SerializationError):
+            continue
+        if kind == "message" and isinstance(messages[-1], UserMessage):
+            users.append((len(messages) - 1, run))
+        elif kind == "compact":
+            # A compaction rewrites the history: its user messages are the last of
+            # those known, in order.
+            positions = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+            known = users[len(users) - len(positions):] if positions else []
+            users = [(p, u[1]) for p, u in zip(positions, known, strict=False)]
+        elif kind == "rewind":
+            users = [u for u in users if u[0] < len(messages)]
+    return users
+
+
+def turn_runs(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Run id → its turn number in the conversation as it is now
+    (:func:`conversation_turns`)."""
+    return {run: n for n, (_pos, run) in enumerate(conversation_turns(records), start=1)}
 
 
 @frozen

@@ -19,8 +19,8 @@ from lich.checkpoints.ledger import (
     Checkpoint,
     RewindPlan,
     checkpoints_of,
+    conversation_turns,
     plan_rewind,
-    turn_runs,
 )
 from lich.checkpoints.store import ShadowStore, Snapshot
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from lich.sessions import SessionStore
 
 __all__ = ["RewindError", "RewindResult", "SessionCheckpoints", "agent_changes", "describe",
-           "load", "rewind"]
+           "load", "rewind", "rewind_conversation"]
 
 
 class RewindError(Exception):
@@ -48,6 +48,8 @@ class SessionCheckpoints:
     shadow: ShadowStore
     points: tuple[Checkpoint, ...]
     turns: dict[str, int]
+    #: The conversation's turns as it is now: (history index of its user message, run).
+    users: tuple[tuple[int, str], ...] = ()
 
     @property
     def targets(self) -> list[Checkpoint]:
@@ -74,16 +76,61 @@ class SessionCheckpoints:
         if to is None:
             return candidates[-1]
         if to.isdigit() and len(to) < 6:
-            of_turn = [c for c in candidates
-                       if c.phase == "before" and self.turns.get(c.run_id) == int(to)]
-            if not of_turn:
-                raise RewindError(f"turn {to} of this session has no checkpoint "
-                                  "(the agent changed nothing in it)", 2)
-            return of_turn[0]
+            turn = self.turn_number(to)
+            since = [c for c in candidates
+                     if c.phase == "before" and self.turns.get(c.run_id, 0) >= turn]
+            if not since:
+                raise RewindError(f"the agent changed no file since turn {turn}", 1)
+            return since[0]
         hit = self.find(to)
         if hit.phase not in POINTS:
             raise RewindError(f"{to!r} is a ledger entry, not a checkpoint to rewind to", 2)
         return hit
+
+
+    def turn_number(self, to: str) -> int:
+        """``to`` as a turn of the conversation as it is now.
+
+        :raises RewindError: no such turn.
+        """
+        turn = int(to)
+        if not 1 <= turn <= len(self.users):
+            raise RewindError(f"no turn {to}: the conversation has {len(self.users)} "
+                              "(see lich sessions show)", 2)
+        return turn
+
+    def conversation_target(self, to: str | None) -> int:
+        """The turn a conversation rewind goes back to (its message and all after it
+        go): ``to`` as a turn, a checkpoint's turn, or by default the last turn."""
+        if not self.users:
+            raise RewindError("the conversation has no turn to rewind", 1)
+        if to is None:
+            return len(self.users)
+        if to.isdigit() and len(to) < 6:
+            return self.turn_number(to)
+        turn = self.turns.get(self.find(to).run_id)
+        if turn is None:
+            raise RewindError(f"checkpoint {to!r} belongs to no turn of the conversation "
+                              "as it is now", 2)
+        return turn
+
+
+def rewind_conversation(store: SessionStore, session: SessionCheckpoints, to: str | None, *,
+                        dry_run: bool = False) -> dict[str, Any]:
+    """Cut the conversation back to before turn ``to``'s message, by appending a
+    ``rewind`` record (the transcript stays append-only; a resumed run continues from
+    there). What it kept and dropped, as JSON."""
+    turn = session.conversation_target(to)
+    keep = session.users[turn - 1][0]
+    total = len(store.history(session.session_id))
+    if not dry_run:
+        writer = store.open(session.session_id)
+        try:
+            writer.append("rewind", messages=keep)
+        finally:
+            writer.close()
+    return {"turn": turn, "messages_kept": keep, "messages_dropped": total - keep,
+            "dry_run": dry_run}
 
 
 def load(store: SessionStore, ref: str, shadow: ShadowStore) -> SessionCheckpoints:
@@ -95,7 +142,9 @@ def load(store: SessionStore, ref: str, shadow: ShadowStore) -> SessionCheckpoin
     sid = store.resolve(ref)
     records = store.read(sid).records
     points = tuple(c for c in checkpoints_of(records) if c.work_dir == str(shadow.work_dir))
-    return SessionCheckpoints(sid, shadow, points, turn_runs(records))
+    users = tuple(conversation_turns(records))
+    turns = {run: n for n, (_pos, run) in enumerate(users, start=1)}
+    return SessionCheckpoints(sid, shadow, points, turns, users)
 
 
 def agent_changes(points: tuple[Checkpoint, ...] | list[Checkpoint],

@@ -477,3 +477,79 @@ def test_a_store_killed_mid_snapshot_stays_usable(work: Path) -> None:
     assert done.exit_code == 0, done.output
     assert tree(work)["a.txt"] == b"alpha\n"
     assert tree(work) != before_rewind
+
+
+def _history(work: Path, sid: str) -> list[Any]:
+    from lich.sessions import JsonlSessionStore
+
+    return JsonlSessionStore(work / ".lich" / "sessions").history(sid)
+
+
+def _users(work: Path, sid: str) -> list[str]:
+    from lich.types import UserMessage
+
+    return [m.content for m in _history(work, sid) if isinstance(m, UserMessage)]
+
+
+def run_input(work: Path, text: str, replies: list[Reply], sid: str) -> None:
+    cfg = make_test_config(work, plugins=PLUGINS)
+    agent = Agent(cfg, chat=ScriptedChat([*replies, Reply(text="done")]))
+    try:
+        history = _history(work, sid) if (work / ".lich" / "sessions").is_dir() else []
+        result = asyncio.run(agent.run(text, history=history or None, session_id=sid))
+    finally:
+        asyncio.run(agent.aclose())
+    assert result.stopped_reason == "final"
+
+
+def test_a_conversation_rewind_cuts_the_history_and_a_resumed_run_goes_on_from_there(
+        work: Path) -> None:
+    sid = "talk"
+    run_input(work, "first", EDITS[:1], sid)
+    after_first = tree(work)
+    run_input(work, "second", EDITS[1:2], sid)
+    run_input(work, "third", EDITS[2:], sid)
+    assert _users(work, sid) == ["first", "second", "third"]
+    transcript = next((work / ".lich" / "sessions").glob("talk*.jsonl"))
+    lines_before = transcript.read_text().splitlines()
+
+    dry = cli(rewind_command, "--work-dir", str(work), sid, "--both", "--to", "2", "--dry-run",
+              "--json")
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["conversation"]["turn"] == 2
+    assert _users(work, sid) == ["first", "second", "third"]
+
+    done = cli(rewind_command, "--work-dir", str(work), sid, "--both", "--to", "2", "--json")
+    assert done.exit_code == 0, done.output
+    assert tree(work) == after_first
+    assert _users(work, sid) == ["first"]
+    # Append-only: every line that was there is there still, in place.
+    assert transcript.read_text().splitlines()[:len(lines_before)] == lines_before
+
+    run_input(work, "instead", [call("c9", "write_file", path="z.txt", content="z\n")], sid)
+    assert _users(work, sid) == ["first", "instead"]
+    # Turns count in the conversation as it is now: turn 2 is "instead"'s.
+    code_only = cli(rewind_command, "--work-dir", str(work), sid, "--to", "2", "--json")
+    assert code_only.exit_code == 0, code_only.output
+    assert json.loads(code_only.output)["delete"] == ["z.txt"]
+    assert _users(work, sid) == ["first", "instead"]  # --code leaves the conversation
+    talk_only = cli(rewind_command, "--work-dir", str(work), sid, "--conversation", "--json")
+    assert talk_only.exit_code == 0, talk_only.output
+    assert _users(work, sid) == ["first"]
+    assert tree(work) == after_first  # --conversation leaves the files
+    bad = cli(rewind_command, "--work-dir", str(work), sid, "--conversation", "--to", "5")
+    assert bad.exit_code == 2
+
+
+def test_a_malformed_rewind_record_is_reported_not_obeyed(tmp_path: Path) -> None:
+    from lich.sessions import JsonlSessionStore
+
+    store = JsonlSessionStore(tmp_path)
+    (tmp_path / "s1.jsonl").write_text(
+        '{"v": 2, "ts": 1, "kind": "message", "message": {"role": "user", "content": "a"}}\n'
+        '{"v": 2, "ts": 2, "kind": "rewind", "messages": -1}\n'
+        '{"v": 2, "ts": 3, "kind": "rewind", "messages": true}\n')
+    contents = store.read("s1")
+    assert len(contents.messages) == 1
+    assert len(contents.problems) == 2
+    assert "rewind record" in contents.problems[0]
