@@ -627,7 +627,15 @@ def config_validate(settings: CliSettings) -> int:
         errors.extend(host.check_config(config))
         host.register_providers(registry)
         # To look at: the plugins start nothing (no MCP server, no connection).
-        tools = build_tool_registry(host, config, inspect_only=True)
+        try:
+            tools = build_tool_registry(host, config, inspect_only=True)
+        except ConfigError as exc:
+            # A process runner that cannot start (a required sandbox) or whose table is
+            # bad: what a run would refuse, said once.
+            errors.extend(p for p in exc.problems if p not in errors)
+            from lich.tools import ToolRegistry
+
+            tools = ToolRegistry()
     host.shutdown_sync(tools)
     named = named_plugin_failures(settings, host)
     for report in host.failures:

@@ -125,3 +125,26 @@ def test_a_required_sandbox_that_cannot_start_is_an_error_line_not_a_traceback(
     assert "Traceback" not in done.stderr
     assert ("lich: error: $.sandbox.mode: the sandbox is required but cannot start: "
             "bwrap is not installed") in done.stderr
+
+
+@pytest.mark.parametrize(("table", "path", "said"), [
+    ('mode = "sometimes"', None, "$.sandbox.mode: must be one of 'off', 'auto', 'required'"),
+    ('mode = "required"', "empty", "$.sandbox.mode: the sandbox is required but cannot start"),
+])
+def test_config_validate_reports_the_sandbox_problem(
+    project: Path, tmp_path: Path, table: str, path: str | None, said: str,
+) -> None:
+    config = project.parent / "lich.toml"
+    config.write_text(f'plugins = ["builtin_tools", "lich.sandbox.plugin"]\n[sandbox]\n{table}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LICH_")}
+    if path is not None:
+        (tmp_path / path).mkdir()
+        env["PATH"] = str(tmp_path / path)
+    done = subprocess.run([sys.executable, "-m", "lich", "config", "validate", "--config",
+                           str(config), "--work-dir", str(project)],
+                          cwd=project, capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert said in done.stdout + done.stderr
+    assert (done.stdout + done.stderr).count(said) == 1  # said once
