@@ -34,6 +34,8 @@ SUITE: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
            {"turns": 3, "reps": 2}),
     "b9": ("bench.b9_cluster", {"k": 50, "m": 10, "reps": 3},
            {"k": 2, "m": 2, "reps": 1, "partitions": 4}),
+    "b10": ("bench.b10_checkpoints", {"files": 10_000, "changed": 100, "reps": 5},
+            {"files": 50, "changed": 5, "reps": 1}),
 }
 
 

@@ -229,6 +229,13 @@ def test_b4_transcripts() -> None:
         assert _positive(result[key]["median"])
 
 
+def test_b10_checkpoints() -> None:
+    result, tables = run_one("b10", quick=True)
+    _check_common(result, tables)
+    for key in ("unchanged_s", "changed_s", "rewind_s"):
+        assert _positive(result[key]["median"])
+
+
 def test_b5_memory() -> None:
     result, tables = run_one("b5", quick=True)
     _check_common(result, tables)
