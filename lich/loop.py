@@ -564,11 +564,24 @@ class _Loop:
         except Exception as exc:
             emit(ErrorEvent("unknown", f"{type(exc).__name__}: {exc}"))
             raise
-        if not result.usage.reported:
-            # No usage from the provider: estimate it (marked so), or --max-tokens,
-            # --max-cost and a gateway's daily budget would count this call as free.
-            result = attrs.evolve(result, usage=context.estimate_usage(
-                self.history.tokens + offer.tokens, result.message))
+        usage = result.usage
+        if not usage.estimated and not (usage.prompt_tokens and usage.completion_tokens):
+            # No usage from the provider, or only part of it (a cached prompt's count
+            # left out, a lost final stream chunk, `total_tokens: 1`): each missing
+            # count is estimated (marked so), or --max-tokens, --max-cost and a
+            # gateway's daily budget would count this call as (nearly) free.
+            guess = context.estimate_usage(self.history.tokens + offer.tokens,
+                                           result.message)
+            if not usage.reported:
+                usage = guess
+            elif guess.completion_tokens or not usage.prompt_tokens:
+                prompt = usage.prompt_tokens or guess.prompt_tokens
+                completion = usage.completion_tokens or guess.completion_tokens
+                usage = attrs.evolve(usage, prompt_tokens=prompt,
+                                     completion_tokens=completion,
+                                     total_tokens=max(usage.total_tokens, prompt + completion),
+                                     estimated=True)
+            result = attrs.evolve(result, usage=usage)
         self.usage = self.usage + result.usage
         emit(LlmEnd(turn, result, self.priced(result)))
         self.append(result.message)
