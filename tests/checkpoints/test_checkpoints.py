@@ -553,3 +553,26 @@ def test_a_malformed_rewind_record_is_reported_not_obeyed(tmp_path: Path) -> Non
     assert len(contents.messages) == 1
     assert len(contents.problems) == 2
     assert "rewind record" in contents.problems[0]
+
+
+def test_the_commands_in_a_real_lich_process(work: Path) -> None:
+    import sys
+
+    before = tree(work)
+    run_agent(work, EDITS)
+
+    def lich(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "lich", "--plugin",
+                               "lich.checkpoints.plugin", *args], cwd=work,
+                              capture_output=True, text=True, timeout=120)
+
+    listed = lich("checkpoints", "list", "latest", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)["checkpoints"]) == 3
+    done = lich("rewind", "latest", "--to", "1")
+    assert done.returncode == 0, done.stderr
+    assert "undo with: lich rewind" in done.stdout
+    assert tree(work) == before
+    missing = lich("rewind", "no-such-session")
+    assert missing.returncode == 2
+    assert "no-such-session" in missing.stderr
