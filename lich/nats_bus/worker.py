@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -60,39 +61,82 @@ async def run_worker(
     from lich.gateway.config import parse_gateway_config
     from lich.gateway.runner import gateway_agent_config
     from lich.nats_bus.bus import NatsBus
-    from lich.nats_bus.settings import nats_bus_settings_of
 
-    settings = nats_bus_settings_of(config, "lich worker runs the messages of")
-    settings = attrs.evolve(settings, consume=True,
-                            concurrency=concurrency or settings.concurrency,
-                            health_listen=health or settings.health_listen)
-    gateway = gateway if gateway is not None else parse_gateway_config(config.table("gateway"))
-    host = host if host is not None else load_plugins(config)
-    agent = Agent(gateway_agent_config(config, gateway, host), host=host, chat=chat)
-    probes: HealthServer | None = None
-    try:
-        bus = NatsBus(settings, GatewayBus.from_config(agent, gateway))
-        bus.role = "worker"
-        if settings.health_listen is not None:
-            # Before the broker: liveness answers (and readiness says why not) meanwhile.
-            from lich.nats_bus.health import HealthServer
-            from lich.nats_bus.settings import parse_listen
+    stop = stop or asyncio.Event()
+    bus: NatsBus | None = None
 
-            probes = HealthServer(bus, agent.sessions, *parse_listen(settings.health_listen))
-            await probes.start()
-        await bus.start()
-        log_event(log, logging.INFO, "worker_ready", pid=os.getpid(),
-                  partitions=settings.partitions, concurrency=bus.concurrency,
-                  tools=",".join(agent.tools.names()) or "none")
-        stop = stop or asyncio.Event()
-        async with stop_on_signals(stop, bus.cancel_runs, install=install_signals):
+    def cancel_runs() -> None:
+        if bus is not None:
+            bus.cancel_runs()
+
+    # The signals are the worker's from here on, its start-up included (plugins, the
+    # store, the broker: seconds when one is slow). Without a handler meanwhile, a
+    # worker that is PID 1 of a container (the compose image's entrypoint) never sees
+    # a SIGTERM at all — the kernel drops what PID 1 has no handler for — and runs on
+    # until the runtime's stop timeout kills it. A stop during the start-up ends it
+    # there, with nothing in flight.
+    async with stop_on_signals(stop, cancel_runs, install=install_signals):
+        await asyncio.sleep(0)  # a signal that came while the handlers went in
+        if stop.is_set():
+            log_event(log, logging.INFO, "worker_stopped", clean=True, started=False)
+            return 0
+        from lich.nats_bus.settings import nats_bus_settings_of
+
+        settings = nats_bus_settings_of(config, "lich worker runs the messages of")
+        settings = attrs.evolve(settings, consume=True,
+                                concurrency=concurrency or settings.concurrency,
+                                health_listen=health or settings.health_listen)
+        gateway = (gateway if gateway is not None
+                   else parse_gateway_config(config.table("gateway")))
+        host = host if host is not None else load_plugins(config)
+        agent = Agent(gateway_agent_config(config, gateway, host), host=host, chat=chat)
+        probes: HealthServer | None = None
+        try:
+            bus = NatsBus(settings, GatewayBus.from_config(agent, gateway))
+            bus.role = "worker"
+            if settings.health_listen is not None:
+                # Before the broker: liveness answers (and readiness says why not)
+                # meanwhile.
+                from lich.nats_bus.health import HealthServer
+                from lich.nats_bus.settings import parse_listen
+
+                probes = HealthServer(bus, agent.sessions, *parse_listen(settings.health_listen))
+                await probes.start()
+            if not await _unless_stopped(bus.start(), stop):
+                # Connecting still: whatever it opened is closed; nothing ran.
+                await bus.drain(0)
+                log_event(log, logging.INFO, "worker_stopped", clean=True, started=False)
+                return 0
+            log_event(log, logging.INFO, "worker_ready", pid=os.getpid(),
+                      partitions=settings.partitions, concurrency=bus.concurrency,
+                      tools=",".join(agent.tools.names()) or "none")
             await stop.wait()
             log_event(log, logging.INFO, "worker_stopping", grace_s=gateway.grace_s,
                       in_flight=bus.in_flight)
             clean = await bus.drain(gateway.grace_s)
-        log_event(log, logging.INFO, "worker_stopped", clean=clean)
-        return 0
+            log_event(log, logging.INFO, "worker_stopped", clean=clean)
+            return 0
+        finally:
+            if probes is not None:
+                await probes.stop()
+            await agent.aclose()
+
+
+async def _unless_stopped(starting: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Await ``starting`` unless ``stop`` is set first (then it is cancelled): whether
+    it finished. Its own failure propagates."""
+    task = asyncio.ensure_future(starting)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
     finally:
-        if probes is not None:
-            await probes.stop()
-        await agent.aclose()
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return False

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -20,7 +22,7 @@ from lich.testing.contracts import ContractModel, contract_responder
 from lich.testing.nats import NatsServer
 from lich.testing.ports import reserve_port
 
-from .conftest import workers
+from .conftest import chats_in_distinct_partitions, workers
 
 pytestmark = [
     pytest.mark.system,  # lich processes against a real broker: slow, run by .ci/run
@@ -150,14 +152,20 @@ async def test_an_unreachable_store_makes_the_worker_not_ready():
         await probes.stop()
 
 
-@pytest.mark.parametrize(("health", "postgres"), [(False, False), (True, True)])
+@pytest.mark.parametrize(("health", "postgres", "compose"),
+                         [(False, False, False), (True, True, False), (True, True, True)],
+                         ids=["plain", "health-postgres", "compose"])
 async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_grace(
     tmp_path: Path, nats_server: NatsServer, make_nats_bus: Callable[..., Any], health: bool,
-    postgres: bool, request: pytest.FixtureRequest,
+    postgres: bool, compose: bool, request: pytest.FixtureRequest,
 ):
     # A grace period far longer than the test waits: a worker that waited it out with
-    # nothing to finish would fail here. It ran a message first, so what a turn leaves
-    # behind (a reply on its way, a session writer, a heartbeat) is in play.
+    # nothing to finish would fail here. It ran messages first, so what a turn leaves
+    # behind (a reply on its way, a session writer, a heartbeat) is in play. "compose"
+    # is docs/cluster/compose.yaml's worker: 32 partitions, --concurrency 8, health
+    # port, PostgreSQL, after more messages than slots ran on distinct partitions;
+    # every consumer is back in a pending fetch when the signal comes.
+    partitions = 32 if compose else 2
     model = ScriptedServer(ScriptedModel(responder=responder)).start()
     reserved = reserve_port()
     try:
@@ -167,7 +175,8 @@ async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_gra
             'stream = false\nplugins = ["+nats"]\n'
             '[[providers]]\nkind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
             f'base_url = "{model.base_url}"\n'
-            f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\npartitions = 2\n'
+            f'[bus]\nkind = "nats"\nservers = ["{nats_server.url}"]\n'
+            f'partitions = {partitions}\n'
             + ('[session_store]\nkind = "postgres"\ndsn_env = "LICH_POSTGRES_DSN"\n'
                if postgres else ''),
             encoding="utf-8")
@@ -176,16 +185,94 @@ async def test_a_worker_with_nothing_in_flight_stops_without_waiting_out_its_gra
             env["LICH_POSTGRES_DSN"] = request.getfixturevalue("lich_postgres_dsn")
         # Reserved for the worker to bind (lich.testing.ports), not "free right now".
         extra = ("--health", f"127.0.0.1:{reserved.port}") if health else ()
+        if compose:
+            extra += ("--concurrency", "8")
         async with workers(work, env, 1, "--grace", "3600",
                            *extra) as (worker,):
             ingress: NatsBus = await make_nats_bus(ContractModel(), consume=False,
-                                                   partitions=2)
-            pending = await ingress.submit(InboundMessage("test", "idle", "u", "hello"))
-            reply = await asyncio.wait_for(pending, WAIT_S)
-            assert reply.kind == "reply"
+                                                   partitions=partitions)
+            chats = (chats_in_distinct_partitions("test", 12, partitions) if compose
+                     else ("idle",))
+            pending = [await ingress.submit(InboundMessage("test", chat, "u", "hello"))
+                       for chat in chats]
+            for reply in await asyncio.wait_for(asyncio.gather(*pending), WAIT_S):
+                assert reply.kind == "reply"
             worker.process.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(worker.process.wait(), WAIT_S) == 0
             assert worker.saw("event=worker_stopped clean=True")
     finally:
         model.stop()
         reserved.release()
+
+
+def _pid1_available() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "-fp", "--mount-proc", "true"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.parametrize("pid1", [False, True], ids=["process", "pid1"])
+async def test_a_worker_stopped_while_it_connects_exits_cleanly_at_once(
+    tmp_path: Path, pid1: bool,
+) -> None:
+    """SIGTERM while the worker still connects to its broker stops it there: exit 0 and
+    ``worker_stopped`` (before, the signal had no handler yet — the process died of it,
+    and as PID 1 of a container, as in docs/cluster/compose.yaml, it was not delivered
+    at all, so the runtime waited out its stop timeout). The "broker" accepts and never
+    answers, with an hour's connect timeout: only the signal can end this start-up."""
+    if pid1 and not _pid1_available():
+        pytest.skip("no unshare of a PID namespace here (needs privileges)")
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.read()
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    work = tmp_path / "work"
+    (work / ".lich").mkdir(parents=True)
+    (work / ".lich" / "config.toml").write_text(
+        'stream = false\nplugins = ["+nats"]\n'
+        '[[providers]]\nkind = "openai_compat"\nname = "scripted"\nmodel = "m"\n'
+        'base_url = "http://127.0.0.1:9/v1"\n'
+        f'[bus]\nkind = "nats"\nservers = ["nats://127.0.0.1:{port}"]\npartitions = 32\n'
+        'connect_timeout_s = 3600\n', encoding="utf-8")
+    # As PID 1: the first process of a new PID namespace, as a container's entrypoint.
+    prefix = ("unshare", "-fp", "--mount-proc") if pid1 else ()
+    process = await asyncio.create_subprocess_exec(
+        *prefix, sys.executable, "-m", "lich", "--work-dir", str(work), "worker",
+        "--concurrency", "8", "--grace", "3600", cwd=work, env=lich_env(tmp_path),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    worker = process.pid
+    try:
+        await async_wait_for(lambda: bool(held) or process.returncode is not None, WAIT_S,
+                             "the worker to connect to the silent broker")
+        assert process.returncode is None
+        if pid1:  # unshare forked it: the worker is its child (PID 1 inside)
+            listing = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+            children = await asyncio.to_thread(listing.read_text)
+            worker = int(children.split()[0])
+        os.kill(worker, signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), WAIT_S)
+        text = stderr.decode(errors="replace")
+        assert process.returncode == 0, text  # (unshare exits with its child's status)
+        assert "event=worker_stopped clean=True started=False" in text
+        assert "event=worker_ready" not in text
+    finally:
+        if process.returncode is None:
+            if worker != process.pid:  # SIGKILL reaches a namespace's PID 1 from outside
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker, signal.SIGKILL)
+            process.kill()
+            await process.wait()
+        for writer in held:
+            writer.close()
+        silent.close()
