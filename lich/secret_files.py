@@ -35,7 +35,8 @@ __all__ = [
 
 SECRET_FILE_GLOBS: tuple[str, ...] = (
     # dotenv files
-    ".env", ".env.*", "*.env",
+    # (".env*" as the shell reads it: .envrc, .env-prod and .env_local hold the same)
+    ".env*", "*.env",
     # keys, certificates with keys, key stores
     "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk",
     # ssh and gpg
@@ -46,6 +47,10 @@ SECRET_FILE_GLOBS: tuple[str, ...] = (
     "client_secret*.json", ".aws/credentials", ".docker/config.json", ".kube/config",
     ".config/gh/hosts.yml", ".azure/accesstokens.json", ".config/gcloud/credentials.db",
     ".config/gcloud/application_default_credentials.json",
+    ".vault-token", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+    ".terraformrc", "credentials.tfrc.json", ".boto", ".s3cfg", ".passwd-s3fs",
+    ".composer/auth.json", ".config/rclone/rclone.conf", ".m2/settings-security.xml",
+    "*.kdbx", ".password-store",
 )
 """Secret files by name: :mod:`fnmatch` globs, lower case, matched without case."""
 
@@ -55,9 +60,12 @@ bounds the cost of checking a huge log before a window of it is read)."""
 
 # The PEM header, optional RFC 1421 headers (Proc-Type:, DEK-Info:), a blank line,
 # then base64: a key, not a string that names one.
+# A line break, real or escaped as in a JSON string (a cloud service account's
+# "private_key": "-----BEGIN PRIVATE KEY-----\nMIIE..." is a key file too).
+_NL = rb"(?:\r?\n|(?:\\r)?\\n)"
 _PEM_KEY = re.compile(
-    rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*\r?\n"
-    rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\r\n]*\r?\n)*(?:[ \t]*\r?\n)?"
+    rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[ \t]*" + _NL
+    + rb"(?:[A-Za-z][A-Za-z0-9-]*:[^\r\n\\]*" + _NL + rb")*(?:[ \t]*" + _NL + rb")?"
     rb"[ \t]*[A-Za-z0-9+/]{16,}"
 )
 _PUTTY_KEY = re.compile(rb"(?m)^PuTTY-User-Key-File-[0-9]+: .*\r?\n(?:.*\r?\n){0,8}?"
