@@ -64,6 +64,10 @@ class CheckpointSettings:
     #: ``lich checkpoints prune`` then drops the oldest sessions' snapshots while the
     #: store is bigger than this (0: no cap).
     max_store_mb: int = setting(1024, check=at_least(0))
+    #: Who may ``/undo`` in a gateway chat (``platform:id``, as the gateway names
+    #: users): the operator's own accounts. Empty (the default): ``/undo`` is refused
+    #: there — a chat's stranger must not rewrite the operator's files.
+    undo_users: tuple[str, ...] = ()
 
 
 def checkpoint_settings(config: LichConfig) -> CheckpointSettings:
@@ -156,7 +160,7 @@ async def lich_after_tool_call(call: ToolCall, result: ToolResult, run: RunInfo)
         await _snapshot(run, call, "after")
 
 
-def _rewind_slash(context: SlashContext) -> str:
+def _rewind_slash(context: SlashContext, command: str = "rewind") -> str:
     """``/rewind``: the checkpoints of this conversation with what each turn changed;
     ``/rewind TURN|ID [--dry-run] [--force]`` rewinds the files (as ``lich rewind``)."""
     from lich.checkpoints.rewind import RewindError, agent_changes, describe, load, rewind
@@ -170,13 +174,13 @@ def _rewind_slash(context: SlashContext) -> str:
     unknown = flags - {"--dry-run", "--force"}
     rest = [w for w in words if not w.startswith("--")]
     if unknown or len(rest) > 1:
-        return "usage: /rewind [TURN|CHECKPOINT] [--dry-run] [--force]"
+        return f"usage: /{command} [TURN|CHECKPOINT] [--dry-run] [--force]"
     try:
         shadow = open_store(config)
         store = open_session_store(config, context.host)
         try:
             session = load(store, context.session_id, shadow)
-            if not rest and not flags:
+            if not rest and not flags and command == "rewind":
                 lines = [f"{c.id}  turn {session.turns.get(c.run_id, '-')}  {c.phase:<7} then "
                          f"changed: {', '.join(agent_changes(session.points, c)) or '-'}"
                          for c in session.targets]
@@ -185,16 +189,34 @@ def _rewind_slash(context: SlashContext) -> str:
             result = rewind(store, session, rest[0] if rest else None,
                             dry_run="--dry-run" in flags, force="--force" in flags)
             return "\n".join(describe(result, session.session_id)).replace(
-                f"lich rewind {session.session_id} --to", "/rewind")
+                f"lich rewind {session.session_id} --to", f"/{command}")
         finally:
             store.close()
     except (RewindError, SnapshotError, SessionNotFound) as exc:
-        return f"/rewind: {exc}"
+        return f"/{command}: {exc}"
+
+
+def _undo_slash(context: SlashContext) -> str:
+    """``/undo`` in a gateway chat: rewind the files of the conversation's latest
+    checkpoint, for the users ``[checkpoints] undo_users`` names only."""
+    from lich.config import ConfigError
+
+    config = context.config
+    if config is None:
+        return "/undo: no configuration"
+    try:
+        allowed = checkpoint_settings(config).undo_users
+    except ConfigError as exc:
+        return f"/undo: {exc}"
+    if not context.user_id or context.user_id not in allowed:
+        return ("/undo is for the operator only: list your id in [checkpoints] "
+                "undo_users to use it here")
+    return _rewind_slash(context, "undo")
 
 
 @hookimpl
 def lich_register_slash_commands(registry: SlashRegistry) -> None:
-    """``/rewind`` in ``lich chat`` and the TUI."""
+    """``/rewind`` in ``lich chat`` and the TUI; ``/undo`` in the gateway's chats."""
     async def run(context: SlashContext) -> str:
         # git and the files off the front end's event loop.
         return await asyncio.to_thread(_rewind_slash, context)
@@ -202,6 +224,14 @@ def lich_register_slash_commands(registry: SlashRegistry) -> None:
     registry.register(SlashCommand(
         "rewind", "list this conversation's checkpoints, or rewind the files to one",
         arg_hint="[TURN|ID] [--dry-run] [--force]", front_ends=("chat", "tui"), run=run))
+
+    async def undo(context: SlashContext) -> str:
+        return await asyncio.to_thread(_undo_slash, context)
+
+    registry.register(SlashCommand(
+        "undo", "rewind the files the agent changed since this conversation's latest "
+        "checkpoint (the operator only)", arg_hint="[TURN|ID] [--dry-run]",
+        front_ends=("gateway",), run=undo))
 
 
 @hookimpl

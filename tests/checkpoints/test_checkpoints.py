@@ -576,3 +576,35 @@ def test_the_commands_in_a_real_lich_process(work: Path) -> None:
     missing = lich("rewind", "no-such-session")
     assert missing.returncode == 2
     assert "no-such-session" in missing.stderr
+
+
+def test_undo_in_a_gateway_chat_is_the_operators_only(work: Path) -> None:
+    from lich.slash import SlashContext, run_slash_command
+
+    before = tree(work)
+    cfg = make_test_config(work, plugins=PLUGINS, checkpoints={"undo_users": ["telegram:1"]})
+    agent = Agent(cfg, chat=ScriptedChat([*EDITS[:1], Reply(text="done")]))
+    try:
+        assert asyncio.run(agent.run("edit", session_id="tg-1")).stopped_reason == "final"
+        table = agent.host.slash_commands()
+        command = table.get("undo", "gateway")
+        assert command is not None
+        assert table.get("undo", "chat") is None
+
+        def undo(user: str, args: str = "") -> str:
+            context = SlashContext(args, "gateway", "tg-1", cfg, user_id=user, host=agent.host)
+            return asyncio.run(run_slash_command(command, context)) or ""
+
+        edited = tree(work)
+        assert "operator only" in undo("telegram:2")
+        assert "operator only" in undo("")
+        assert tree(work) == edited
+        assert "would restore: a.txt" in undo("telegram:1", "--dry-run")
+        done = undo("telegram:1")
+        assert tree(work) == before
+        assert "/undo " in done  # how to undo the undo
+    finally:
+        asyncio.run(agent.aclose())
+    closed = make_test_config(work, plugins=PLUGINS)
+    context = SlashContext("", "gateway", "tg-1", closed, user_id="telegram:1")
+    assert "operator only" in (asyncio.run(run_slash_command(command, context)) or "")
