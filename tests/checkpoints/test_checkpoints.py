@@ -608,3 +608,33 @@ def test_undo_in_a_gateway_chat_is_the_operators_only(work: Path) -> None:
     closed = make_test_config(work, plugins=PLUGINS)
     context = SlashContext("", "gateway", "tg-1", closed, user_id="telegram:1")
     assert "operator only" in (asyncio.run(run_slash_command(command, context)) or "")
+
+
+def test_a_repository_with_a_submodule_is_left_untouched(work: Path, tmp_path: Path) -> None:
+    env = {**os.environ, **GIT_ENV}
+
+    def git(cwd: Path, *args: str) -> None:
+        subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, check=True,
+                       capture_output=True, env=env)
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "x.py").write_text("x = 1\n")
+    git(lib, "init", "-q")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-qm", "lib")
+    git(work, "init", "-q")
+    git(work, "submodule", "add", "-q", str(lib), "vendor/lib")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "with a submodule")
+    git(work, "checkout", "-q", "--detach")
+    digest = dir_digest(work / ".git")
+    module = dir_digest(work / "vendor" / "lib")
+    before = tree(work)
+    run_agent(work, EDITS)
+    assert {"path": "vendor/lib", "reason": "repository"} in records(work)[0]["skipped"]
+    done = cli(rewind_command, "--work-dir", str(work), "latest", "--to", "1")
+    assert done.exit_code == 0, done.output
+    assert tree(work) == before
+    assert dir_digest(work / ".git") == digest
+    assert dir_digest(work / "vendor" / "lib") == module
