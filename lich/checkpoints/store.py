@@ -32,6 +32,7 @@ from typing import Any
 from attrs import frozen
 
 from lich.dotlich import LICH_DIR, make_dirs
+from lich.private_files import PRIVATE_FILE_MODE, make_private_dirs, replace_private
 from lich.protected import ProtectedPaths
 from lich.secret_files import name_matches
 
@@ -148,19 +149,47 @@ class ShadowStore:
 
     def _init(self) -> None:
         if (self.git_dir / "HEAD").is_file():
+            self._check_ours()
             return
         make_dirs(self.git_dir.parent)  # .lich/ with its .gitignore
+        self._check_ours()
         env = {k: v for k, v in self._env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
-        subprocess.run([self._git_bin, "init", "--bare", "-q", "--template=", str(self.git_dir)],
+        # --shared=0600: every file git writes in it is the user's alone (0600, dirs
+        # 0700), whatever the umask: the store holds copies of the work dir's files.
+        subprocess.run([self._git_bin, "init", "--bare", "-q", "--template=", "--shared=0600",
+                        str(self.git_dir)],
                        env=env, capture_output=True, check=True, timeout=_GIT_TIMEOUT_S)
-        (self.git_dir / "info").mkdir(exist_ok=True)
-        (self.git_dir / "info" / "exclude").write_text(f"/{LICH_DIR}/\n")
+        make_private_dirs(self.git_dir / "info")
+        replace_private(self.git_dir / "info" / "exclude", f"/{LICH_DIR}/\n".encode())
+
+    def _check_ours(self) -> None:
+        """Refuse a store directory lich did not make: git runs what a store's own
+        ``config`` says (a clean filter on every file, with ``info/attributes``), and a
+        cloned repository can ship a ``.lich/checkpoints/store.git``. lich makes
+        ``.lich/checkpoints`` itself, ``0700`` and its user's; a git checkout (or
+        another user) makes it with the umask's group and other bits.
+
+        :raises SnapshotError: it is a link, another user's, or open to others.
+        """
+        parent = self.git_dir.parent
+        try:
+            st = os.lstat(parent)
+        except OSError as exc:
+            raise SnapshotError(f"cannot check the checkpoint store {parent}: {exc}") from exc
+        if (stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid()
+                or stat.S_IMODE(st.st_mode) & 0o077):
+            raise SnapshotError(
+                f"{parent} is not a store lich made (lich makes it 0700 and its user's; a "
+                "cloned repository may have shipped it, and git would run what its config "
+                "says): remove it to start a new store")
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """One snapshot or restore at a time per store (two agents in one work dir)."""
         self._init()
-        with open(self.git_dir / "lich.lock", "a") as handle:
+        fd = os.open(self.git_dir / "lich.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                     PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 self._clear_stale_locks()
