@@ -230,6 +230,15 @@ class ShadowStore:
                        check=False).strip()
         return out.decode() or None
 
+    def _head_and_tree(self, session_id: str) -> tuple[str | None, str | None]:
+        """The session's latest snapshot and its tree, in one git call."""
+        ref = self.ref(session_id)
+        out = self.git("rev-parse", "-q", ref + "^{commit}", ref + "^{tree}", check=False)
+        lines = out.decode().split()
+        if len(lines) != 2:
+            return None, None
+        return lines[0], lines[1]
+
     # -- snapshots -----------------------------------------------------------------------
 
     def _select(self) -> tuple[list[str], list[str], list[dict[str, Any]]]:
@@ -241,12 +250,22 @@ class ShadowStore:
         (``diff-files``, by their stat data) — is looked at on disk; an unchanged
         stored file costs a name check (an unchanged tree's snapshot must be cheap).
         """
-        def listed(*args: str) -> list[str]:
-            return [os.fsdecode(p) for p in self.git(*args).split(b"\0") if p]
-
-        cached = listed("ls-files", "-z", "--cached")
-        others = listed("ls-files", "-z", "--others", "--exclude-standard")
-        dirty = set(listed("diff-files", "-z", "--name-only", "--no-renames"))
+        # One walk, tagged: H stored, C stored and changed, R stored and gone, ? new.
+        cached: list[str] = []
+        others: list[str] = []
+        dirty: set[str] = set()
+        out = self.git("ls-files", "-z", "-t", "--cached", "--modified", "--deleted",
+                       "--others", "--exclude-standard")
+        for entry in out.split(b"\0"):
+            if len(entry) < 3:
+                continue
+            tag, rel = entry[:1], os.fsdecode(entry[2:])
+            if tag == b"?":
+                others.append(rel)
+            elif tag in (b"C", b"R"):
+                dirty.add(rel)
+            else:
+                cached.append(rel)
         blocked = self._blocked()
         kept: list[str] = []
         dropped: list[str] = []
@@ -334,7 +353,7 @@ class ShadowStore:
                 self.git("update-index", "--add", "--remove", "--replace", "-z", "--stdin",
                          input=_nul(kept))
             tree = self.git("write-tree").decode().strip()
-            parent = self.head(session_id)
+            parent, parent_tree = self._head_and_tree(session_id)
             # The time to the microsecond: a commit's own date is whole seconds, and
             # pruning goes oldest first.
             body = json.dumps({**message, "ts": time.time(), "skipped": skipped},
@@ -345,7 +364,7 @@ class ShadowStore:
             commit = self.git(*args).decode().strip()
             self.git("update-ref", self.ref(session_id), commit)
             changed: tuple[str, ...] = ()
-            if parent:
+            if parent and parent_tree != tree:
                 changed = self.changed(parent, commit)
         return Snapshot(commit, tree, changed, tuple(skipped))
 
