@@ -90,7 +90,8 @@ process_list_tool = Tool(
     parameters=schema(
         {
             "filter": {"type": "string", "description": "Case-insensitive substring to match."},
-            "max_results": {"type": "integer", "description": "Rows to show (default 50, max 500)."},
+            "max_results": {"type": "integer",
+                            "description": "Rows to show (default 50, max 500)."},
         }
     ),
     execute=_process_list,
@@ -204,7 +205,8 @@ disk_usage_tool = Tool(
     parameters=schema(
         {
             "path": {"type": "string", "description": "Directory (default '.')."},
-            "max_entries": {"type": "integer", "description": "Rows to show (default 25, max 200)."},
+            "max_entries": {"type": "integer",
+                            "description": "Rows to show (default 25, max 200)."},
         }
     ),
     execute=_disk_usage,
