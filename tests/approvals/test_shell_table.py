@@ -15,23 +15,12 @@ rules decide:
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-
-from lich.approvals.rules import RuleSet, decide
-from lich.tools import Tool
-from lich.types import ToolResult
-
-TERMINAL = Tool(
-    name="terminal", description="terminal",
-    parameters={"type": "object", "required": ["command"],
-                "properties": {"command": {"type": "string"}}},
-    execute=lambda args, ctx: ToolResult.success(""), requires_approval=True)
+from bash_probe import bash_made_pwned, rule_action
 
 # (line, whether bash makes the file `pwned`, whether `terminal(git status*)` allows it)
 ROWS: list[tuple[str, bool, bool]] = [
@@ -169,44 +158,6 @@ ROWS: list[tuple[str, bool, bool]] = [
 ]
 
 
-def _bash(line: str, where: Path) -> bool:
-    """Run ``line`` as the terminal tool does (``bash -c``, in a process group of its
-    own) and say whether ``pwned`` appeared. A command bash started in the background
-    (``&``, a process substitution, ``coproc``) stays in the group: waited for
-    (bounded) until the group is empty."""
-    bin_dir = where / "bin"
-    bin_dir.mkdir()
-    fake_git = bin_dir / "git"
-    fake_git.write_text("#!/bin/sh\nexit 0\n")
-    fake_git.chmod(0o755)
-    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(where),
-           "LC_ALL": "C.UTF-8"}
-    proc = subprocess.Popen(["bash", "-c", line], cwd=where, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        proc.wait(timeout=30)
-        pause = threading.Event()
-        for _ in range(1000):
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                break
-            pause.wait(0.01)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    return (where / "pwned").exists()
-
-
-def _action(line: str, *, allow: tuple[str, ...], deny: tuple[str, ...] = ()) -> str:
-    rules = RuleSet.parse(allow, (), deny)
-    return decide(rules, "ask", "terminal", {"command": line}, TERMINAL, "/w").action
-
-
 def test_the_table_is_big_enough_and_has_both_kinds() -> None:
     assert len(ROWS) >= 60
     assert len({line for line, _, _ in ROWS}) == len(ROWS)
@@ -217,12 +168,12 @@ def test_the_table_is_big_enough_and_has_both_kinds() -> None:
 @pytest.mark.parametrize(("line", "ran", "allowed"), ROWS, ids=[repr(r[0]) for r in ROWS])
 def test_what_bash_does_and_what_the_rules_decide(line: str, ran: bool, allowed: bool,
                                                   tmp_path: Path) -> None:
-    assert _bash(line, tmp_path) is ran, "the table is wrong about what bash does"
-    action = _action(line, allow=("terminal(git status*)",))
+    assert bash_made_pwned(line, tmp_path) is ran, "the table is wrong about what bash does"
+    action = rule_action(line, allow=("terminal(git status*)",))
     assert action == ("allow" if allowed else "ask")
     assert not (ran and action == "allow")
     if ran and "touch" in line:
-        assert _action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "deny"
+        assert rule_action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "deny"
 
 
 # Lines on which the grammar's own scanner corrupts memory (a segfault within a few

@@ -13,23 +13,14 @@ never allows it, and that ``deny = ["terminal(touch*)"]`` denies it.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import threading
 from pathlib import Path
 
 import pytest
+from bash_probe import bash_made_pwned, rule_action
 
 from lich.approvals.rules import RuleSet, decide
 from lich.tools import Tool
 from lich.types import ToolResult
-
-TERMINAL = Tool(
-    name="terminal", description="terminal",
-    parameters={"type": "object", "required": ["command"],
-                "properties": {"command": {"type": "string"}}},
-    execute=lambda args, ctx: ToolResult.success(""), requires_approval=True)
 
 # Stand-ins: (name, shell script). `run-rest N`: drop N words (options are not
 # parsed: each stand-in below is only called the way its row calls it).
@@ -116,47 +107,11 @@ ATTACKS = [
 ]
 
 
-def _bash(line: str, where: Path) -> bool:
-    bin_dir = where / "bin"
-    bin_dir.mkdir()
-    for name, text in STAND_INS.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(where),
-           "LC_ALL": "C.UTF-8"}
-    proc = subprocess.Popen(["bash", "-c", line], cwd=where, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        proc.wait(timeout=30)
-        pause = threading.Event()
-        for _ in range(1000):  # a background child (coproc) may still be running
-            if (where / "pwned").exists():
-                break
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                break
-            pause.wait(0.01)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    return (where / "pwned").exists()
-
-
-def _action(line: str, *, allow: tuple[str, ...], deny: tuple[str, ...] = ()) -> str:
-    rules = RuleSet.parse(allow, (), deny)
-    return decide(rules, "ask", "terminal", {"command": line}, TERMINAL, "/w").action
-
-
 @pytest.mark.parametrize("line", ATTACKS, ids=repr)
 def test_an_attack_is_never_allowed_and_a_deny_rule_meets_it(line: str, tmp_path: Path) -> None:
-    assert _bash(line, tmp_path), "not an attack: bash did not make pwned"
-    assert _action(line, allow=("terminal(git status*)",)) == "ask"
-    assert _action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "deny"
+    assert bash_made_pwned(line, tmp_path, STAND_INS), "not an attack: bash did not make pwned"
+    assert rule_action(line, allow=("terminal(git status*)",)) == "ask"
+    assert rule_action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "deny"
 
 
 @pytest.mark.parametrize("line", ["ssh host uptime", "msg='touch me'; echo $msg",
@@ -164,7 +119,7 @@ def test_an_attack_is_never_allowed_and_a_deny_rule_meets_it(line: str, tmp_path
                                   "faketime now date"])
 def test_a_wrapper_running_something_else_is_not_denied(line: str) -> None:
     # The deny rule reads through wrappers; it does not meet every line naming one.
-    assert _action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "allow"
+    assert rule_action(line, allow=("terminal",), deny=("terminal(touch*)",)) == "allow"
 
 
 UNREQUIRED = Tool(
