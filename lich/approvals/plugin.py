@@ -116,16 +116,21 @@ class _Known:
         self.rules = settings.rules
 
 
-_lock = threading.Lock()
+# Reentrant: a config that dies while the lock is held (its weakref callback runs in the
+# middle of whatever allocation triggered the collection, on this very thread) takes the
+# lock again in _forget; a plain Lock deadlocked the run there.
+_lock = threading.RLock()
 _known: dict[int, tuple[weakref.ref[LichConfig], _Known]] = {}
 _DEFAULT = ApprovalSettings()
 _DEFAULT_RULES = _DEFAULT.rules
 
 
 def _forget(key: int) -> Any:
-    def callback(_ref: weakref.ref[LichConfig]) -> None:
+    def callback(ref: weakref.ref[LichConfig]) -> None:
         with _lock:
-            _known.pop(key, None)
+            entry = _known.get(key)
+            if entry is not None and entry[0] is ref:  # not a newer config's entry
+                del _known[key]
 
     return callback
 

@@ -336,3 +336,39 @@ def test_the_plugin_answers_only_what_its_grants_cover(tmp_path: Path) -> None:
     assert (answer.approved, answer.scope, answer.approver) == (True, "session", "session")
     other = RunInfo("r", "s-other", "go", str(tmp_path), agent.config, tools=agent.tools)
     assert approvals.lich_request_approval(request, other) is None
+
+
+def test_a_config_collected_while_the_settings_cache_is_locked_does_not_deadlock(
+    tmp_path: Path,
+) -> None:
+    # A config's weakref callback (which forgets its cache entry) runs wherever the
+    # collection that frees it happens — also on the thread holding the cache's lock,
+    # in the middle of _for_config's insert. With a plain Lock that thread deadlocked
+    # on itself (a whole run hung in CI). Run it in a thread, bounded in time.
+    import threading
+
+    outcome: list[str] = []
+
+    def collect_under_the_lock() -> None:
+        doomed = LichConfig(work_dir=str(tmp_path))
+        approvals._for_config(doomed)
+        with approvals._lock:
+            del doomed  # the last reference: its callback runs here, under the lock
+            gc.collect()
+            kept = LichConfig(work_dir=str(tmp_path))
+            approvals._for_config(kept)  # and an insert under the lock still works
+            outcome.append("done")
+
+    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome == ["done"], "the settings cache deadlocked on its own lock"
+
+
+def test_a_dead_config_s_callback_leaves_a_newer_entry_alone(tmp_path: Path) -> None:
+    config = LichConfig(work_dir=str(tmp_path))
+    known = approvals._for_config(config)
+    key = id(config)
+    stale = approvals._forget(key)
+    stale(object())  # a callback of some other (dead) config with the same id
+    assert approvals._known[key][1] is known
