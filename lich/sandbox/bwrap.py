@@ -181,9 +181,21 @@ def home_dirs(env: Mapping[str, str]) -> list[str]:
 
 
 def default_read_paths() -> list[str]:
-    """The interpreter lich runs on (it may live in a home: pyenv, a venv), shown so that
-    its helper programs (``grep_files``' worker) and MCP servers in Python still start."""
-    return sorted({_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    """The interpreter lich runs on (it may live in a home: pyenv, a venv) and the
+    directories of the packages it has loaded, shown so that its helper programs
+    (``grep_files``' worker) and MCP servers in Python still start. A package installed
+    in place (``pip install -e``) lives in its checkout, which may be under ``/tmp`` or
+    a home the sandbox hides: its directory is shown too, read-only, and nothing else of
+    that checkout."""
+    found = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if "." in name or not origin or not origin.endswith("__init__.py"):
+            continue  # top-level packages only: their directory holds the rest
+        package = _real(os.path.dirname(origin))
+        if not any(package == p or package.startswith(p + os.sep) for p in found):
+            found.add(package)
+    return sorted(found)
 
 
 @frozen
