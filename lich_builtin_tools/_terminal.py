@@ -337,6 +337,11 @@ async def _run(run: Launch, procs: CallProcesses, deadline: Deadline, cap: int,
             # A NUL byte ("embedded null byte") or a lone surrogate (UnicodeEncodeError)
             # cannot be passed to a program: the model's command is at fault, say so.
             raise ToolError(f"invalid_arg: command: {exc}") from exc
+        else:
+            # Known as the call's root at once: a cancel that arrives while the pipes
+            # are still being connected must find (and kill) what bash already started,
+            # setsid children included — with no root, the kill scanned nothing.
+            procs.root = proc.pid
         finally:
             # The child has its copies; ours must go or EOF never comes.
             for fd in (out_w, err_w):
@@ -353,7 +358,6 @@ async def _run(run: Launch, procs: CallProcesses, deadline: Deadline, cap: int,
                 raise
             readers.append(reader)
             transports.append(transport)
-        procs.root = proc.pid
         if procs.available:
             recorder = asyncio.create_task(_record(procs))
         try:

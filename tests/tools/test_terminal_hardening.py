@@ -227,6 +227,40 @@ async def test_a_setsid_grandchild_dies_with_a_cancelled_call(run: Runner) -> No
         kill_quietly([pid])
 
 
+async def test_a_cancel_while_the_pipes_connect_still_kills_a_setsid_child(
+    run: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a loaded machine bash can start a setsid child before lich has connected the
+    # call's pipes; a cancel in that window must still find it (the call's root is
+    # known from the spawn on). The window is held open here: connecting waits for
+    # the child's pid file.
+    work = run.work_dir
+    pid_file = work / "escapee.pid"
+    loop_type = type(asyncio.get_running_loop())
+    connect = loop_type.connect_read_pipe
+
+    async def slow_connect(self: asyncio.AbstractEventLoop, *args: object) -> object:
+        await async_wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(),
+                             what="the escapee's pid", interval=0.02)
+        await asyncio.sleep(3600)  # the cancel comes while the call is still here
+        return await connect(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop_type, "connect_read_pipe", slow_connect)
+    cancel = CancelToken()
+    call = asyncio.create_task(run("terminal", {
+        "command": "setsid sleep 600 & echo $! > escapee.pid; sleep 600"}, cancel=cancel))
+    await async_wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(),
+                         what="the escapee's pid", interval=0.02)
+    pid = int(pid_file.read_text())
+    assert process_alive(pid)
+    cancel.cancel()
+    await call
+    try:
+        assert wait_until_dead([pid]) == []
+    finally:
+        kill_quietly([pid])
+
+
 async def test_a_background_job_still_outlives_a_call_that_ends_normally(run: Runner) -> None:
     work = run.work_dir
     result = await run("terminal", {
